@@ -1,0 +1,91 @@
+//! `nimbus keys create|list|revoke` against the embedded state (default) or DynamoDB.
+
+use anyhow::Context;
+use clap::{Subcommand, ValueEnum};
+use nimbus_shared::app::{aws, embedded};
+use nimbus_shared::auth::ApiKeyService;
+use nimbus_shared::ports::{StateStore, SystemClock, UuidV7Ids};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Backend {
+    /// The local server's SQLite file under the data directory.
+    Embedded,
+    /// The DynamoDB table named by NIMBUS_TABLE (AWS credentials and region from the environment).
+    Aws,
+}
+
+#[derive(clap::Args)]
+pub struct StoreArgs {
+    #[arg(long, env = "NIMBUS_BACKEND", value_enum, default_value = "embedded")]
+    backend: Backend,
+    #[arg(long, env = "NIMBUS_DATA_DIR", default_value = ".data")]
+    data_dir: PathBuf,
+}
+
+#[derive(Subcommand)]
+pub enum KeysCommand {
+    /// Create a key for a project and print it once, as JSON.
+    Create {
+        #[arg(long)]
+        project: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// List keys (no secrets), one JSON object per line.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Revoke a key by id; requests with it fail from then on.
+    Revoke {
+        key_id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+async fn service(store: &StoreArgs) -> anyhow::Result<ApiKeyService> {
+    let state: Arc<dyn StateStore> = match store.backend {
+        Backend::Embedded => Arc::new(
+            embedded::state_store(&store.data_dir)
+                .with_context(|| format!("opening {}", store.data_dir.display()))?,
+        ),
+        Backend::Aws => Arc::new(aws::state_store().await.map_err(anyhow::Error::msg)?),
+    };
+    Ok(ApiKeyService::new(
+        state,
+        Arc::new(SystemClock),
+        Arc::new(UuidV7Ids),
+    ))
+}
+
+pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
+    match command {
+        KeysCommand::Create {
+            project,
+            name,
+            store,
+        } => {
+            let created = service(&store).await?.create(&project, name).await?;
+            println!("{}", serde_json_line(&created)?);
+        }
+        KeysCommand::List { store } => {
+            for key in service(&store).await?.list().await? {
+                println!("{}", serde_json_line(&key)?);
+            }
+        }
+        KeysCommand::Revoke { key_id, store } => {
+            let revoked = service(&store).await?.revoke(&key_id).await?;
+            println!("{}", serde_json_line(&revoked)?);
+        }
+    }
+    Ok(())
+}
+
+fn serde_json_line<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
+    Ok(serde_json::to_string(value)?)
+}

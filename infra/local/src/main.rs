@@ -1,0 +1,52 @@
+//! `nimbus`: the local gateway (`nimbus serve`) and API key administration (`nimbus keys …`).
+
+mod keys;
+mod serve;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "nimbus",
+    version,
+    about = "Nimbus LLM inference gateway: local server and admin"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve every function's routes on one port with the embedded adapters.
+    Serve(serve::ServeArgs),
+    /// Create, list and revoke API keys.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
+    /// Check a configuration file and print its models.
+    CheckConfig {
+        #[arg(
+            long,
+            env = "NIMBUS_CONFIG",
+            default_value = "infra/config/nimbus.toml"
+        )]
+        config: PathBuf,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Keys(command) => keys::run(command).await,
+        Command::CheckConfig { config } => {
+            let config = nimbus_shared::config::Config::from_path(&config)?;
+            for (name, model) in &config.models {
+                println!("{name}: routing {}", model.routing.join(" -> "));
+            }
+            Ok(())
+        }
+    }
+}

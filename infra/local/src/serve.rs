@@ -1,0 +1,107 @@
+//! `nimbus serve`: the whole gateway in one process on the embedded adapters.
+
+use anyhow::Context;
+use nimbus_shared::app::{app_state, embedded, AuthSettings};
+use nimbus_shared::auth::AuthMode;
+use nimbus_shared::config::Config;
+use nimbus_shared::telemetry::{init, LogFormat};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    #[arg(long, env = "PORT", default_value_t = 3000)]
+    port: u16,
+    /// Address to bind. The server runs without keys only on loopback.
+    #[arg(long, env = "NIMBUS_BIND", default_value = "127.0.0.1")]
+    bind: IpAddr,
+    #[arg(
+        long,
+        env = "NIMBUS_CONFIG",
+        default_value = "infra/config/nimbus.toml"
+    )]
+    config: PathBuf,
+    /// Where state (SQLite) and blobs live; survives restarts.
+    #[arg(long, env = "NIMBUS_DATA_DIR", default_value = ".data")]
+    data_dir: PathBuf,
+}
+
+/// A key created or revoked while the server runs takes effect within this long.
+const LOCAL_AUTH_CACHE_TTL: Duration = Duration::from_secs(1);
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    init(LogFormat::from_env());
+    let config = Config::from_path(&args.config)
+        .with_context(|| format!("loading {}", args.config.display()))?;
+    let adapters = embedded::adapters(&args.data_dir)
+        .with_context(|| format!("opening {}", args.data_dir.display()))?;
+    let mode = if args.bind.is_loopback() {
+        AuthMode::OpenWhenNoKeys
+    } else {
+        AuthMode::Required
+    };
+    let state = app_state(
+        &config,
+        &adapters,
+        AuthSettings {
+            mode,
+            cache_ttl: LOCAL_AUTH_CACHE_TTL,
+        },
+    )
+    .map_err(anyhow::Error::msg)?;
+    let keys_exist = adapters.api_keys().any_active().await?;
+    let router = nimbus_shared::http::inference_router(state);
+
+    let address = SocketAddr::new(args.bind, args.port);
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("binding {address}"))?;
+    let address = listener.local_addr()?;
+    let auth_note = match (mode, keys_exist) {
+        (AuthMode::OpenWhenNoKeys, false) => {
+            "auth: OPEN (bound to loopback and no API keys exist; `nimbus keys create --project NAME` turns auth on)"
+        }
+        (_, true) => "auth: API key required (Authorization: Bearer <key>)",
+        (AuthMode::Required, false) => {
+            "auth: API key required, but no keys exist yet: create one with `nimbus keys create --project NAME`"
+        }
+    };
+    eprintln!(
+        "Nimbus listening on http://{address}/v1 ({} models; data in {})",
+        config.models.len(),
+        args.data_dir.display()
+    );
+    eprintln!("{auth_note}");
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %err, "could not set TCP_NODELAY");
+        }
+    });
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("serving")?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

@@ -1,0 +1,35 @@
+//! AWS adapters: S3 blobs, DynamoDB state, SQS queue. Clients come from the environment
+//! (`AWS_REGION`, credentials, and `AWS_ENDPOINT_URL` for moto or other endpoints).
+
+mod dynamodb_state;
+mod s3_blobs;
+mod sqs_queue;
+
+pub use dynamodb_state::DynamoDbStateStore;
+pub use s3_blobs::S3BlobStore;
+pub use sqs_queue::SqsJobQueue;
+
+/// Shared AWS SDK configuration, loaded once per process. Loading makes no network calls:
+/// credentials resolve lazily on the first request.
+pub async fn load_sdk_config() -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .load()
+        .await
+}
+
+/// A readable message from any SDK error, including the service's own error code and message.
+pub fn describe_sdk_error<E, R>(err: &aws_sdk_s3::error::SdkError<E, R>) -> String
+where
+    E: std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    use std::error::Error as _;
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(inner) = source {
+        message.push_str(": ");
+        message.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    message
+}

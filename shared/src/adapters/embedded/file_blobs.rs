@@ -1,0 +1,133 @@
+//! Blobs as files under a root folder. Writes go to a temporary file then rename, so a crash never
+//! leaves a half-written object visible.
+
+use crate::ports::blob::validate_key;
+use crate::ports::{BlobStore, ByteStream, StorageError};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use std::io::SeekFrom;
+use std::path::{Path, PathBuf};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio_stream::wrappers::ReceiverStream;
+
+/// Blob store rooted at a local directory.
+#[derive(Debug, Clone)]
+pub struct FileBlobStore {
+    root: PathBuf,
+}
+
+impl FileBlobStore {
+    /// Use (and create) `root` as the store's directory.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, StorageError> {
+        let root = root.into();
+        std::fs::create_dir_all(root.join(".tmp")).map_err(io_error)?;
+        Ok(Self { root })
+    }
+
+    fn path_of(&self, key: &str) -> Result<PathBuf, StorageError> {
+        validate_key(key)?;
+        Ok(self.root.join("objects").join(key))
+    }
+}
+
+fn io_error(err: std::io::Error) -> StorageError {
+    if err.kind() == std::io::ErrorKind::NotFound {
+        StorageError::NotFound
+    } else {
+        StorageError::Backend(err.to_string())
+    }
+}
+
+async fn open_existing(path: &Path) -> Result<tokio::fs::File, StorageError> {
+    tokio::fs::File::open(path).await.map_err(io_error)
+}
+
+#[async_trait]
+impl BlobStore for FileBlobStore {
+    async fn put(&self, key: &str, body: Bytes) -> Result<(), StorageError> {
+        let path = self.path_of(key)?;
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
+        }
+        let tmp = self
+            .root
+            .join(".tmp")
+            .join(uuid::Uuid::now_v7().simple().to_string());
+        let mut file = tokio::fs::File::create(&tmp).await.map_err(io_error)?;
+        file.write_all(&body).await.map_err(io_error)?;
+        file.sync_all().await.map_err(io_error)?;
+        drop(file);
+        tokio::fs::rename(&tmp, &path).await.map_err(io_error)
+    }
+
+    async fn get(&self, key: &str) -> Result<Bytes, StorageError> {
+        let path = self.path_of(key)?;
+        tokio::fs::read(&path)
+            .await
+            .map(Bytes::from)
+            .map_err(io_error)
+    }
+
+    async fn get_range(&self, key: &str, start: u64, end: u64) -> Result<Bytes, StorageError> {
+        let path = self.path_of(key)?;
+        let mut file = open_existing(&path).await?;
+        let size = file.metadata().await.map_err(io_error)?.len();
+        let end = end.min(size);
+        if start >= end {
+            return Ok(Bytes::new());
+        }
+        file.seek(SeekFrom::Start(start)).await.map_err(io_error)?;
+        let len = usize::try_from(end - start)
+            .map_err(|_| StorageError::Invalid("range too large".into()))?;
+        let mut buf = vec![0u8; len];
+        file.read_exact(&mut buf).await.map_err(io_error)?;
+        Ok(Bytes::from(buf))
+    }
+
+    async fn get_stream(&self, key: &str) -> Result<ByteStream, StorageError> {
+        let path = self.path_of(key)?;
+        let mut file = open_existing(&path).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, StorageError>>(4);
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 256 * 1024];
+            loop {
+                match file.read(&mut buf).await {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if tx
+                            .send(Ok(Bytes::copy_from_slice(&buf[..n])))
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    Err(err) => {
+                        let _ = tx.send(Err(io_error(err))).await;
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(ReceiverStream::new(rx).boxed())
+    }
+
+    async fn size(&self, key: &str) -> Result<Option<u64>, StorageError> {
+        let path = self.path_of(key)?;
+        match tokio::fs::metadata(&path).await {
+            Ok(meta) => Ok(Some(meta.len())),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(io_error(err)),
+        }
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        let path = self.path_of(key)?;
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => Ok(()),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(err) => Err(io_error(err)),
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! Embedded adapters: local files, SQLite (crash-safe, WAL), and an in-process queue.
+
+mod file_blobs;
+mod memory_queue;
+mod queue_workers;
+mod sqlite_state;
+
+pub use file_blobs::FileBlobStore;
+pub use memory_queue::MemoryQueue;
+pub use queue_workers::{spawn_queue_workers, JobHandler, JobOutcome};
+pub use sqlite_state::SqliteStateStore;

@@ -1,0 +1,119 @@
+//! In-process worker tasks that drain a [`JobQueue`], standing in locally for the SQS-triggered
+//! worker Lambda: a message is deleted only after its handler succeeds, so failures redeliver.
+
+use crate::ports::JobQueue;
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// What became of one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// Done: acknowledge (delete) the message.
+    Done,
+    /// Failed: leave it to be redelivered after `retry_after`.
+    Retry { retry_after: Duration },
+}
+
+/// Handles one job message body.
+#[async_trait]
+pub trait JobHandler: Send + Sync {
+    async fn handle(&self, body: &str) -> JobOutcome;
+}
+
+/// Start `workers` tasks receiving from `queue` and handing each message to `handler`.
+/// Each message stays invisible for `visibility` while it is handled.
+pub fn spawn_queue_workers(
+    queue: Arc<dyn JobQueue>,
+    handler: Arc<dyn JobHandler>,
+    workers: usize,
+    visibility: Duration,
+) -> Vec<JoinHandle<()>> {
+    (0..workers.max(1))
+        .map(|_| {
+            let queue = Arc::clone(&queue);
+            let handler = Arc::clone(&handler);
+            tokio::spawn(async move {
+                loop {
+                    let messages = match queue.receive(1, Duration::from_secs(20), visibility).await {
+                        Ok(messages) => messages,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "queue receive failed");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            continue;
+                        }
+                    };
+                    for message in messages {
+                        let result = match handler.handle(&message.body).await {
+                            JobOutcome::Done => queue.delete(&message.receipt).await,
+                            JobOutcome::Retry { retry_after } => {
+                                queue.change_visibility(&message.receipt, retry_after).await
+                            }
+                        };
+                        if let Err(err) = result {
+                            tracing::warn!(error = %err, message_id = %message.message_id, "queue acknowledgement failed");
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::embedded::MemoryQueue;
+    use std::sync::Mutex;
+
+    struct FailOnce {
+        seen: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl JobHandler for FailOnce {
+        async fn handle(&self, body: &str) -> JobOutcome {
+            let mut seen = self.seen.lock().unwrap();
+            let first_time = !seen.iter().any(|b| b == body);
+            seen.push(body.to_owned());
+            if first_time {
+                JobOutcome::Retry {
+                    retry_after: Duration::ZERO,
+                }
+            } else {
+                JobOutcome::Done
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn failed_jobs_are_redelivered_and_done_jobs_deleted() {
+        let queue = MemoryQueue::new();
+        let handler = Arc::new(FailOnce {
+            seen: Mutex::new(Vec::new()),
+        });
+        for body in ["a", "b"] {
+            queue.send(body, Duration::ZERO).await.unwrap();
+        }
+        let tasks = spawn_queue_workers(
+            Arc::new(queue.clone()),
+            handler.clone(),
+            2,
+            Duration::from_secs(30),
+        );
+        for _ in 0..200 {
+            if queue.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for task in tasks {
+            task.abort();
+        }
+        assert!(queue.is_empty());
+        let mut seen = handler.seen.lock().unwrap().clone();
+        seen.sort();
+        assert_eq!(seen, vec!["a", "a", "b", "b"]);
+    }
+}

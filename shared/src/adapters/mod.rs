@@ -1,0 +1,4 @@
+//! Adapters: implementations of the ports for AWS and for the embedded (local) stack.
+
+pub mod aws;
+pub mod embedded;

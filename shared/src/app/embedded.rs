@@ -1,0 +1,19 @@
+//! The embedded stack under one data directory: `state.sqlite3`, `blobs/`, in-process queue.
+
+use super::Adapters;
+use crate::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
+use crate::ports::StorageError;
+use std::path::Path;
+use std::sync::Arc;
+
+pub fn state_store(data_dir: &Path) -> Result<SqliteStateStore, StorageError> {
+    SqliteStateStore::open(&data_dir.join("state.sqlite3"))
+}
+
+pub fn adapters(data_dir: &Path) -> Result<Adapters, StorageError> {
+    Ok(Adapters::new(
+        Arc::new(state_store(data_dir)?),
+        Arc::new(FileBlobStore::open(data_dir.join("blobs"))?),
+        Arc::new(MemoryQueue::new()),
+    ))
+}

@@ -1,0 +1,79 @@
+//! Wiring: adapters + configuration → the shared router. Lambda `main`s and the local server call
+//! these and nothing else.
+
+pub mod aws;
+pub mod config_source;
+pub mod embedded;
+pub mod lambda;
+
+use crate::auth::{ApiKeyService, AuthMode, Authenticator};
+use crate::config::Config;
+use crate::http::AppState;
+use crate::inference::InferenceService;
+use crate::ports::{BlobStore, Clock, IdSource, JobQueue, StateStore, SystemClock, UuidV7Ids};
+use crate::providers::router::ModelRouter;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One set of adapters behind the ports.
+#[derive(Clone)]
+pub struct Adapters {
+    pub state: Arc<dyn StateStore>,
+    pub blobs: Arc<dyn BlobStore>,
+    pub queue: Arc<dyn JobQueue>,
+    pub clock: Arc<dyn Clock>,
+    pub ids: Arc<dyn IdSource>,
+}
+
+impl Adapters {
+    pub fn new(
+        state: Arc<dyn StateStore>,
+        blobs: Arc<dyn BlobStore>,
+        queue: Arc<dyn JobQueue>,
+    ) -> Self {
+        Self {
+            state,
+            blobs,
+            queue,
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(UuidV7Ids),
+        }
+    }
+
+    pub fn api_keys(&self) -> ApiKeyService {
+        ApiKeyService::new(
+            Arc::clone(&self.state),
+            Arc::clone(&self.clock),
+            Arc::clone(&self.ids),
+        )
+    }
+}
+
+/// How long an authentication result is reused before storage is asked again.
+#[derive(Debug, Clone, Copy)]
+pub struct AuthSettings {
+    pub mode: AuthMode,
+    pub cache_ttl: Duration,
+}
+
+/// Build the handler state from a validated configuration and adapters.
+pub fn app_state(
+    config: &Config,
+    adapters: &Adapters,
+    auth: AuthSettings,
+) -> Result<AppState, String> {
+    let router = ModelRouter::from_config(config)?;
+    let inference = InferenceService::new(
+        router,
+        Arc::clone(&adapters.clock),
+        Arc::clone(&adapters.ids),
+    );
+    Ok(AppState {
+        inference: Arc::new(inference),
+        auth: Arc::new(Authenticator::new(
+            adapters.api_keys(),
+            auth.mode,
+            auth.cache_ttl,
+        )),
+    })
+}

@@ -1,0 +1,273 @@
+//! Creating, verifying, listing and revoking API keys.
+
+use crate::ports::{Clock, IdSource, ListOrder, ListQuery, Record, StateStore, StorageError};
+use base64::Engine as _;
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+const KIND: &str = "api_key";
+/// Keys are listed across projects, so they share one owner partition.
+const OWNER: &str = "_all";
+const PREFIX: &str = "nmb_";
+
+/// What is stored for a key (never the key itself).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct StoredKey {
+    key_id: String,
+    project: String,
+    name: Option<String>,
+    secret_sha256: String,
+    created_at: i64,
+    revoked_at: Option<i64>,
+}
+
+/// A key as listed: no secret.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ApiKeyInfo {
+    pub key_id: String,
+    pub project: String,
+    pub name: Option<String>,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// A freshly created key: the only time the plaintext exists.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CreatedApiKey {
+    #[serde(flatten)]
+    pub info: ApiKeyInfo,
+    pub api_key: String,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum KeyError {
+    #[error("invalid project `{0}`: use 1 to 64 letters, digits, `-` or `_`")]
+    InvalidProject(String),
+    #[error("no API key with id `{0}`")]
+    NotFound(String),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl From<StoredKey> for ApiKeyInfo {
+    fn from(key: StoredKey) -> Self {
+        Self {
+            key_id: key.key_id,
+            project: key.project,
+            name: key.name,
+            created_at: key.created_at,
+            revoked_at: key.revoked_at,
+        }
+    }
+}
+
+fn sha256_hex(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// Split `nmb_<32 hex>_<secret>` into id and secret.
+fn parse_key(key: &str) -> Option<(&str, &str)> {
+    let rest = key.strip_prefix(PREFIX)?;
+    let (id, secret) = rest.split_once('_')?;
+    let valid_id = id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit());
+    (valid_id && !secret.is_empty()).then_some((id, secret))
+}
+
+pub fn valid_project(project: &str) -> bool {
+    (1..=64).contains(&project.len())
+        && project
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[derive(Clone)]
+pub struct ApiKeyService {
+    state: Arc<dyn StateStore>,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdSource>,
+}
+
+impl ApiKeyService {
+    pub fn new(state: Arc<dyn StateStore>, clock: Arc<dyn Clock>, ids: Arc<dyn IdSource>) -> Self {
+        Self { state, clock, ids }
+    }
+
+    pub async fn create(
+        &self,
+        project: &str,
+        name: Option<String>,
+    ) -> Result<CreatedApiKey, KeyError> {
+        if !valid_project(project) {
+            return Err(KeyError::InvalidProject(project.to_owned()));
+        }
+        let key_id = self.ids.new_uuid().simple().to_string();
+        let mut secret_bytes = [0u8; 32];
+        rand::rng().fill_bytes(&mut secret_bytes);
+        let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret_bytes);
+        let now_ms = self.clock.now_unix_ms();
+        let stored = StoredKey {
+            key_id: key_id.clone(),
+            project: project.to_owned(),
+            name,
+            secret_sha256: sha256_hex(&secret),
+            created_at: now_ms.div_euclid(1000),
+            revoked_at: None,
+        };
+        let record = Record {
+            kind: KIND.to_owned(),
+            id: key_id.clone(),
+            owner: OWNER.to_owned(),
+            created_at_ms: now_ms,
+            version: 1,
+            expires_at: None,
+            body: serde_json::to_value(&stored)
+                .map_err(|e| StorageError::Invalid(e.to_string()))?,
+        };
+        self.state.create(&record).await?;
+        Ok(CreatedApiKey {
+            info: stored.into(),
+            api_key: format!("{PREFIX}{key_id}_{secret}"),
+        })
+    }
+
+    /// The project of a valid, unrevoked key.
+    pub async fn verify(&self, key: &str) -> Result<Option<ApiKeyInfo>, StorageError> {
+        let Some((key_id, secret)) = parse_key(key) else {
+            return Ok(None);
+        };
+        let Some(record) = self.state.get(KIND, key_id).await? else {
+            return Ok(None);
+        };
+        let stored: StoredKey = serde_json::from_value(record.body)
+            .map_err(|e| StorageError::Backend(format!("corrupt API key record: {e}")))?;
+        let matches: bool = sha256_hex(secret)
+            .as_bytes()
+            .ct_eq(stored.secret_sha256.as_bytes())
+            .into();
+        Ok((matches && stored.revoked_at.is_none()).then(|| stored.into()))
+    }
+
+    /// Mark a key revoked. Revoking twice is fine.
+    pub async fn revoke(&self, key_id: &str) -> Result<ApiKeyInfo, KeyError> {
+        loop {
+            let record = self
+                .state
+                .get(KIND, key_id)
+                .await?
+                .ok_or_else(|| KeyError::NotFound(key_id.to_owned()))?;
+            let mut stored: StoredKey = serde_json::from_value(record.body.clone())
+                .map_err(|e| StorageError::Backend(format!("corrupt API key record: {e}")))?;
+            if stored.revoked_at.is_some() {
+                return Ok(stored.into());
+            }
+            stored.revoked_at = Some(self.clock.now_unix_s());
+            let updated = Record {
+                version: record.version + 1,
+                body: serde_json::to_value(&stored)
+                    .map_err(|e| StorageError::Invalid(e.to_string()))?,
+                ..record.clone()
+            };
+            match self.state.update(&updated, record.version).await {
+                Ok(()) => return Ok(stored.into()),
+                Err(StorageError::Conflict) => continue,
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+
+    /// Every key, oldest first.
+    pub async fn list(&self) -> Result<Vec<ApiKeyInfo>, StorageError> {
+        let mut keys = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .state
+                .list_by_owner(&ListQuery {
+                    kind: KIND.to_owned(),
+                    owner: OWNER.to_owned(),
+                    after: after.take(),
+                    limit: 500,
+                    order: ListOrder::Asc,
+                })
+                .await?;
+            after = page.records.last().map(Record::cursor);
+            for record in page.records {
+                let stored: StoredKey = serde_json::from_value(record.body)
+                    .map_err(|e| StorageError::Backend(format!("corrupt API key record: {e}")))?;
+                keys.push(stored.into());
+            }
+            if !page.has_more {
+                return Ok(keys);
+            }
+        }
+    }
+
+    pub async fn any_active(&self) -> Result<bool, StorageError> {
+        Ok(self.list().await?.iter().any(|k| k.revoked_at.is_none()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::embedded::SqliteStateStore;
+    use crate::ports::{SystemClock, UuidV7Ids};
+
+    fn service() -> ApiKeyService {
+        ApiKeyService::new(
+            Arc::new(SqliteStateStore::in_memory().unwrap()),
+            Arc::new(SystemClock),
+            Arc::new(UuidV7Ids),
+        )
+    }
+
+    #[tokio::test]
+    async fn created_keys_verify_until_revoked() {
+        let keys = service();
+        assert!(!keys.any_active().await.unwrap());
+        let created = keys.create("team-a", Some("ci".into())).await.unwrap();
+        assert!(created.api_key.starts_with("nmb_"));
+        let info = keys.verify(&created.api_key).await.unwrap().unwrap();
+        assert_eq!(info.project, "team-a");
+        assert!(keys.any_active().await.unwrap());
+
+        let tampered = format!("{}x", created.api_key);
+        assert!(keys.verify(&tampered).await.unwrap().is_none());
+        assert!(keys.verify("sk-not-ours").await.unwrap().is_none());
+
+        keys.revoke(&created.info.key_id).await.unwrap();
+        assert!(keys.verify(&created.api_key).await.unwrap().is_none());
+        assert!(!keys.any_active().await.unwrap());
+        assert_eq!(keys.list().await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_secret_is_not_stored() {
+        let state = Arc::new(SqliteStateStore::in_memory().unwrap());
+        let keys = ApiKeyService::new(state.clone(), Arc::new(SystemClock), Arc::new(UuidV7Ids));
+        let created = keys.create("p", None).await.unwrap();
+        let record = state
+            .get(KIND, &created.info.key_id)
+            .await
+            .unwrap()
+            .unwrap();
+        let (_, secret) = parse_key(&created.api_key).unwrap();
+        assert!(!record.body.to_string().contains(secret));
+    }
+
+    #[tokio::test]
+    async fn rejects_bad_projects_and_unknown_ids() {
+        let keys = service();
+        assert!(matches!(
+            keys.create("bad project", None).await,
+            Err(KeyError::InvalidProject(_))
+        ));
+        assert!(matches!(
+            keys.revoke("nope").await,
+            Err(KeyError::NotFound(_))
+        ));
+    }
+}

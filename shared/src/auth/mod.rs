@@ -1,0 +1,8 @@
+//! API keys: `Authorization: Bearer nmb_<key id>_<secret>`. Only a SHA-256 of the secret is
+//! stored; each key belongs to a project, the tenant every record is scoped to.
+
+mod authenticator;
+mod keys;
+
+pub use authenticator::{AuthError, AuthMode, Authenticator, Principal};
+pub use keys::{ApiKeyInfo, ApiKeyService, CreatedApiKey, KeyError};

@@ -1,0 +1,178 @@
+//! `[models.NAME]` and `[models.NAME.providers.P]`.
+
+use super::{ConfigError, CredentialLocation};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// One model: the providers that serve it, tried in `routing` order.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub routing: Vec<String>,
+    pub providers: BTreeMap<String, ProviderConfig>,
+}
+
+/// A provider of a model; `type` selects the kind.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ProviderConfig {
+    /// Any OpenAI-compatible server: OpenAI, vLLM, TGI, Ollama, Together…
+    Openai(OpenAiProviderConfig),
+    /// Deterministic answers with no network, for local use and tests.
+    Dummy(DummyProviderConfig),
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAiProviderConfig {
+    /// The model name the upstream server expects.
+    pub model_name: String,
+    /// Base URL up to and including `/v1`.
+    #[serde(default = "default_api_base")]
+    pub api_base: String,
+    #[serde(default = "default_openai_key")]
+    pub api_key_location: CredentialLocation,
+    /// Whole-request timeout (for streams: until the first byte, then between chunks).
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// Headers added to every upstream request.
+    #[serde(default)]
+    pub extra_headers: BTreeMap<String, String>,
+}
+
+fn default_api_base() -> String {
+    "https://api.openai.com/v1".to_owned()
+}
+fn default_openai_key() -> CredentialLocation {
+    CredentialLocation::Env("OPENAI_API_KEY".to_owned())
+}
+fn default_timeout_ms() -> u64 {
+    120_000
+}
+fn default_connect_timeout_ms() -> u64 {
+    5_000
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DummyProviderConfig {
+    /// Added before every answer.
+    #[serde(default)]
+    pub latency_ms: u64,
+    /// When set, every call fails as if the provider answered this HTTP status.
+    #[serde(default)]
+    pub fail_with_status: Option<u16>,
+    /// Vector length when the request gives no `dimensions`.
+    #[serde(default = "default_dimensions")]
+    pub embedding_dimensions: usize,
+}
+
+fn default_dimensions() -> usize {
+    16
+}
+
+impl ModelConfig {
+    pub(crate) fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        let key = format!("models.{name}");
+        if name.is_empty() || name.len() > 256 {
+            return Err(ConfigError::invalid(
+                &key,
+                "model names must be 1 to 256 characters",
+            ));
+        }
+        if self.routing.is_empty() {
+            return Err(ConfigError::invalid(
+                format!("{key}.routing"),
+                "must name at least one provider",
+            ));
+        }
+        for (index, provider) in self.routing.iter().enumerate() {
+            if !self.providers.contains_key(provider) {
+                return Err(ConfigError::invalid(
+                    format!("{key}.routing[{index}]"),
+                    format!("provider `{provider}` is not defined in [{key}.providers]"),
+                ));
+            }
+            if self.routing[..index].contains(provider) {
+                return Err(ConfigError::invalid(
+                    format!("{key}.routing[{index}]"),
+                    format!("provider `{provider}` is listed twice"),
+                ));
+            }
+        }
+        for (provider, config) in &self.providers {
+            let provider_key = format!("{key}.providers.{provider}");
+            if !self.routing.contains(provider) {
+                return Err(ConfigError::invalid(
+                    &provider_key,
+                    format!("provider `{provider}` is not used: add it to {key}.routing"),
+                ));
+            }
+            config.validate(&provider_key)?;
+        }
+        Ok(())
+    }
+}
+
+impl ProviderConfig {
+    fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        match self {
+            Self::Openai(c) => c.validate(key),
+            Self::Dummy(c) => c.validate(key),
+        }
+    }
+}
+
+impl OpenAiProviderConfig {
+    fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        if self.model_name.trim().is_empty() {
+            return Err(ConfigError::invalid(
+                format!("{key}.model_name"),
+                "must not be empty",
+            ));
+        }
+        if !(self.api_base.starts_with("http://") || self.api_base.starts_with("https://")) {
+            return Err(ConfigError::invalid(
+                format!("{key}.api_base"),
+                format!("`{}` is not an http(s) URL", self.api_base),
+            ));
+        }
+        if self.timeout_ms == 0 || self.connect_timeout_ms == 0 {
+            return Err(ConfigError::invalid(
+                format!("{key}.timeout_ms"),
+                "timeouts must be positive",
+            ));
+        }
+        for name in self.extra_headers.keys() {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(ConfigError::invalid(
+                    format!("{key}.extra_headers.{name}"),
+                    "is not a valid HTTP header name",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DummyProviderConfig {
+    fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        if let Some(status) = self.fail_with_status {
+            if !(400..=599).contains(&status) {
+                return Err(ConfigError::invalid(
+                    format!("{key}.fail_with_status"),
+                    "must be an HTTP error status (400..=599)",
+                ));
+            }
+        }
+        if self.embedding_dimensions == 0 || self.embedding_dimensions > 8192 {
+            return Err(ConfigError::invalid(
+                format!("{key}.embedding_dimensions"),
+                "must be between 1 and 8192",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,318 @@
+//! Every error the HTTP surface returns, mapped in one place to the OpenAI envelope
+//! `{"error": {"message", "type", "param", "code"}}` and a status.
+
+use crate::auth::AuthError;
+use crate::inference::InferenceError;
+use crate::providers::router::{ProviderFailure, RoutingError};
+use crate::providers::ProviderError;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<String>,
+    /// Tell the OpenAI SDKs not to retry (the gateway already retried and fell back).
+    pub no_client_retry: bool,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+            no_client_retry: false,
+        }
+    }
+
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
+        self
+    }
+
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
+    }
+
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            message,
+        )
+    }
+
+    pub fn payload_too_large(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            message,
+        )
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    /// The envelope as JSON (also used for errors inside an SSE stream).
+    pub fn envelope(&self) -> Value {
+        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.envelope())).into_response();
+        if self.no_client_retry {
+            response
+                .headers_mut()
+                .insert("x-should-retry", HeaderValue::from_static("false"));
+        }
+        response
+    }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(err: AuthError) -> Self {
+        match err {
+            AuthError::Missing => Self::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                err.to_string(),
+            )
+            .with_code("missing_api_key"),
+            AuthError::Invalid => Self::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                err.to_string(),
+            )
+            .with_code("invalid_api_key"),
+            AuthError::Backend(message) => {
+                tracing::error!(%message, "authentication backend failed");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "Authentication is unavailable; try again.",
+                )
+            }
+        }
+    }
+}
+
+impl From<InferenceError> for ApiError {
+    fn from(err: InferenceError) -> Self {
+        match err {
+            InferenceError::InvalidRequest { message, param } => {
+                let error = Self::invalid_request(message);
+                match param {
+                    Some(param) => error.with_param(param),
+                    None => error,
+                }
+            }
+            InferenceError::Routing(routing) => routing.into(),
+        }
+    }
+}
+
+impl From<RoutingError> for ApiError {
+    fn from(err: RoutingError) -> Self {
+        match err {
+            RoutingError::ModelNotFound(model) => Self::not_found(format!(
+                "The model `{model}` does not exist or you do not have access to it."
+            ))
+            .with_param("model")
+            .with_code("model_not_found"),
+            RoutingError::Unsupported { model, capability } => Self::invalid_request(format!(
+                "The model `{model}` does not support {capability}."
+            ))
+            .with_param("model")
+            .with_code("model_not_supported"),
+            RoutingError::AllFailed { model, failures } => from_failures(&model, &failures),
+        }
+    }
+}
+
+/// The status that best describes why every provider failed.
+fn from_failures(model: &str, failures: &[ProviderFailure]) -> ApiError {
+    let detail = failures
+        .iter()
+        .map(|f| {
+            format!(
+                "{} ({} attempt{}): {}",
+                f.provider,
+                f.attempts,
+                if f.attempts == 1 { "" } else { "s" },
+                f.error
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    if let Some(name) = failures.iter().find_map(|f| match &f.error {
+        ProviderError::MissingCredential(name) => Some(name.clone()),
+        _ => None,
+    }) {
+        return ApiError::invalid_request(format!(
+            "Missing credential `{name}` for model `{model}`: pass it in the request body as `credentials: {{\"{name}\": \"...\"}}`."
+        ))
+        .with_param("credentials")
+        .with_code("missing_credential");
+    }
+    let last = failures.last().map(|f| &f.error);
+    // A request the provider called invalid is the client's to fix.
+    if let Some(ProviderError::Http {
+        status, message, ..
+    }) = last
+    {
+        if matches!(status, 400 | 413 | 422) {
+            let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST);
+            return ApiError::new(status, "invalid_request_error", message.clone());
+        }
+    }
+    let all_timeouts = !failures.is_empty()
+        && failures
+            .iter()
+            .all(|f| matches!(f.error, ProviderError::Timeout { .. }));
+    let (status, code) = if all_timeouts {
+        (StatusCode::GATEWAY_TIMEOUT, "provider_timeout")
+    } else {
+        (StatusCode::BAD_GATEWAY, "provider_error")
+    };
+    let mut error = ApiError::new(
+        status,
+        "server_error",
+        format!("All providers for model `{model}` failed: {detail}"),
+    )
+    .with_code(code);
+    error.no_client_retry = true;
+    error
+}
+
+impl From<ProviderError> for ApiError {
+    /// An error in the middle of a stream.
+    fn from(err: ProviderError) -> Self {
+        let status = match err {
+            ProviderError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            _ => StatusCode::BAD_GATEWAY,
+        };
+        ApiError::new(status, "server_error", err.to_string()).with_code("provider_error")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn failure(error: ProviderError) -> ProviderFailure {
+        ProviderFailure {
+            provider: "p".into(),
+            attempts: 3,
+            error,
+        }
+    }
+
+    #[test]
+    fn envelope_has_all_four_keys() {
+        let value = ApiError::invalid_request("bad").envelope();
+        let error = value["error"].as_object().unwrap();
+        for key in ["message", "type", "param", "code"] {
+            assert!(error.contains_key(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn routing_errors_map_to_statuses() {
+        let cases = [
+            (
+                RoutingError::ModelNotFound("m".into()),
+                StatusCode::NOT_FOUND,
+            ),
+            (
+                RoutingError::Unsupported {
+                    model: "m".into(),
+                    capability: "embeddings",
+                },
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                RoutingError::AllFailed {
+                    model: "m".into(),
+                    failures: vec![failure(ProviderError::Http {
+                        status: 500,
+                        message: "boom".into(),
+                        retry_after: None,
+                    })],
+                },
+                StatusCode::BAD_GATEWAY,
+            ),
+            (
+                RoutingError::AllFailed {
+                    model: "m".into(),
+                    failures: vec![failure(ProviderError::Timeout {
+                        after: Duration::from_secs(1),
+                    })],
+                },
+                StatusCode::GATEWAY_TIMEOUT,
+            ),
+            (
+                RoutingError::AllFailed {
+                    model: "m".into(),
+                    failures: vec![failure(ProviderError::Http {
+                        status: 422,
+                        message: "bad arg".into(),
+                        retry_after: None,
+                    })],
+                },
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ),
+            (
+                RoutingError::AllFailed {
+                    model: "m".into(),
+                    failures: vec![failure(ProviderError::MissingCredential("k".into()))],
+                },
+                StatusCode::BAD_REQUEST,
+            ),
+        ];
+        for (err, status) in cases {
+            assert_eq!(ApiError::from(err.clone()).status, status, "{err:?}");
+        }
+    }
+
+    #[test]
+    fn provider_failures_keep_the_provider_message_and_stop_sdk_retries() {
+        let err = ApiError::from(RoutingError::AllFailed {
+            model: "m".into(),
+            failures: vec![failure(ProviderError::Http {
+                status: 503,
+                message: "overloaded".into(),
+                retry_after: None,
+            })],
+        });
+        assert!(err.message.contains("overloaded"));
+        let response = err.into_response();
+        assert_eq!(response.headers()["x-should-retry"], "false");
+    }
+
+    #[test]
+    fn model_not_found_has_code_and_param() {
+        let err = ApiError::from(RoutingError::ModelNotFound("x".into()));
+        assert_eq!(err.code.as_deref(), Some("model_not_found"));
+        assert_eq!(err.param.as_deref(), Some("model"));
+    }
+}

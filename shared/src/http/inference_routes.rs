@@ -1,0 +1,85 @@
+//! `/v1/chat/completions`, `/v1/embeddings`, `/v1/models`, `/health`.
+
+use super::error::ApiError;
+use super::json_body::JsonBody;
+use super::sse::sse_response;
+use super::AppState;
+use crate::openai::chat::ChatCompletionRequest;
+use crate::openai::embeddings::EmbeddingRequest;
+use crate::providers::ChatRequest;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/{*model}", get(get_model))
+}
+
+pub(super) async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// Take the gateway-only `credentials` object (`{"name": "key"}`) out of the raw body.
+fn take_credentials(raw: &mut Map<String, Value>) -> Result<HashMap<String, String>, ApiError> {
+    match raw.remove("credentials") {
+        None | Some(Value::Null) => Ok(HashMap::new()),
+        Some(Value::Object(map)) => map
+            .into_iter()
+            .map(|(name, value)| match value {
+                Value::String(key) => Ok((name, key)),
+                _ => Err(ApiError::invalid_request(format!(
+                    "Credential `{name}` must be a string."
+                ))
+                .with_param(format!("credentials.{name}"))),
+            })
+            .collect(),
+        Some(_) => Err(
+            ApiError::invalid_request("`credentials` must be an object of strings.")
+                .with_param("credentials"),
+        ),
+    }
+}
+
+async fn chat_completions(
+    State(state): State<AppState>,
+    body: JsonBody<ChatCompletionRequest>,
+) -> Result<Response, ApiError> {
+    let JsonBody { typed, mut raw } = body;
+    let credentials = take_credentials(&mut raw)?;
+    let request = ChatRequest { typed, raw };
+    if request.typed.wants_stream() {
+        let chunks = state.inference.chat_stream(&request, &credentials).await?;
+        Ok(sse_response(chunks))
+    } else {
+        let completion = state.inference.chat(&request, &credentials).await?;
+        Ok(Json(completion).into_response())
+    }
+}
+
+async fn embeddings(
+    State(state): State<AppState>,
+    body: JsonBody<EmbeddingRequest>,
+) -> Result<Response, ApiError> {
+    let JsonBody { typed, mut raw } = body;
+    let credentials = take_credentials(&mut raw)?;
+    let response = state.inference.embed(&typed, &credentials).await?;
+    Ok(Json(response).into_response())
+}
+
+async fn list_models(State(state): State<AppState>) -> Response {
+    Json(state.inference.list_models()).into_response()
+}
+
+async fn get_model(
+    State(state): State<AppState>,
+    Path(model): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.inference.get_model(&model)?).into_response())
+}

@@ -1,0 +1,145 @@
+//! JSON request bodies with precise 400s: malformed JSON, wrong types and missing fields name the
+//! parameter (`messages[0].content`, `model`).
+
+use super::error::ApiError;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+/// The typed body and the raw JSON object it was read from.
+pub struct JsonBody<T> {
+    pub typed: T,
+    pub raw: Map<String, Value>,
+}
+
+impl<S, T> FromRequest<S> for JsonBody<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::payload_too_large("The request body is too large.")
+                } else {
+                    ApiError::invalid_request(format!(
+                        "Could not read the request body: {}",
+                        rejection.body_text()
+                    ))
+                }
+            })?;
+        parse_json_body(&bytes)
+    }
+}
+
+/// Parse `bytes` as a JSON object into `T`, naming the offending parameter on failure.
+pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<JsonBody<T>, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::invalid_request(
+            "We could not parse the JSON body of your request: the body is empty. Send a JSON object.",
+        ));
+    }
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::invalid_request(format!(
+            "We could not parse the JSON body of your request: {e}. Send a valid JSON object."
+        ))
+        .with_code("invalid_json")
+    })?;
+    let Value::Object(raw) = value else {
+        return Err(
+            ApiError::invalid_request("The request body must be a JSON object.")
+                .with_code("invalid_json"),
+        );
+    };
+    let typed =
+        serde_path_to_error::deserialize::<_, T>(Value::Object(raw.clone())).map_err(|err| {
+            let path = err.path().to_string();
+            let inner = err.inner().to_string();
+            if let Some(field) = missing_field(&inner) {
+                let param = if path == "." {
+                    field.to_owned()
+                } else {
+                    format!("{path}.{field}")
+                };
+                ApiError::invalid_request(format!("Missing required parameter: '{param}'."))
+                    .with_param(param)
+                    .with_code("missing_required_parameter")
+            } else {
+                let param = if path == "." { None } else { Some(path) };
+                let message = match &param {
+                    Some(p) => format!("Invalid value for '{p}': {inner}."),
+                    None => format!("Invalid request body: {inner}."),
+                };
+                let error = ApiError::invalid_request(message).with_code("invalid_value");
+                match param {
+                    Some(p) => error.with_param(p),
+                    None => error,
+                }
+            }
+        })?;
+    Ok(JsonBody { typed, raw })
+}
+
+/// `x` from serde's "missing field `x`".
+fn missing_field(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("missing field `")?;
+    rest.split('`').next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openai::chat::ChatCompletionRequest;
+
+    fn error_of(body: &str) -> ApiError {
+        match parse_json_body::<ChatCompletionRequest>(body.as_bytes()) {
+            Ok(_) => panic!("{body} should fail"),
+            Err(err) => err,
+        }
+    }
+
+    #[test]
+    fn missing_fields_are_named() {
+        let err = error_of(r#"{"model": "dummy"}"#);
+        assert_eq!(err.param.as_deref(), Some("messages"));
+        assert_eq!(err.code.as_deref(), Some("missing_required_parameter"));
+        let err = error_of(r#"{"messages": []}"#);
+        assert_eq!(err.param.as_deref(), Some("model"));
+    }
+
+    #[test]
+    fn wrong_types_name_the_path() {
+        let err = error_of(r#"{"model": "dummy", "messages": [{"role": "user", "content": 5}]}"#);
+        assert!(
+            err.param.as_deref().unwrap().starts_with("messages[0]"),
+            "{err:?}"
+        );
+        let err = error_of(r#"{"model": "dummy", "messages": [], "temperature": "hot"}"#);
+        assert_eq!(err.param.as_deref(), Some("temperature"));
+    }
+
+    #[test]
+    fn malformed_or_non_object_json_is_a_400() {
+        for body in ["{", "", "[1]", "null"] {
+            assert_eq!(
+                error_of(body).status,
+                axum::http::StatusCode::BAD_REQUEST,
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn raw_body_keeps_unknown_fields() {
+        let body = parse_json_body::<ChatCompletionRequest>(
+            br#"{"model": "m", "messages": [], "logit_bias": {"1": 2}}"#,
+        )
+        .unwrap();
+        assert!(body.raw.contains_key("logit_bias"));
+    }
+}

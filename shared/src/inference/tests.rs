@@ -1,0 +1,144 @@
+use super::*;
+use crate::config::DummyProviderConfig;
+use crate::openai::chat::ChatCompletionRequest;
+use crate::ports::{SystemClock, UuidV7Ids};
+use crate::providers::dummy::DummyProvider;
+use crate::providers::retry::RetryPolicy;
+use crate::providers::router::RoutedModel;
+use serde_json::json;
+use std::time::Duration;
+
+fn service() -> InferenceService {
+    let dummy = DummyProvider::new(
+        "d",
+        DummyProviderConfig {
+            embedding_dimensions: 4,
+            ..Default::default()
+        },
+    )
+    .handle();
+    let router = ModelRouter::new(
+        vec![RoutedModel {
+            name: "dummy".into(),
+            providers: vec![dummy],
+        }],
+        RetryPolicy {
+            max_retries: 0,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(1),
+            max_retry_after: Duration::ZERO,
+        },
+    );
+    InferenceService::new(router, Arc::new(SystemClock), Arc::new(UuidV7Ids))
+}
+
+fn chat(body: serde_json::Value) -> ChatRequest {
+    let typed: ChatCompletionRequest = serde_json::from_value(body).unwrap();
+    ChatRequest::from_typed(typed)
+}
+
+#[tokio::test]
+async fn answers_get_minted_ids_and_the_requested_model() {
+    let svc = service();
+    let none = HashMap::new();
+    let answer = svc
+        .chat(
+            &chat(json!({"model": "dummy", "messages": [{"role": "user", "content": "hi"}]})),
+            &none,
+        )
+        .await
+        .unwrap();
+    assert!(answer.id.starts_with("chatcmpl-"));
+    assert_eq!(answer.model, "dummy");
+    assert!(answer.created > 1_700_000_000);
+}
+
+#[tokio::test]
+async fn stream_usage_chunk_only_when_asked() {
+    let svc = service();
+    let none = HashMap::new();
+    let body = json!({"model": "dummy", "stream": true, "messages": [{"role": "user", "content": "one two three"}]});
+    let chunks: Vec<_> = svc
+        .chat_stream(&chat(body.clone()), &none)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert!(chunks.iter().all(|c| c.as_ref().unwrap().usage.is_none()));
+    assert!(chunks.len() > 3);
+    let ids: std::collections::HashSet<_> = chunks
+        .iter()
+        .map(|c| c.as_ref().unwrap().id.clone())
+        .collect();
+    assert_eq!(ids.len(), 1);
+
+    let mut with_usage = body;
+    with_usage["stream_options"] = json!({"include_usage": true});
+    let chunks: Vec<_> = svc
+        .chat_stream(&chat(with_usage), &none)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let last = chunks.last().unwrap().as_ref().unwrap();
+    assert!(last.choices.is_empty());
+    assert!(last.usage.as_ref().unwrap().total_tokens > 0);
+}
+
+#[tokio::test]
+async fn invalid_requests_name_the_parameter() {
+    let svc = service();
+    let none = HashMap::new();
+    for (body, param) in [
+        (json!({"model": "dummy", "messages": []}), "messages"),
+        (
+            json!({"model": "dummy", "n": 2, "messages": [{"role": "user", "content": "x"}]}),
+            "n",
+        ),
+        (
+            json!({"model": "dummy", "temperature": 3.0, "messages": [{"role": "user", "content": "x"}]}),
+            "temperature",
+        ),
+        (
+            json!({"model": "dummy", "tool_choice": {"type": "function", "function": {"name": "f"}},
+                "messages": [{"role": "user", "content": "x"}]}),
+            "tool_choice",
+        ),
+    ] {
+        match svc.chat(&chat(body), &none).await {
+            Err(InferenceError::InvalidRequest { param: got, .. }) => {
+                assert_eq!(got.as_deref(), Some(param))
+            }
+            other => panic!("expected invalid request for {param}, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn embeddings_encode_float_and_base64_alike() {
+    let svc = service();
+    let none = HashMap::new();
+    let request = |format: &str| -> EmbeddingRequest {
+        serde_json::from_value(
+            json!({"model": "dummy", "input": ["a", "b"], "encoding_format": format}),
+        )
+        .unwrap()
+    };
+    let floats = svc.embed(&request("float"), &none).await.unwrap();
+    let b64 = svc.embed(&request("base64"), &none).await.unwrap();
+    assert_eq!(floats.data.len(), 2);
+    let EmbeddingVector::Float(vector) = &floats.data[1].embedding else {
+        panic!()
+    };
+    assert_eq!(vector.len(), 4);
+    assert_eq!(
+        EmbeddingVector::encode(vector.clone(), EncodingFormat::Base64),
+        b64.data[1].embedding
+    );
+    let empty: EmbeddingRequest =
+        serde_json::from_value(json!({"model": "dummy", "input": []})).unwrap();
+    assert!(matches!(
+        svc.embed(&empty, &none).await,
+        Err(InferenceError::InvalidRequest { .. })
+    ));
+}

@@ -1,0 +1,13 @@
+//! Nimbus core library: OpenAI wire types, configuration, model providers and routing, auth, the
+//! HTTP router shared by every host, and the ports (traits) with their AWS and embedded adapters.
+
+pub mod adapters;
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod http;
+pub mod inference;
+pub mod openai;
+pub mod ports;
+pub mod providers;
+pub mod telemetry;

@@ -1,0 +1,5 @@
+//! OpenAI wire types: what clients send and receive on `/v1/*`.
+
+pub mod chat;
+pub mod embeddings;
+pub mod models;

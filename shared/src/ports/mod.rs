@@ -1,0 +1,28 @@
+//! Ports: the traits the domain talks to. Adapters (AWS and embedded) implement them.
+
+pub mod blob;
+pub mod clock;
+pub mod queue;
+pub mod state;
+
+pub use blob::{BlobStore, ByteStream};
+pub use clock::{Clock, IdSource, SystemClock, UuidV7Ids};
+pub use queue::{JobQueue, QueueMessage};
+pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore};
+
+/// Failures of any storage-like port (blobs, state, queue).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum StorageError {
+    /// The object or record does not exist.
+    #[error("not found")]
+    NotFound,
+    /// A conditional write lost: the record exists already, or its version moved on.
+    #[error("conditional write conflict")]
+    Conflict,
+    /// The caller passed a key or value the store cannot hold.
+    #[error("invalid storage key or value: {0}")]
+    Invalid(String),
+    /// The backend failed (I/O, network, service error).
+    #[error("storage backend error: {0}")]
+    Backend(String),
+}

@@ -1,0 +1,53 @@
+//! What can go wrong when calling a provider.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum ProviderError {
+    /// The provider answered with an HTTP error status.
+    #[error("provider answered HTTP {status}: {message}")]
+    Http {
+        status: u16,
+        message: String,
+        /// From `retry-after-ms` / `retry-after`.
+        retry_after: Option<Duration>,
+    },
+    /// No (complete) answer within the configured timeout.
+    #[error("provider timed out after {} ms", .after.as_millis())]
+    Timeout { after: Duration },
+    /// Could not connect, or the connection broke.
+    #[error("connection to provider failed: {0}")]
+    Connection(String),
+    /// The provider answered 2xx with something that is not a valid answer.
+    #[error("provider sent an invalid response: {0}")]
+    InvalidResponse(String),
+    /// A `dynamic::NAME` credential was not supplied with the request.
+    #[error(
+        "missing dynamic credential `{0}`: pass it in the request body's `credentials` object"
+    )]
+    MissingCredential(String),
+    /// The provider cannot be called as configured (e.g. an `env::` credential is not set).
+    #[error("{0}")]
+    Misconfigured(String),
+}
+
+impl ProviderError {
+    /// Worth another attempt at the same provider: 408, 409, 429, 5xx and connection failures.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Http { status, .. } => matches!(status, 408 | 409 | 429) || *status >= 500,
+            Self::Connection(_) => true,
+            Self::Timeout { .. }
+            | Self::InvalidResponse(_)
+            | Self::MissingCredential(_)
+            | Self::Misconfigured(_) => false,
+        }
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Model providers. Each capability is its own trait: a provider implements the ones it supports
+//! (chat, streaming chat, embeddings) and registers them in a [`ProviderHandle`]; nothing has an
+//! "unsupported" stub. The router tries a model's providers in order with retries and fallback.
+
+mod chat_request;
+pub mod dummy;
+mod error;
+pub mod openai;
+pub mod retry;
+pub mod router;
+pub mod synthetic_stream;
+
+pub use chat_request::ChatRequest;
+pub use error::ProviderError;
+
+use crate::openai::chat::{ChatCompletion, ChatCompletionChunk};
+use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Chunks of a streamed answer; an `Err` item ends the stream.
+pub type ChunkStream = BoxStream<'static, Result<ChatCompletionChunk, ProviderError>>;
+
+/// Per-call inputs that are not part of the OpenAI request.
+#[derive(Debug, Clone, Copy)]
+pub struct CallContext<'a> {
+    /// `dynamic::NAME` credentials supplied with this request.
+    pub credentials: &'a HashMap<String, String>,
+}
+
+/// Non-streamed chat.
+#[async_trait]
+pub trait ChatProvider: Send + Sync {
+    async fn chat(
+        &self,
+        request: &ChatRequest,
+        ctx: CallContext<'_>,
+    ) -> Result<ChatCompletion, ProviderError>;
+}
+
+/// Streamed chat. Providers without it are streamed by splitting their complete answer.
+#[async_trait]
+pub trait ChatStreamProvider: Send + Sync {
+    async fn chat_stream(
+        &self,
+        request: &ChatRequest,
+        ctx: CallContext<'_>,
+    ) -> Result<ChunkStream, ProviderError>;
+}
+
+/// Vectors for each input, in input order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embeddings {
+    pub vectors: Vec<Vec<f32>>,
+    pub usage: EmbeddingUsage,
+}
+
+/// Embeddings.
+#[async_trait]
+pub trait EmbeddingProvider: Send + Sync {
+    async fn embed(
+        &self,
+        request: &EmbeddingRequest,
+        ctx: CallContext<'_>,
+    ) -> Result<Embeddings, ProviderError>;
+}
+
+/// One configured provider of one model and the capabilities it has.
+#[derive(Clone)]
+pub struct ProviderHandle {
+    pub name: String,
+    pub chat: Option<Arc<dyn ChatProvider>>,
+    pub chat_stream: Option<Arc<dyn ChatStreamProvider>>,
+    pub embeddings: Option<Arc<dyn EmbeddingProvider>>,
+}
+
+impl std::fmt::Debug for ProviderHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderHandle")
+            .field("name", &self.name)
+            .field("chat", &self.chat.is_some())
+            .field("chat_stream", &self.chat_stream.is_some())
+            .field("embeddings", &self.embeddings.is_some())
+            .finish()
+    }
+}
+
+impl ProviderHandle {
+    /// A handle offering every capability of a provider that has them all.
+    pub fn full<P>(name: impl Into<String>, provider: Arc<P>) -> Self
+    where
+        P: ChatProvider + ChatStreamProvider + EmbeddingProvider + 'static,
+    {
+        Self {
+            name: name.into(),
+            chat: Some(provider.clone()),
+            chat_stream: Some(provider.clone()),
+            embeddings: Some(provider),
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! Any OpenAI-compatible server (OpenAI, vLLM, TGI, Ollama, Together…): chat, streaming chat and
+//! embeddings over `/chat/completions` and `/embeddings`.
+
+mod stream;
+
+use super::retry::retry_after_from_headers;
+use super::{
+    CallContext, ChatProvider, ChatRequest, ChatStreamProvider, ChunkStream, EmbeddingProvider,
+    Embeddings, ProviderError, ProviderHandle,
+};
+use crate::config::{CredentialLocation, OpenAiProviderConfig};
+use crate::openai::chat::ChatCompletion;
+use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct OpenAiProvider {
+    name: String,
+    config: OpenAiProviderConfig,
+    client: reqwest::Client,
+    /// Resolved once at start-up for `env::` locations.
+    env_key: Option<String>,
+}
+
+/// The HTTP client of one provider (connection pooling, no Nagle delay).
+pub fn http_client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(connect_timeout)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .user_agent(concat!("nimbus/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+impl OpenAiProvider {
+    pub fn new(name: impl Into<String>, config: OpenAiProviderConfig) -> Result<Self, String> {
+        let client = http_client(Duration::from_millis(config.connect_timeout_ms))?;
+        let env_key = match &config.api_key_location {
+            CredentialLocation::Env(var) => std::env::var(var).ok().filter(|v| !v.is_empty()),
+            _ => None,
+        };
+        Ok(Self {
+            name: name.into(),
+            config,
+            client,
+            env_key,
+        })
+    }
+
+    pub fn handle(self) -> ProviderHandle {
+        let name = self.name.clone();
+        ProviderHandle::full(name, Arc::new(self))
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.config.api_base.trim_end_matches('/'))
+    }
+
+    fn api_key(&self, ctx: CallContext<'_>) -> Result<Option<String>, ProviderError> {
+        match &self.config.api_key_location {
+            CredentialLocation::None => Ok(None),
+            CredentialLocation::Env(var) => match &self.env_key {
+                Some(key) => Ok(Some(key.clone())),
+                None => Err(ProviderError::Misconfigured(format!(
+                    "provider `{}` needs the environment variable {var}, which is not set",
+                    self.name
+                ))),
+            },
+            CredentialLocation::Dynamic(name) => ctx
+                .credentials
+                .get(name)
+                .cloned()
+                .map(Some)
+                .ok_or_else(|| ProviderError::MissingCredential(name.clone())),
+        }
+    }
+
+    fn post(
+        &self,
+        path: &str,
+        body: &Value,
+        ctx: CallContext<'_>,
+        timeout: Option<Duration>,
+    ) -> Result<reqwest::RequestBuilder, ProviderError> {
+        let mut request = self.client.post(self.url(path)).json(body);
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
+        if let Some(key) = self.api_key(ctx)? {
+            request = request.bearer_auth(key);
+        }
+        for (name, value) in &self.config.extra_headers {
+            request = request.header(name, value);
+        }
+        Ok(request)
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.config.timeout_ms)
+    }
+
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ProviderError> {
+        let response = request.send().await.map_err(|e| self.transport_error(&e))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(error_from_response(response).await)
+    }
+
+    fn transport_error(&self, err: &reqwest::Error) -> ProviderError {
+        if err.is_timeout() {
+            ProviderError::Timeout {
+                after: self.timeout(),
+            }
+        } else {
+            ProviderError::Connection(error_chain(err))
+        }
+    }
+
+    /// The client's body with the upstream model name and gateway-only fields removed.
+    fn chat_body(&self, request: &ChatRequest, stream: bool) -> Value {
+        let mut body = request.raw.clone();
+        body.insert(
+            "model".into(),
+            Value::String(self.config.model_name.clone()),
+        );
+        body.remove("credentials");
+        if stream {
+            body.insert("stream".into(), Value::Bool(true));
+            // Always ask for usage; the gateway drops the usage chunk if the client did not ask.
+            body.insert("stream_options".into(), json!({"include_usage": true}));
+        } else {
+            body.remove("stream");
+            body.remove("stream_options");
+        }
+        Value::Object(body)
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(inner) = source {
+        message.push_str(": ");
+        message.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    message
+}
+
+/// Turn a non-2xx answer into [`ProviderError::Http`], keeping the provider's own message.
+async fn error_from_response(response: reqwest::Response) -> ProviderError {
+    let status = response.status().as_u16();
+    let retry_after = retry_after_from_headers(response.headers());
+    let text = response.text().await.unwrap_or_default();
+    ProviderError::Http {
+        status,
+        message: upstream_error_message(&text).unwrap_or_else(|| {
+            if text.trim().is_empty() {
+                format!("HTTP {status} with an empty body")
+            } else {
+                text.chars().take(2000).collect()
+            }
+        }),
+        retry_after,
+    }
+}
+
+/// `error.message` (or a string `error`/`message`) from an OpenAI-style error body.
+pub(crate) fn upstream_error_message(text: &str) -> Option<String> {
+    let value: Value = serde_json::from_str(text).ok()?;
+    let error = value.get("error").unwrap_or(&value);
+    error
+        .get("message")
+        .and_then(Value::as_str)
+        .or_else(|| error.as_str())
+        .map(str::to_owned)
+}
+
+#[async_trait]
+impl ChatProvider for OpenAiProvider {
+    async fn chat(
+        &self,
+        request: &ChatRequest,
+        ctx: CallContext<'_>,
+    ) -> Result<ChatCompletion, ProviderError> {
+        let http = self.post(
+            "chat/completions",
+            &self.chat_body(request, false),
+            ctx,
+            Some(self.timeout()),
+        )?;
+        let response = self.send(http).await?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ProviderError::InvalidResponse(format!("chat completion: {e}")))
+    }
+}
+
+#[async_trait]
+impl ChatStreamProvider for OpenAiProvider {
+    async fn chat_stream(
+        &self,
+        request: &ChatRequest,
+        ctx: CallContext<'_>,
+    ) -> Result<ChunkStream, ProviderError> {
+        let http = self.post(
+            "chat/completions",
+            &self.chat_body(request, true),
+            ctx,
+            None,
+        )?;
+        let timeout = self.timeout();
+        let response = tokio::time::timeout(timeout, self.send(http))
+            .await
+            .map_err(|_| ProviderError::Timeout { after: timeout })??;
+        Ok(stream::chunk_stream(response, timeout))
+    }
+}
+
+#[derive(Deserialize)]
+struct UpstreamEmbeddings {
+    data: Vec<UpstreamEmbedding>,
+    #[serde(default)]
+    usage: EmbeddingUsage,
+}
+
+#[derive(Deserialize)]
+struct UpstreamEmbedding {
+    #[serde(default)]
+    index: usize,
+    embedding: Vec<f32>,
+}
+
+#[async_trait]
+impl EmbeddingProvider for OpenAiProvider {
+    async fn embed(
+        &self,
+        request: &EmbeddingRequest,
+        ctx: CallContext<'_>,
+    ) -> Result<Embeddings, ProviderError> {
+        let mut body = json!({
+            "model": self.config.model_name,
+            "input": request.input,
+            "encoding_format": "float",
+        });
+        if let Some(dimensions) = request.dimensions {
+            body["dimensions"] = json!(dimensions);
+        }
+        if let Some(user) = &request.user {
+            body["user"] = json!(user);
+        }
+        let http = self.post("embeddings", &body, ctx, Some(self.timeout()))?;
+        let response = self.send(http).await?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        let mut parsed: UpstreamEmbeddings = serde_json::from_slice(&bytes)
+            .map_err(|e| ProviderError::InvalidResponse(format!("embeddings: {e}")))?;
+        if parsed.data.len() != request.input.len() {
+            return Err(ProviderError::InvalidResponse(format!(
+                "expected {} embeddings, got {}",
+                request.input.len(),
+                parsed.data.len()
+            )));
+        }
+        parsed.data.sort_by_key(|d| d.index);
+        Ok(Embeddings {
+            vectors: parsed.data.into_iter().map(|d| d.embedding).collect(),
+            usage: parsed.usage,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

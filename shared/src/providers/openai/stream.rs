@@ -1,0 +1,68 @@
+//! Reading an upstream SSE stream of chat completion chunks.
+
+use super::upstream_error_message;
+use crate::openai::chat::ChatCompletionChunk;
+use crate::providers::{ChunkStream, ProviderError};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use std::time::Duration;
+
+/// Chunks from an upstream `text/event-stream` response. Ends at `data: [DONE]`; an `error` event
+/// or a gap longer than `idle_timeout` ends the stream with an error.
+pub(super) fn chunk_stream(response: reqwest::Response, idle_timeout: Duration) -> ChunkStream {
+    let events = response.bytes_stream().eventsource();
+    let stream = futures::stream::unfold(Some(events), move |state| async move {
+        let mut events = state?;
+        loop {
+            let next = match tokio::time::timeout(idle_timeout, events.next()).await {
+                Err(_) => {
+                    return Some((
+                        Err(ProviderError::Timeout {
+                            after: idle_timeout,
+                        }),
+                        None,
+                    ))
+                }
+                Ok(next) => next,
+            };
+            let event = match next {
+                None => return None,
+                Some(Err(err)) => {
+                    return Some((
+                        Err(ProviderError::Connection(format!("stream broke: {err}"))),
+                        None,
+                    ));
+                }
+                Some(Ok(event)) => event,
+            };
+            let data = event.data.trim();
+            if data.is_empty() {
+                continue;
+            }
+            if data == "[DONE]" {
+                return None;
+            }
+            return Some(match parse_chunk(data) {
+                Ok(chunk) => (Ok(chunk), Some(events)),
+                Err(err) => (Err(err), None),
+            });
+        }
+    });
+    stream.boxed()
+}
+
+/// One `data:` payload: a chunk, or an error object sent mid-stream.
+pub(super) fn parse_chunk(data: &str) -> Result<ChatCompletionChunk, ProviderError> {
+    let value: serde_json::Value = serde_json::from_str(data)
+        .map_err(|e| ProviderError::InvalidResponse(format!("stream chunk is not JSON: {e}")))?;
+    if value.get("error").is_some_and(|e| !e.is_null()) {
+        return Err(ProviderError::Http {
+            status: 502,
+            message: upstream_error_message(data)
+                .unwrap_or_else(|| "error in upstream stream".to_owned()),
+            retry_after: None,
+        });
+    }
+    serde_json::from_value(value)
+        .map_err(|e| ProviderError::InvalidResponse(format!("stream chunk: {e}")))
+}

@@ -1,0 +1,245 @@
+//! The OpenAI-compatible provider against a local mock upstream.
+
+use super::*;
+use crate::openai::chat::ChatCompletionRequest;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+#[derive(Default)]
+struct Seen {
+    bodies: Vec<Value>,
+    auth: Vec<Option<String>>,
+    team: Vec<Option<String>>,
+}
+
+async fn chat(
+    State(seen): State<Arc<Mutex<Seen>>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    {
+        let mut seen = seen.lock().unwrap();
+        seen.auth.push(
+            headers
+                .get("authorization")
+                .map(|v| v.to_str().unwrap().to_owned()),
+        );
+        seen.team.push(
+            headers
+                .get("x-team")
+                .map(|v| v.to_str().unwrap().to_owned()),
+        );
+        seen.bodies.push(body.clone());
+    }
+    if body["messages"][0]["content"] == "fail" {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", "1")],
+            Json(json!({"error": {"message": "slow down"}})),
+        )
+            .into_response();
+    }
+    if body["stream"] == true {
+        let chunk = |content: &str| {
+            json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "up",
+                   "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]})
+        };
+        let usage = json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "up",
+                           "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}});
+        let sse = format!(
+            "data: {}\n\ndata: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+            chunk("Hel"),
+            chunk("lo"),
+            usage
+        );
+        return ([("content-type", "text/event-stream")], sse).into_response();
+    }
+    Json(json!({
+        "id": "up-1", "object": "chat.completion", "created": 1, "model": "up",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "some_vendor_field": true
+    }))
+    .into_response()
+}
+
+async fn embeddings(Json(body): Json<Value>) -> Json<Value> {
+    let n = body["input"].as_array().map_or(1, Vec::len);
+    let data: Vec<Value> = (0..n)
+        .rev()
+        .map(|i| json!({"index": i, "embedding": [i as f32, 0.5]}))
+        .collect();
+    Json(json!({"data": data, "usage": {"prompt_tokens": 4, "total_tokens": 4}}))
+}
+
+async fn start_mock() -> (String, Arc<Mutex<Seen>>) {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/embeddings", post(embeddings))
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/v1"), seen)
+}
+
+fn provider(api_base: String, location: CredentialLocation) -> OpenAiProvider {
+    let config = OpenAiProviderConfig {
+        model_name: "upstream-model".into(),
+        api_base,
+        api_key_location: location,
+        timeout_ms: 5_000,
+        connect_timeout_ms: 1_000,
+        extra_headers: [("x-team".to_owned(), "ml".to_owned())]
+            .into_iter()
+            .collect(),
+    };
+    OpenAiProvider::new("openai", config).unwrap()
+}
+
+fn chat_request(content: &str) -> ChatRequest {
+    let raw = json!({"model": "alias", "messages": [{"role": "user", "content": content}],
+                     "frequency_penalty": 0.5, "credentials": {"k": "secret"}});
+    let typed: ChatCompletionRequest = serde_json::from_value(raw.clone()).unwrap();
+    let Value::Object(raw) = raw else {
+        unreachable!()
+    };
+    ChatRequest { typed, raw }
+}
+
+#[tokio::test]
+async fn forwards_the_raw_body_with_the_upstream_model_and_dynamic_key() {
+    let (base, seen) = start_mock().await;
+    let provider = provider(base, CredentialLocation::Dynamic("k".into()));
+    let credentials: HashMap<String, String> = [("k".to_owned(), "secret".to_owned())]
+        .into_iter()
+        .collect();
+    let ctx = CallContext {
+        credentials: &credentials,
+    };
+    let completion = provider.chat(&chat_request("hi"), ctx).await.unwrap();
+    assert_eq!(
+        completion.choices[0].message.content.as_deref(),
+        Some("Hello")
+    );
+    let seen = seen.lock().unwrap();
+    let body = &seen.bodies[0];
+    assert_eq!(body["model"], "upstream-model");
+    assert_eq!(body["frequency_penalty"], 0.5);
+    assert!(body.get("credentials").is_none());
+    assert_eq!(seen.auth[0].as_deref(), Some("Bearer secret"));
+    assert_eq!(seen.team[0].as_deref(), Some("ml"));
+}
+
+#[tokio::test]
+async fn missing_dynamic_credential_is_reported() {
+    let (base, _) = start_mock().await;
+    let provider = provider(base, CredentialLocation::Dynamic("k".into()));
+    let none = HashMap::new();
+    let err = provider
+        .chat(&chat_request("hi"), CallContext { credentials: &none })
+        .await
+        .unwrap_err();
+    assert_eq!(err, ProviderError::MissingCredential("k".into()));
+}
+
+#[tokio::test]
+async fn upstream_errors_keep_status_message_and_retry_after() {
+    let (base, _) = start_mock().await;
+    let provider = provider(base, CredentialLocation::None);
+    let none = HashMap::new();
+    let err = provider
+        .chat(&chat_request("fail"), CallContext { credentials: &none })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ProviderError::Http {
+            status: 429,
+            message: "slow down".into(),
+            retry_after: Some(Duration::from_secs(1))
+        }
+    );
+    assert!(err.is_retryable());
+}
+
+#[tokio::test]
+async fn streams_chunks_until_done_and_asks_for_usage() {
+    let (base, seen) = start_mock().await;
+    let provider = provider(base, CredentialLocation::None);
+    let none = HashMap::new();
+    let stream = provider
+        .chat_stream(&chat_request("hi"), CallContext { credentials: &none })
+        .await
+        .unwrap();
+    let chunks: Vec<_> = stream.collect().await;
+    assert_eq!(chunks.len(), 3);
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| {
+            c.as_ref()
+                .unwrap()
+                .choices
+                .first()
+                .and_then(|c| c.delta.content.clone())
+        })
+        .collect();
+    assert_eq!(text, "Hello");
+    assert_eq!(
+        chunks[2]
+            .as_ref()
+            .unwrap()
+            .usage
+            .as_ref()
+            .unwrap()
+            .total_tokens,
+        3
+    );
+    assert_eq!(
+        seen.lock().unwrap().bodies[0]["stream_options"]["include_usage"],
+        true
+    );
+}
+
+#[tokio::test]
+async fn embeddings_come_back_in_input_order() {
+    let (base, _) = start_mock().await;
+    let provider = provider(base, CredentialLocation::None);
+    let none = HashMap::new();
+    let request: EmbeddingRequest =
+        serde_json::from_value(json!({"model": "m", "input": ["a", "b", "c"]})).unwrap();
+    let result = provider
+        .embed(&request, CallContext { credentials: &none })
+        .await
+        .unwrap();
+    assert_eq!(
+        result.vectors.iter().map(|v| v[0]).collect::<Vec<_>>(),
+        vec![0.0, 1.0, 2.0]
+    );
+    assert_eq!(result.usage.total_tokens, 4);
+}
+
+#[tokio::test]
+async fn connection_refused_is_a_retryable_connection_error() {
+    let provider = provider("http://127.0.0.1:9/v1".into(), CredentialLocation::None);
+    let none = HashMap::new();
+    let err = provider
+        .chat(&chat_request("hi"), CallContext { credentials: &none })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::Connection(_)), "{err:?}");
+    assert!(err.is_retryable());
+}
+
+#[test]
+fn mid_stream_errors_are_errors() {
+    assert!(stream::parse_chunk(r#"{"error": {"message": "overloaded"}}"#).is_err());
+    assert!(stream::parse_chunk(r#"{"id": "x", "choices": []}"#).is_ok());
+}

@@ -1,0 +1,223 @@
+use super::*;
+use crate::openai::chat::ChatCompletionRequest;
+use crate::providers::ChatProvider;
+use async_trait::async_trait;
+use serde_json::json;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Answers from a script of results, recording each call.
+struct Scripted {
+    script: Mutex<VecDeque<Result<&'static str, ProviderError>>>,
+    calls: Mutex<u32>,
+}
+
+impl Scripted {
+    fn new(script: Vec<Result<&'static str, ProviderError>>) -> Arc<Self> {
+        Arc::new(Self {
+            script: Mutex::new(script.into()),
+            calls: Mutex::new(0),
+        })
+    }
+    fn calls(&self) -> u32 {
+        *self.calls.lock().unwrap()
+    }
+}
+
+#[async_trait]
+impl ChatProvider for Scripted {
+    async fn chat(
+        &self,
+        request: &ChatRequest,
+        _ctx: CallContext<'_>,
+    ) -> Result<ChatCompletion, ProviderError> {
+        *self.calls.lock().unwrap() += 1;
+        let next = self
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Ok("default"));
+        let text = next?;
+        let mut completion = crate::providers::dummy::reply_for(&request.typed);
+        completion.choices[0].message.content = Some(text.to_owned());
+        Ok(completion)
+    }
+}
+
+fn chat_only(name: &str, provider: Arc<Scripted>) -> ProviderHandle {
+    ProviderHandle {
+        name: name.into(),
+        chat: Some(provider),
+        chat_stream: None,
+        embeddings: None,
+    }
+}
+
+fn router(providers: Vec<ProviderHandle>, max_retries: u32) -> ModelRouter {
+    let policy = RetryPolicy {
+        max_retries,
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(2),
+        max_retry_after: Duration::from_millis(50),
+    };
+    ModelRouter::new(
+        vec![RoutedModel {
+            name: "m".into(),
+            providers,
+        }],
+        policy,
+    )
+}
+
+fn request() -> ChatRequest {
+    let typed: ChatCompletionRequest = serde_json::from_value(
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .unwrap();
+    ChatRequest::from_typed(typed)
+}
+
+fn http(status: u16) -> ProviderError {
+    ProviderError::Http {
+        status,
+        message: format!("status {status}"),
+        retry_after: None,
+    }
+}
+
+fn content(c: &ChatCompletion) -> &str {
+    c.choices[0].message.content.as_deref().unwrap()
+}
+
+#[tokio::test]
+async fn retries_retryable_errors_on_the_same_provider() {
+    let first = Scripted::new(vec![Err(http(503)), Err(http(429)), Ok("third time")]);
+    let router = router(vec![chat_only("a", first.clone())], 2);
+    let none = HashMap::new();
+    let answer = router
+        .chat(&request(), CallContext { credentials: &none })
+        .await
+        .unwrap();
+    assert_eq!(content(&answer), "third time");
+    assert_eq!(first.calls(), 3);
+}
+
+#[tokio::test]
+async fn falls_back_after_retries_and_skips_retries_for_client_errors() {
+    let a = Scripted::new(vec![Err(http(500)), Err(http(500))]);
+    let b = Scripted::new(vec![Err(http(400))]);
+    let c = Scripted::new(vec![Ok("from c")]);
+    let router = router(
+        vec![
+            chat_only("a", a.clone()),
+            chat_only("b", b.clone()),
+            chat_only("c", c.clone()),
+        ],
+        1,
+    );
+    let none = HashMap::new();
+    let answer = router
+        .chat(&request(), CallContext { credentials: &none })
+        .await
+        .unwrap();
+    assert_eq!(content(&answer), "from c");
+    assert_eq!((a.calls(), b.calls(), c.calls()), (2, 1, 1));
+}
+
+#[tokio::test]
+async fn reports_every_provider_failure() {
+    let a = Scripted::new(vec![Err(http(500))]);
+    let b = Scripted::new(vec![Err(ProviderError::Timeout {
+        after: Duration::from_secs(1),
+    })]);
+    let router = router(vec![chat_only("a", a), chat_only("b", b)], 0);
+    let none = HashMap::new();
+    let err = router
+        .chat(&request(), CallContext { credentials: &none })
+        .await
+        .unwrap_err();
+    let RoutingError::AllFailed { failures, .. } = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        failures
+            .iter()
+            .map(|f| f.provider.as_str())
+            .collect::<Vec<_>>(),
+        vec!["a", "b"]
+    );
+}
+
+#[tokio::test]
+async fn a_long_retry_after_moves_on_instead_of_waiting() {
+    let slow = ProviderError::Http {
+        status: 429,
+        message: "later".into(),
+        retry_after: Some(Duration::from_secs(3600)),
+    };
+    let a = Scripted::new(vec![Err(slow)]);
+    let b = Scripted::new(vec![Ok("b")]);
+    let router = router(vec![chat_only("a", a.clone()), chat_only("b", b)], 3);
+    let none = HashMap::new();
+    let answer = router
+        .chat(&request(), CallContext { credentials: &none })
+        .await
+        .unwrap();
+    assert_eq!(content(&answer), "b");
+    assert_eq!(a.calls(), 1);
+}
+
+#[tokio::test]
+async fn missing_capability_and_model_are_distinct_errors() {
+    let router = router(vec![chat_only("a", Scripted::new(vec![]))], 0);
+    let none = HashMap::new();
+    let embed: EmbeddingRequest =
+        serde_json::from_value(json!({"model": "m", "input": "x"})).unwrap();
+    assert!(matches!(
+        router
+            .embed(&embed, CallContext { credentials: &none })
+            .await,
+        Err(RoutingError::Unsupported { .. })
+    ));
+    let mut other = request();
+    other.typed.model = "nope".into();
+    assert_eq!(
+        router
+            .chat(&other, CallContext { credentials: &none })
+            .await
+            .unwrap_err(),
+        RoutingError::ModelNotFound("nope".into())
+    );
+}
+
+#[tokio::test]
+async fn chat_only_providers_still_stream() {
+    use futures::StreamExt;
+    let router = router(
+        vec![chat_only(
+            "a",
+            Scripted::new(vec![Ok("streamed words here")]),
+        )],
+        0,
+    );
+    let none = HashMap::new();
+    let chunks: Vec<_> = router
+        .chat_stream(&request(), CallContext { credentials: &none })
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| {
+            c.as_ref()
+                .unwrap()
+                .choices
+                .first()
+                .and_then(|c| c.delta.content.clone())
+        })
+        .collect();
+    assert_eq!(text, "streamed words here");
+}
