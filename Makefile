@@ -1,0 +1,77 @@
+# Nimbus — the two commands: `make run` (local gateway on http://127.0.0.1:3000) and `make test`.
+# Everything else here is what those two need, plus deploy and benchmark helpers.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+# Build outputs and tools live outside the clone, so a fresh clone on the same machine reuses them.
+NIMBUS_CACHE ?= $(HOME)/.cache/nimbus
+export CARGO_TARGET_DIR ?= $(NIMBUS_CACHE)/target
+VENV ?= $(NIMBUS_CACHE)/venv
+PYTHON ?= python3
+REQUIREMENTS := infra/requirements-dev.txt
+VENV_STAMP := $(VENV)/.installed-$(shell sha256sum $(REQUIREMENTS) 2>/dev/null | cut -c1-16)
+
+export PATH := $(VENV)/bin:$(PATH)
+export NIMBUS_BIN_DIR ?= $(CARGO_TARGET_DIR)/debug
+export NIMBUS_MOTO_SERVER ?= $(VENV)/bin/moto_server
+export AWS_DEFAULT_REGION ?= us-east-1
+export SAM_CLI_TELEMETRY := 0
+
+PORT ?= 3000
+
+.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench fmt clean
+
+help:
+	@echo "make run        start the gateway locally on http://127.0.0.1:$(PORT) (embedded stack in .data/)"
+	@echo "make test       install pinned test tools, then run every test"
+	@echo "make sam-build  build the Lambda functions with SAM (release, cargo-lambda)"
+	@echo "make bench      run the benchmarks and rewrite docs/benchmarks.md"
+
+run:
+	cargo build -p nimbus-local
+	PORT=$(PORT) $(CARGO_TARGET_DIR)/debug/nimbus serve
+
+build:
+	cargo build --workspace --all-targets
+
+# Pinned Python tools (openai SDK, moto, SAM CLI, cargo-lambda) in a venv keyed by the pins.
+test-deps: $(VENV_STAMP)
+$(VENV_STAMP): $(REQUIREMENTS)
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --upgrade pip==24.3.1
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS)
+	touch $@
+
+check-format:
+	cargo fmt --all -- --check
+
+lint:
+	cargo clippy --workspace --all-targets -- -D warnings
+
+test-rust: test-deps
+	cargo test --workspace --all-targets
+
+test-python: test-deps
+	cargo build -p nimbus-local -p nimbus-inference
+	$(VENV)/bin/python -m pytest tests/python -q
+
+sam-validate: test-deps
+	sam validate --lint --template template.yaml
+
+test: test-deps check-format lint test-rust test-python sam-validate
+
+# Release build of every function as SAM does it for `sam deploy` (needs cargo-lambda + zig from the venv).
+sam-build: test-deps
+	CARGO_TARGET_DIR=$(NIMBUS_CACHE)/target-lambda sam build --template template.yaml
+
+bench:
+	bash infra/bench/run-benchmarks.sh
+
+fmt:
+	cargo fmt --all
+
+clean:
+	rm -rf .aws-sam .data

@@ -1,0 +1,164 @@
+"""Fixtures for the SDK-compatibility and Lambda tests.
+
+- `nimbus_server`: `nimbus serve` (open: loopback, no keys) on a free port with a fresh data dir.
+- `keyed_server`: a second server whose data dir already holds an API key (auth required).
+- `server_factory`: more servers with fresh data dirs, e.g. to create keys while one runs.
+- `moto`: `moto_server` with the Nimbus table/bucket/queue; `aws_api_key`: a key created with
+  `nimbus keys create --backend aws`; `inference_lambda`: `nimbus-inference` under the RIE.
+
+Binaries come from `NIMBUS_BIN_DIR` (default `$CARGO_TARGET_DIR/debug`, else `target/debug`).
+Every process a fixture starts is stopped by that fixture, even when a test fails.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import nimbus_testkit as kit
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A SIGTERM (e.g. a CI timeout) should unwind like Ctrl-C so fixtures stop their processes.
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+
+        def _interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        processes = kit.live_processes()
+        if processes:
+            report.sections.append(("helper process logs (tail)", kit.describe_logs(processes)))
+
+
+def _started(factory: Callable[[], Any]) -> Any:
+    """Run a harness constructor, turning a harness failure into a test error with its message."""
+    try:
+        return factory()
+    except kit.HarnessError as err:
+        pytest.fail(str(err), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("process-logs")
+
+
+# --------------------------------------------------------------------------------------------
+# Local server
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def nimbus_server(tmp_path_factory: pytest.TempPathFactory, logs_dir: Path) -> Iterator[kit.NimbusServer]:
+    """An open server: bound to loopback, no API keys."""
+    server = _started(lambda: kit.NimbusServer(tmp_path_factory.mktemp("data-open"), logs_dir, name="nimbus-open"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def server_factory(tmp_path_factory: pytest.TempPathFactory, logs_dir: Path) -> Iterator[Callable[..., kit.NimbusServer]]:
+    """`start(name, before_start=None)`: a new server with a fresh data dir. `before_start(cli)`
+    runs `nimbus keys …` against that data dir before the server starts."""
+    servers: list[kit.NimbusServer] = []
+
+    def start(name: str = "nimbus-extra", before_start: Callable[[kit.NimbusCli], None] | None = None) -> kit.NimbusServer:
+        data_dir = tmp_path_factory.mktemp(f"data-{name}")
+        if before_start is not None:
+            _started(lambda: before_start(kit.NimbusCli(kit.clean_env({"NIMBUS_DATA_DIR": str(data_dir)}))))
+        server = _started(lambda: kit.NimbusServer(data_dir, logs_dir, name=name))
+        servers.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def keyed_server(server_factory: Callable[..., kit.NimbusServer]) -> tuple[kit.NimbusServer, dict[str, Any]]:
+    """A server whose data dir held a key before it started, so every /v1 request needs a key."""
+    created: dict[str, Any] = {}
+
+    def create(cli: kit.NimbusCli) -> None:
+        created.update(cli.create_key("sdk-tests", name="primary"))
+
+    server = server_factory("nimbus-keyed", before_start=create)
+    return server, created
+
+
+def make_client(base_url: str, api_key: str = "unused-local-key", **kwargs: Any) -> openai.OpenAI:
+    kwargs.setdefault("max_retries", 0)
+    kwargs.setdefault("timeout", 30.0)
+    return openai.OpenAI(base_url=base_url, api_key=api_key, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def client(nimbus_server: kit.NimbusServer) -> Iterator[openai.OpenAI]:
+    """The real OpenAI SDK pointed at the open server (no retries: failures show at once)."""
+    sdk = make_client(nimbus_server.api_base)
+    try:
+        yield sdk
+    finally:
+        sdk.close()
+
+
+# --------------------------------------------------------------------------------------------
+# AWS emulation and the Lambda function
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def moto(logs_dir: Path) -> Iterator[kit.MotoServer]:
+    server = _started(lambda: kit.MotoServer(logs_dir))
+    try:
+        server.create_resources()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def aws_cli(moto: kit.MotoServer) -> kit.NimbusCli:
+    """`nimbus keys … --backend aws` against the moto table."""
+    return kit.NimbusCli(kit.clean_env(moto.aws_env()), backend="aws")
+
+
+@pytest.fixture(scope="session")
+def aws_api_key(aws_cli: kit.NimbusCli) -> dict[str, Any]:
+    return _started(lambda: aws_cli.create_key("demo", name="lambda-rie-tests"))
+
+
+@pytest.fixture(scope="session")
+def inference_lambda(moto: kit.MotoServer, logs_dir: Path) -> Iterator[kit.LambdaUnderRie]:
+    env = kit.clean_env(
+        {
+            **moto.aws_env(),
+            "NIMBUS_CONFIG_SOURCE": "bundled",
+            "AWS_LAMBDA_FUNCTION_NAME": "NimbusInferenceFunction",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256",
+            "AWS_LAMBDA_FUNCTION_TIMEOUT": "60",
+        }
+    )
+    function = _started(lambda: kit.LambdaUnderRie(kit.binary("nimbus-inference"), env, logs_dir, name="rie-inference"))
+    try:
+        yield function
+    finally:
+        function.stop()

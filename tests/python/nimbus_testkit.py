@@ -1,0 +1,574 @@
+"""Process harness for the Python tests: the local `nimbus` server and CLI, a moto server with the
+Nimbus AWS resources, and the `nimbus-inference` Lambda binary under the Runtime Interface Emulator.
+
+Every process is started in its own session (process group) with its output in a log file, is
+registered so a failing test can show its log, and is stopped (SIGTERM, then SIGKILL to the whole
+group) by the fixture that started it, by an `atexit` hook as a backstop, and by the kernel if
+pytest itself dies (PR_SET_PDEATHSIG on Linux).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import requests
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = REPO_ROOT / "infra" / "config" / "nimbus.toml"
+EVENTS_DIR = REPO_ROOT / "infra" / "events"
+PLACEHOLDER_KEY = "nmb_REPLACE_WITH_YOUR_KEY"
+
+RIE_INVOKE_PATH = "/2015-03-31/functions/function/invocations"
+
+# Dummy credentials for moto; never real ones.
+AWS_REGION = "us-east-1"
+AWS_TEST_ACCESS_KEY = "testing"
+AWS_TEST_SECRET_KEY = "testing"
+
+
+class HarnessError(RuntimeError):
+    """A helper process could not be started or did not become ready."""
+
+
+# --------------------------------------------------------------------------------------------
+# Binaries
+# --------------------------------------------------------------------------------------------
+
+
+def bin_dir() -> Path:
+    """`NIMBUS_BIN_DIR`, else `$CARGO_TARGET_DIR/debug`, else `<repo>/target/debug`."""
+    explicit = os.environ.get("NIMBUS_BIN_DIR")
+    if explicit:
+        path = Path(explicit)
+    else:
+        target = os.environ.get("CARGO_TARGET_DIR")
+        path = Path(target) / "debug" if target else REPO_ROOT / "target" / "debug"
+    if not path.is_absolute():
+        path = REPO_ROOT / path
+    return path
+
+
+def binary(name: str) -> Path:
+    path = bin_dir() / name
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise HarnessError(
+            f"binary `{name}` not found at {path}. Build it first "
+            f"(cargo build -p nimbus-local -p nimbus-inference) or point NIMBUS_BIN_DIR at the directory holding it."
+        )
+    return path
+
+
+def rie_binary() -> Path:
+    """The Lambda Runtime Interface Emulator shipped inside the aws-sam-cli package."""
+    try:
+        import samcli  # noqa: PLC0415 - imported lazily: only the Lambda tests need it
+    except ImportError as err:  # pragma: no cover - depends on the venv
+        raise HarnessError("aws-sam-cli is not installed (pip install -r infra/requirements-dev.txt)") from err
+    path = Path(os.path.dirname(samcli.__file__)) / "local" / "rapid" / "aws-lambda-rie-x86_64"
+    if not path.is_file():
+        raise HarnessError(f"Runtime Interface Emulator not found at {path}")
+    if not os.access(path, os.X_OK):
+        # pip does not always keep the executable bit on package data.
+        path.chmod(path.stat().st_mode | 0o111)
+    return path
+
+
+def moto_server_command(host: str, port: int) -> list[str]:
+    script = Path(sys.executable).parent / "moto_server"
+    if script.is_file():
+        return [str(script), "-H", host, "-p", str(port)]
+    found = shutil.which("moto_server")
+    if found:
+        return [found, "-H", host, "-p", str(port)]
+    return [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)]
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+_LIVE: list["ManagedProcess"] = []
+_LIVE_LOCK = threading.Lock()
+
+
+class ManagedProcess:
+    """A child process in its own process group, logging to a file."""
+
+    def __init__(self, name: str, argv: list[str], *, env: dict[str, str], cwd: Path, log_path: Path):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(log_path, "ab", buffering=0)  # noqa: SIM115 - closed in stop()
+        self._log.write(f"$ {' '.join(argv)}\n".encode())
+        self.proc = subprocess.Popen(  # noqa: S603 - argv built by the harness
+            argv,
+            env=env,
+            cwd=str(cwd),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509
+        )
+        with _LIVE_LOCK:
+            _LIVE.append(self)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_text(self, max_chars: int = 6000) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "<no log>"
+        return text if len(text) <= max_chars else "…" + text[-max_chars:]
+
+    def ensure_alive(self) -> None:
+        if not self.alive():
+            raise HarnessError(f"{self.name} exited with status {self.proc.returncode}; log:\n{self.log_text()}")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM the process group, then SIGKILL it; idempotent."""
+        try:
+            if self.alive():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    pass
+            # Whatever is left in the group (e.g. the RIE's runtime child) is killed too.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=timeout)
+        finally:
+            with contextlib.suppress(Exception):
+                self._log.close()
+            with _LIVE_LOCK:
+                if self in _LIVE:
+                    _LIVE.remove(self)
+
+
+def live_processes() -> list[ManagedProcess]:
+    with _LIVE_LOCK:
+        return list(_LIVE)
+
+
+@atexit.register
+def _stop_everything() -> None:
+    for process in reversed(live_processes()):
+        with contextlib.suppress(Exception):
+            process.stop(timeout=2.0)
+
+
+def wait_until(
+    check: Callable[[], bool], *, timeout: float, what: str, process: ManagedProcess | None = None, interval: float = 0.05
+) -> None:
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if process is not None:
+            process.ensure_alive()
+        try:
+            if check():
+                return
+        except Exception as err:  # noqa: BLE001 - any failure means "not ready yet"
+            last_error = err
+        time.sleep(interval)
+    log = f"\nlog of {process.name}:\n{process.log_text()}" if process else ""
+    raise HarnessError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error!r}){log}")
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The test process's environment without AWS_*/NIMBUS_* settings (so a developer's own AWS
+    profile or a stray NIMBUS_* variable can never leak into a test), plus `extra`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not (k.startswith("AWS_") or k.startswith("NIMBUS_") or k in {"PORT", "OPENAI_API_KEY", "OPENAI_BASE_URL"})
+    }
+    env.setdefault("RUST_LOG", "info")
+    env.setdefault("RUST_BACKTRACE", "1")
+    if extra:
+        env.update(extra)
+    return env
+
+
+# --------------------------------------------------------------------------------------------
+# `nimbus` CLI and local server
+# --------------------------------------------------------------------------------------------
+
+
+class NimbusCli:
+    """`nimbus keys …` against one data directory (embedded) or one DynamoDB table (aws)."""
+
+    def __init__(self, env: dict[str, str], *, backend: str = "embedded"):
+        self.env = env
+        self.backend = backend
+
+    def run(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        argv = [str(binary("nimbus")), *args]
+        result = subprocess.run(  # noqa: S603
+            argv, env=self.env, cwd=str(REPO_ROOT), capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and result.returncode != 0:
+            raise HarnessError(
+                f"`{' '.join(argv)}` exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+            )
+        return result
+
+    def _keys(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run("keys", *args, "--backend", self.backend, check=check)
+
+    @staticmethod
+    def _json_lines(stdout: str) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+    def create_key(self, project: str, name: str | None = None) -> dict[str, Any]:
+        args = ["create", "--project", project]
+        if name is not None:
+            args += ["--name", name]
+        result = self._keys(*args)
+        lines = self._json_lines(result.stdout)
+        if len(lines) != 1:
+            raise HarnessError(f"`nimbus keys create` should print exactly one JSON line, got:\n{result.stdout}")
+        return lines[0]
+
+    def revoke_key(self, key_id: str) -> subprocess.CompletedProcess[str]:
+        return self._keys("revoke", key_id)
+
+    def list_keys(self) -> list[dict[str, Any]]:
+        return self._json_lines(self._keys("list").stdout)
+
+
+class NimbusServer:
+    """`nimbus serve` on a free loopback port with its own data directory."""
+
+    def __init__(self, data_dir: Path, log_dir: Path, *, config: Path = DEFAULT_CONFIG, name: str = "nimbus-serve"):
+        self.data_dir = data_dir
+        self.config = config
+        self.port = free_port()
+        self.env = clean_env(
+            {
+                "PORT": str(self.port),
+                "NIMBUS_BIND": "127.0.0.1",
+                "NIMBUS_CONFIG": str(config),
+                "NIMBUS_DATA_DIR": str(data_dir),
+            }
+        )
+        self.cli = NimbusCli(clean_env({"NIMBUS_DATA_DIR": str(data_dir)}))
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.process = ManagedProcess(
+            f"{name} (:{self.port})",
+            [str(binary("nimbus")), "serve"],
+            env=self.env,
+            cwd=REPO_ROOT,
+            log_path=log_dir / f"{name}-{self.port}.log",
+        )
+        try:
+            wait_until(self._healthy, timeout=60, what=f"{name} /health", process=self.process)
+        except BaseException:
+            self.process.stop()
+            raise
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def _healthy(self) -> bool:
+        response = requests.get(f"{self.base_url}/health", timeout=2)
+        return response.status_code == 200
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# moto
+# --------------------------------------------------------------------------------------------
+
+
+class MotoServer:
+    """`moto_server` on a free loopback port, with the Nimbus table, bucket and queue."""
+
+    def __init__(self, log_dir: Path):
+        self.port = free_port()
+        self.process = ManagedProcess(
+            f"moto_server (:{self.port})",
+            moto_server_command("127.0.0.1", self.port),
+            env=clean_env(),
+            cwd=REPO_ROOT,
+            log_path=log_dir / f"moto-{self.port}.log",
+        )
+        try:
+            wait_until(self._ready, timeout=60, what="moto_server", process=self.process, interval=0.2)
+        except BaseException:
+            self.process.stop()
+            raise
+        suffix = uuid.uuid4().hex[:8]
+        self.table = f"nimbus-state-{suffix}"
+        self.bucket = f"nimbus-bucket-{suffix}"
+        self.queue_name = f"nimbus-jobs-{suffix}"
+        self.queue_url = ""
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _ready(self) -> bool:
+        return requests.get(f"{self.endpoint}/moto-api/", timeout=2).status_code < 500
+
+    def client(self, service: str):
+        import boto3  # noqa: PLC0415 - boto3 is slow to import; only the AWS tests need it
+
+        return boto3.client(
+            service,
+            endpoint_url=self.endpoint,
+            region_name=AWS_REGION,
+            aws_access_key_id=AWS_TEST_ACCESS_KEY,
+            aws_secret_access_key=AWS_TEST_SECRET_KEY,
+        )
+
+    def create_resources(self) -> None:
+        """The same table, bucket and queue shapes as template.yaml."""
+        dynamodb = self.client("dynamodb")
+        dynamodb.create_table(
+            TableName=self.table,
+            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "owner_key", "AttributeType": "S"},
+                {"AttributeName": "sort_key", "AttributeType": "S"},
+            ],
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": "by_owner",
+                    "KeySchema": [
+                        {"AttributeName": "owner_key", "KeyType": "HASH"},
+                        {"AttributeName": "sort_key", "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+        )
+        dynamodb.get_waiter("table_exists").wait(TableName=self.table, WaiterConfig={"Delay": 0.2, "MaxAttempts": 50})
+        dynamodb.update_time_to_live(
+            TableName=self.table, TimeToLiveSpecification={"AttributeName": "expires_at", "Enabled": True}
+        )
+        self.client("s3").create_bucket(Bucket=self.bucket)
+        self.queue_url = self.client("sqs").create_queue(QueueName=self.queue_name)["QueueUrl"]
+
+    def aws_env(self) -> dict[str, str]:
+        """What the Lambda function and `nimbus keys --backend aws` need to reach moto."""
+        return {
+            "AWS_REGION": AWS_REGION,
+            "AWS_DEFAULT_REGION": AWS_REGION,
+            "AWS_ACCESS_KEY_ID": AWS_TEST_ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": AWS_TEST_SECRET_KEY,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            # Keep a developer's ~/.aws out of the picture.
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "NIMBUS_TABLE": self.table,
+            "NIMBUS_BUCKET": self.bucket,
+            "NIMBUS_JOBS_QUEUE_URL": self.queue_url,
+        }
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# Lambda under the Runtime Interface Emulator
+# --------------------------------------------------------------------------------------------
+
+
+class LambdaUnderRie:
+    """The RIE on a free loopback port, running `bootstrap` as a custom runtime."""
+
+    def __init__(self, bootstrap: Path, env: dict[str, str], log_dir: Path, *, name: str = "rie"):
+        self.port = free_port()
+        self.runtime_api_port = free_port()
+        argv = [
+            str(rie_binary()),
+            "--runtime-interface-emulator-address",
+            f"127.0.0.1:{self.port}",
+            "--runtime-api-address",
+            f"127.0.0.1:{self.runtime_api_port}",
+            "--log-level",
+            "info",
+            str(bootstrap),
+        ]
+        self.process = ManagedProcess(
+            f"{name} (:{self.port})", argv, env=env, cwd=REPO_ROOT, log_path=log_dir / f"{name}-{self.port}.log"
+        )
+        try:
+            wait_until(self._listening, timeout=30, what="the RIE to listen", process=self.process)
+        except BaseException:
+            self.process.stop()
+            raise
+
+    @property
+    def invoke_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{RIE_INVOKE_PATH}"
+
+    def _listening(self) -> bool:
+        with contextlib.closing(socket.create_connection(("127.0.0.1", self.port), timeout=1)):
+            return True
+
+    def invoke(self, event: dict[str, Any], *, timeout: float = 120) -> dict[str, Any]:
+        """Invoke once; return the function's result (the API Gateway proxy response)."""
+        self.process.ensure_alive()
+        response = requests.post(self.invoke_url, json=event, timeout=timeout)
+        if response.status_code != 200:
+            raise HarnessError(
+                f"RIE invocation failed: HTTP {response.status_code}: {response.text}\nlog:\n{self.process.log_text()}"
+            )
+        try:
+            result = response.json()
+        except ValueError as err:
+            raise HarnessError(f"function result is not JSON: {response.text!r}") from err
+        if isinstance(result, dict) and "errorType" in result and "statusCode" not in result:
+            raise HarnessError(f"function raised {result}\nlog:\n{self.process.log_text()}")
+        return result
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# Event files and proxy responses
+# --------------------------------------------------------------------------------------------
+
+
+def event_files() -> list[Path]:
+    return sorted(EVENTS_DIR.glob("*.json"))
+
+
+def load_event(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS_DIR / name).read_text())
+
+
+def replace_strings(value: Any, old: str, new: str) -> Any:
+    """`value` with `old` replaced by `new` in every string (keys and values), recursively."""
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, list):
+        return [replace_strings(v, old, new) for v in value]
+    if isinstance(value, dict):
+        return {replace_strings(k, old, new): replace_strings(v, old, new) for k, v in value.items()}
+    return value
+
+
+def with_api_key(event: dict[str, Any], api_key: str) -> dict[str, Any]:
+    return replace_strings(event, PLACEHOLDER_KEY, api_key)
+
+
+def without_authorization(event: dict[str, Any]) -> dict[str, Any]:
+    event = json.loads(json.dumps(event))
+    for field in ("headers", "multiValueHeaders"):
+        if isinstance(event.get(field), dict):
+            event[field] = {k: v for k, v in event[field].items() if k.lower() != "authorization"}
+    return event
+
+
+def with_body(event: dict[str, Any], body: dict[str, Any] | str) -> dict[str, Any]:
+    """A copy of `event` with another JSON body (content-length kept consistent)."""
+    event = json.loads(json.dumps(event))
+    text = body if isinstance(body, str) else json.dumps(body, separators=(",", ":"))
+    event["body"] = text
+    event["isBase64Encoded"] = False
+    for field in ("headers", "multiValueHeaders"):
+        headers = event.get(field)
+        if not isinstance(headers, dict):
+            continue
+        for name in list(headers):
+            if name.lower() == "content-length":
+                length = str(len(text.encode()))
+                headers[name] = [length] if isinstance(headers[name], list) else length
+    return event
+
+
+def response_headers(result: dict[str, Any]) -> dict[str, str]:
+    """Lower-cased headers of a proxy response (`headers` and `multiValueHeaders` merged)."""
+    headers: dict[str, str] = {}
+    for name, values in (result.get("multiValueHeaders") or {}).items():
+        if values:
+            headers[name.lower()] = ",".join(values)
+    for name, value in (result.get("headers") or {}).items():
+        headers[name.lower()] = value
+    return headers
+
+
+def response_body_text(result: dict[str, Any]) -> str:
+    import base64  # noqa: PLC0415
+    import gzip  # noqa: PLC0415
+
+    body = result.get("body") or ""
+    if not result.get("isBase64Encoded"):
+        return body
+    raw = base64.b64decode(body)
+    if response_headers(result).get("content-encoding") == "gzip":
+        raw = gzip.decompress(raw)
+    return raw.decode()
+
+
+def parse_sse(text: str) -> tuple[list[dict[str, Any]], bool]:
+    """`data:` events of an SSE body as JSON objects, and whether it ended with `[DONE]`."""
+    events: list[dict[str, Any]] = []
+    done = False
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        data_lines = [line[len("data:") :].lstrip() for line in block.split("\n") if line.startswith("data:")]
+        if not data_lines:
+            continue
+        data = "\n".join(data_lines)
+        if data == "[DONE]":
+            done = True
+            continue
+        if done:
+            raise AssertionError(f"event after [DONE]: {data!r}")
+        events.append(json.loads(data))
+    return events, done
+
+
+def describe_logs(processes: Iterable[ManagedProcess]) -> str:
+    return "\n\n".join(f"===== {p.name} =====\n{p.log_text()}" for p in processes)

@@ -1,0 +1,197 @@
+//! Behaviour every adapter must show. Each function panics (test failure) on a violation.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use bytes::Bytes;
+use futures::StreamExt;
+use nimbus_shared::ports::{
+    BlobStore, JobQueue, ListOrder, ListQuery, Record, SortCursor, StateStore, StorageError,
+};
+use serde_json::json;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Put, read whole / by range / as a stream, size, delete.
+pub async fn blob_round_trip(blobs: &dyn BlobStore) {
+    let key = "projects/p1/files/file-1";
+    let body = Bytes::from((0..300_000u32).map(|i| (i % 251) as u8).collect::<Vec<_>>());
+    blobs.put(key, body.clone()).await.unwrap();
+    assert_eq!(blobs.get(key).await.unwrap(), body);
+    assert_eq!(blobs.size(key).await.unwrap(), Some(body.len() as u64));
+    assert_eq!(blobs.get_range(key, 10, 20).await.unwrap(), body.slice(10..20));
+    assert_eq!(blobs.get_range(key, 299_990, 400_000).await.unwrap(), body.slice(299_990..));
+    let streamed: Vec<Bytes> = blobs
+        .get_stream(key)
+        .await
+        .unwrap()
+        .map(|chunk| chunk.unwrap())
+        .collect()
+        .await;
+    assert_eq!(streamed.concat(), body.to_vec());
+
+    // Overwrite replaces.
+    blobs.put(key, Bytes::from_static(b"v2")).await.unwrap();
+    assert_eq!(blobs.get(key).await.unwrap(), Bytes::from_static(b"v2"));
+
+    blobs.delete(key).await.unwrap();
+    assert_eq!(blobs.get(key).await, Err(StorageError::NotFound));
+    assert_eq!(blobs.size(key).await.unwrap(), None);
+    assert!(matches!(blobs.get_stream(key).await, Err(StorageError::NotFound)));
+    // Deleting again is fine; bad keys are refused.
+    blobs.delete(key).await.unwrap();
+    assert!(matches!(blobs.put("../escape", Bytes::new()).await, Err(StorageError::Invalid(_))));
+}
+
+fn record(kind: &str, id: &str, owner: &str, created_at_ms: i64) -> Record {
+    Record {
+        kind: kind.into(),
+        id: id.into(),
+        owner: owner.into(),
+        created_at_ms,
+        version: 1,
+        expires_at: Some(4_000_000_000),
+        body: json!({"id": id, "n": created_at_ms}),
+    }
+}
+
+/// Create-if-absent, versioned updates that conflict, conditional delete.
+pub async fn state_conditional_writes(state: &dyn StateStore) {
+    let first = record("file", "file-a", "p1", 1_000);
+    state.create(&first).await.unwrap();
+    assert_eq!(state.create(&first).await, Err(StorageError::Conflict));
+    assert_eq!(state.get("file", "file-a").await.unwrap(), Some(first.clone()));
+    assert_eq!(state.get("file", "missing").await.unwrap(), None);
+    // Same id under another kind is another record.
+    assert_eq!(state.get("batch", "file-a").await.unwrap(), None);
+
+    let mut second = first.clone();
+    second.version = 2;
+    second.body = json!({"status": "processed"});
+    state.update(&second, 1).await.unwrap();
+    // A writer still holding version 1 loses.
+    let mut stale = first.clone();
+    stale.version = 2;
+    stale.body = json!({"status": "stale"});
+    assert_eq!(state.update(&stale, 1).await, Err(StorageError::Conflict));
+    assert_eq!(state.get("file", "file-a").await.unwrap().unwrap().body, json!({"status": "processed"}));
+    // Updating a record that does not exist conflicts too.
+    assert_eq!(state.update(&record("file", "nope", "p1", 1), 1).await, Err(StorageError::Conflict));
+
+    assert_eq!(state.delete("file", "file-a", Some(1)).await, Err(StorageError::Conflict));
+    assert!(state.delete("file", "file-a", Some(2)).await.unwrap());
+    assert!(!state.delete("file", "file-a", None).await.unwrap());
+}
+
+/// Concurrent updates from the same version: exactly one wins.
+pub async fn state_races_have_one_winner(state: Arc<dyn StateStore>) {
+    let base = record("batch", "batch-race", "p1", 5);
+    state.create(&base).await.unwrap();
+    let mut tasks = Vec::new();
+    for writer in 0..8 {
+        let state = Arc::clone(&state);
+        let mut next = base.clone();
+        next.version = 2;
+        next.body = json!({"writer": writer});
+        tasks.push(tokio::spawn(async move { state.update(&next, 1).await }));
+    }
+    let mut wins = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(()) => wins += 1,
+            Err(StorageError::Conflict) => {}
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(wins, 1);
+}
+
+/// Listing by owner in creation order, both directions, paged by cursor with an exact `has_more`.
+pub async fn state_lists_by_owner_with_cursor(state: &dyn StateStore) {
+    for i in 0..7i64 {
+        state.create(&record("file", &format!("file-{i:02}"), "owner-a", 10_000 + i)).await.unwrap();
+    }
+    // Same millisecond: the id breaks the tie.
+    state.create(&record("file", "file-07", "owner-a", 10_006)).await.unwrap();
+    state.create(&record("file", "file-x", "owner-b", 10_003)).await.unwrap();
+    state.create(&record("batch", "batch-x", "owner-a", 10_003)).await.unwrap();
+
+    for order in [ListOrder::Asc, ListOrder::Desc] {
+        let mut seen = Vec::new();
+        let mut after: Option<SortCursor> = None;
+        let mut pages = 0;
+        loop {
+            let page = state
+                .list_by_owner(&ListQuery {
+                    kind: "file".into(),
+                    owner: "owner-a".into(),
+                    after: after.clone(),
+                    limit: 3,
+                    order,
+                })
+                .await
+                .unwrap();
+            pages += 1;
+            assert!(page.records.len() <= 3);
+            seen.extend(page.records.iter().map(|r| r.id.clone()));
+            after = page.records.last().map(Record::cursor);
+            if !page.has_more {
+                break;
+            }
+            assert!(pages < 10, "has_more never became false");
+        }
+        let mut expected: Vec<String> = (0..8).map(|i| format!("file-{i:02}")).collect();
+        if order == ListOrder::Desc {
+            expected.reverse();
+        }
+        assert_eq!(seen, expected, "{order:?}");
+        assert_eq!(pages, 3, "8 records in pages of 3");
+    }
+
+    // An exact page: has_more must be false, not "maybe".
+    let exact = state
+        .list_by_owner(&ListQuery { kind: "file".into(), owner: "owner-a".into(), after: None, limit: 8, order: ListOrder::Asc })
+        .await
+        .unwrap();
+    assert_eq!(exact.records.len(), 8);
+    assert!(!exact.has_more);
+    let empty = state
+        .list_by_owner(&ListQuery { kind: "file".into(), owner: "nobody".into(), after: None, limit: 5, order: ListOrder::Desc })
+        .await
+        .unwrap();
+    assert!(empty.records.is_empty() && !empty.has_more);
+}
+
+/// Send, receive, hide while in flight, redeliver, acknowledge.
+pub async fn queue_send_receive(queue: &dyn JobQueue) {
+    let mut sent = HashSet::new();
+    for i in 0..3 {
+        queue.send(&format!("{{\"chunk\":{i}}}"), Duration::ZERO).await.unwrap();
+        sent.insert(format!("{{\"chunk\":{i}}}"));
+    }
+    let mut received = Vec::new();
+    for _ in 0..10 {
+        received.extend(queue.receive(10, Duration::from_secs(1), Duration::from_secs(30)).await.unwrap());
+        if received.len() >= 3 {
+            break;
+        }
+    }
+    let bodies: HashSet<String> = received.iter().map(|m| m.body.clone()).collect();
+    assert_eq!(bodies, sent);
+    assert!(received.iter().all(|m| m.receive_count == 1));
+    // In flight: hidden.
+    assert!(queue.receive(10, Duration::ZERO, Duration::from_secs(30)).await.unwrap().is_empty());
+
+    // Give one back: it is delivered again with a higher receive count.
+    queue.change_visibility(&received[0].receipt, Duration::ZERO).await.unwrap();
+    let again = queue.receive(10, Duration::from_secs(2), Duration::from_secs(30)).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].body, received[0].body);
+    assert_eq!(again[0].receive_count, 2);
+
+    queue.delete(&again[0].receipt).await.unwrap();
+    for message in &received[1..] {
+        queue.delete(&message.receipt).await.unwrap();
+    }
+    assert!(queue.receive(10, Duration::from_secs(1), Duration::ZERO).await.unwrap().is_empty());
+}
