@@ -49,3 +49,6 @@ pub fn with_common_layers(router: Router) -> Router {
             .method_not_allowed_fallback(middleware::method_not_allowed),
     )
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,233 @@
+//! The router end to end in-process (no sockets): status codes, envelopes, request ids, auth.
+
+use super::*;
+use crate::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
+use crate::app::{app_state, Adapters, AuthSettings};
+use crate::auth::AuthMode;
+use crate::config::Config;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::{json, Value};
+use std::time::Duration;
+use tower::ServiceExt;
+
+const CONFIG: &str = r#"
+[gateway.retries]
+max_retries = 1
+initial_backoff_ms = 1
+max_backoff_ms = 2
+
+[models.dummy]
+routing = ["d"]
+[models.dummy.providers.d]
+type = "dummy"
+
+[models.broken]
+routing = ["a", "b"]
+[models.broken.providers.a]
+type = "dummy"
+fail_with_status = 500
+[models.broken.providers.b]
+type = "dummy"
+fail_with_status = 503
+"#;
+
+fn adapters(dir: &std::path::Path) -> Adapters {
+    Adapters::new(
+        Arc::new(SqliteStateStore::in_memory().unwrap()),
+        Arc::new(FileBlobStore::open(dir).unwrap()),
+        Arc::new(MemoryQueue::new()),
+    )
+}
+
+fn router_with(adapters: &Adapters, mode: AuthMode) -> Router {
+    let config = Config::from_toml(CONFIG).unwrap();
+    let state = app_state(
+        &config,
+        adapters,
+        AuthSettings {
+            mode,
+            cache_ttl: Duration::ZERO,
+        },
+    )
+    .unwrap();
+    inference_router(state)
+}
+
+async fn call(
+    router: &Router,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    key: Option<&str>,
+) -> (StatusCode, http::HeaderMap, Value) {
+    let mut request = Request::builder().method(method).uri(path);
+    if let Some(key) = key {
+        request = request.header("authorization", format!("Bearer {key}"));
+    }
+    let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
+    let response = router
+        .clone()
+        .oneshot(request.body(body).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, headers, value)
+}
+
+fn chat_body(model: &str) -> Value {
+    json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+#[tokio::test]
+async fn every_response_has_a_request_id_errors_included() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = router_with(&adapters(dir.path()), AuthMode::OpenWhenNoKeys);
+    for (method, path, body) in [
+        ("GET", "/health", None),
+        ("GET", "/v1/models", None),
+        (
+            "POST",
+            "/v1/chat/completions",
+            Some(json!({"model": "dummy"})),
+        ),
+        ("GET", "/v1/unknown", None),
+    ] {
+        let (_, headers, _) = call(&router, method, path, body, None).await;
+        let id = headers.get("x-request-id").unwrap().to_str().unwrap();
+        assert!(id.starts_with("req_"), "{path}: {id}");
+    }
+}
+
+#[tokio::test]
+async fn statuses_and_envelopes() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = router_with(&adapters(dir.path()), AuthMode::OpenWhenNoKeys);
+    let (status, _, body) = call(
+        &router,
+        "POST",
+        "/v1/chat/completions",
+        Some(chat_body("dummy")),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["object"], "chat.completion");
+
+    let (status, _, body) = call(
+        &router,
+        "POST",
+        "/v1/chat/completions",
+        Some(chat_body("nope")),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["code"], "model_not_found");
+
+    let (status, headers, body) = call(
+        &router,
+        "POST",
+        "/v1/chat/completions",
+        Some(chat_body("broken")),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("HTTP 500") && message.contains("HTTP 503"),
+        "{message}"
+    );
+    assert_eq!(headers["x-should-retry"], "false");
+
+    let (status, _, body) = call(
+        &router,
+        "POST",
+        "/v1/chat/completions",
+        Some(json!({"messages": []})),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"]["param"], "model");
+
+    let (status, _, _) = call(&router, "GET", "/v1/chat/completions", None, None).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+
+    let (status, _, body) = call(&router, "GET", "/v1/models/dummy", None, None).await;
+    assert_eq!(
+        (status, body["id"].as_str()),
+        (StatusCode::OK, Some("dummy"))
+    );
+}
+
+#[tokio::test]
+async fn streaming_is_sse_ending_in_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = router_with(&adapters(dir.path()), AuthMode::OpenWhenNoKeys);
+    let mut body = chat_body("dummy");
+    body["stream"] = json!(true);
+    let (status, headers, text) =
+        call(&router, "POST", "/v1/chat/completions", Some(body), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["content-type"], "text/event-stream");
+    let text = text.as_str().unwrap();
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+}
+
+#[tokio::test]
+async fn keys_are_required_once_created_and_always_in_required_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapters = adapters(dir.path());
+    let open = router_with(&adapters, AuthMode::OpenWhenNoKeys);
+    let required = router_with(&adapters, AuthMode::Required);
+    assert_eq!(
+        call(&open, "GET", "/v1/models", None, None).await.0,
+        StatusCode::OK
+    );
+    let (status, _, body) = call(&required, "GET", "/v1/models", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(body["error"]["code"], "missing_api_key");
+    // Health stays open for load balancers and probes.
+    assert_eq!(
+        call(&required, "GET", "/health", None, None).await.0,
+        StatusCode::OK
+    );
+
+    let created = adapters.api_keys().create("team-a", None).await.unwrap();
+    for router in [&open, &required] {
+        assert_eq!(
+            call(router, "GET", "/v1/models", None, None).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        let (status, _, body) = call(router, "GET", "/v1/models", None, Some("nmb_bad")).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some("invalid_api_key"))
+        );
+        assert_eq!(
+            call(router, "GET", "/v1/models", None, Some(&created.api_key))
+                .await
+                .0,
+            StatusCode::OK
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_credentials_object_is_a_400() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = router_with(&adapters(dir.path()), AuthMode::OpenWhenNoKeys);
+    let mut body = chat_body("dummy");
+    body["credentials"] = json!({"k": 5});
+    let (status, _, body) = call(&router, "POST", "/v1/chat/completions", Some(body), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"]["param"], "credentials.k");
+}
