@@ -3,8 +3,9 @@
 - `nimbus_server`: `nimbus serve` (open: loopback, no keys) on a free port with a fresh data dir.
 - `keyed_server`: a second server whose data dir already holds an API key (auth required).
 - `server_factory`: more servers with fresh data dirs, e.g. to create keys while one runs.
-- `moto`: `moto_server` with the Nimbus table/bucket/queue; `aws_api_key`: a key created with
-  `nimbus keys create --backend aws`; `inference_lambda`: `nimbus-inference` under the RIE.
+- `moto`: `moto_server` (or `NIMBUS_MOTO_SERVER`) with the Nimbus table/bucket/queue; `aws_api_key`: a key created with
+  `nimbus keys create --backend aws`; `inference_lambda`: `nimbus-inference` under the RIE, with
+  the environment template.yaml gives the function plus the moto resources.
 
 Binaries come from `NIMBUS_BIN_DIR` (default `$CARGO_TARGET_DIR/debug`, else `target/debug`).
 Every process a fixture starts is stopped by that fixture, even when a test fails.
@@ -73,15 +74,21 @@ def nimbus_server(tmp_path_factory: pytest.TempPathFactory, logs_dir: Path) -> I
 
 @pytest.fixture(scope="session")
 def server_factory(tmp_path_factory: pytest.TempPathFactory, logs_dir: Path) -> Iterator[Callable[..., kit.NimbusServer]]:
-    """`start(name, before_start=None)`: a new server with a fresh data dir. `before_start(cli)`
-    runs `nimbus keys …` against that data dir before the server starts."""
+    """`start(name, before_start=None, data_dir=None, **server_options)`: another server. It gets a
+    fresh data dir unless `data_dir` is given; `before_start(cli)` runs `nimbus keys …` against
+    that data dir before the server starts; `server_options` go to `NimbusServer` (e.g. `bind`)."""
     servers: list[kit.NimbusServer] = []
 
-    def start(name: str = "nimbus-extra", before_start: Callable[[kit.NimbusCli], None] | None = None) -> kit.NimbusServer:
-        data_dir = tmp_path_factory.mktemp(f"data-{name}")
+    def start(
+        name: str = "nimbus-extra",
+        before_start: Callable[[kit.NimbusCli], None] | None = None,
+        data_dir: Path | None = None,
+        **server_options: Any,
+    ) -> kit.NimbusServer:
+        data_dir = data_dir or tmp_path_factory.mktemp(f"data-{name}")
         if before_start is not None:
             _started(lambda: before_start(kit.NimbusCli(kit.clean_env({"NIMBUS_DATA_DIR": str(data_dir)}))))
-        server = _started(lambda: kit.NimbusServer(data_dir, logs_dir, name=name))
+        server = _started(lambda: kit.NimbusServer(data_dir, logs_dir, name=name, **server_options))
         servers.append(server)
         return server
 
@@ -104,16 +111,10 @@ def keyed_server(server_factory: Callable[..., kit.NimbusServer]) -> tuple[kit.N
     return server, created
 
 
-def make_client(base_url: str, api_key: str = "unused-local-key", **kwargs: Any) -> openai.OpenAI:
-    kwargs.setdefault("max_retries", 0)
-    kwargs.setdefault("timeout", 30.0)
-    return openai.OpenAI(base_url=base_url, api_key=api_key, **kwargs)
-
-
 @pytest.fixture(scope="session")
 def client(nimbus_server: kit.NimbusServer) -> Iterator[openai.OpenAI]:
     """The real OpenAI SDK pointed at the open server (no retries: failures show at once)."""
-    sdk = make_client(nimbus_server.api_base)
+    sdk = kit.make_client(nimbus_server.api_base)
     try:
         yield sdk
     finally:
@@ -148,8 +149,11 @@ def aws_api_key(aws_cli: kit.NimbusCli) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def inference_lambda(moto: kit.MotoServer, logs_dir: Path) -> Iterator[kit.LambdaUnderRie]:
+    # What template.yaml sets (literals and parameter defaults), then the moto resources.
+    template_env = _started(lambda: kit.template_environment("NimbusInferenceFunction"))
     env = kit.clean_env(
         {
+            **template_env,
             **moto.aws_env(),
             "NIMBUS_CONFIG_SOURCE": "bundled",
             "AWS_LAMBDA_FUNCTION_NAME": "NimbusInferenceFunction",

@@ -88,6 +88,12 @@ def rie_binary() -> Path:
 
 
 def moto_server_command(host: str, port: int) -> list[str]:
+    """`NIMBUS_MOTO_SERVER` if set, else the `moto_server` beside this Python, on PATH, or `-m moto.server`."""
+    explicit = os.environ.get("NIMBUS_MOTO_SERVER")
+    if explicit:
+        if not Path(explicit).is_file():
+            raise HarnessError(f"NIMBUS_MOTO_SERVER={explicit} does not exist (pip install -r infra/requirements-dev.txt)")
+        return [explicit, "-H", host, "-p", str(port)]
     script = Path(sys.executable).parent / "moto_server"
     if script.is_file():
         return [str(script), "-H", host, "-p", str(port)]
@@ -277,18 +283,22 @@ class NimbusCli:
 class NimbusServer:
     """`nimbus serve` on a free loopback port with its own data directory."""
 
-    def __init__(self, data_dir: Path, log_dir: Path, *, config: Path = DEFAULT_CONFIG, name: str = "nimbus-serve"):
+    def __init__(
+        self,
+        data_dir: Path,
+        log_dir: Path,
+        *,
+        config: Path | None = DEFAULT_CONFIG,
+        bind: str = "127.0.0.1",
+        name: str = "nimbus-serve",
+    ):
+        """`config=None` leaves NIMBUS_CONFIG unset (the server's default, relative to the repo root)."""
         self.data_dir = data_dir
-        self.config = config
+        self.config = config or DEFAULT_CONFIG
         self.port = free_port()
-        self.env = clean_env(
-            {
-                "PORT": str(self.port),
-                "NIMBUS_BIND": "127.0.0.1",
-                "NIMBUS_CONFIG": str(config),
-                "NIMBUS_DATA_DIR": str(data_dir),
-            }
-        )
+        self.env = clean_env({"PORT": str(self.port), "NIMBUS_BIND": bind, "NIMBUS_DATA_DIR": str(data_dir)})
+        if config is not None:
+            self.env["NIMBUS_CONFIG"] = str(config)
         self.cli = NimbusCli(clean_env({"NIMBUS_DATA_DIR": str(data_dir)}))
         data_dir.mkdir(parents=True, exist_ok=True)
         self.process = ManagedProcess(
@@ -422,6 +432,33 @@ class MotoServer:
 # --------------------------------------------------------------------------------------------
 
 
+TEMPLATE = REPO_ROOT / "template.yaml"
+
+
+def template_environment(function: str) -> dict[str, str]:
+    """The environment template.yaml gives `function` (Globals merged with its own), as far as it
+    can be known locally: literal values, and `!Ref`s to parameters resolved to their defaults.
+    References to resources (table, bucket, queue) are left out: the harness supplies those."""
+    from samcli.yamlhelper import yaml_parse  # noqa: PLC0415 - parses CloudFormation's short tags
+
+    template = yaml_parse(TEMPLATE.read_text())
+    parameters = template.get("Parameters") or {}
+    merged: dict[str, Any] = {}
+    global_env = (((template.get("Globals") or {}).get("Function") or {}).get("Environment") or {}).get("Variables")
+    own_env = ((template["Resources"][function].get("Properties") or {}).get("Environment") or {}).get("Variables")
+    merged.update(global_env or {})
+    merged.update(own_env or {})
+    env: dict[str, str] = {}
+    for name, value in merged.items():
+        if isinstance(value, (str, int, float, bool)):
+            env[name] = str(value).lower() if isinstance(value, bool) else str(value)
+        elif isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in parameters:
+            default = parameters[value["Ref"]].get("Default")
+            if default is not None:
+                env[name] = str(default)
+    return env
+
+
 class LambdaUnderRie:
     """The RIE on a free loopback port, running `bootstrap` as a custom runtime."""
 
@@ -473,6 +510,54 @@ class LambdaUnderRie:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+# Shared request pieces.
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city", "days"],
+        },
+    },
+}
+TIME_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
+    },
+}
+
+
+def user(text: str) -> list[dict[str, Any]]:
+    """A one-message conversation."""
+    return [{"role": "user", "content": text}]
+
+
+def make_client(base_url: str, api_key: str = "unused-local-key", **kwargs: Any):
+    """The real OpenAI SDK for `base_url`; no retries unless asked, so failures show at once."""
+    import openai  # noqa: PLC0415
+
+    kwargs.setdefault("max_retries", 0)
+    kwargs.setdefault("timeout", 30.0)
+    return openai.OpenAI(base_url=base_url, api_key=api_key, **kwargs)
+
+
+def error_envelope(response: requests.Response | Any) -> dict[str, Any]:
+    """The `error` object of an OpenAI error response, checked to carry all four keys."""
+    body = response.json()
+    assert isinstance(body, dict) and set(body) == {"error"}, f"not an error envelope: {body!r}"
+    error = body["error"]
+    assert set(error) >= {"message", "type", "param", "code"}, f"error lacks keys: {error!r}"
+    assert isinstance(error["message"], str) and error["message"], error
+    assert isinstance(error["type"], str) and error["type"], error
+    return error
 
 
 # --------------------------------------------------------------------------------------------

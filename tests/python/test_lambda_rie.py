@@ -1,0 +1,308 @@
+"""The `nimbus-inference` Lambda binary under the Runtime Interface Emulator, with its state in
+moto, driven by the event files in infra/events (the same ones `sam local invoke -e` takes).
+
+Each event's placeholder bearer (`nmb_REPLACE_WITH_YOUR_KEY`) is replaced by a key created with
+`nimbus keys create --backend aws --project demo` against the same moto table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import requests
+
+import nimbus_testkit as kit
+
+MODELS = {"dummy", "dummy-embedding", "dummy-error", "dummy-slow", "dummy-fallback", "gpt-4o-mini"}
+
+
+# --------------------------------------------------------------------------------------------
+# What each event file must produce
+# --------------------------------------------------------------------------------------------
+
+
+def check_health(body: str, headers: dict[str, str]) -> None:
+    assert json.loads(body) == {"status": "ok"}
+
+
+def check_models(body: str, headers: dict[str, str]) -> None:
+    payload = json.loads(body)
+    assert payload["object"] == "list"
+    assert MODELS <= {model["id"] for model in payload["data"]}
+    assert all(model["object"] == "model" for model in payload["data"])
+
+
+def check_one_model(body: str, headers: dict[str, str]) -> None:
+    payload = json.loads(body)
+    assert payload["id"] == "dummy"
+    assert payload["object"] == "model"
+
+
+def check_chat(body: str, headers: dict[str, str]) -> None:
+    payload = json.loads(body)
+    assert payload["object"] == "chat.completion"
+    assert payload["id"].startswith("chatcmpl-")
+    assert payload["model"] == "dummy"
+    choice = payload["choices"][0]
+    assert choice["message"]["role"] == "assistant"
+    assert isinstance(choice["message"]["content"], str) and choice["message"]["content"]
+    assert choice["finish_reason"] in {"stop", "length"}
+    usage = payload["usage"]
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def check_chat_stream(body: str, headers: dict[str, str]) -> None:
+    assert headers.get("content-type", "").startswith("text/event-stream"), headers
+    events, done = kit.parse_sse(body)
+    assert done, f"no [DONE] at the end: {body[-200:]!r}"
+    assert len(events) >= 3
+    assert len({event["id"] for event in events}) == 1
+    assert all(event["object"] == "chat.completion.chunk" for event in events)
+    assert events[0]["choices"][0]["delta"].get("role") == "assistant"
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["total_tokens"] > 0
+    assert events[-2]["choices"][0]["finish_reason"] in {"stop", "length"}
+    assert stream_text(events)
+
+
+def check_embeddings(body: str, headers: dict[str, str]) -> None:
+    payload = json.loads(body)
+    assert payload["object"] == "list"
+    assert payload["model"] == "dummy-embedding"
+    assert [item["index"] for item in payload["data"]] == list(range(len(payload["data"])))
+    assert len(payload["data"]) >= 1
+    for item in payload["data"]:
+        assert item["object"] == "embedding"
+        assert isinstance(item["embedding"], list) and len(item["embedding"]) == 16
+        assert all(isinstance(v, float) for v in item["embedding"])
+    assert payload["usage"]["prompt_tokens"] > 0
+
+
+def check_bad_request(body: str, headers: dict[str, str]) -> None:
+    error = json.loads(body)["error"]
+    assert set(error) >= {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == "messages", error
+
+
+Check = Callable[[str, dict[str, str]], None]
+
+EXPECTED: dict[str, tuple[int, Check]] = {
+    "inference-health.json": (200, check_health),
+    "inference-models.json": (200, check_models),
+    "inference-model.json": (200, check_one_model),
+    "inference-chat.json": (200, check_chat),
+    "inference-chat-stream.json": (200, check_chat_stream),
+    "inference-embeddings.json": (200, check_embeddings),
+    "inference-chat-rest-v1.json": (200, check_chat),
+    "inference-models-function-url.json": (200, check_models),
+    "inference-chat-bad-request.json": (400, check_bad_request),
+}
+UNAUTHENTICATED_ROUTES = {"inference-health.json"}
+EVENT_NAMES = [path.name for path in kit.event_files()]
+
+
+def stream_text(events: list[dict[str, Any]]) -> str:
+    return "".join(choice["delta"].get("content") or "" for event in events for choice in event["choices"])
+
+
+def is_rest_v1(event: dict[str, Any]) -> bool:
+    return "httpMethod" in event and event.get("version") != "2.0"
+
+
+def request_body(event: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(event["body"])
+
+
+def proxy_response(result: dict[str, Any], *, rest_v1: bool = False) -> tuple[int, dict[str, str], str]:
+    """Check the API Gateway proxy response shape; return status, headers, decoded body."""
+    assert isinstance(result, dict), result
+    assert isinstance(result.get("statusCode"), int), result
+    assert isinstance(result.get("body", ""), str), result
+    assert isinstance(result.get("isBase64Encoded", False), bool), result
+    for field in ("headers", "multiValueHeaders"):
+        if field in result and result[field] is not None:
+            assert isinstance(result[field], dict), result
+    headers = kit.response_headers(result)
+    assert headers.get("x-request-id"), f"no x-request-id in {result}"
+    if rest_v1:
+        assert "cookies" not in result, "REST API v1 responses have no `cookies` field"
+    return result["statusCode"], headers, kit.response_body_text(result)
+
+
+def invoke(function: kit.LambdaUnderRie, event: dict[str, Any]) -> tuple[int, dict[str, str], str]:
+    return proxy_response(function.invoke(event), rest_v1=is_rest_v1(event))
+
+
+@pytest.fixture(scope="module")
+def authed(aws_api_key: dict[str, Any]) -> Callable[[str], dict[str, Any]]:
+    """Load an event file with the placeholder replaced by a real key."""
+    return lambda name: kit.with_api_key(kit.load_event(name), aws_api_key["api_key"])
+
+
+# --------------------------------------------------------------------------------------------
+# The event files themselves (no processes needed)
+# --------------------------------------------------------------------------------------------
+
+
+def test_every_route_has_an_event_file_and_every_file_an_expectation() -> None:
+    assert set(EVENT_NAMES) == set(EXPECTED), (
+        f"missing event files: {sorted(set(EXPECTED) - set(EVENT_NAMES))}; "
+        f"event files without expectations here: {sorted(set(EVENT_NAMES) - set(EXPECTED))}"
+    )
+
+
+@pytest.mark.parametrize("name", EVENT_NAMES)
+def test_event_file_is_well_formed(name: str) -> None:
+    event = kit.load_event(name)
+    assert event.get("isBase64Encoded") is False
+    if is_rest_v1(event):
+        headers = event["headers"]
+        assert headers.get("Authorization") == f"Bearer {kit.PLACEHOLDER_KEY}"
+        assert event["multiValueHeaders"] == {k: [v] for k, v in headers.items()}
+        context = event["requestContext"]
+        assert context["httpMethod"] == event["httpMethod"]
+        assert context["resourcePath"] == event["resource"]
+        assert context["path"].endswith(event["path"])
+        method = event["httpMethod"]
+    else:
+        assert event["version"] == "2.0"
+        assert event["routeKey"] == "$default"
+        headers = event["headers"]
+        assert all(name == name.lower() for name in headers), "HTTP API v2 header names are lower case"
+        assert headers.get("authorization") == f"Bearer {kit.PLACEHOLDER_KEY}"
+        context = event["requestContext"]
+        assert context["http"]["path"] == event["rawPath"]
+        assert context["routeKey"] == "$default"
+        assert context["stage"] == "$default"
+        method = context["http"]["method"]
+    lowered = {k.lower(): v for k, v in headers.items()}
+    if method == "POST":
+        json.loads(event["body"])  # every body is JSON, even the bad-request one (it lacks a field)
+        assert lowered.get("content-type") == "application/json"
+        if "content-length" in lowered:
+            assert lowered["content-length"] == str(len(event["body"].encode()))
+    else:
+        assert not event.get("body")
+
+
+# --------------------------------------------------------------------------------------------
+# Invoking the function
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", EVENT_NAMES)
+def test_event_under_the_rie(inference_lambda: kit.LambdaUnderRie, authed, name: str) -> None:
+    expected_status, check = EXPECTED[name]
+    event = authed(name)
+    status, headers, body = invoke(inference_lambda, event)
+    assert status == expected_status, f"{name}: HTTP {status}: {body}"
+    check(body, headers)
+
+
+@pytest.mark.parametrize("name", [n for n in EVENT_NAMES if n not in UNAUTHENTICATED_ROUTES])
+def test_placeholder_key_is_rejected(inference_lambda: kit.LambdaUnderRie, name: str) -> None:
+    status, headers, body = invoke(inference_lambda, kit.load_event(name))
+    assert status == 401, f"{name}: HTTP {status}: {body}"
+    error = json.loads(body)["error"]
+    assert error["code"] == "invalid_api_key", error
+    assert set(error) >= {"message", "type", "param", "code"}
+
+
+def test_missing_authorization_is_rejected(inference_lambda: kit.LambdaUnderRie) -> None:
+    event = kit.without_authorization(kit.load_event("inference-chat.json"))
+    status, _, body = invoke(inference_lambda, event)
+    assert status == 401, body
+
+
+def test_health_needs_no_key(inference_lambda: kit.LambdaUnderRie) -> None:
+    status, _, body = invoke(inference_lambda, kit.without_authorization(kit.load_event("inference-health.json")))
+    assert status == 200, body
+
+
+def test_revoked_key_is_rejected(inference_lambda: kit.LambdaUnderRie, aws_cli: kit.NimbusCli) -> None:
+    created = aws_cli.create_key("demo", name="revoked-before-use")
+    aws_cli.revoke_key(created["key_id"])
+    status, _, body = invoke(inference_lambda, kit.with_api_key(kit.load_event("inference-models.json"), created["api_key"]))
+    assert status == 401, body
+
+
+def test_keys_are_in_dynamodb(aws_cli: kit.NimbusCli, aws_api_key: dict[str, Any]) -> None:
+    listed = {key["key_id"]: key for key in aws_cli.list_keys()}
+    assert aws_api_key["key_id"] in listed
+    assert listed[aws_api_key["key_id"]]["project"] == "demo"
+    assert all("api_key" not in key for key in listed.values())
+
+
+def test_chat_is_deterministic_across_invocations(inference_lambda: kit.LambdaUnderRie, authed) -> None:
+    event = authed("inference-chat.json")
+    first = json.loads(invoke(inference_lambda, event)[2])
+    second = json.loads(invoke(inference_lambda, event)[2])
+    assert first["choices"][0]["message"]["content"] == second["choices"][0]["message"]["content"]
+
+
+def test_lambda_and_local_server_give_the_same_answer(
+    inference_lambda: kit.LambdaUnderRie, authed, nimbus_server: kit.NimbusServer
+) -> None:
+    """The bundled config and the repo's config file drive the same deterministic dummy."""
+    event = authed("inference-chat.json")
+    from_lambda = json.loads(invoke(inference_lambda, event)[2])
+    local = requests.post(f"{nimbus_server.api_base}/chat/completions", json=request_body(event), timeout=30)
+    assert local.status_code == 200, local.text
+    assert local.json()["choices"][0]["message"]["content"] == from_lambda["choices"][0]["message"]["content"]
+    assert local.json()["usage"] == from_lambda["usage"]
+
+
+def test_rest_v1_and_http_api_events_agree(inference_lambda: kit.LambdaUnderRie, authed) -> None:
+    v2 = json.loads(invoke(inference_lambda, authed("inference-chat.json"))[2])
+    status, _, body = invoke(inference_lambda, authed("inference-chat-rest-v1.json"))
+    assert status == 200, body
+    assert json.loads(body)["choices"][0]["message"]["content"] == v2["choices"][0]["message"]["content"]
+
+
+def test_stream_event_matches_the_non_stream_answer(inference_lambda: kit.LambdaUnderRie, authed) -> None:
+    stream_event = authed("inference-chat-stream.json")
+    status, _, body = invoke(inference_lambda, stream_event)
+    assert status == 200, body
+    events, _ = kit.parse_sse(body)
+    plain_body = {k: v for k, v in request_body(stream_event).items() if k not in {"stream", "stream_options"}}
+    status, _, whole = invoke(inference_lambda, kit.with_body(stream_event, plain_body))
+    assert status == 200, whole
+    whole = json.loads(whole)
+    assert stream_text(events) == whole["choices"][0]["message"]["content"]
+    assert events[-1]["usage"] == whole["usage"]
+
+
+def test_function_url_and_http_api_list_the_same_models(inference_lambda: kit.LambdaUnderRie, authed) -> None:
+    via_api = json.loads(invoke(inference_lambda, authed("inference-models.json"))[2])
+    via_url = json.loads(invoke(inference_lambda, authed("inference-models-function-url.json"))[2])
+    assert [m["id"] for m in via_api["data"]] == [m["id"] for m in via_url["data"]]
+
+
+@pytest.mark.parametrize(
+    ("model", "status", "code"),
+    [
+        pytest.param("no-such-model", 404, "model_not_found", id="unknown-model"),
+        pytest.param("dummy-error", 502, None, id="provider-error"),
+    ],
+)
+def test_error_statuses_under_lambda(
+    inference_lambda: kit.LambdaUnderRie, authed, model: str, status: int, code: str | None
+) -> None:
+    event = authed("inference-chat.json")
+    event = kit.with_body(event, {**request_body(event), "model": model})
+    got, headers, body = invoke(inference_lambda, event)
+    assert got == status, body
+    error = json.loads(body)["error"]
+    assert set(error) >= {"message", "type", "param", "code"}
+    if code:
+        assert error["code"] == code
+
+
+def test_malformed_json_body_is_400(inference_lambda: kit.LambdaUnderRie, authed) -> None:
+    status, _, body = invoke(inference_lambda, kit.with_body(authed("inference-chat.json"), '{"model": "dummy", '))
+    assert status == 400, body
+    assert json.loads(body)["error"]["type"] == "invalid_request_error"
