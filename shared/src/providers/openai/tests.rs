@@ -37,6 +37,9 @@ async fn chat(
         );
         seen.bodies.push(body.clone());
     }
+    if body["messages"][0]["content"] == "sleep" {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
     if body["messages"][0]["content"] == "fail" {
         return (
             StatusCode::TOO_MANY_REQUESTS,
@@ -91,11 +94,15 @@ async fn start_mock() -> (String, Arc<Mutex<Seen>>) {
 }
 
 fn provider(api_base: String, location: CredentialLocation) -> OpenAiProvider {
+    provider_with_timeout(api_base, location, 5_000)
+}
+
+fn provider_with_timeout(api_base: String, location: CredentialLocation, timeout_ms: u64) -> OpenAiProvider {
     let config = OpenAiProviderConfig {
         model_name: "upstream-model".into(),
         api_base,
         api_key_location: location,
-        timeout_ms: 5_000,
+        timeout_ms,
         connect_timeout_ms: 1_000,
         extra_headers: [("x-team".to_owned(), "ml".to_owned())]
             .into_iter()
@@ -242,4 +249,28 @@ async fn connection_refused_is_a_retryable_connection_error() {
 fn mid_stream_errors_are_errors() {
     assert!(stream::parse_chunk(r#"{"error": {"message": "overloaded"}}"#).is_err());
     assert!(stream::parse_chunk(r#"{"id": "x", "choices": []}"#).is_ok());
+}
+
+#[tokio::test]
+async fn slow_upstreams_time_out_for_whole_and_streamed_calls() {
+    let (base, _) = start_mock().await;
+    let provider = provider_with_timeout(base, CredentialLocation::None, 200);
+    let none = HashMap::new();
+    let err = provider.chat(&chat_request("sleep"), CallContext { credentials: &none }).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Timeout { .. }), "{err:?}");
+    assert!(!err.is_retryable());
+    let err = match provider.chat_stream(&chat_request("sleep"), CallContext { credentials: &none }).await {
+        Err(err) => err,
+        Ok(_) => panic!("stream should time out before its first byte"),
+    };
+    assert!(matches!(err, ProviderError::Timeout { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn env_credentials_that_are_not_set_are_a_clear_error() {
+    let (base, _) = start_mock().await;
+    let provider = provider(base, CredentialLocation::Env("NIMBUS_TEST_SURELY_UNSET_VAR".into()));
+    let none = HashMap::new();
+    let err = provider.chat(&chat_request("hi"), CallContext { credentials: &none }).await.unwrap_err();
+    assert!(err.to_string().contains("NIMBUS_TEST_SURELY_UNSET_VAR"), "{err}");
 }
