@@ -19,8 +19,14 @@ pub async fn blob_round_trip(blobs: &dyn BlobStore) {
     blobs.put(key, body.clone()).await.unwrap();
     assert_eq!(blobs.get(key).await.unwrap(), body);
     assert_eq!(blobs.size(key).await.unwrap(), Some(body.len() as u64));
-    assert_eq!(blobs.get_range(key, 10, 20).await.unwrap(), body.slice(10..20));
-    assert_eq!(blobs.get_range(key, 299_990, 400_000).await.unwrap(), body.slice(299_990..));
+    assert_eq!(
+        blobs.get_range(key, 10, 20).await.unwrap(),
+        body.slice(10..20)
+    );
+    assert_eq!(
+        blobs.get_range(key, 299_990, 400_000).await.unwrap(),
+        body.slice(299_990..)
+    );
     let streamed: Vec<Bytes> = blobs
         .get_stream(key)
         .await
@@ -37,10 +43,16 @@ pub async fn blob_round_trip(blobs: &dyn BlobStore) {
     blobs.delete(key).await.unwrap();
     assert_eq!(blobs.get(key).await, Err(StorageError::NotFound));
     assert_eq!(blobs.size(key).await.unwrap(), None);
-    assert!(matches!(blobs.get_stream(key).await, Err(StorageError::NotFound)));
+    assert!(matches!(
+        blobs.get_stream(key).await,
+        Err(StorageError::NotFound)
+    ));
     // Deleting again is fine; bad keys are refused.
     blobs.delete(key).await.unwrap();
-    assert!(matches!(blobs.put("../escape", Bytes::new()).await, Err(StorageError::Invalid(_))));
+    assert!(matches!(
+        blobs.put("../escape", Bytes::new()).await,
+        Err(StorageError::Invalid(_))
+    ));
 }
 
 fn record(kind: &str, id: &str, owner: &str, created_at_ms: i64) -> Record {
@@ -60,7 +72,10 @@ pub async fn state_conditional_writes(state: &dyn StateStore) {
     let first = record("file", "file-a", "p1", 1_000);
     state.create(&first).await.unwrap();
     assert_eq!(state.create(&first).await, Err(StorageError::Conflict));
-    assert_eq!(state.get("file", "file-a").await.unwrap(), Some(first.clone()));
+    assert_eq!(
+        state.get("file", "file-a").await.unwrap(),
+        Some(first.clone())
+    );
     assert_eq!(state.get("file", "missing").await.unwrap(), None);
     // Same id under another kind is another record.
     assert_eq!(state.get("batch", "file-a").await.unwrap(), None);
@@ -74,11 +89,20 @@ pub async fn state_conditional_writes(state: &dyn StateStore) {
     stale.version = 2;
     stale.body = json!({"status": "stale"});
     assert_eq!(state.update(&stale, 1).await, Err(StorageError::Conflict));
-    assert_eq!(state.get("file", "file-a").await.unwrap().unwrap().body, json!({"status": "processed"}));
+    assert_eq!(
+        state.get("file", "file-a").await.unwrap().unwrap().body,
+        json!({"status": "processed"})
+    );
     // Updating a record that does not exist conflicts too.
-    assert_eq!(state.update(&record("file", "nope", "p1", 1), 1).await, Err(StorageError::Conflict));
+    assert_eq!(
+        state.update(&record("file", "nope", "p1", 1), 1).await,
+        Err(StorageError::Conflict)
+    );
 
-    assert_eq!(state.delete("file", "file-a", Some(1)).await, Err(StorageError::Conflict));
+    assert_eq!(
+        state.delete("file", "file-a", Some(1)).await,
+        Err(StorageError::Conflict)
+    );
     assert!(state.delete("file", "file-a", Some(2)).await.unwrap());
     assert!(!state.delete("file", "file-a", None).await.unwrap());
 }
@@ -109,12 +133,29 @@ pub async fn state_races_have_one_winner(state: Arc<dyn StateStore>) {
 /// Listing by owner in creation order, both directions, paged by cursor with an exact `has_more`.
 pub async fn state_lists_by_owner_with_cursor(state: &dyn StateStore) {
     for i in 0..7i64 {
-        state.create(&record("file", &format!("file-{i:02}"), "owner-a", 10_000 + i)).await.unwrap();
+        state
+            .create(&record(
+                "file",
+                &format!("file-{i:02}"),
+                "owner-a",
+                10_000 + i,
+            ))
+            .await
+            .unwrap();
     }
     // Same millisecond: the id breaks the tie.
-    state.create(&record("file", "file-07", "owner-a", 10_006)).await.unwrap();
-    state.create(&record("file", "file-x", "owner-b", 10_003)).await.unwrap();
-    state.create(&record("batch", "batch-x", "owner-a", 10_003)).await.unwrap();
+    state
+        .create(&record("file", "file-07", "owner-a", 10_006))
+        .await
+        .unwrap();
+    state
+        .create(&record("file", "file-x", "owner-b", 10_003))
+        .await
+        .unwrap();
+    state
+        .create(&record("batch", "batch-x", "owner-a", 10_003))
+        .await
+        .unwrap();
 
     for order in [ListOrder::Asc, ListOrder::Desc] {
         let mut seen = Vec::new();
@@ -150,13 +191,25 @@ pub async fn state_lists_by_owner_with_cursor(state: &dyn StateStore) {
 
     // An exact page: has_more must be false, not "maybe".
     let exact = state
-        .list_by_owner(&ListQuery { kind: "file".into(), owner: "owner-a".into(), after: None, limit: 8, order: ListOrder::Asc })
+        .list_by_owner(&ListQuery {
+            kind: "file".into(),
+            owner: "owner-a".into(),
+            after: None,
+            limit: 8,
+            order: ListOrder::Asc,
+        })
         .await
         .unwrap();
     assert_eq!(exact.records.len(), 8);
     assert!(!exact.has_more);
     let empty = state
-        .list_by_owner(&ListQuery { kind: "file".into(), owner: "nobody".into(), after: None, limit: 5, order: ListOrder::Desc })
+        .list_by_owner(&ListQuery {
+            kind: "file".into(),
+            owner: "nobody".into(),
+            after: None,
+            limit: 5,
+            order: ListOrder::Desc,
+        })
         .await
         .unwrap();
     assert!(empty.records.is_empty() && !empty.has_more);
@@ -166,12 +219,20 @@ pub async fn state_lists_by_owner_with_cursor(state: &dyn StateStore) {
 pub async fn queue_send_receive(queue: &dyn JobQueue) {
     let mut sent = HashSet::new();
     for i in 0..3 {
-        queue.send(&format!("{{\"chunk\":{i}}}"), Duration::ZERO).await.unwrap();
+        queue
+            .send(&format!("{{\"chunk\":{i}}}"), Duration::ZERO)
+            .await
+            .unwrap();
         sent.insert(format!("{{\"chunk\":{i}}}"));
     }
     let mut received = Vec::new();
     for _ in 0..10 {
-        received.extend(queue.receive(10, Duration::from_secs(1), Duration::from_secs(30)).await.unwrap());
+        received.extend(
+            queue
+                .receive(10, Duration::from_secs(1), Duration::from_secs(30))
+                .await
+                .unwrap(),
+        );
         if received.len() >= 3 {
             break;
         }
@@ -180,11 +241,21 @@ pub async fn queue_send_receive(queue: &dyn JobQueue) {
     assert_eq!(bodies, sent);
     assert!(received.iter().all(|m| m.receive_count == 1));
     // In flight: hidden.
-    assert!(queue.receive(10, Duration::ZERO, Duration::from_secs(30)).await.unwrap().is_empty());
+    assert!(queue
+        .receive(10, Duration::ZERO, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .is_empty());
 
     // Give one back: it is delivered again with a higher receive count.
-    queue.change_visibility(&received[0].receipt, Duration::ZERO).await.unwrap();
-    let again = queue.receive(10, Duration::from_secs(2), Duration::from_secs(30)).await.unwrap();
+    queue
+        .change_visibility(&received[0].receipt, Duration::ZERO)
+        .await
+        .unwrap();
+    let again = queue
+        .receive(10, Duration::from_secs(2), Duration::from_secs(30))
+        .await
+        .unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].body, received[0].body);
     assert_eq!(again[0].receive_count, 2);
@@ -193,5 +264,98 @@ pub async fn queue_send_receive(queue: &dyn JobQueue) {
     for message in &received[1..] {
         queue.delete(&message.receipt).await.unwrap();
     }
-    assert!(queue.receive(10, Duration::from_secs(1), Duration::ZERO).await.unwrap().is_empty());
+    assert!(queue
+        .receive(10, Duration::from_secs(1), Duration::ZERO)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// Streamed writes (large enough for S3 multipart), failed streams leave nothing, prefix deletes.
+pub async fn blob_streams_and_prefixes(blobs: &dyn BlobStore) {
+    let piece = Bytes::from(vec![7u8; 1024 * 1024]);
+    let pieces = 20;
+    let stream = futures::stream::iter((0..pieces).map({
+        let piece = piece.clone();
+        move |_| Ok(piece.clone())
+    }))
+    .boxed();
+    let key = "projects/p1/files/big";
+    assert_eq!(
+        blobs.put_stream(key, stream).await.unwrap(),
+        (pieces * piece.len()) as u64
+    );
+    assert_eq!(
+        blobs.size(key).await.unwrap(),
+        Some((pieces * piece.len()) as u64)
+    );
+    assert_eq!(
+        blobs
+            .get_range(key, 9 * 1024 * 1024 - 1, 9 * 1024 * 1024 + 1)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // A stream that fails part-way leaves no object behind, even past one multipart part.
+    let failing = futures::stream::iter((0..12).map({
+        let piece = piece.clone();
+        move |i| {
+            if i == 11 {
+                Err(StorageError::Invalid("client went away".into()))
+            } else {
+                Ok(piece.clone())
+            }
+        }
+    }))
+    .boxed();
+    assert!(blobs
+        .put_stream("projects/p1/files/broken", failing)
+        .await
+        .is_err());
+    assert_eq!(blobs.size("projects/p1/files/broken").await.unwrap(), None);
+
+    // Small streams work too.
+    let small = futures::stream::iter(vec![
+        Ok(Bytes::from_static(b"ab")),
+        Ok(Bytes::from_static(b"c")),
+    ])
+    .boxed();
+    assert_eq!(
+        blobs
+            .put_stream("projects/p1/uploads/u1/parts/a", small)
+            .await
+            .unwrap(),
+        3
+    );
+    blobs
+        .put("projects/p1/uploads/u1/parts/b", Bytes::from_static(b"x"))
+        .await
+        .unwrap();
+    blobs
+        .put("projects/p1/uploads/u10/parts/c", Bytes::from_static(b"y"))
+        .await
+        .unwrap();
+    assert_eq!(
+        blobs.delete_prefix("projects/p1/uploads/u1").await.unwrap(),
+        2
+    );
+    assert_eq!(
+        blobs.size("projects/p1/uploads/u1/parts/a").await.unwrap(),
+        None
+    );
+    // A sibling whose name merely starts the same survives.
+    assert_eq!(
+        blobs.size("projects/p1/uploads/u10/parts/c").await.unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        blobs
+            .delete_prefix("projects/p1/uploads/none")
+            .await
+            .unwrap(),
+        0
+    );
+    blobs.delete(key).await.unwrap();
 }

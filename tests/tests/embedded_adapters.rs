@@ -2,13 +2,22 @@
 
 use nimbus_integration_tests::contract;
 use nimbus_shared::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
-use nimbus_shared::ports::{Record, StateStore};
+use nimbus_shared::ports::{BlobStore, Record, StateStore};
 use std::sync::Arc;
 
 #[tokio::test]
 async fn file_blobs_honour_the_contract() {
     let dir = tempfile::tempdir().unwrap();
-    contract::blob_round_trip(&FileBlobStore::open(dir.path()).unwrap()).await;
+    let blobs = FileBlobStore::open(dir.path()).unwrap();
+    contract::blob_round_trip(&blobs).await;
+    contract::blob_streams_and_prefixes(&blobs).await;
+    assert_eq!(
+        blobs
+            .presign_get("a/b", std::time::Duration::from_secs(60), "b")
+            .await
+            .unwrap(),
+        None
+    );
 }
 
 #[tokio::test]
@@ -38,7 +47,10 @@ async fn sqlite_state_survives_reopening_and_is_shared_between_handles() {
         first.create(&record).await.unwrap();
         // A second handle (another process in real life, e.g. `nimbus keys`) sees it at once.
         let second = SqliteStateStore::open(&path).unwrap();
-        assert_eq!(second.get("file", "file-1").await.unwrap(), Some(record.clone()));
+        assert_eq!(
+            second.get("file", "file-1").await.unwrap(),
+            Some(record.clone())
+        );
     }
     let reopened = SqliteStateStore::open(&path).unwrap();
     assert_eq!(reopened.get("file", "file-1").await.unwrap(), Some(record));

@@ -4,6 +4,7 @@ use super::StorageError;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
+use std::time::Duration;
 
 /// A stream of byte chunks read from a blob.
 pub type ByteStream = BoxStream<'static, Result<Bytes, StorageError>>;
@@ -13,6 +14,10 @@ pub type ByteStream = BoxStream<'static, Result<Bytes, StorageError>>;
 pub trait BlobStore: Send + Sync {
     /// Store `body` under `key`, replacing any object there.
     async fn put(&self, key: &str, body: Bytes) -> Result<(), StorageError>;
+
+    /// Store a stream under `key` without holding it whole in memory; returns the bytes written.
+    /// If the stream yields an error, nothing becomes visible under `key`.
+    async fn put_stream(&self, key: &str, body: ByteStream) -> Result<u64, StorageError>;
 
     /// The whole object. Prefer [`BlobStore::get_stream`] for objects of unbounded size.
     async fn get(&self, key: &str) -> Result<Bytes, StorageError>;
@@ -28,6 +33,20 @@ pub trait BlobStore: Send + Sync {
 
     /// Remove the object. Deleting a missing object succeeds.
     async fn delete(&self, key: &str) -> Result<(), StorageError>;
+
+    /// Remove every object whose key starts with `prefix/`; returns how many.
+    async fn delete_prefix(&self, prefix: &str) -> Result<u64, StorageError>;
+
+    /// A URL that downloads the object for `ttl`, for stores that have one (S3); `None` otherwise.
+    async fn presign_get(
+        &self,
+        key: &str,
+        ttl: Duration,
+        filename: &str,
+    ) -> Result<Option<String>, StorageError>;
+
+    /// A URL that uploads the object with an HTTP PUT for `ttl` (S3); `None` where the store has none.
+    async fn presign_put(&self, key: &str, ttl: Duration) -> Result<Option<String>, StorageError>;
 }
 
 /// Reject keys that could escape a prefix or that S3 and file systems treat differently.

@@ -7,6 +7,10 @@ use async_trait::async_trait;
 use aws_sdk_s3::primitives::ByteStream as S3ByteStream;
 use bytes::Bytes;
 use futures::StreamExt;
+use std::time::Duration;
+
+/// Parts of a streamed upload: S3 needs at least 5 MiB for every part but the last.
+const MULTIPART_PART_BYTES: usize = 8 * 1024 * 1024;
 
 /// Blob store in the S3 bucket `bucket`.
 #[derive(Debug, Clone)]
@@ -58,6 +62,53 @@ impl BlobStore for S3BlobStore {
             .await
             .map_err(|e| backend(&e))?;
         Ok(())
+    }
+
+    async fn put_stream(&self, key: &str, mut body: ByteStream) -> Result<u64, StorageError> {
+        validate_key(key)?;
+        let mut buffer = bytes::BytesMut::with_capacity(MULTIPART_PART_BYTES);
+        let mut total: u64 = 0;
+        // Small objects: one PUT.
+        while buffer.len() < MULTIPART_PART_BYTES {
+            match body.next().await {
+                Some(chunk) => {
+                    let chunk = chunk?;
+                    total += chunk.len() as u64;
+                    buffer.extend_from_slice(&chunk);
+                }
+                None => {
+                    self.put(key, buffer.freeze()).await?;
+                    return Ok(total);
+                }
+            }
+        }
+        let upload = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| backend(&e))?;
+        let upload_id = upload
+            .upload_id()
+            .ok_or_else(|| StorageError::Backend("S3 returned no multipart upload id".into()))?
+            .to_owned();
+        let result = self
+            .stream_parts(key, &upload_id, buffer, &mut body, &mut total)
+            .await;
+        if let Err(err) = result {
+            let _ = self
+                .client
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(&upload_id)
+                .send()
+                .await;
+            return Err(err);
+        }
+        Ok(total)
     }
 
     async fn get(&self, key: &str) -> Result<Bytes, StorageError> {
@@ -170,6 +221,172 @@ impl BlobStore for S3BlobStore {
             .delete_object()
             .bucket(&self.bucket)
             .key(key)
+            .send()
+            .await
+            .map_err(|e| backend(&e))?;
+        Ok(())
+    }
+
+    async fn delete_prefix(&self, prefix: &str) -> Result<u64, StorageError> {
+        validate_key(prefix)?;
+        let mut deleted = 0;
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(format!("{prefix}/"))
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| backend(&e))?;
+            let keys: Vec<String> = page
+                .contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_owned))
+                .collect();
+            if !keys.is_empty() {
+                let objects = keys
+                    .iter()
+                    .map(|k| {
+                        aws_sdk_s3::types::ObjectIdentifier::builder()
+                            .key(k)
+                            .build()
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| StorageError::Backend(e.to_string()))?;
+                let delete = aws_sdk_s3::types::Delete::builder()
+                    .set_objects(Some(objects))
+                    .quiet(true)
+                    .build()
+                    .map_err(|e| StorageError::Backend(e.to_string()))?;
+                self.client
+                    .delete_objects()
+                    .bucket(&self.bucket)
+                    .delete(delete)
+                    .send()
+                    .await
+                    .map_err(|e| backend(&e))?;
+                deleted += keys.len() as u64;
+            }
+            match page.next_continuation_token() {
+                Some(next) if page.is_truncated() == Some(true) => token = Some(next.to_owned()),
+                _ => return Ok(deleted),
+            }
+        }
+    }
+
+    async fn presign_get(
+        &self,
+        key: &str,
+        ttl: Duration,
+        filename: &str,
+    ) -> Result<Option<String>, StorageError> {
+        validate_key(key)?;
+        let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(ttl)
+            .map_err(|e| StorageError::Invalid(e.to_string()))?;
+        let safe_name: String = filename
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || ".-_".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let request = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .response_content_disposition(format!("attachment; filename=\"{safe_name}\""))
+            .presigned(config)
+            .await
+            .map_err(|e| backend(&e))?;
+        Ok(Some(request.uri().to_owned()))
+    }
+
+    async fn presign_put(&self, key: &str, ttl: Duration) -> Result<Option<String>, StorageError> {
+        validate_key(key)?;
+        let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(ttl)
+            .map_err(|e| StorageError::Invalid(e.to_string()))?;
+        let request = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .presigned(config)
+            .await
+            .map_err(|e| backend(&e))?;
+        Ok(Some(request.uri().to_owned()))
+    }
+}
+
+impl S3BlobStore {
+    async fn upload_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        number: i32,
+        body: Bytes,
+    ) -> Result<aws_sdk_s3::types::CompletedPart, StorageError> {
+        let output = self
+            .client
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .part_number(number)
+            .body(S3ByteStream::from(body))
+            .send()
+            .await
+            .map_err(|e| backend(&e))?;
+        Ok(aws_sdk_s3::types::CompletedPart::builder()
+            .part_number(number)
+            .set_e_tag(output.e_tag().map(str::to_owned))
+            .build())
+    }
+
+    async fn stream_parts(
+        &self,
+        key: &str,
+        upload_id: &str,
+        mut buffer: bytes::BytesMut,
+        body: &mut ByteStream,
+        total: &mut u64,
+    ) -> Result<(), StorageError> {
+        let mut parts = Vec::new();
+        let mut number = 1;
+        loop {
+            let next = body.next().await;
+            let finished = next.is_none();
+            if let Some(chunk) = next {
+                let chunk = chunk?;
+                *total += chunk.len() as u64;
+                buffer.extend_from_slice(&chunk);
+            }
+            while buffer.len() >= MULTIPART_PART_BYTES || (finished && !buffer.is_empty()) {
+                let take = buffer.len().min(MULTIPART_PART_BYTES);
+                let part = buffer.split_to(take).freeze();
+                parts.push(self.upload_part(key, upload_id, number, part).await?);
+                number += 1;
+            }
+            if finished {
+                break;
+            }
+        }
+        self.client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
             .send()
             .await
             .map_err(|e| backend(&e))?;

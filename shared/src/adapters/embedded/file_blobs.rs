@@ -8,6 +8,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -59,6 +60,35 @@ impl BlobStore for FileBlobStore {
         file.sync_all().await.map_err(io_error)?;
         drop(file);
         tokio::fs::rename(&tmp, &path).await.map_err(io_error)
+    }
+
+    async fn put_stream(&self, key: &str, mut body: ByteStream) -> Result<u64, StorageError> {
+        let path = self.path_of(key)?;
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
+        }
+        let tmp = self
+            .root
+            .join(".tmp")
+            .join(uuid::Uuid::now_v7().simple().to_string());
+        let mut file = tokio::fs::File::create(&tmp).await.map_err(io_error)?;
+        let mut written: u64 = 0;
+        let result: Result<(), StorageError> = async {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk?;
+                file.write_all(&chunk).await.map_err(io_error)?;
+                written += chunk.len() as u64;
+            }
+            file.sync_all().await.map_err(io_error)
+        }
+        .await;
+        drop(file);
+        if let Err(err) = result {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(err);
+        }
+        tokio::fs::rename(&tmp, &path).await.map_err(io_error)?;
+        Ok(written)
     }
 
     async fn get(&self, key: &str) -> Result<Bytes, StorageError> {
@@ -130,4 +160,51 @@ impl BlobStore for FileBlobStore {
             Err(err) => Err(io_error(err)),
         }
     }
+
+    async fn delete_prefix(&self, prefix: &str) -> Result<u64, StorageError> {
+        let path = self.path_of(prefix)?;
+        let count = count_files(&path).await?;
+        match tokio::fs::remove_dir_all(&path).await {
+            Ok(()) => Ok(count),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(err) => Err(io_error(err)),
+        }
+    }
+
+    async fn presign_get(
+        &self,
+        key: &str,
+        _ttl: Duration,
+        _filename: &str,
+    ) -> Result<Option<String>, StorageError> {
+        validate_key(key)?;
+        Ok(None)
+    }
+
+    async fn presign_put(&self, key: &str, _ttl: Duration) -> Result<Option<String>, StorageError> {
+        validate_key(key)?;
+        Ok(None)
+    }
+}
+
+/// Regular files below `dir` (0 when it does not exist).
+async fn count_files(dir: &Path) -> Result<u64, StorageError> {
+    let mut count = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        let mut entries = match tokio::fs::read_dir(&current).await {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(io_error(err)),
+        };
+        while let Some(entry) = entries.next_entry().await.map_err(io_error)? {
+            let kind = entry.file_type().await.map_err(io_error)?;
+            if kind.is_dir() {
+                pending.push(entry.path());
+            } else {
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
 }

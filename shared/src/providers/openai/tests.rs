@@ -97,7 +97,11 @@ fn provider(api_base: String, location: CredentialLocation) -> OpenAiProvider {
     provider_with_timeout(api_base, location, 5_000)
 }
 
-fn provider_with_timeout(api_base: String, location: CredentialLocation, timeout_ms: u64) -> OpenAiProvider {
+fn provider_with_timeout(
+    api_base: String,
+    location: CredentialLocation,
+    timeout_ms: u64,
+) -> OpenAiProvider {
     let config = OpenAiProviderConfig {
         model_name: "upstream-model".into(),
         api_base,
@@ -256,10 +260,16 @@ async fn slow_upstreams_time_out_for_whole_and_streamed_calls() {
     let (base, _) = start_mock().await;
     let provider = provider_with_timeout(base, CredentialLocation::None, 200);
     let none = HashMap::new();
-    let err = provider.chat(&chat_request("sleep"), CallContext { credentials: &none }).await.unwrap_err();
+    let err = provider
+        .chat(&chat_request("sleep"), CallContext { credentials: &none })
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::Timeout { .. }), "{err:?}");
     assert!(!err.is_retryable());
-    let err = match provider.chat_stream(&chat_request("sleep"), CallContext { credentials: &none }).await {
+    let err = match provider
+        .chat_stream(&chat_request("sleep"), CallContext { credentials: &none })
+        .await
+    {
         Err(err) => err,
         Ok(_) => panic!("stream should time out before its first byte"),
     };
@@ -269,8 +279,17 @@ async fn slow_upstreams_time_out_for_whole_and_streamed_calls() {
 #[tokio::test]
 async fn env_credentials_that_are_not_set_are_a_clear_error() {
     let (base, _) = start_mock().await;
-    let provider = provider(base, CredentialLocation::Env("NIMBUS_TEST_SURELY_UNSET_VAR".into()));
+    let provider = provider(
+        base,
+        CredentialLocation::Env("NIMBUS_TEST_SURELY_UNSET_VAR".into()),
+    );
     let none = HashMap::new();
-    let err = provider.chat(&chat_request("hi"), CallContext { credentials: &none }).await.unwrap_err();
-    assert!(err.to_string().contains("NIMBUS_TEST_SURELY_UNSET_VAR"), "{err}");
+    let err = provider
+        .chat(&chat_request("hi"), CallContext { credentials: &none })
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("NIMBUS_TEST_SURELY_UNSET_VAR"),
+        "{err}"
+    );
 }
