@@ -5,6 +5,7 @@ pub mod adapters;
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod files;
 pub mod http;
 pub mod inference;
 pub mod openai;

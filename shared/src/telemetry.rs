@@ -27,11 +27,7 @@ pub fn init(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let _ = match format {
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .try_init(),
+        LogFormat::Json => builder.json().with_current_span(true).with_span_list(false).try_init(),
         LogFormat::Text => builder.compact().try_init(),
     };
 }

@@ -7,7 +7,9 @@ use nimbus_shared::telemetry::{init, LogFormat};
 async fn main() -> Result<(), lambda_http::Error> {
     init(LogFormat::from_env());
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_none() {
-        eprintln!("nimbus-inference runs inside AWS Lambda (or the runtime interface emulator); for local use run `make run`");
+        eprintln!(
+            "nimbus-inference runs inside AWS Lambda (or the runtime interface emulator); for local use run `make run`"
+        );
         std::process::exit(2);
     }
     let router = nimbus_shared::app::lambda::inference_router()

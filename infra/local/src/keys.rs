@@ -51,25 +51,16 @@ pub enum KeysCommand {
 async fn service(store: &StoreArgs) -> anyhow::Result<ApiKeyService> {
     let state: Arc<dyn StateStore> = match store.backend {
         Backend::Embedded => Arc::new(
-            embedded::state_store(&store.data_dir)
-                .with_context(|| format!("opening {}", store.data_dir.display()))?,
+            embedded::state_store(&store.data_dir).with_context(|| format!("opening {}", store.data_dir.display()))?,
         ),
         Backend::Aws => Arc::new(aws::state_store().await.map_err(anyhow::Error::msg)?),
     };
-    Ok(ApiKeyService::new(
-        state,
-        Arc::new(SystemClock),
-        Arc::new(UuidV7Ids),
-    ))
+    Ok(ApiKeyService::new(state, Arc::new(SystemClock), Arc::new(UuidV7Ids)))
 }
 
 pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
     match command {
-        KeysCommand::Create {
-            project,
-            name,
-            store,
-        } => {
+        KeysCommand::Create { project, name, store } => {
             let created = service(&store).await?.create(&project, name).await?;
             println!("{}", serde_json_line(&created)?);
         }

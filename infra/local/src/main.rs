@@ -26,11 +26,7 @@ enum Command {
     Keys(keys::KeysCommand),
     /// Check a configuration file and print its models.
     CheckConfig {
-        #[arg(
-            long,
-            env = "NIMBUS_CONFIG",
-            default_value = "infra/config/nimbus.toml"
-        )]
+        #[arg(long, env = "NIMBUS_CONFIG", default_value = "infra/config/nimbus.toml")]
         config: PathBuf,
     },
 }

@@ -4,6 +4,7 @@ use anyhow::Context;
 use nimbus_shared::app::{app_state, embedded, AuthSettings};
 use nimbus_shared::auth::AuthMode;
 use nimbus_shared::config::Config;
+use nimbus_shared::http::HttpSettings;
 use nimbus_shared::telemetry::{init, LogFormat};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -16,11 +17,7 @@ pub struct ServeArgs {
     /// Address to bind. The server runs without keys only on loopback.
     #[arg(long, env = "NIMBUS_BIND", default_value = "127.0.0.1")]
     bind: IpAddr,
-    #[arg(
-        long,
-        env = "NIMBUS_CONFIG",
-        default_value = "infra/config/nimbus.toml"
-    )]
+    #[arg(long, env = "NIMBUS_CONFIG", default_value = "infra/config/nimbus.toml")]
     config: PathBuf,
     /// Where state (SQLite) and blobs live; survives restarts.
     #[arg(long, env = "NIMBUS_DATA_DIR", default_value = ".data")]
@@ -32,10 +29,9 @@ const LOCAL_AUTH_CACHE_TTL: Duration = Duration::from_secs(1);
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     init(LogFormat::from_env());
-    let config = Config::from_path(&args.config)
-        .with_context(|| format!("loading {}", args.config.display()))?;
-    let adapters = embedded::adapters(&args.data_dir)
-        .with_context(|| format!("opening {}", args.data_dir.display()))?;
+    let config = Config::from_path(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
+    let adapters =
+        embedded::adapters(&args.data_dir).with_context(|| format!("opening {}", args.data_dir.display()))?;
     let mode = if args.bind.is_loopback() {
         AuthMode::OpenWhenNoKeys
     } else {
@@ -48,10 +44,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             mode,
             cache_ttl: LOCAL_AUTH_CACHE_TTL,
         },
+        HttpSettings {
+            inline_content_limit: u64::MAX,
+        },
     )
     .map_err(anyhow::Error::msg)?;
     let keys_exist = adapters.api_keys().any_active().await?;
-    let router = nimbus_shared::http::inference_router(state);
+    let sweeper = tokio::spawn(run_schedule(adapters.clone(), SCHEDULE_INTERVAL));
+    let router = nimbus_shared::http::local_router(state);
 
     let address = SocketAddr::new(args.bind, args.port);
     let listener = tokio::net::TcpListener::bind(address)
@@ -82,7 +82,28 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("serving")?;
+    sweeper.abort();
     Ok(())
+}
+
+/// How often the local stand-in for the poller's schedule runs.
+const SCHEDULE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The timer standing in for the scheduled poller: runs the janitor's due tasks (expired files
+/// and uploads, abandoned direct uploads, orphaned bytes).
+async fn run_schedule(adapters: nimbus_shared::app::Adapters, every: Duration) {
+    let files = adapters.files();
+    let mut ticker = tokio::time::interval(every);
+    loop {
+        ticker.tick().await;
+        match files.sweep(10_000).await {
+            Ok(report) if report.tasks_run + report.tasks_failed > 0 => {
+                tracing::info!(run = report.tasks_run, failed = report.tasks_failed, "scheduled sweep")
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!(error = %err, "scheduled sweep failed"),
+        }
+    }
 }
 
 async fn shutdown_signal() {

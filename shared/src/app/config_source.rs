@@ -26,9 +26,7 @@ impl ConfigSource {
                     bucket: bucket.to_owned(),
                     key: key.to_owned(),
                 }),
-                _ => Err(format!(
-                    "invalid config source `{text}`: expected s3://bucket/key"
-                )),
+                _ => Err(format!("invalid config source `{text}`: expected s3://bucket/key")),
             };
         }
         Ok(Self::File(text.to_owned()))
@@ -42,23 +40,15 @@ impl ConfigSource {
     pub async fn load(&self, sdk_config: &aws_config::SdkConfig) -> Result<Config, String> {
         match self {
             Self::Bundled => Config::from_toml(BUNDLED_CONFIG).map_err(|e| e.to_string()),
-            Self::File(path) => {
-                Config::from_path(std::path::Path::new(path)).map_err(|e| e.to_string())
-            }
+            Self::File(path) => Config::from_path(std::path::Path::new(path)).map_err(|e| e.to_string()),
             Self::S3 { bucket, key } => {
                 let client = aws_sdk_s3::Client::new(sdk_config);
-                let object = client
-                    .get_object()
-                    .bucket(bucket)
-                    .key(key)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        format!(
-                            "cannot read config s3://{bucket}/{key}: {}",
-                            crate::adapters::aws::describe_sdk_error(&e)
-                        )
-                    })?;
+                let object = client.get_object().bucket(bucket).key(key).send().await.map_err(|e| {
+                    format!(
+                        "cannot read config s3://{bucket}/{key}: {}",
+                        crate::adapters::aws::describe_sdk_error(&e)
+                    )
+                })?;
                 let bytes = object
                     .body
                     .collect()
@@ -79,10 +69,7 @@ mod tests {
 
     #[test]
     fn parses_every_source() {
-        assert_eq!(
-            ConfigSource::parse("bundled").unwrap(),
-            ConfigSource::Bundled
-        );
+        assert_eq!(ConfigSource::parse("bundled").unwrap(), ConfigSource::Bundled);
         assert_eq!(ConfigSource::parse("").unwrap(), ConfigSource::Bundled);
         assert_eq!(
             ConfigSource::parse("s3://b/conf/nimbus.toml").unwrap(),

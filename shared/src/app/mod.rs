@@ -8,7 +8,8 @@ pub mod lambda;
 
 use crate::auth::{ApiKeyService, AuthMode, Authenticator};
 use crate::config::Config;
-use crate::http::AppState;
+use crate::files::FilesService;
+use crate::http::{AppState, HttpSettings};
 use crate::inference::InferenceService;
 use crate::ports::{BlobStore, Clock, IdSource, JobQueue, StateStore, SystemClock, UuidV7Ids};
 use crate::providers::router::ModelRouter;
@@ -26,11 +27,7 @@ pub struct Adapters {
 }
 
 impl Adapters {
-    pub fn new(
-        state: Arc<dyn StateStore>,
-        blobs: Arc<dyn BlobStore>,
-        queue: Arc<dyn JobQueue>,
-    ) -> Self {
+    pub fn new(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>, queue: Arc<dyn JobQueue>) -> Self {
         Self {
             state,
             blobs,
@@ -41,11 +38,7 @@ impl Adapters {
     }
 
     pub fn api_keys(&self) -> ApiKeyService {
-        ApiKeyService::new(
-            Arc::clone(&self.state),
-            Arc::clone(&self.clock),
-            Arc::clone(&self.ids),
-        )
+        ApiKeyService::new(Arc::clone(&self.state), Arc::clone(&self.clock), Arc::clone(&self.ids))
     }
 }
 
@@ -56,24 +49,30 @@ pub struct AuthSettings {
     pub cache_ttl: Duration,
 }
 
+impl Adapters {
+    pub fn files(&self) -> FilesService {
+        FilesService::new(
+            Arc::clone(&self.state),
+            Arc::clone(&self.blobs),
+            Arc::clone(&self.clock),
+            Arc::clone(&self.ids),
+        )
+    }
+}
+
 /// Build the handler state from a validated configuration and adapters.
 pub fn app_state(
     config: &Config,
     adapters: &Adapters,
     auth: AuthSettings,
+    http: HttpSettings,
 ) -> Result<AppState, String> {
     let router = ModelRouter::from_config(config)?;
-    let inference = InferenceService::new(
-        router,
-        Arc::clone(&adapters.clock),
-        Arc::clone(&adapters.ids),
-    );
+    let inference = InferenceService::new(router, Arc::clone(&adapters.clock), Arc::clone(&adapters.ids));
     Ok(AppState {
         inference: Arc::new(inference),
-        auth: Arc::new(Authenticator::new(
-            adapters.api_keys(),
-            auth.mode,
-            auth.cache_ttl,
-        )),
+        files: Arc::new(adapters.files()),
+        auth: Arc::new(Authenticator::new(adapters.api_keys(), auth.mode, auth.cache_ttl)),
+        settings: http,
     })
 }

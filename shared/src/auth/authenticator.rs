@@ -26,9 +26,7 @@ pub struct Principal {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
-    #[error(
-        "You didn't provide an API key. Provide it in the Authorization header as `Bearer <key>`."
-    )]
+    #[error("You didn't provide an API key. Provide it in the Authorization header as `Bearer <key>`.")]
     Missing,
     #[error("Incorrect API key provided.")]
     Invalid,
@@ -150,15 +148,9 @@ mod tests {
         assert_eq!(auth.authenticate(None).await.unwrap().project, OPEN_PROJECT);
         let created = keys.create("p1", None).await.unwrap();
         assert_eq!(auth.authenticate(None).await, Err(AuthError::Missing));
-        assert_eq!(
-            auth.authenticate(Some("Bearer wrong")).await,
-            Err(AuthError::Invalid)
-        );
+        assert_eq!(auth.authenticate(Some("Bearer wrong")).await, Err(AuthError::Invalid));
         let bearer = format!("Bearer {}", created.api_key);
-        assert_eq!(
-            auth.authenticate(Some(&bearer)).await.unwrap().project,
-            "p1"
-        );
+        assert_eq!(auth.authenticate(Some(&bearer)).await.unwrap().project, "p1");
     }
 
     #[tokio::test]
@@ -173,9 +165,6 @@ mod tests {
         // Still cached within the TTL, refused after it.
         assert!(auth.authenticate(Some(&bearer)).await.is_ok());
         tokio::time::sleep(Duration::from_millis(60)).await;
-        assert_eq!(
-            auth.authenticate(Some(&bearer)).await,
-            Err(AuthError::Invalid)
-        );
+        assert_eq!(auth.authenticate(Some(&bearer)).await, Err(AuthError::Invalid));
     }
 }

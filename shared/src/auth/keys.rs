@@ -95,11 +95,7 @@ impl ApiKeyService {
         Self { state, clock, ids }
     }
 
-    pub async fn create(
-        &self,
-        project: &str,
-        name: Option<String>,
-    ) -> Result<CreatedApiKey, KeyError> {
+    pub async fn create(&self, project: &str, name: Option<String>) -> Result<CreatedApiKey, KeyError> {
         if !valid_project(project) {
             return Err(KeyError::InvalidProject(project.to_owned()));
         }
@@ -123,8 +119,7 @@ impl ApiKeyService {
             created_at_ms: now_ms,
             version: 1,
             expires_at: None,
-            body: serde_json::to_value(&stored)
-                .map_err(|e| StorageError::Invalid(e.to_string()))?,
+            body: serde_json::to_value(&stored).map_err(|e| StorageError::Invalid(e.to_string()))?,
         };
         self.state.create(&record).await?;
         Ok(CreatedApiKey {
@@ -166,8 +161,7 @@ impl ApiKeyService {
             stored.revoked_at = Some(self.clock.now_unix_s());
             let updated = Record {
                 version: record.version + 1,
-                body: serde_json::to_value(&stored)
-                    .map_err(|e| StorageError::Invalid(e.to_string()))?,
+                body: serde_json::to_value(&stored).map_err(|e| StorageError::Invalid(e.to_string()))?,
                 ..record.clone()
             };
             match self.state.update(&updated, record.version).await {
@@ -249,11 +243,7 @@ mod tests {
         let state = Arc::new(SqliteStateStore::in_memory().unwrap());
         let keys = ApiKeyService::new(state.clone(), Arc::new(SystemClock), Arc::new(UuidV7Ids));
         let created = keys.create("p", None).await.unwrap();
-        let record = state
-            .get(KIND, &created.info.key_id)
-            .await
-            .unwrap()
-            .unwrap();
+        let record = state.get(KIND, &created.info.key_id).await.unwrap().unwrap();
         let (_, secret) = parse_key(&created.api_key).unwrap();
         assert!(!record.body.to_string().contains(secret));
     }
@@ -265,9 +255,6 @@ mod tests {
             keys.create("bad project", None).await,
             Err(KeyError::InvalidProject(_))
         ));
-        assert!(matches!(
-            keys.revoke("nope").await,
-            Err(KeyError::NotFound(_))
-        ));
+        assert!(matches!(keys.revoke("nope").await, Err(KeyError::NotFound(_))));
     }
 }

@@ -14,12 +14,8 @@ pub enum CredentialLocation {
 
 impl CredentialLocation {
     pub fn parse(text: &str) -> Result<Self, String> {
-        let valid_name = |name: &str| {
-            !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        };
+        let valid_name =
+            |name: &str| !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if text == "none" {
             return Ok(Self::None);
         }

@@ -77,10 +77,7 @@ impl ModelConfig {
     pub(crate) fn validate(&self, name: &str) -> Result<(), ConfigError> {
         let key = format!("models.{name}");
         if name.is_empty() || name.len() > 256 {
-            return Err(ConfigError::invalid(
-                &key,
-                "model names must be 1 to 256 characters",
-            ));
+            return Err(ConfigError::invalid(&key, "model names must be 1 to 256 characters"));
         }
         if self.routing.is_empty() {
             return Err(ConfigError::invalid(
@@ -128,10 +125,7 @@ impl ProviderConfig {
 impl OpenAiProviderConfig {
     fn validate(&self, key: &str) -> Result<(), ConfigError> {
         if self.model_name.trim().is_empty() {
-            return Err(ConfigError::invalid(
-                format!("{key}.model_name"),
-                "must not be empty",
-            ));
+            return Err(ConfigError::invalid(format!("{key}.model_name"), "must not be empty"));
         }
         if !(self.api_base.starts_with("http://") || self.api_base.starts_with("https://")) {
             return Err(ConfigError::invalid(

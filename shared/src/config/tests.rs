@@ -33,10 +33,7 @@ fn parses_a_valid_config() {
     assert_eq!(model.routing, vec!["primary", "backup"]);
     match &model.providers["primary"] {
         ProviderConfig::Openai(p) => {
-            assert_eq!(
-                p.api_key_location,
-                CredentialLocation::Dynamic("customer_key".into())
-            );
+            assert_eq!(p.api_key_location, CredentialLocation::Dynamic("customer_key".into()));
             assert_eq!(p.api_base, "https://api.openai.com/v1");
         }
         other => panic!("unexpected provider {other:?}"),
@@ -47,17 +44,8 @@ fn parses_a_valid_config() {
 fn the_shipped_default_config_is_valid() {
     let text = include_str!("../../../infra/config/nimbus.toml");
     let config = Config::from_toml(text).unwrap();
-    for model in [
-        "dummy",
-        "dummy-embedding",
-        "dummy-error",
-        "dummy-slow",
-        "gpt-4o-mini",
-    ] {
-        assert!(
-            config.models.contains_key(model),
-            "default config lacks {model}"
-        );
+    for model in ["dummy", "dummy-embedding", "dummy-error", "dummy-slow", "gpt-4o-mini"] {
+        assert!(config.models.contains_key(model), "default config lacks {model}");
     }
 }
 
@@ -65,9 +53,7 @@ fn the_shipped_default_config_is_valid() {
 fn unknown_keys_are_named() {
     let err = expect_error("[gateway]\nretrys = 1\n");
     assert!(err.contains("retrys"), "{err}");
-    let err = expect_error(
-        "[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"dummy\"\nlatency=3\n",
-    );
+    let err = expect_error("[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"dummy\"\nlatency=3\n");
     assert!(err.contains("latency"), "{err}");
     let err = expect_error("[functionz.f]\n");
     assert!(err.contains("functionz"), "{err}");
@@ -81,12 +67,8 @@ fn unknown_provider_types_are_named() {
 
 #[test]
 fn bad_references_are_named() {
-    let err =
-        expect_error("[models.m]\nrouting=[\"missing\"]\n[models.m.providers.p]\ntype=\"dummy\"\n");
-    assert!(
-        err.contains("models.m.routing[0]") && err.contains("missing"),
-        "{err}"
-    );
+    let err = expect_error("[models.m]\nrouting=[\"missing\"]\n[models.m.providers.p]\ntype=\"dummy\"\n");
+    assert!(err.contains("models.m.routing[0]") && err.contains("missing"), "{err}");
     let err = expect_error(
         "[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"dummy\"\n[models.m.providers.q]\ntype=\"dummy\"\n",
     );
@@ -105,9 +87,8 @@ fn bad_values_are_named() {
         "[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"openai\"\nmodel_name=\"x\"\napi_base=\"ftp://x\"\n",
     );
     assert!(err.contains("models.m.providers.p.api_base"), "{err}");
-    let err = expect_error(
-        "[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"dummy\"\nfail_with_status=200\n",
-    );
+    let err =
+        expect_error("[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"dummy\"\nfail_with_status=200\n");
     assert!(err.contains("fail_with_status"), "{err}");
 }
 

@@ -2,6 +2,7 @@
 //! `{"error": {"message", "type", "param", "code"}}` and a status.
 
 use crate::auth::AuthError;
+use crate::files::FilesError;
 use crate::inference::InferenceError;
 use crate::providers::router::{ProviderFailure, RoutingError};
 use crate::providers::ProviderError;
@@ -51,19 +52,11 @@ impl ApiError {
     }
 
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "invalid_request_error",
-            message,
-        )
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", message)
     }
 
     pub fn payload_too_large(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            message,
-        )
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", message)
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
@@ -91,18 +84,10 @@ impl IntoResponse for ApiError {
 impl From<AuthError> for ApiError {
     fn from(err: AuthError) -> Self {
         match err {
-            AuthError::Missing => Self::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid_request_error",
-                err.to_string(),
-            )
-            .with_code("missing_api_key"),
-            AuthError::Invalid => Self::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid_request_error",
-                err.to_string(),
-            )
-            .with_code("invalid_api_key"),
+            AuthError::Missing => Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", err.to_string())
+                .with_code("missing_api_key"),
+            AuthError::Invalid => Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", err.to_string())
+                .with_code("invalid_api_key"),
             AuthError::Backend(message) => {
                 tracing::error!(%message, "authentication backend failed");
                 Self::new(
@@ -110,6 +95,26 @@ impl From<AuthError> for ApiError {
                     "server_error",
                     "Authentication is unavailable; try again.",
                 )
+            }
+        }
+    }
+}
+
+impl From<FilesError> for ApiError {
+    fn from(err: FilesError) -> Self {
+        match err {
+            FilesError::NotFound { .. } => Self::not_found(err.to_string()).with_param("id"),
+            FilesError::Invalid { message, param } => {
+                let error = Self::invalid_request(message);
+                match param {
+                    Some(param) => error.with_param(param),
+                    None => error,
+                }
+            }
+            FilesError::TooLarge { message } => Self::payload_too_large(message),
+            FilesError::Storage(storage) => {
+                tracing::error!(error = %storage, "storage failed");
+                Self::internal("The request could not be completed because storage failed; try again.")
             }
         }
     }
@@ -138,11 +143,11 @@ impl From<RoutingError> for ApiError {
             ))
             .with_param("model")
             .with_code("model_not_found"),
-            RoutingError::Unsupported { model, capability } => Self::invalid_request(format!(
-                "The model `{model}` does not support {capability}."
-            ))
-            .with_param("model")
-            .with_code("model_not_supported"),
+            RoutingError::Unsupported { model, capability } => {
+                Self::invalid_request(format!("The model `{model}` does not support {capability}."))
+                    .with_param("model")
+                    .with_code("model_not_supported")
+            }
             RoutingError::AllFailed { model, failures } => from_failures(&model, &failures),
         }
     }
@@ -175,10 +180,7 @@ fn from_failures(model: &str, failures: &[ProviderFailure]) -> ApiError {
     }
     let last = failures.last().map(|f| &f.error);
     // A request the provider called invalid is the client's to fix.
-    if let Some(ProviderError::Http {
-        status, message, ..
-    }) = last
-    {
+    if let Some(ProviderError::Http { status, message, .. }) = last {
         if matches!(status, 400 | 413 | 422) {
             let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST);
             return ApiError::new(status, "invalid_request_error", message.clone());
@@ -239,10 +241,7 @@ mod tests {
     #[test]
     fn routing_errors_map_to_statuses() {
         let cases = [
-            (
-                RoutingError::ModelNotFound("m".into()),
-                StatusCode::NOT_FOUND,
-            ),
+            (RoutingError::ModelNotFound("m".into()), StatusCode::NOT_FOUND),
             (
                 RoutingError::Unsupported {
                     model: "m".into(),

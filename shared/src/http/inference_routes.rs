@@ -34,16 +34,15 @@ fn take_credentials(raw: &mut Map<String, Value>) -> Result<HashMap<String, Stri
             .into_iter()
             .map(|(name, value)| match value {
                 Value::String(key) => Ok((name, key)),
-                _ => Err(ApiError::invalid_request(format!(
-                    "Credential `{name}` must be a string."
-                ))
-                .with_param(format!("credentials.{name}"))),
+                _ => Err(
+                    ApiError::invalid_request(format!("Credential `{name}` must be a string."))
+                        .with_param(format!("credentials.{name}")),
+                ),
             })
             .collect(),
-        Some(_) => Err(
-            ApiError::invalid_request("`credentials` must be an object of strings.")
-                .with_param("credentials"),
-        ),
+        Some(_) => {
+            Err(ApiError::invalid_request("`credentials` must be an object of strings.").with_param("credentials"))
+        }
     }
 }
 
@@ -63,10 +62,7 @@ async fn chat_completions(
     }
 }
 
-async fn embeddings(
-    State(state): State<AppState>,
-    body: JsonBody<EmbeddingRequest>,
-) -> Result<Response, ApiError> {
+async fn embeddings(State(state): State<AppState>, body: JsonBody<EmbeddingRequest>) -> Result<Response, ApiError> {
     let JsonBody { typed, mut raw } = body;
     let credentials = take_credentials(&mut raw)?;
     let response = state.inference.embed(&typed, &credentials).await?;
@@ -77,9 +73,6 @@ async fn list_models(State(state): State<AppState>) -> Response {
     Json(state.inference.list_models()).into_response()
 }
 
-async fn get_model(
-    State(state): State<AppState>,
-    Path(model): Path<String>,
-) -> Result<Response, ApiError> {
+async fn get_model(State(state): State<AppState>, Path(model): Path<String>) -> Result<Response, ApiError> {
     Ok(Json(state.inference.get_model(&model)?).into_response())
 }

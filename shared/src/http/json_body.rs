@@ -21,18 +21,13 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::payload_too_large("The request body is too large.")
-                } else {
-                    ApiError::invalid_request(format!(
-                        "Could not read the request body: {}",
-                        rejection.body_text()
-                    ))
-                }
-            })?;
+        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
+            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::payload_too_large("The request body is too large.")
+            } else {
+                ApiError::invalid_request(format!("Could not read the request body: {}", rejection.body_text()))
+            }
+        })?;
         parse_json_body(&bytes)
     }
 }
@@ -51,37 +46,33 @@ pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<JsonBody<T>,
         .with_code("invalid_json")
     })?;
     let Value::Object(raw) = value else {
-        return Err(
-            ApiError::invalid_request("The request body must be a JSON object.")
-                .with_code("invalid_json"),
-        );
+        return Err(ApiError::invalid_request("The request body must be a JSON object.").with_code("invalid_json"));
     };
-    let typed =
-        serde_path_to_error::deserialize::<_, T>(Value::Object(raw.clone())).map_err(|err| {
-            let path = err.path().to_string();
-            let inner = err.inner().to_string();
-            if let Some(field) = missing_field(&inner) {
-                let param = if path == "." {
-                    field.to_owned()
-                } else {
-                    format!("{path}.{field}")
-                };
-                ApiError::invalid_request(format!("Missing required parameter: '{param}'."))
-                    .with_param(param)
-                    .with_code("missing_required_parameter")
+    let typed = serde_path_to_error::deserialize::<_, T>(Value::Object(raw.clone())).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.inner().to_string();
+        if let Some(field) = missing_field(&inner) {
+            let param = if path == "." {
+                field.to_owned()
             } else {
-                let param = if path == "." { None } else { Some(path) };
-                let message = match &param {
-                    Some(p) => format!("Invalid value for '{p}': {inner}."),
-                    None => format!("Invalid request body: {inner}."),
-                };
-                let error = ApiError::invalid_request(message).with_code("invalid_value");
-                match param {
-                    Some(p) => error.with_param(p),
-                    None => error,
-                }
+                format!("{path}.{field}")
+            };
+            ApiError::invalid_request(format!("Missing required parameter: '{param}'."))
+                .with_param(param)
+                .with_code("missing_required_parameter")
+        } else {
+            let param = if path == "." { None } else { Some(path) };
+            let message = match &param {
+                Some(p) => format!("Invalid value for '{p}': {inner}."),
+                None => format!("Invalid request body: {inner}."),
+            };
+            let error = ApiError::invalid_request(message).with_code("invalid_value");
+            match param {
+                Some(p) => error.with_param(p),
+                None => error,
             }
-        })?;
+        }
+    })?;
     Ok(JsonBody { typed, raw })
 }
 
@@ -115,10 +106,7 @@ mod tests {
     #[test]
     fn wrong_types_name_the_path() {
         let err = error_of(r#"{"model": "dummy", "messages": [{"role": "user", "content": 5}]}"#);
-        assert!(
-            err.param.as_deref().unwrap().starts_with("messages[0]"),
-            "{err:?}"
-        );
+        assert!(err.param.as_deref().unwrap().starts_with("messages[0]"), "{err:?}");
         let err = error_of(r#"{"model": "dummy", "messages": [], "temperature": "hot"}"#);
         assert_eq!(err.param.as_deref(), Some("temperature"));
     }
@@ -126,20 +114,15 @@ mod tests {
     #[test]
     fn malformed_or_non_object_json_is_a_400() {
         for body in ["{", "", "[1]", "null"] {
-            assert_eq!(
-                error_of(body).status,
-                axum::http::StatusCode::BAD_REQUEST,
-                "{body}"
-            );
+            assert_eq!(error_of(body).status, axum::http::StatusCode::BAD_REQUEST, "{body}");
         }
     }
 
     #[test]
     fn raw_body_keeps_unknown_fields() {
-        let body = parse_json_body::<ChatCompletionRequest>(
-            br#"{"model": "m", "messages": [], "logit_bias": {"1": 2}}"#,
-        )
-        .unwrap();
+        let body =
+            parse_json_body::<ChatCompletionRequest>(br#"{"model": "m", "messages": [], "logit_bias": {"1": 2}}"#)
+                .unwrap();
         assert!(body.raw.contains_key("logit_bias"));
     }
 }

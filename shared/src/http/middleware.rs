@@ -7,9 +7,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderName, Method, Uri};
 use axum::middleware::Next;
 use axum::response::Response;
-use tower_http::request_id::{
-    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
+use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -29,26 +27,21 @@ impl MakeRequestId for MakeRequestUuidV7 {
 pub fn add_request_id_layers(router: axum::Router) -> axum::Router {
     router
         .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request| {
-                let request_id = request
-                    .headers()
-                    .get(&REQUEST_ID)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default();
-                tracing::info_span!(
-                    "request",
-                    method = %request.method(),
-                    path = %request.uri().path(),
-                    request_id,
-                    project = tracing::field::Empty
-                )
-            }),
-        )
-        .layer(SetRequestIdLayer::new(
-            REQUEST_ID.clone(),
-            MakeRequestUuidV7,
-        ))
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
+            let request_id = request
+                .headers()
+                .get(&REQUEST_ID)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            tracing::info_span!(
+                "request",
+                method = %request.method(),
+                path = %request.uri().path(),
+                request_id,
+                project = tracing::field::Empty
+            )
+        }))
+        .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuidV7))
 }
 
 /// Authenticate, then hand the [`Principal`] to the handler as an extension.
@@ -69,14 +62,10 @@ pub async fn require_auth(
 }
 
 pub async fn unknown_route(method: Method, uri: Uri) -> ApiError {
-    ApiError::not_found(format!("Unknown request URL: {method} {}.", uri.path()))
-        .with_code("unknown_url")
+    ApiError::not_found(format!("Unknown request URL: {method} {}.", uri.path())).with_code("unknown_url")
 }
 
 pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
-    ApiError::method_not_allowed(format!(
-        "Method {method} is not allowed for {}.",
-        uri.path()
-    ))
-    .with_code("method_not_allowed")
+    ApiError::method_not_allowed(format!("Method {method} is not allowed for {}.", uri.path()))
+        .with_code("method_not_allowed")
 }

@@ -2,14 +2,18 @@
 //! locally. Handlers parse, call the business layer, and map errors; nothing else.
 
 pub mod error;
+mod files_routes;
 mod inference_routes;
 pub mod json_body;
 mod middleware;
+mod multipart_stream;
 pub mod sse;
+mod upload_routes;
 
 pub use error::ApiError;
 
 use crate::auth::Authenticator;
+use crate::files::FilesService;
 use crate::inference::InferenceService;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
@@ -20,7 +24,17 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct AppState {
     pub inference: Arc<InferenceService>,
+    pub files: Arc<FilesService>,
     pub auth: Arc<Authenticator>,
+    pub settings: HttpSettings,
+}
+
+/// Host-specific choices.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpSettings {
+    /// File content larger than this is answered with a redirect to a presigned URL when the blob
+    /// store offers one (a Lambda response must stay under 6 MB); smaller content streams through.
+    pub inline_content_limit: u64,
 }
 
 /// Largest JSON body accepted (API Gateway's own limit is 10 MB).
@@ -28,12 +42,37 @@ pub const MAX_JSON_BODY_BYTES: usize = 10 * 1024 * 1024;
 
 /// The inference function's routes: chat completions, embeddings, models, health.
 pub fn inference_router(state: AppState) -> Router {
-    let authenticated = inference_routes::routes()
+    host_router(
+        state,
+        inference_routes::routes().layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES)),
+    )
+}
+
+/// The files function's routes: `/v1/files`, `/v1/uploads`, `/v1/direct_uploads`, health.
+pub fn files_router(state: AppState) -> Router {
+    host_router(state, file_api_routes())
+}
+
+/// Every function's routes on one router: what the local server serves.
+pub fn local_router(state: AppState) -> Router {
+    let routes = inference_routes::routes()
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            middleware::require_auth,
-        ));
+        .merge(file_api_routes());
+    host_router(state, routes)
+}
+
+/// Streamed bodies: sizes are enforced while streaming, per purpose, not by a body limit.
+fn file_api_routes() -> Router<AppState> {
+    files_routes::routes()
+        .merge(upload_routes::routes())
+        .layer(DefaultBodyLimit::disable())
+}
+
+fn host_router(state: AppState, routes: Router<AppState>) -> Router {
+    let authenticated = routes.route_layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        middleware::require_auth,
+    ));
     let router = Router::new()
         .merge(authenticated)
         .route("/health", get(inference_routes::health))

@@ -62,13 +62,8 @@ mod tests {
     }
 
     async fn collect(items: Vec<Result<ChatCompletionChunk, ProviderError>>) -> String {
-        let frames: Vec<Bytes> = sse_frames(futures::stream::iter(items).boxed())
-            .collect()
-            .await;
-        frames
-            .iter()
-            .map(|b| String::from_utf8(b.to_vec()).unwrap())
-            .collect()
+        let frames: Vec<Bytes> = sse_frames(futures::stream::iter(items).boxed()).collect().await;
+        frames.iter().map(|b| String::from_utf8(b.to_vec()).unwrap()).collect()
     }
 
     #[tokio::test]

@@ -45,10 +45,8 @@ fn router_with(adapters: &Adapters, mode: AuthMode) -> Router {
     let state = app_state(
         &config,
         adapters,
-        AuthSettings {
-            mode,
-            cache_ttl: Duration::ZERO,
-        },
+        AuthSettings { mode, cache_ttl: Duration::ZERO },
+        HttpSettings { inline_content_limit: u64::MAX },
     )
     .unwrap();
     inference_router(state)
@@ -66,18 +64,11 @@ async fn call(
         request = request.header("authorization", format!("Bearer {key}"));
     }
     let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
-    let response = router
-        .clone()
-        .oneshot(request.body(body).unwrap())
-        .await
-        .unwrap();
+    let response = router.clone().oneshot(request.body(body).unwrap()).await.unwrap();
     let status = response.status();
     let headers = response.headers().clone();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    let value = serde_json::from_slice(&bytes).unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into_owned()));
     (status, headers, value)
 }
 
@@ -92,11 +83,7 @@ async fn every_response_has_a_request_id_errors_included() {
     for (method, path, body) in [
         ("GET", "/health", None),
         ("GET", "/v1/models", None),
-        (
-            "POST",
-            "/v1/chat/completions",
-            Some(json!({"model": "dummy"})),
-        ),
+        ("POST", "/v1/chat/completions", Some(json!({"model": "dummy"}))),
         ("GET", "/v1/unknown", None),
     ] {
         let (_, headers, _) = call(&router, method, path, body, None).await;
@@ -109,36 +96,15 @@ async fn every_response_has_a_request_id_errors_included() {
 async fn statuses_and_envelopes() {
     let dir = tempfile::tempdir().unwrap();
     let router = router_with(&adapters(dir.path()), AuthMode::OpenWhenNoKeys);
-    let (status, _, body) = call(
-        &router,
-        "POST",
-        "/v1/chat/completions",
-        Some(chat_body("dummy")),
-        None,
-    )
-    .await;
+    let (status, _, body) = call(&router, "POST", "/v1/chat/completions", Some(chat_body("dummy")), None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["object"], "chat.completion");
 
-    let (status, _, body) = call(
-        &router,
-        "POST",
-        "/v1/chat/completions",
-        Some(chat_body("nope")),
-        None,
-    )
-    .await;
+    let (status, _, body) = call(&router, "POST", "/v1/chat/completions", Some(chat_body("nope")), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body["error"]["code"], "model_not_found");
 
-    let (status, headers, body) = call(
-        &router,
-        "POST",
-        "/v1/chat/completions",
-        Some(chat_body("broken")),
-        None,
-    )
-    .await;
+    let (status, headers, body) = call(&router, "POST", "/v1/chat/completions", Some(chat_body("broken")), None).await;
     assert_eq!(status, StatusCode::BAD_GATEWAY);
     let message = body["error"]["message"].as_str().unwrap();
     assert!(
@@ -162,10 +128,7 @@ async fn statuses_and_envelopes() {
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
 
     let (status, _, body) = call(&router, "GET", "/v1/models/dummy", None, None).await;
-    assert_eq!(
-        (status, body["id"].as_str()),
-        (StatusCode::OK, Some("dummy"))
-    );
+    assert_eq!((status, body["id"].as_str()), (StatusCode::OK, Some("dummy")));
 }
 
 #[tokio::test]
@@ -174,8 +137,7 @@ async fn streaming_is_sse_ending_in_done() {
     let router = router_with(&adapters(dir.path()), AuthMode::OpenWhenNoKeys);
     let mut body = chat_body("dummy");
     body["stream"] = json!(true);
-    let (status, headers, text) =
-        call(&router, "POST", "/v1/chat/completions", Some(body), None).await;
+    let (status, headers, text) = call(&router, "POST", "/v1/chat/completions", Some(body), None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers["content-type"], "text/event-stream");
     let text = text.as_str().unwrap();
@@ -188,18 +150,12 @@ async fn keys_are_required_once_created_and_always_in_required_mode() {
     let adapters = adapters(dir.path());
     let open = router_with(&adapters, AuthMode::OpenWhenNoKeys);
     let required = router_with(&adapters, AuthMode::Required);
-    assert_eq!(
-        call(&open, "GET", "/v1/models", None, None).await.0,
-        StatusCode::OK
-    );
+    assert_eq!(call(&open, "GET", "/v1/models", None, None).await.0, StatusCode::OK);
     let (status, _, body) = call(&required, "GET", "/v1/models", None, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(body["error"]["code"], "missing_api_key");
     // Health stays open for load balancers and probes.
-    assert_eq!(
-        call(&required, "GET", "/health", None, None).await.0,
-        StatusCode::OK
-    );
+    assert_eq!(call(&required, "GET", "/health", None, None).await.0, StatusCode::OK);
 
     let created = adapters.api_keys().create("team-a", None).await.unwrap();
     for router in [&open, &required] {
@@ -213,9 +169,7 @@ async fn keys_are_required_once_created_and_always_in_required_mode() {
             (StatusCode::UNAUTHORIZED, Some("invalid_api_key"))
         );
         assert_eq!(
-            call(router, "GET", "/v1/models", None, Some(&created.api_key))
-                .await
-                .0,
+            call(router, "GET", "/v1/models", None, Some(&created.api_key)).await.0,
             StatusCode::OK
         );
     }

@@ -4,9 +4,7 @@
 mod validation;
 
 use crate::openai::chat::{ChatCompletion, ChatCompletionChunk};
-use crate::openai::embeddings::{
-    EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingVector, EncodingFormat,
-};
+use crate::openai::embeddings::{EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingVector, EncodingFormat};
 use crate::openai::models::{ModelList, ModelObject};
 use crate::ports::{Clock, IdSource};
 use crate::providers::router::{ModelRouter, RoutingError};
@@ -22,10 +20,7 @@ pub use validation::{validate_chat, validate_embeddings};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum InferenceError {
     #[error("{message}")]
-    InvalidRequest {
-        message: String,
-        param: Option<String>,
-    },
+    InvalidRequest { message: String, param: Option<String> },
     #[error("routing failed: {0:?}")]
     Routing(RoutingError),
 }
@@ -79,11 +74,7 @@ impl InferenceService {
     pub fn list_models(&self) -> ModelList {
         ModelList {
             object: "list",
-            data: self
-                .router
-                .model_names()
-                .map(|name| self.model_object(name))
-                .collect(),
+            data: self.router.model_names().map(|name| self.model_object(name)).collect(),
         }
     }
 
@@ -101,10 +92,7 @@ impl InferenceService {
         credentials: &HashMap<String, String>,
     ) -> Result<ChatCompletion, InferenceError> {
         validate_chat(&request.typed)?;
-        let mut completion = self
-            .router
-            .chat(request, CallContext { credentials })
-            .await?;
+        let mut completion = self.router.chat(request, CallContext { credentials }).await?;
         completion.id = self.ids.prefixed("chatcmpl-");
         completion.object = "chat.completion".to_owned();
         completion.created = self.clock.now_unix_s();
@@ -119,10 +107,7 @@ impl InferenceService {
         credentials: &HashMap<String, String>,
     ) -> Result<ClientChunkStream, InferenceError> {
         validate_chat(&request.typed)?;
-        let upstream = self
-            .router
-            .chat_stream(request, CallContext { credentials })
-            .await?;
+        let upstream = self.router.chat_stream(request, CallContext { credentials }).await?;
         let id = self.ids.prefixed("chatcmpl-");
         let created = self.clock.now_unix_s();
         let model = request.typed.model.clone();
@@ -157,10 +142,7 @@ impl InferenceService {
         credentials: &HashMap<String, String>,
     ) -> Result<EmbeddingResponse, InferenceError> {
         validate_embeddings(request)?;
-        let embeddings = self
-            .router
-            .embed(request, CallContext { credentials })
-            .await?;
+        let embeddings = self.router.embed(request, CallContext { credentials }).await?;
         let format = request.encoding_format.unwrap_or(EncodingFormat::Float);
         Ok(EmbeddingResponse {
             object: "list",

@@ -66,20 +66,12 @@ async fn stream_usage_chunk_only_when_asked() {
         .await;
     assert!(chunks.iter().all(|c| c.as_ref().unwrap().usage.is_none()));
     assert!(chunks.len() > 3);
-    let ids: std::collections::HashSet<_> = chunks
-        .iter()
-        .map(|c| c.as_ref().unwrap().id.clone())
-        .collect();
+    let ids: std::collections::HashSet<_> = chunks.iter().map(|c| c.as_ref().unwrap().id.clone()).collect();
     assert_eq!(ids.len(), 1);
 
     let mut with_usage = body;
     with_usage["stream_options"] = json!({"include_usage": true});
-    let chunks: Vec<_> = svc
-        .chat_stream(&chat(with_usage), &none)
-        .await
-        .unwrap()
-        .collect()
-        .await;
+    let chunks: Vec<_> = svc.chat_stream(&chat(with_usage), &none).await.unwrap().collect().await;
     let last = chunks.last().unwrap().as_ref().unwrap();
     assert!(last.choices.is_empty());
     assert!(last.usage.as_ref().unwrap().total_tokens > 0);
@@ -119,10 +111,7 @@ async fn embeddings_encode_float_and_base64_alike() {
     let svc = service();
     let none = HashMap::new();
     let request = |format: &str| -> EmbeddingRequest {
-        serde_json::from_value(
-            json!({"model": "dummy", "input": ["a", "b"], "encoding_format": format}),
-        )
-        .unwrap()
+        serde_json::from_value(json!({"model": "dummy", "input": ["a", "b"], "encoding_format": format})).unwrap()
     };
     let floats = svc.embed(&request("float"), &none).await.unwrap();
     let b64 = svc.embed(&request("base64"), &none).await.unwrap();
@@ -135,8 +124,7 @@ async fn embeddings_encode_float_and_base64_alike() {
         EmbeddingVector::encode(vector.clone(), EncodingFormat::Base64),
         b64.data[1].embedding
     );
-    let empty: EmbeddingRequest =
-        serde_json::from_value(json!({"model": "dummy", "input": []})).unwrap();
+    let empty: EmbeddingRequest = serde_json::from_value(json!({"model": "dummy", "input": []})).unwrap();
     assert!(matches!(
         svc.embed(&empty, &none).await,
         Err(InferenceError::InvalidRequest { .. })

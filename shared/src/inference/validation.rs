@@ -83,9 +83,7 @@ pub fn validate_embeddings(request: &EmbeddingRequest) -> Result<(), InferenceEr
         EmbeddingInput::Text(text) => text.is_empty(),
         EmbeddingInput::Texts(texts) => texts.is_empty() || texts.iter().any(String::is_empty),
         EmbeddingInput::Tokens(tokens) => tokens.is_empty(),
-        EmbeddingInput::TokenBatches(batches) => {
-            batches.is_empty() || batches.iter().any(Vec::is_empty)
-        }
+        EmbeddingInput::TokenBatches(batches) => batches.is_empty() || batches.iter().any(Vec::is_empty),
     };
     if empty {
         return Err(InferenceError::invalid(
@@ -94,10 +92,7 @@ pub fn validate_embeddings(request: &EmbeddingRequest) -> Result<(), InferenceEr
         ));
     }
     if request.input.len() > 2048 {
-        return Err(InferenceError::invalid(
-            "'input' may hold at most 2048 items.",
-            "input",
-        ));
+        return Err(InferenceError::invalid("'input' may hold at most 2048 items.", "input"));
     }
     if let Some(dimensions) = request.dimensions {
         if dimensions == 0 || dimensions > 8192 {

@@ -119,10 +119,7 @@ impl ChatMessage {
                 refusal,
                 ..
             } => {
-                let mut text = content
-                    .as_ref()
-                    .map(MessageContent::text)
-                    .unwrap_or_default();
+                let mut text = content.as_ref().map(MessageContent::text).unwrap_or_default();
                 for call in tool_calls.iter().flatten() {
                     text.push(' ');
                     text.push_str(&call.function.name);

@@ -28,13 +28,7 @@ pub enum EmbeddingInput {
 impl EmbeddingInput {
     /// Each input as text (token arrays spelled out as numbers), in order.
     pub fn as_texts(&self) -> Vec<String> {
-        let tokens_text = |tokens: &[u32]| {
-            tokens
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        let tokens_text = |tokens: &[u32]| tokens.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
         match self {
             Self::Text(text) => vec![text.clone()],
             Self::Texts(texts) => texts.clone(),
@@ -113,26 +107,17 @@ mod tests {
 
     #[test]
     fn base64_is_little_endian_f32() {
-        let EmbeddingVector::Base64(text) =
-            EmbeddingVector::encode(vec![1.0, -0.5], EncodingFormat::Base64)
-        else {
+        let EmbeddingVector::Base64(text) = EmbeddingVector::encode(vec![1.0, -0.5], EncodingFormat::Base64) else {
             panic!("expected base64");
         };
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .unwrap();
+        let bytes = base64::engine::general_purpose::STANDARD.decode(text).unwrap();
         assert_eq!(&bytes[..4], &1.0f32.to_le_bytes());
         assert_eq!(&bytes[4..], &(-0.5f32).to_le_bytes());
     }
 
     #[test]
     fn every_input_shape_parses() {
-        for (json, n) in [
-            (r#""a""#, 1),
-            (r#"["a","b"]"#, 2),
-            ("[1,2,3]", 1),
-            ("[[1],[2]]", 2),
-        ] {
+        for (json, n) in [(r#""a""#, 1), (r#"["a","b"]"#, 2), ("[1,2,3]", 1), ("[[1],[2]]", 2)] {
             let input: EmbeddingInput = serde_json::from_str(json).unwrap();
             assert_eq!(input.len(), n, "{json}");
             assert_eq!(input.as_texts().len(), n);

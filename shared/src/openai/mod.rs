@@ -2,4 +2,5 @@
 
 pub mod chat;
 pub mod embeddings;
+pub mod files;
 pub mod models;

@@ -38,12 +38,7 @@ pub trait BlobStore: Send + Sync {
     async fn delete_prefix(&self, prefix: &str) -> Result<u64, StorageError>;
 
     /// A URL that downloads the object for `ttl`, for stores that have one (S3); `None` otherwise.
-    async fn presign_get(
-        &self,
-        key: &str,
-        ttl: Duration,
-        filename: &str,
-    ) -> Result<Option<String>, StorageError>;
+    async fn presign_get(&self, key: &str, ttl: Duration, filename: &str) -> Result<Option<String>, StorageError>;
 
     /// A URL that uploads the object with an HTTP PUT for `ttl` (S3); `None` where the store has none.
     async fn presign_put(&self, key: &str, ttl: Duration) -> Result<Option<String>, StorageError>;

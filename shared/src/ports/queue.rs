@@ -32,6 +32,5 @@ pub trait JobQueue: Send + Sync {
     async fn delete(&self, receipt: &str) -> Result<(), StorageError>;
 
     /// Hide a delivered message for `timeout` from now (zero makes it visible at once).
-    async fn change_visibility(&self, receipt: &str, timeout: Duration)
-        -> Result<(), StorageError>;
+    async fn change_visibility(&self, receipt: &str, timeout: Duration) -> Result<(), StorageError>;
 }

@@ -86,12 +86,7 @@ pub trait StateStore: Send + Sync {
     async fn update(&self, record: &Record, expected_version: u64) -> Result<(), StorageError>;
 
     /// Delete a record, only at `expected_version` when given. Returns whether it existed.
-    async fn delete(
-        &self,
-        kind: &str,
-        id: &str,
-        expected_version: Option<u64>,
-    ) -> Result<bool, StorageError>;
+    async fn delete(&self, kind: &str, id: &str, expected_version: Option<u64>) -> Result<bool, StorageError>;
 
     /// One page of an owner's records of one kind, in creation order.
     async fn list_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError>;

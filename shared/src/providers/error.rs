@@ -22,9 +22,7 @@ pub enum ProviderError {
     #[error("provider sent an invalid response: {0}")]
     InvalidResponse(String),
     /// A `dynamic::NAME` credential was not supplied with the request.
-    #[error(
-        "missing dynamic credential `{0}`: pass it in the request body's `credentials` object"
-    )]
+    #[error("missing dynamic credential `{0}`: pass it in the request body's `credentials` object")]
     MissingCredential(String),
     /// The provider cannot be called as configured (e.g. an `env::` credential is not set).
     #[error("{0}")]
@@ -37,10 +35,9 @@ impl ProviderError {
         match self {
             Self::Http { status, .. } => matches!(status, 408 | 409 | 429) || *status >= 500,
             Self::Connection(_) => true,
-            Self::Timeout { .. }
-            | Self::InvalidResponse(_)
-            | Self::MissingCredential(_)
-            | Self::Misconfigured(_) => false,
+            Self::Timeout { .. } | Self::InvalidResponse(_) | Self::MissingCredential(_) | Self::Misconfigured(_) => {
+                false
+            }
         }
     }
 

@@ -33,21 +33,13 @@ pub struct CallContext<'a> {
 /// Non-streamed chat.
 #[async_trait]
 pub trait ChatProvider: Send + Sync {
-    async fn chat(
-        &self,
-        request: &ChatRequest,
-        ctx: CallContext<'_>,
-    ) -> Result<ChatCompletion, ProviderError>;
+    async fn chat(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChatCompletion, ProviderError>;
 }
 
 /// Streamed chat. Providers without it are streamed by splitting their complete answer.
 #[async_trait]
 pub trait ChatStreamProvider: Send + Sync {
-    async fn chat_stream(
-        &self,
-        request: &ChatRequest,
-        ctx: CallContext<'_>,
-    ) -> Result<ChunkStream, ProviderError>;
+    async fn chat_stream(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError>;
 }
 
 /// Vectors for each input, in input order.
@@ -60,11 +52,7 @@ pub struct Embeddings {
 /// Embeddings.
 #[async_trait]
 pub trait EmbeddingProvider: Send + Sync {
-    async fn embed(
-        &self,
-        request: &EmbeddingRequest,
-        ctx: CallContext<'_>,
-    ) -> Result<Embeddings, ProviderError>;
+    async fn embed(&self, request: &EmbeddingRequest, ctx: CallContext<'_>) -> Result<Embeddings, ProviderError>;
 }
 
 /// One configured provider of one model and the capabilities it has.

@@ -34,13 +34,7 @@ impl From<&RetryConfig> for RetryPolicy {
 impl RetryPolicy {
     /// Decide after failed attempt number `attempt` (0-based). `jitter` is a uniform sample from
     /// `[0, 1)`; the backoff is "equal jitter": half the exponential delay plus a random half.
-    pub fn decide(
-        &self,
-        attempt: u32,
-        retryable: bool,
-        retry_after: Option<Duration>,
-        jitter: f64,
-    ) -> RetryDecision {
+    pub fn decide(&self, attempt: u32, retryable: bool, retry_after: Option<Duration>, jitter: f64) -> RetryDecision {
         if !retryable || attempt >= self.max_retries {
             return RetryDecision::GiveUp;
         }
@@ -64,12 +58,7 @@ impl RetryPolicy {
 /// Parse `retry-after-ms` (milliseconds) or `retry-after` (seconds, or an HTTP date ignored as
 /// unknown) from response headers.
 pub fn retry_after_from_headers(headers: &http::HeaderMap) -> Option<Duration> {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         if ms.is_finite() && ms >= 0.0 {
             return Some(Duration::from_secs_f64(ms / 1000.0));
@@ -127,10 +116,7 @@ mod tests {
     fn honours_retry_after_unless_too_long() {
         let p = policy();
         let wait = Duration::from_secs(2);
-        assert_eq!(
-            p.decide(0, true, Some(wait), 0.9),
-            RetryDecision::RetryAfter(wait)
-        );
+        assert_eq!(p.decide(0, true, Some(wait), 0.9), RetryDecision::RetryAfter(wait));
         assert_eq!(
             p.decide(0, true, Some(Duration::from_secs(60)), 0.9),
             RetryDecision::GiveUp
@@ -141,15 +127,9 @@ mod tests {
     fn reads_retry_after_headers() {
         let mut headers = http::HeaderMap::new();
         headers.insert("retry-after", http::HeaderValue::from_static("3"));
-        assert_eq!(
-            retry_after_from_headers(&headers),
-            Some(Duration::from_secs(3))
-        );
+        assert_eq!(retry_after_from_headers(&headers), Some(Duration::from_secs(3)));
         headers.insert("retry-after-ms", http::HeaderValue::from_static("250"));
-        assert_eq!(
-            retry_after_from_headers(&headers),
-            Some(Duration::from_millis(250))
-        );
+        assert_eq!(retry_after_from_headers(&headers), Some(Duration::from_millis(250)));
         let mut dated = http::HeaderMap::new();
         dated.insert(
             "retry-after",

@@ -70,14 +70,10 @@ impl ModelRouter {
                     ));
                 };
                 providers.push(match provider {
-                    ProviderConfig::Openai(c) => {
-                        OpenAiProvider::new(provider_name.clone(), c.clone())
-                            .map_err(|e| format!("models.{name}.providers.{provider_name}: {e}"))?
-                            .handle()
-                    }
-                    ProviderConfig::Dummy(c) => {
-                        DummyProvider::new(provider_name.clone(), c.clone()).handle()
-                    }
+                    ProviderConfig::Openai(c) => OpenAiProvider::new(provider_name.clone(), c.clone())
+                        .map_err(|e| format!("models.{name}.providers.{provider_name}: {e}"))?
+                        .handle(),
+                    ProviderConfig::Dummy(c) => DummyProvider::new(provider_name.clone(), c.clone()).handle(),
                 });
             }
             models.push(RoutedModel {
@@ -85,10 +81,7 @@ impl ModelRouter {
                 providers,
             });
         }
-        Ok(Self::new(
-            models,
-            RetryPolicy::from(&config.gateway.retries),
-        ))
+        Ok(Self::new(models, RetryPolicy::from(&config.gateway.retries)))
     }
 
     pub fn model_names(&self) -> impl Iterator<Item = &str> {
@@ -105,11 +98,7 @@ impl ModelRouter {
             .ok_or_else(|| RoutingError::ModelNotFound(name.to_owned()))
     }
 
-    pub async fn chat(
-        &self,
-        request: &ChatRequest,
-        ctx: CallContext<'_>,
-    ) -> Result<ChatCompletion, RoutingError> {
+    pub async fn chat(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChatCompletion, RoutingError> {
         let model = self.model(&request.typed.model)?;
         self.with_fallback(model, "chat completions", |provider| {
             let chat = provider.chat.clone()?;
@@ -120,35 +109,19 @@ impl ModelRouter {
 
     /// Streamed chat. Fallback happens until a provider starts streaming; providers without
     /// native streaming are streamed from their complete answer.
-    pub async fn chat_stream(
-        &self,
-        request: &ChatRequest,
-        ctx: CallContext<'_>,
-    ) -> Result<ChunkStream, RoutingError> {
+    pub async fn chat_stream(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChunkStream, RoutingError> {
         let model = self.model(&request.typed.model)?;
         self.with_fallback(model, "chat completions", |provider| {
             if let Some(streaming) = provider.chat_stream.clone() {
                 return Some(async move { streaming.chat_stream(request, ctx).await }.boxed());
             }
             let chat = provider.chat.clone()?;
-            Some(
-                async move {
-                    Ok(stream_from_completion(
-                        &chat.chat(request, ctx).await?,
-                        true,
-                    ))
-                }
-                .boxed(),
-            )
+            Some(async move { Ok(stream_from_completion(&chat.chat(request, ctx).await?, true)) }.boxed())
         })
         .await
     }
 
-    pub async fn embed(
-        &self,
-        request: &EmbeddingRequest,
-        ctx: CallContext<'_>,
-    ) -> Result<Embeddings, RoutingError> {
+    pub async fn embed(&self, request: &EmbeddingRequest, ctx: CallContext<'_>) -> Result<Embeddings, RoutingError> {
         let model = self.model(&request.model)?;
         self.with_fallback(model, "embeddings", |provider| {
             let embeddings = provider.embeddings.clone()?;
@@ -176,12 +149,9 @@ impl ModelRouter {
                     Ok(value) => return Ok(value),
                     Err(error) => error,
                 };
-                let decision = self.policy.decide(
-                    attempt,
-                    error.is_retryable(),
-                    error.retry_after(),
-                    rand::random(),
-                );
+                let decision = self
+                    .policy
+                    .decide(attempt, error.is_retryable(), error.retry_after(), rand::random());
                 tracing::warn!(model = %model.name, provider = %provider.name, attempt, error = %error, ?decision, "provider call failed");
                 attempt += 1;
                 match decision {

@@ -61,15 +61,8 @@ pub fn chunks_from_completion(
             };
             chunks.push(chunk(vec![delta_choice(choice.index, delta, None)]));
         }
-        let finish = choice
-            .finish_reason
-            .clone()
-            .or_else(|| Some("stop".to_owned()));
-        chunks.push(chunk(vec![delta_choice(
-            choice.index,
-            ChunkDelta::default(),
-            finish,
-        )]));
+        let finish = choice.finish_reason.clone().or_else(|| Some("stop".to_owned()));
+        chunks.push(chunk(vec![delta_choice(choice.index, ChunkDelta::default(), finish)]));
     }
     if include_usage {
         let mut usage_chunk = chunk(Vec::new());
@@ -145,10 +138,7 @@ mod tests {
     #[test]
     fn chunks_carry_role_content_finish_and_usage() {
         let chunks = chunks_from_completion(&completion("alpha beta gamma delta"), 5, true);
-        assert_eq!(
-            chunks[0].choices[0].delta.role.as_deref(),
-            Some("assistant")
-        );
+        assert_eq!(chunks[0].choices[0].delta.role.as_deref(), Some("assistant"));
         let text: String = chunks
             .iter()
             .flat_map(|c| c.choices.iter())

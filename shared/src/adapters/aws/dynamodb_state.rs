@@ -32,18 +32,12 @@ fn owner_key(kind: &str, owner: &str) -> String {
 
 fn to_item(record: &Record) -> Item {
     let mut item = Item::new();
-    item.insert(
-        "pk".into(),
-        AttributeValue::S(primary_key(&record.kind, &record.id)),
-    );
+    item.insert("pk".into(), AttributeValue::S(primary_key(&record.kind, &record.id)));
     item.insert(
         "owner_key".into(),
         AttributeValue::S(owner_key(&record.kind, &record.owner)),
     );
-    item.insert(
-        "sort_key".into(),
-        AttributeValue::S(record.cursor().sort_key()),
-    );
+    item.insert("sort_key".into(), AttributeValue::S(record.cursor().sort_key()));
     item.insert("kind".into(), AttributeValue::S(record.kind.clone()));
     item.insert("id".into(), AttributeValue::S(record.id.clone()));
     item.insert("owner".into(), AttributeValue::S(record.owner.clone()));
@@ -51,15 +45,9 @@ fn to_item(record: &Record) -> Item {
         "created_at_ms".into(),
         AttributeValue::N(record.created_at_ms.to_string()),
     );
-    item.insert(
-        "version".into(),
-        AttributeValue::N(record.version.to_string()),
-    );
+    item.insert("version".into(), AttributeValue::N(record.version.to_string()));
     if let Some(expires_at) = record.expires_at {
-        item.insert(
-            "expires_at".into(),
-            AttributeValue::N(expires_at.to_string()),
-        );
+        item.insert("expires_at".into(), AttributeValue::N(expires_at.to_string()));
     }
     item.insert("body".into(), AttributeValue::S(record.body.to_string()));
     item
@@ -68,9 +56,7 @@ fn to_item(record: &Record) -> Item {
 fn string_attr(item: &Item, name: &str) -> Result<String, StorageError> {
     match item.get(name) {
         Some(AttributeValue::S(s)) => Ok(s.clone()),
-        _ => Err(StorageError::Backend(format!(
-            "item lacks string attribute `{name}`"
-        ))),
+        _ => Err(StorageError::Backend(format!("item lacks string attribute `{name}`"))),
     }
 }
 
@@ -81,9 +67,7 @@ fn number_attr<T: std::str::FromStr>(item: &Item, name: &str) -> Result<Option<T
             .map(Some)
             .map_err(|_| StorageError::Backend(format!("attribute `{name}` is not a number"))),
         None => Ok(None),
-        Some(_) => Err(StorageError::Backend(format!(
-            "attribute `{name}` is not a number"
-        ))),
+        Some(_) => Err(StorageError::Backend(format!("attribute `{name}` is not a number"))),
     }
 }
 
@@ -96,8 +80,7 @@ fn from_item(item: &Item) -> Result<Record, StorageError> {
         created_at_ms: number_attr(item, "created_at_ms")?.unwrap_or(0),
         version: number_attr(item, "version")?.unwrap_or(0),
         expires_at: number_attr(item, "expires_at")?,
-        body: serde_json::from_str(&body)
-            .map_err(|e| StorageError::Backend(format!("corrupt record body: {e}")))?,
+        body: serde_json::from_str(&body).map_err(|e| StorageError::Backend(format!("corrupt record body: {e}")))?,
     })
 }
 
@@ -124,9 +107,7 @@ impl StateStore for DynamoDbStateStore {
         match result {
             Ok(_) => Ok(()),
             Err(e) => match e.as_service_error() {
-                Some(service) if service.is_conditional_check_failed_exception() => {
-                    Err(StorageError::Conflict)
-                }
+                Some(service) if service.is_conditional_check_failed_exception() => Err(StorageError::Conflict),
                 _ => Err(StorageError::Backend(describe_sdk_error(&e))),
             },
         }
@@ -153,29 +134,19 @@ impl StateStore for DynamoDbStateStore {
             .set_item(Some(to_item(record)))
             .condition_expression("#version = :expected")
             .expression_attribute_names("#version", "version")
-            .expression_attribute_values(
-                ":expected",
-                AttributeValue::N(expected_version.to_string()),
-            )
+            .expression_attribute_values(":expected", AttributeValue::N(expected_version.to_string()))
             .send()
             .await;
         match result {
             Ok(_) => Ok(()),
             Err(e) => match e.as_service_error() {
-                Some(service) if service.is_conditional_check_failed_exception() => {
-                    Err(StorageError::Conflict)
-                }
+                Some(service) if service.is_conditional_check_failed_exception() => Err(StorageError::Conflict),
                 _ => Err(StorageError::Backend(describe_sdk_error(&e))),
             },
         }
     }
 
-    async fn delete(
-        &self,
-        kind: &str,
-        id: &str,
-        expected_version: Option<u64>,
-    ) -> Result<bool, StorageError> {
+    async fn delete(&self, kind: &str, id: &str, expected_version: Option<u64>) -> Result<bool, StorageError> {
         let mut request = self
             .client
             .delete_item()
@@ -191,9 +162,7 @@ impl StateStore for DynamoDbStateStore {
         match request.send().await {
             Ok(output) => Ok(output.attributes().is_some_and(|a| !a.is_empty())),
             Err(e) => match e.as_service_error() {
-                Some(service) if service.is_conditional_check_failed_exception() => {
-                    Err(StorageError::Conflict)
-                }
+                Some(service) if service.is_conditional_check_failed_exception() => Err(StorageError::Conflict),
                 _ => Err(StorageError::Backend(describe_sdk_error(&e))),
             },
         }
@@ -205,10 +174,7 @@ impl StateStore for DynamoDbStateStore {
         let owner = owner_key(&query.kind, &query.owner);
         let mut start_key: Option<Item> = query.after.as_ref().map(|cursor| {
             let mut key = Item::new();
-            key.insert(
-                "pk".into(),
-                AttributeValue::S(primary_key(&query.kind, &cursor.id)),
-            );
+            key.insert("pk".into(), AttributeValue::S(primary_key(&query.kind, &cursor.id)));
             key.insert("owner_key".into(), AttributeValue::S(owner.clone()));
             key.insert("sort_key".into(), AttributeValue::S(cursor.sort_key()));
             key

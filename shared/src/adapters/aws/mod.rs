@@ -12,9 +12,7 @@ pub use sqs_queue::SqsJobQueue;
 /// Shared AWS SDK configuration, loaded once per process. Loading makes no network calls:
 /// credentials resolve lazily on the first request.
 pub async fn load_sdk_config() -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .load()
-        .await
+    aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await
 }
 
 /// A readable message from any SDK error, including the service's own error code and message.

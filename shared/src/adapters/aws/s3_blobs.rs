@@ -94,9 +94,7 @@ impl BlobStore for S3BlobStore {
             .upload_id()
             .ok_or_else(|| StorageError::Backend("S3 returned no multipart upload id".into()))?
             .to_owned();
-        let result = self
-            .stream_parts(key, &upload_id, buffer, &mut body, &mut total)
-            .await;
+        let result = self.stream_parts(key, &upload_id, buffer, &mut body, &mut total).await;
         if let Err(err) = result {
             let _ = self
                 .client
@@ -193,19 +191,9 @@ impl BlobStore for S3BlobStore {
 
     async fn size(&self, key: &str) -> Result<Option<u64>, StorageError> {
         validate_key(key)?;
-        match self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-        {
+        match self.client.head_object().bucket(&self.bucket).key(key).send().await {
             Ok(output) => Ok(Some(
-                output
-                    .content_length()
-                    .and_then(|n| u64::try_from(n).ok())
-                    .unwrap_or(0),
+                output.content_length().and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
             )),
             Err(e) => match e.as_service_error() {
                 Some(service) if service.is_not_found() => Ok(None),
@@ -249,11 +237,7 @@ impl BlobStore for S3BlobStore {
             if !keys.is_empty() {
                 let objects = keys
                     .iter()
-                    .map(|k| {
-                        aws_sdk_s3::types::ObjectIdentifier::builder()
-                            .key(k)
-                            .build()
-                    })
+                    .map(|k| aws_sdk_s3::types::ObjectIdentifier::builder().key(k).build())
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| StorageError::Backend(e.to_string()))?;
                 let delete = aws_sdk_s3::types::Delete::builder()
@@ -277,12 +261,7 @@ impl BlobStore for S3BlobStore {
         }
     }
 
-    async fn presign_get(
-        &self,
-        key: &str,
-        ttl: Duration,
-        filename: &str,
-    ) -> Result<Option<String>, StorageError> {
+    async fn presign_get(&self, key: &str, ttl: Duration, filename: &str) -> Result<Option<String>, StorageError> {
         validate_key(key)?;
         let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(ttl)
             .map_err(|e| StorageError::Invalid(e.to_string()))?;

@@ -85,11 +85,7 @@ impl JobQueue for SqsJobQueue {
         Ok(())
     }
 
-    async fn change_visibility(
-        &self,
-        receipt: &str,
-        timeout: Duration,
-    ) -> Result<(), StorageError> {
+    async fn change_visibility(&self, receipt: &str, timeout: Duration) -> Result<(), StorageError> {
         self.client
             .change_message_visibility()
             .queue_url(&self.queue_url)

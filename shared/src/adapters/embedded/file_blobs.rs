@@ -51,10 +51,7 @@ impl BlobStore for FileBlobStore {
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
         }
-        let tmp = self
-            .root
-            .join(".tmp")
-            .join(uuid::Uuid::now_v7().simple().to_string());
+        let tmp = self.root.join(".tmp").join(uuid::Uuid::now_v7().simple().to_string());
         let mut file = tokio::fs::File::create(&tmp).await.map_err(io_error)?;
         file.write_all(&body).await.map_err(io_error)?;
         file.sync_all().await.map_err(io_error)?;
@@ -67,10 +64,7 @@ impl BlobStore for FileBlobStore {
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
         }
-        let tmp = self
-            .root
-            .join(".tmp")
-            .join(uuid::Uuid::now_v7().simple().to_string());
+        let tmp = self.root.join(".tmp").join(uuid::Uuid::now_v7().simple().to_string());
         let mut file = tokio::fs::File::create(&tmp).await.map_err(io_error)?;
         let mut written: u64 = 0;
         let result: Result<(), StorageError> = async {
@@ -93,10 +87,7 @@ impl BlobStore for FileBlobStore {
 
     async fn get(&self, key: &str) -> Result<Bytes, StorageError> {
         let path = self.path_of(key)?;
-        tokio::fs::read(&path)
-            .await
-            .map(Bytes::from)
-            .map_err(io_error)
+        tokio::fs::read(&path).await.map(Bytes::from).map_err(io_error)
     }
 
     async fn get_range(&self, key: &str, start: u64, end: u64) -> Result<Bytes, StorageError> {
@@ -108,8 +99,7 @@ impl BlobStore for FileBlobStore {
             return Ok(Bytes::new());
         }
         file.seek(SeekFrom::Start(start)).await.map_err(io_error)?;
-        let len = usize::try_from(end - start)
-            .map_err(|_| StorageError::Invalid("range too large".into()))?;
+        let len = usize::try_from(end - start).map_err(|_| StorageError::Invalid("range too large".into()))?;
         let mut buf = vec![0u8; len];
         file.read_exact(&mut buf).await.map_err(io_error)?;
         Ok(Bytes::from(buf))
@@ -125,11 +115,7 @@ impl BlobStore for FileBlobStore {
                 match file.read(&mut buf).await {
                     Ok(0) => break,
                     Ok(n) => {
-                        if tx
-                            .send(Ok(Bytes::copy_from_slice(&buf[..n])))
-                            .await
-                            .is_err()
-                        {
+                        if tx.send(Ok(Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
                             break;
                         }
                     }
@@ -171,12 +157,7 @@ impl BlobStore for FileBlobStore {
         }
     }
 
-    async fn presign_get(
-        &self,
-        key: &str,
-        _ttl: Duration,
-        _filename: &str,
-    ) -> Result<Option<String>, StorageError> {
+    async fn presign_get(&self, key: &str, _ttl: Duration, _filename: &str) -> Result<Option<String>, StorageError> {
         validate_key(key)?;
         Ok(None)
     }

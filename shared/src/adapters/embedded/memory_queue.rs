@@ -46,10 +46,7 @@ impl MemoryQueue {
 
     /// Messages in the queue, visible or not.
     pub fn len(&self) -> usize {
-        self.inner
-            .lock()
-            .map(|inner| inner.messages.len())
-            .unwrap_or(0)
+        self.inner.lock().map(|inner| inner.messages.len()).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -71,8 +68,7 @@ impl MemoryQueue {
                 break;
             }
             if message.visible_at > now {
-                next_visible =
-                    Some(next_visible.map_or(message.visible_at, |t| t.min(message.visible_at)));
+                next_visible = Some(next_visible.map_or(message.visible_at, |t| t.min(message.visible_at)));
                 continue;
             }
             let receipt = uuid::Uuid::now_v7().simple().to_string();
@@ -148,11 +144,7 @@ impl JobQueue for MemoryQueue {
         Ok(())
     }
 
-    async fn change_visibility(
-        &self,
-        receipt: &str,
-        timeout: Duration,
-    ) -> Result<(), StorageError> {
+    async fn change_visibility(&self, receipt: &str, timeout: Duration) -> Result<(), StorageError> {
         let mut inner = self.lock()?;
         match Self::find_by_receipt(&mut inner, receipt) {
             Some(message) => {
@@ -176,10 +168,7 @@ mod tests {
     async fn unacknowledged_messages_come_back_after_visibility_timeout() {
         let queue = MemoryQueue::new();
         queue.send("job-1", NO_WAIT).await.unwrap();
-        let first = queue
-            .receive(10, NO_WAIT, Duration::from_secs(30))
-            .await
-            .unwrap();
+        let first = queue.receive(10, NO_WAIT, Duration::from_secs(30)).await.unwrap();
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].receive_count, 1);
         assert!(queue
@@ -188,10 +177,7 @@ mod tests {
             .unwrap()
             .is_empty());
         tokio::time::advance(Duration::from_secs(31)).await;
-        let again = queue
-            .receive(10, NO_WAIT, Duration::from_secs(30))
-            .await
-            .unwrap();
+        let again = queue.receive(10, NO_WAIT, Duration::from_secs(30)).await.unwrap();
         assert_eq!(again[0].body, "job-1");
         assert_eq!(again[0].receive_count, 2);
         // The stale receipt no longer deletes the message; the fresh one does.
@@ -218,11 +204,7 @@ mod tests {
 
         let waiter = {
             let queue = queue.clone();
-            tokio::spawn(async move {
-                queue
-                    .receive(1, Duration::from_secs(60), Duration::from_secs(1))
-                    .await
-            })
+            tokio::spawn(async move { queue.receive(1, Duration::from_secs(60), Duration::from_secs(1)).await })
         };
         tokio::task::yield_now().await;
         queue.send("now", NO_WAIT).await.unwrap();
@@ -234,20 +216,10 @@ mod tests {
     async fn change_visibility_makes_a_message_visible_again() {
         let queue = MemoryQueue::new();
         queue.send("m", NO_WAIT).await.unwrap();
-        let got = queue
-            .receive(1, NO_WAIT, Duration::from_secs(300))
-            .await
-            .unwrap();
-        queue
-            .change_visibility(&got[0].receipt, Duration::ZERO)
-            .await
-            .unwrap();
+        let got = queue.receive(1, NO_WAIT, Duration::from_secs(300)).await.unwrap();
+        queue.change_visibility(&got[0].receipt, Duration::ZERO).await.unwrap();
         assert_eq!(
-            queue
-                .receive(1, NO_WAIT, Duration::from_secs(1))
-                .await
-                .unwrap()
-                .len(),
+            queue.receive(1, NO_WAIT, Duration::from_secs(1)).await.unwrap().len(),
             1
         );
         assert_eq!(

@@ -96,12 +96,7 @@ mod tests {
         for body in ["a", "b"] {
             queue.send(body, Duration::ZERO).await.unwrap();
         }
-        let tasks = spawn_queue_workers(
-            Arc::new(queue.clone()),
-            handler.clone(),
-            2,
-            Duration::from_secs(30),
-        );
+        let tasks = spawn_queue_workers(Arc::new(queue.clone()), handler.clone(), 2, Duration::from_secs(30));
         for _ in 0..200 {
             if queue.is_empty() {
                 break;

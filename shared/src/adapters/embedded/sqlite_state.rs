@@ -56,12 +56,9 @@ impl SqliteStateStore {
     }
 
     fn init(conn: Connection) -> Result<Self, StorageError> {
-        conn.busy_timeout(Duration::from_secs(10))
-            .map_err(db_error)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(db_error)?;
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(db_error)?;
+        conn.busy_timeout(Duration::from_secs(10)).map_err(db_error)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(db_error)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(db_error)?;
         conn.execute_batch(SCHEMA).map_err(db_error)?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
@@ -103,8 +100,8 @@ fn row_to_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<(Record, String)> 
 }
 
 fn finish_record((mut record, body): (Record, String)) -> Result<Record, StorageError> {
-    record.body = serde_json::from_str(&body)
-        .map_err(|e| StorageError::Backend(format!("corrupt record body: {e}")))?;
+    record.body =
+        serde_json::from_str(&body).map_err(|e| StorageError::Backend(format!("corrupt record body: {e}")))?;
     Ok(record)
 }
 
@@ -187,12 +184,7 @@ impl StateStore for SqliteStateStore {
         .await
     }
 
-    async fn delete(
-        &self,
-        kind: &str,
-        id: &str,
-        expected_version: Option<u64>,
-    ) -> Result<bool, StorageError> {
+    async fn delete(&self, kind: &str, id: &str, expected_version: Option<u64>) -> Result<bool, StorageError> {
         let (kind, id) = (kind.to_owned(), id.to_owned());
         self.with_conn(move |conn| {
             let tx = conn.transaction().map_err(db_error)?;
@@ -216,11 +208,8 @@ impl StateStore for SqliteStateStore {
                     return Err(StorageError::Conflict);
                 }
             }
-            tx.execute(
-                "DELETE FROM records WHERE kind = ?1 AND id = ?2",
-                params![kind, id],
-            )
-            .map_err(db_error)?;
+            tx.execute("DELETE FROM records WHERE kind = ?1 AND id = ?2", params![kind, id])
+                .map_err(db_error)?;
             tx.commit().map_err(db_error)?;
             Ok(true)
         })
@@ -242,10 +231,7 @@ impl StateStore for SqliteStateStore {
             );
             let mut stmt = conn.prepare_cached(&sql).map_err(db_error)?;
             let rows = stmt
-                .query_map(
-                    params![query.kind, query.owner, after, fetch],
-                    row_to_record,
-                )
+                .query_map(params![query.kind, query.owner, after, fetch], row_to_record)
                 .map_err(db_error)?;
             let mut records = Vec::new();
             for row in rows {

@@ -5,8 +5,8 @@ mod reply;
 mod vectors;
 
 use super::{
-    CallContext, ChatProvider, ChatRequest, ChatStreamProvider, ChunkStream, EmbeddingProvider,
-    Embeddings, ProviderError, ProviderHandle,
+    CallContext, ChatProvider, ChatRequest, ChatStreamProvider, ChunkStream, EmbeddingProvider, Embeddings,
+    ProviderError, ProviderHandle,
 };
 use crate::config::DummyProviderConfig;
 use crate::openai::chat::ChatCompletion;
@@ -46,10 +46,7 @@ impl DummyProvider {
         match self.config.fail_with_status {
             Some(status) => Err(ProviderError::Http {
                 status,
-                message: format!(
-                    "dummy provider `{}` failed as configured (HTTP {status})",
-                    self.name
-                ),
+                message: format!("dummy provider `{}` failed as configured (HTTP {status})", self.name),
                 retry_after: None,
             }),
             None => Ok(()),
@@ -59,11 +56,7 @@ impl DummyProvider {
 
 #[async_trait]
 impl ChatProvider for DummyProvider {
-    async fn chat(
-        &self,
-        request: &ChatRequest,
-        _ctx: CallContext<'_>,
-    ) -> Result<ChatCompletion, ProviderError> {
+    async fn chat(&self, request: &ChatRequest, _ctx: CallContext<'_>) -> Result<ChatCompletion, ProviderError> {
         self.wait_and_maybe_fail().await?;
         Ok(reply_for(&request.typed))
     }
@@ -71,11 +64,7 @@ impl ChatProvider for DummyProvider {
 
 #[async_trait]
 impl ChatStreamProvider for DummyProvider {
-    async fn chat_stream(
-        &self,
-        request: &ChatRequest,
-        _ctx: CallContext<'_>,
-    ) -> Result<ChunkStream, ProviderError> {
+    async fn chat_stream(&self, request: &ChatRequest, _ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError> {
         self.wait_and_maybe_fail().await?;
         let completion = reply_for(&request.typed);
         // One word per chunk, so clients see a real multi-chunk stream.
@@ -86,11 +75,7 @@ impl ChatStreamProvider for DummyProvider {
 
 #[async_trait]
 impl EmbeddingProvider for DummyProvider {
-    async fn embed(
-        &self,
-        request: &EmbeddingRequest,
-        _ctx: CallContext<'_>,
-    ) -> Result<Embeddings, ProviderError> {
+    async fn embed(&self, request: &EmbeddingRequest, _ctx: CallContext<'_>) -> Result<Embeddings, ProviderError> {
         self.wait_and_maybe_fail().await?;
         let dimensions = request
             .dimensions

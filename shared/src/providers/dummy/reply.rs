@@ -1,8 +1,8 @@
 //! Deterministic chat replies: the same request gives the same answer, different inputs differ.
 
 use crate::openai::chat::{
-    AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, FunctionCall, ResponseFormat,
-    Tool, ToolCall, ToolChoice, ToolChoiceMode, Usage,
+    AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, FunctionCall, ResponseFormat, Tool, ToolCall,
+    ToolChoice, ToolChoiceMode, Usage,
 };
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -69,9 +69,7 @@ fn forced_tool(request: &ChatCompletionRequest) -> Option<&Tool> {
     let tools = request.tools.as_ref()?;
     match request.tool_choice.as_ref()? {
         ToolChoice::Mode(ToolChoiceMode::Required) => tools.first(),
-        ToolChoice::Named(named) => tools
-            .iter()
-            .find(|t| t.function.name == named.function.name),
+        ToolChoice::Named(named) => tools.iter().find(|t| t.function.name == named.function.name),
         ToolChoice::Mode(_) => None,
     }
 }
@@ -125,11 +123,7 @@ pub fn reply_for(request: &ChatCompletionRequest) -> ChatCompletion {
             _ => format!("Dummy reply {digest} to: {echo}"),
         };
         let mut finish = "stop";
-        for stop in request
-            .stop_sequences()
-            .into_iter()
-            .filter(|s| !s.is_empty())
-        {
+        for stop in request.stop_sequences().into_iter().filter(|s| !s.is_empty()) {
             if let Some(position) = content.find(stop) {
                 content.truncate(position);
             }
@@ -149,16 +143,12 @@ pub fn reply_for(request: &ChatCompletionRequest) -> ChatCompletion {
         };
         (message, finish)
     };
-    let completion_tokens = message
-        .content
-        .as_deref()
-        .map(count_tokens)
-        .unwrap_or_else(|| {
-            message
-                .tool_calls
-                .as_ref()
-                .map_or(0, |c| u64::try_from(c.len()).unwrap_or(0))
-        });
+    let completion_tokens = message.content.as_deref().map(count_tokens).unwrap_or_else(|| {
+        message
+            .tool_calls
+            .as_ref()
+            .map_or(0, |c| u64::try_from(c.len()).unwrap_or(0))
+    });
     ChatCompletion {
         id: format!("chatcmpl-dummy-{digest}"),
         object: "chat.completion".to_owned(),
@@ -189,27 +179,19 @@ mod tests {
 
     #[test]
     fn same_input_same_answer_and_different_inputs_differ() {
-        let a = request(
-            json!({"model": "dummy", "messages": [{"role": "user", "content": "hello there"}]}),
-        );
-        let b = request(
-            json!({"model": "dummy", "messages": [{"role": "user", "content": "hello where"}]}),
-        );
+        let a = request(json!({"model": "dummy", "messages": [{"role": "user", "content": "hello there"}]}));
+        let b = request(json!({"model": "dummy", "messages": [{"role": "user", "content": "hello where"}]}));
         assert_eq!(reply_for(&a), reply_for(&a));
         assert_ne!(content(&reply_for(&a)), content(&reply_for(&b)));
         let usage = reply_for(&a).usage;
         assert_eq!(usage.prompt_tokens, 2);
-        assert_eq!(
-            usage.total_tokens,
-            usage.prompt_tokens + usage.completion_tokens
-        );
+        assert_eq!(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
     }
 
     #[test]
     fn max_tokens_truncates_with_length_finish() {
-        let r = request(
-            json!({"model": "dummy", "max_tokens": 2, "messages": [{"role": "user", "content": "a b c d"}]}),
-        );
+        let r =
+            request(json!({"model": "dummy", "max_tokens": 2, "messages": [{"role": "user", "content": "a b c d"}]}));
         let reply = reply_for(&r);
         assert_eq!(reply.usage.completion_tokens, 2);
         assert_eq!(reply.choices[0].finish_reason.as_deref(), Some("length"));
@@ -230,27 +212,20 @@ mod tests {
         assert_eq!(call.function.name, "get_weather");
         let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
         assert_eq!(args, json!({"city": "dummy", "days": 0}));
-        assert_eq!(
-            reply.choices[0].finish_reason.as_deref(),
-            Some("tool_calls")
-        );
+        assert_eq!(reply.choices[0].finish_reason.as_deref(), Some("tool_calls"));
     }
 
     #[test]
     fn json_response_format_gives_json() {
-        let r = request(
-            json!({"model": "dummy", "response_format": {"type": "json_object"},
-            "messages": [{"role": "user", "content": "x"}]}),
-        );
+        let r = request(json!({"model": "dummy", "response_format": {"type": "json_object"},
+            "messages": [{"role": "user", "content": "x"}]}));
         let parsed: Value = serde_json::from_str(&content(&reply_for(&r))).unwrap();
         assert_eq!(parsed["echo"], "x");
     }
 
     #[test]
     fn stop_sequences_cut_the_answer() {
-        let r = request(
-            json!({"model": "dummy", "stop": "to:", "messages": [{"role": "user", "content": "x"}]}),
-        );
+        let r = request(json!({"model": "dummy", "stop": "to:", "messages": [{"role": "user", "content": "x"}]}));
         assert!(!content(&reply_for(&r)).contains("to:"));
     }
 }

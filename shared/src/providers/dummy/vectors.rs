@@ -20,11 +20,7 @@ pub fn embedding_for(text: &str, dimensions: usize) -> Vec<f32> {
         }
         block += 1;
     }
-    let norm = values
-        .iter()
-        .map(|v| f64::from(*v) * f64::from(*v))
-        .sum::<f64>()
-        .sqrt();
+    let norm = values.iter().map(|v| f64::from(*v) * f64::from(*v)).sum::<f64>().sqrt();
     if norm > 0.0 {
         for value in &mut values {
             *value = (f64::from(*value) / norm) as f32;

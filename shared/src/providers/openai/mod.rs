@@ -5,8 +5,8 @@ mod stream;
 
 use super::retry::retry_after_from_headers;
 use super::{
-    CallContext, ChatProvider, ChatRequest, ChatStreamProvider, ChunkStream, EmbeddingProvider,
-    Embeddings, ProviderError, ProviderHandle,
+    CallContext, ChatProvider, ChatRequest, ChatStreamProvider, ChunkStream, EmbeddingProvider, Embeddings,
+    ProviderError, ProviderHandle,
 };
 use crate::config::{CredentialLocation, OpenAiProviderConfig};
 use crate::openai::chat::ChatCompletion;
@@ -104,10 +104,7 @@ impl OpenAiProvider {
         Duration::from_millis(self.config.timeout_ms)
     }
 
-    async fn send(
-        &self,
-        request: reqwest::RequestBuilder,
-    ) -> Result<reqwest::Response, ProviderError> {
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
         let response = request.send().await.map_err(|e| self.transport_error(&e))?;
         if response.status().is_success() {
             return Ok(response);
@@ -117,9 +114,7 @@ impl OpenAiProvider {
 
     fn transport_error(&self, err: &reqwest::Error) -> ProviderError {
         if err.is_timeout() {
-            ProviderError::Timeout {
-                after: self.timeout(),
-            }
+            ProviderError::Timeout { after: self.timeout() }
         } else {
             ProviderError::Connection(error_chain(err))
         }
@@ -128,10 +123,7 @@ impl OpenAiProvider {
     /// The client's body with the upstream model name and gateway-only fields removed.
     fn chat_body(&self, request: &ChatRequest, stream: bool) -> Value {
         let mut body = request.raw.clone();
-        body.insert(
-            "model".into(),
-            Value::String(self.config.model_name.clone()),
-        );
+        body.insert("model".into(), Value::String(self.config.model_name.clone()));
         body.remove("credentials");
         if stream {
             body.insert("stream".into(), Value::Bool(true));
@@ -187,11 +179,7 @@ pub(crate) fn upstream_error_message(text: &str) -> Option<String> {
 
 #[async_trait]
 impl ChatProvider for OpenAiProvider {
-    async fn chat(
-        &self,
-        request: &ChatRequest,
-        ctx: CallContext<'_>,
-    ) -> Result<ChatCompletion, ProviderError> {
+    async fn chat(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChatCompletion, ProviderError> {
         let http = self.post(
             "chat/completions",
             &self.chat_body(request, false),
@@ -199,28 +187,15 @@ impl ChatProvider for OpenAiProvider {
             Some(self.timeout()),
         )?;
         let response = self.send(http).await?;
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(&e))?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| ProviderError::InvalidResponse(format!("chat completion: {e}")))
+        let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
+        serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse(format!("chat completion: {e}")))
     }
 }
 
 #[async_trait]
 impl ChatStreamProvider for OpenAiProvider {
-    async fn chat_stream(
-        &self,
-        request: &ChatRequest,
-        ctx: CallContext<'_>,
-    ) -> Result<ChunkStream, ProviderError> {
-        let http = self.post(
-            "chat/completions",
-            &self.chat_body(request, true),
-            ctx,
-            None,
-        )?;
+    async fn chat_stream(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError> {
+        let http = self.post("chat/completions", &self.chat_body(request, true), ctx, None)?;
         let timeout = self.timeout();
         let response = tokio::time::timeout(timeout, self.send(http))
             .await
@@ -245,11 +220,7 @@ struct UpstreamEmbedding {
 
 #[async_trait]
 impl EmbeddingProvider for OpenAiProvider {
-    async fn embed(
-        &self,
-        request: &EmbeddingRequest,
-        ctx: CallContext<'_>,
-    ) -> Result<Embeddings, ProviderError> {
+    async fn embed(&self, request: &EmbeddingRequest, ctx: CallContext<'_>) -> Result<Embeddings, ProviderError> {
         let mut body = json!({
             "model": self.config.model_name,
             "input": request.input,
@@ -263,12 +234,9 @@ impl EmbeddingProvider for OpenAiProvider {
         }
         let http = self.post("embeddings", &body, ctx, Some(self.timeout()))?;
         let response = self.send(http).await?;
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(&e))?;
-        let mut parsed: UpstreamEmbeddings = serde_json::from_slice(&bytes)
-            .map_err(|e| ProviderError::InvalidResponse(format!("embeddings: {e}")))?;
+        let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
+        let mut parsed: UpstreamEmbeddings =
+            serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse(format!("embeddings: {e}")))?;
         if parsed.data.len() != request.input.len() {
             return Err(ProviderError::InvalidResponse(format!(
                 "expected {} embeddings, got {}",

@@ -15,23 +15,13 @@ pub(super) fn chunk_stream(response: reqwest::Response, idle_timeout: Duration) 
         let mut events = state?;
         loop {
             let next = match tokio::time::timeout(idle_timeout, events.next()).await {
-                Err(_) => {
-                    return Some((
-                        Err(ProviderError::Timeout {
-                            after: idle_timeout,
-                        }),
-                        None,
-                    ))
-                }
+                Err(_) => return Some((Err(ProviderError::Timeout { after: idle_timeout }), None)),
                 Ok(next) => next,
             };
             let event = match next {
                 None => return None,
                 Some(Err(err)) => {
-                    return Some((
-                        Err(ProviderError::Connection(format!("stream broke: {err}"))),
-                        None,
-                    ));
+                    return Some((Err(ProviderError::Connection(format!("stream broke: {err}"))), None));
                 }
                 Some(Ok(event)) => event,
             };
@@ -58,11 +48,9 @@ pub(super) fn parse_chunk(data: &str) -> Result<ChatCompletionChunk, ProviderErr
     if value.get("error").is_some_and(|e| !e.is_null()) {
         return Err(ProviderError::Http {
             status: 502,
-            message: upstream_error_message(data)
-                .unwrap_or_else(|| "error in upstream stream".to_owned()),
+            message: upstream_error_message(data).unwrap_or_else(|| "error in upstream stream".to_owned()),
             retry_after: None,
         });
     }
-    serde_json::from_value(value)
-        .map_err(|e| ProviderError::InvalidResponse(format!("stream chunk: {e}")))
+    serde_json::from_value(value).map_err(|e| ProviderError::InvalidResponse(format!("stream chunk: {e}")))
 }

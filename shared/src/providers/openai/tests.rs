@@ -18,23 +18,13 @@ struct Seen {
     team: Vec<Option<String>>,
 }
 
-async fn chat(
-    State(seen): State<Arc<Mutex<Seen>>>,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Response {
+async fn chat(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
     {
         let mut seen = seen.lock().unwrap();
-        seen.auth.push(
-            headers
-                .get("authorization")
-                .map(|v| v.to_str().unwrap().to_owned()),
-        );
-        seen.team.push(
-            headers
-                .get("x-team")
-                .map(|v| v.to_str().unwrap().to_owned()),
-        );
+        seen.auth
+            .push(headers.get("authorization").map(|v| v.to_str().unwrap().to_owned()));
+        seen.team
+            .push(headers.get("x-team").map(|v| v.to_str().unwrap().to_owned()));
         seen.bodies.push(body.clone());
     }
     if body["messages"][0]["content"] == "sleep" {
@@ -97,20 +87,14 @@ fn provider(api_base: String, location: CredentialLocation) -> OpenAiProvider {
     provider_with_timeout(api_base, location, 5_000)
 }
 
-fn provider_with_timeout(
-    api_base: String,
-    location: CredentialLocation,
-    timeout_ms: u64,
-) -> OpenAiProvider {
+fn provider_with_timeout(api_base: String, location: CredentialLocation, timeout_ms: u64) -> OpenAiProvider {
     let config = OpenAiProviderConfig {
         model_name: "upstream-model".into(),
         api_base,
         api_key_location: location,
         timeout_ms,
         connect_timeout_ms: 1_000,
-        extra_headers: [("x-team".to_owned(), "ml".to_owned())]
-            .into_iter()
-            .collect(),
+        extra_headers: [("x-team".to_owned(), "ml".to_owned())].into_iter().collect(),
     };
     OpenAiProvider::new("openai", config).unwrap()
 }
@@ -119,9 +103,7 @@ fn chat_request(content: &str) -> ChatRequest {
     let raw = json!({"model": "alias", "messages": [{"role": "user", "content": content}],
                      "frequency_penalty": 0.5, "credentials": {"k": "secret"}});
     let typed: ChatCompletionRequest = serde_json::from_value(raw.clone()).unwrap();
-    let Value::Object(raw) = raw else {
-        unreachable!()
-    };
+    let Value::Object(raw) = raw else { unreachable!() };
     ChatRequest { typed, raw }
 }
 
@@ -129,17 +111,12 @@ fn chat_request(content: &str) -> ChatRequest {
 async fn forwards_the_raw_body_with_the_upstream_model_and_dynamic_key() {
     let (base, seen) = start_mock().await;
     let provider = provider(base, CredentialLocation::Dynamic("k".into()));
-    let credentials: HashMap<String, String> = [("k".to_owned(), "secret".to_owned())]
-        .into_iter()
-        .collect();
+    let credentials: HashMap<String, String> = [("k".to_owned(), "secret".to_owned())].into_iter().collect();
     let ctx = CallContext {
         credentials: &credentials,
     };
     let completion = provider.chat(&chat_request("hi"), ctx).await.unwrap();
-    assert_eq!(
-        completion.choices[0].message.content.as_deref(),
-        Some("Hello")
-    );
+    assert_eq!(completion.choices[0].message.content.as_deref(), Some("Hello"));
     let seen = seen.lock().unwrap();
     let body = &seen.bodies[0];
     assert_eq!(body["model"], "upstream-model");
@@ -203,20 +180,8 @@ async fn streams_chunks_until_done_and_asks_for_usage() {
         })
         .collect();
     assert_eq!(text, "Hello");
-    assert_eq!(
-        chunks[2]
-            .as_ref()
-            .unwrap()
-            .usage
-            .as_ref()
-            .unwrap()
-            .total_tokens,
-        3
-    );
-    assert_eq!(
-        seen.lock().unwrap().bodies[0]["stream_options"]["include_usage"],
-        true
-    );
+    assert_eq!(chunks[2].as_ref().unwrap().usage.as_ref().unwrap().total_tokens, 3);
+    assert_eq!(seen.lock().unwrap().bodies[0]["stream_options"]["include_usage"], true);
 }
 
 #[tokio::test]
@@ -224,8 +189,7 @@ async fn embeddings_come_back_in_input_order() {
     let (base, _) = start_mock().await;
     let provider = provider(base, CredentialLocation::None);
     let none = HashMap::new();
-    let request: EmbeddingRequest =
-        serde_json::from_value(json!({"model": "m", "input": ["a", "b", "c"]})).unwrap();
+    let request: EmbeddingRequest = serde_json::from_value(json!({"model": "m", "input": ["a", "b", "c"]})).unwrap();
     let result = provider
         .embed(&request, CallContext { credentials: &none })
         .await
@@ -279,17 +243,11 @@ async fn slow_upstreams_time_out_for_whole_and_streamed_calls() {
 #[tokio::test]
 async fn env_credentials_that_are_not_set_are_a_clear_error() {
     let (base, _) = start_mock().await;
-    let provider = provider(
-        base,
-        CredentialLocation::Env("NIMBUS_TEST_SURELY_UNSET_VAR".into()),
-    );
+    let provider = provider(base, CredentialLocation::Env("NIMBUS_TEST_SURELY_UNSET_VAR".into()));
     let none = HashMap::new();
     let err = provider
         .chat(&chat_request("hi"), CallContext { credentials: &none })
         .await
         .unwrap_err();
-    assert!(
-        err.to_string().contains("NIMBUS_TEST_SURELY_UNSET_VAR"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("NIMBUS_TEST_SURELY_UNSET_VAR"), "{err}");
 }

@@ -27,18 +27,9 @@ impl Scripted {
 
 #[async_trait]
 impl ChatProvider for Scripted {
-    async fn chat(
-        &self,
-        request: &ChatRequest,
-        _ctx: CallContext<'_>,
-    ) -> Result<ChatCompletion, ProviderError> {
+    async fn chat(&self, request: &ChatRequest, _ctx: CallContext<'_>) -> Result<ChatCompletion, ProviderError> {
         *self.calls.lock().unwrap() += 1;
-        let next = self
-            .script
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or(Ok("default"));
+        let next = self.script.lock().unwrap().pop_front().unwrap_or(Ok("default"));
         let text = next?;
         let mut completion = crate::providers::dummy::reply_for(&request.typed);
         completion.choices[0].message.content = Some(text.to_owned());
@@ -72,10 +63,8 @@ fn router(providers: Vec<ProviderHandle>, max_retries: u32) -> ModelRouter {
 }
 
 fn request() -> ChatRequest {
-    let typed: ChatCompletionRequest = serde_json::from_value(
-        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
-    )
-    .unwrap();
+    let typed: ChatCompletionRequest =
+        serde_json::from_value(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})).unwrap();
     ChatRequest::from_typed(typed)
 }
 
@@ -142,10 +131,7 @@ async fn reports_every_provider_failure() {
         panic!("{err:?}")
     };
     assert_eq!(
-        failures
-            .iter()
-            .map(|f| f.provider.as_str())
-            .collect::<Vec<_>>(),
+        failures.iter().map(|f| f.provider.as_str()).collect::<Vec<_>>(),
         vec!["a", "b"]
     );
 }
@@ -173,12 +159,9 @@ async fn a_long_retry_after_moves_on_instead_of_waiting() {
 async fn missing_capability_and_model_are_distinct_errors() {
     let router = router(vec![chat_only("a", Scripted::new(vec![]))], 0);
     let none = HashMap::new();
-    let embed: EmbeddingRequest =
-        serde_json::from_value(json!({"model": "m", "input": "x"})).unwrap();
+    let embed: EmbeddingRequest = serde_json::from_value(json!({"model": "m", "input": "x"})).unwrap();
     assert!(matches!(
-        router
-            .embed(&embed, CallContext { credentials: &none })
-            .await,
+        router.embed(&embed, CallContext { credentials: &none }).await,
         Err(RoutingError::Unsupported { .. })
     ));
     let mut other = request();
@@ -195,13 +178,7 @@ async fn missing_capability_and_model_are_distinct_errors() {
 #[tokio::test]
 async fn chat_only_providers_still_stream() {
     use futures::StreamExt;
-    let router = router(
-        vec![chat_only(
-            "a",
-            Scripted::new(vec![Ok("streamed words here")]),
-        )],
-        0,
-    );
+    let router = router(vec![chat_only("a", Scripted::new(vec![Ok("streamed words here")]))], 0);
     let none = HashMap::new();
     let chunks: Vec<_> = router
         .chat_stream(&request(), CallContext { credentials: &none })

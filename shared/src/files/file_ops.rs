@@ -1,0 +1,307 @@
+//! Creating, reading, listing and deleting files.
+
+use super::limits::{check_filename, expires_at, max_bytes_for, too_large};
+use super::streams::limited;
+use super::sweep::{Janitor, JanitorTask, Marker};
+use super::{cursor_for_id, decode, encode, project_prefix, FilesError, FilesService, StoredFile, FILE_KIND};
+use crate::openai::files::{ExpiresAfter, FileDeleted, FileList, FileObject, FilePurpose};
+use crate::ports::{ByteStream, ListOrder, ListQuery, Record};
+use std::time::Duration;
+
+/// How long a presigned download URL stays valid.
+pub const DOWNLOAD_URL_TTL: Duration = Duration::from_secs(300);
+
+/// A new file's metadata, as the client described it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewFile {
+    pub filename: String,
+    pub purpose: FilePurpose,
+    pub expires_after: Option<ExpiresAfter>,
+}
+
+/// Listing parameters (`after`, `limit` 1..=10000, `order`, `purpose`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ListFiles {
+    pub after: Option<String>,
+    pub limit: usize,
+    pub order: ListOrder,
+    pub purpose: Option<FilePurpose>,
+}
+
+/// A file being created: id and blob reserved, bytes maybe written, no record yet.
+pub struct FileDraft {
+    id: String,
+    created_ms: i64,
+    blob_key: String,
+    guard: Marker,
+    bytes: Option<u64>,
+    exceeded: bool,
+}
+
+/// How to hand a file's bytes to the client.
+pub enum FileContent {
+    /// Redirect to a short-lived URL (S3 presigned GET).
+    Redirect(String),
+    /// Stream them through.
+    Stream {
+        bytes: u64,
+        filename: String,
+        body: ByteStream,
+    },
+}
+
+impl FilesService {
+    /// Store a file streamed from the client. Nothing is visible unless every byte landed.
+    pub async fn create_file(&self, project: &str, new: NewFile, body: ByteStream) -> Result<FileObject, FilesError> {
+        check_filename(&new.filename, new.purpose)?;
+        let mut draft = self.start_file(project).await?;
+        if let Err(err) = self
+            .write_file_bytes(&mut draft, body, max_bytes_for(new.purpose))
+            .await
+        {
+            self.discard_file(&draft).await;
+            return Err(if draft.exceeded { too_large(new.purpose) } else { err });
+        }
+        self.finish_file(project, draft, new).await
+    }
+
+    /// Reserve an id and a blob for a file whose metadata may arrive after its bytes
+    /// (multipart fields come in any order).
+    pub async fn start_file(&self, project: &str) -> Result<FileDraft, FilesError> {
+        let (id, created_ms) = self.mint("file-");
+        let blob_key = format!("{}/files/{id}", project_prefix(project));
+        let guard = Janitor::new(self).guard_blob(FILE_KIND, &id, &blob_key).await?;
+        Ok(FileDraft {
+            id,
+            created_ms,
+            blob_key,
+            guard,
+            bytes: None,
+            exceeded: false,
+        })
+    }
+
+    /// Stream the bytes into the draft's blob, failing past `max` bytes.
+    pub async fn write_file_bytes(&self, draft: &mut FileDraft, body: ByteStream, max: u64) -> Result<(), FilesError> {
+        let (body, flag) = limited(body, max);
+        match self.blobs.put_stream(&draft.blob_key, body).await {
+            Ok(bytes) => {
+                draft.bytes = Some(bytes);
+                Ok(())
+            }
+            Err(err) => {
+                draft.exceeded = flag.exceeded();
+                Err(if draft.exceeded {
+                    FilesError::TooLarge {
+                        message: format!("File is too large: at most {} MB.", max / 1024 / 1024),
+                    }
+                } else {
+                    err.into()
+                })
+            }
+        }
+    }
+
+    /// Validate the metadata against the stored bytes and make the file visible, or discard it.
+    pub async fn finish_file(&self, project: &str, draft: FileDraft, new: NewFile) -> Result<FileObject, FilesError> {
+        let Some(bytes) = draft.bytes else {
+            self.discard_file(&draft).await;
+            return Err(FilesError::invalid("The request has no 'file' field.", "file"));
+        };
+        let created_at = draft.created_ms.div_euclid(1000);
+        let checked = check_filename(&new.filename, new.purpose)
+            .and_then(|()| {
+                if bytes > max_bytes_for(new.purpose) {
+                    Err(too_large(new.purpose))
+                } else {
+                    Ok(())
+                }
+            })
+            .and_then(|()| expires_at(created_at, new.purpose, new.expires_after.clone()));
+        let expires = match checked {
+            Ok(expires) => expires,
+            Err(err) => {
+                self.discard_file(&draft).await;
+                return Err(err);
+            }
+        };
+        let file = FileObject {
+            id: draft.id.clone(),
+            object: "file".to_owned(),
+            bytes,
+            created_at,
+            filename: new.filename,
+            purpose: new.purpose,
+            status: "processed".to_owned(),
+            expires_at: expires,
+            status_details: None,
+        };
+        let stored = StoredFile {
+            file: file.clone(),
+            blob_key: draft.blob_key.clone(),
+            declared_bytes: None,
+        };
+        if let Err(err) = self.insert_file(project, draft.created_ms, stored).await {
+            self.discard_file(&draft).await;
+            return Err(err);
+        }
+        Janitor::new(self).cancel(&draft.guard).await?;
+        Ok(file)
+    }
+
+    /// Drop a draft's bytes (best effort: the janitor's guard removes them otherwise).
+    pub async fn discard_file(&self, draft: &FileDraft) {
+        if self.blobs.delete(&draft.blob_key).await.is_ok() {
+            let _ = Janitor::new(self).cancel(&draft.guard).await;
+        }
+    }
+
+    /// Write the record (and its expiry marker) of a file whose bytes are stored.
+    pub(crate) async fn insert_file(
+        &self,
+        project: &str,
+        created_ms: i64,
+        stored: StoredFile,
+    ) -> Result<(), FilesError> {
+        if let Some(expires_at) = stored.file.expires_at {
+            Janitor::new(self)
+                .schedule(
+                    JanitorTask::ExpireFile {
+                        project: project.to_owned(),
+                        file_id: stored.file.id.clone(),
+                    },
+                    expires_at * 1000,
+                )
+                .await?;
+        }
+        let record = Record {
+            kind: FILE_KIND.to_owned(),
+            id: stored.file.id.clone(),
+            owner: project.to_owned(),
+            created_at_ms: created_ms,
+            version: 1,
+            expires_at: stored.file.expires_at,
+            body: encode(&stored)?,
+        };
+        self.state.create(&record).await?;
+        Ok(())
+    }
+
+    /// The project's live (unexpired) file record.
+    pub(crate) async fn live_file(&self, project: &str, id: &str) -> Result<(Record, StoredFile), FilesError> {
+        let record = self
+            .owned_record(FILE_KIND, id, project)
+            .await?
+            .ok_or_else(|| FilesError::file_not_found(id))?;
+        let stored: StoredFile = decode(&record)?;
+        if stored.file.expires_at.is_some_and(|at| at <= self.now_s()) {
+            return Err(FilesError::file_not_found(id));
+        }
+        Ok((record, stored))
+    }
+
+    pub async fn get_file(&self, project: &str, id: &str) -> Result<FileObject, FilesError> {
+        let (record, stored) = self.live_file(project, id).await?;
+        Ok(self.settle_direct_upload(record, stored).await?.file)
+    }
+
+    pub async fn list_files(&self, project: &str, query: ListFiles) -> Result<FileList, FilesError> {
+        if !(1..=10_000).contains(&query.limit) {
+            return Err(FilesError::Invalid {
+                message: format!(
+                    "Invalid 'limit': {}. Expected a value between 1 and 10000.",
+                    query.limit
+                ),
+                param: Some("limit".to_owned()),
+            });
+        }
+        let mut after =
+            match &query.after {
+                None => None,
+                Some(id) => Some(cursor_for_id("file-", id).ok_or_else(|| {
+                    FilesError::invalid(format!("Invalid 'after': '{id}' is not a file id."), "after")
+                })?),
+            };
+        let now = self.now_s();
+        let mut data = Vec::new();
+        let mut has_more = false;
+        'pages: loop {
+            let page = self
+                .state
+                .list_by_owner(&ListQuery {
+                    kind: FILE_KIND.to_owned(),
+                    owner: project.to_owned(),
+                    after: after.take(),
+                    limit: (query.limit + 1).min(1000),
+                    order: query.order,
+                })
+                .await?;
+            after = page.records.last().map(Record::cursor);
+            for record in page.records {
+                let stored: StoredFile = decode(&record)?;
+                let expired = stored.file.expires_at.is_some_and(|at| at <= now);
+                let wanted = query.purpose.is_none_or(|p| p == stored.file.purpose);
+                if expired || !wanted {
+                    continue;
+                }
+                if data.len() == query.limit {
+                    has_more = true;
+                    break 'pages;
+                }
+                data.push(self.settle_direct_upload(record, stored).await?.file);
+            }
+            if !page.has_more {
+                break;
+            }
+        }
+        Ok(FileList {
+            object: "list",
+            first_id: data.first().map(|f| f.id.clone()),
+            last_id: data.last().map(|f| f.id.clone()),
+            data,
+            has_more,
+        })
+    }
+
+    /// Delete the metadata, then the bytes.
+    pub async fn delete_file(&self, project: &str, id: &str) -> Result<FileDeleted, FilesError> {
+        let (record, stored) = self.live_file(project, id).await?;
+        if !self.state.delete(FILE_KIND, id, Some(record.version)).await? {
+            return Err(FilesError::file_not_found(id));
+        }
+        self.blobs.delete(&stored.blob_key).await?;
+        Ok(FileDeleted {
+            id: id.to_owned(),
+            object: "file",
+            deleted: true,
+        })
+    }
+
+    /// The bytes: a redirect to a presigned URL when the store has them (S3) and the file is
+    /// larger than `inline_limit`, else a stream.
+    pub async fn file_content(&self, project: &str, id: &str, inline_limit: u64) -> Result<FileContent, FilesError> {
+        let (record, stored) = self.live_file(project, id).await?;
+        let stored = self.settle_direct_upload(record, stored).await?;
+        if stored.file.status != "processed" {
+            return Err(FilesError::invalid(
+                format!("File {id} has no content yet (status '{}').", stored.file.status),
+                "id",
+            ));
+        }
+        if stored.file.bytes > inline_limit {
+            if let Some(url) = self
+                .blobs
+                .presign_get(&stored.blob_key, DOWNLOAD_URL_TTL, &stored.file.filename)
+                .await?
+            {
+                return Ok(FileContent::Redirect(url));
+            }
+        }
+        let body = self.blobs.get_stream(&stored.blob_key).await?;
+        Ok(FileContent::Stream {
+            bytes: stored.file.bytes,
+            filename: stored.file.filename,
+            body,
+        })
+    }
+}

@@ -1,0 +1,163 @@
+//! The janitor: markers of work due at a time (expiry, abandoned uploads, blobs written before their
+//! record). Markers are records of kind `janitor` under one owner, created with `created_at_ms` =
+//! the due time, so listing them in order yields exactly the due ones first. The sweep (the
+//! poller's schedule in AWS, a timer locally) runs due tasks; every task is idempotent, so two
+//! sweeps at once or a sweep that crashed half-way are harmless.
+
+use super::{decode, FilesError, FilesService, StoredFile, FILE_KIND};
+use crate::ports::{ListOrder, ListQuery, Record, StorageError};
+use serde::{Deserialize, Serialize};
+
+const KIND: &str = "janitor";
+const OWNER: &str = "_due";
+/// A blob written before its record: if no record exists this long after, the blob is removed.
+const BLOB_GUARD_GRACE_MS: i64 = 2 * 3600 * 1000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "task", rename_all = "snake_case")]
+pub enum JanitorTask {
+    /// Delete a file (record, then bytes) once it expired.
+    ExpireFile { project: String, file_id: String },
+    /// Expire a pending upload and delete its parts.
+    ExpireUpload { project: String, upload_id: String },
+    /// Settle a direct upload, or remove it if its bytes never arrived.
+    DirectUploadDeadline { project: String, file_id: String },
+    /// Delete `blob_key` unless the record `kind`/`id` exists.
+    BlobGuard { kind: String, id: String, blob_key: String },
+}
+
+/// What one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    pub tasks_run: u64,
+    pub tasks_failed: u64,
+}
+
+/// Marker handle returned by [`Janitor::guard_blob`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker(String);
+
+pub struct Janitor<'a> {
+    files: &'a FilesService,
+}
+
+impl<'a> Janitor<'a> {
+    pub fn new(files: &'a FilesService) -> Self {
+        Self { files }
+    }
+
+    /// Run `task` at (or after) `due_ms`.
+    pub async fn schedule(&self, task: JanitorTask, due_ms: i64) -> Result<Marker, FilesError> {
+        let id = self.files.ids.prefixed("job_");
+        let record = Record {
+            kind: KIND.to_owned(),
+            id: id.clone(),
+            owner: OWNER.to_owned(),
+            created_at_ms: due_ms,
+            version: 1,
+            expires_at: None,
+            body: super::encode(&task)?,
+        };
+        self.files.state.create(&record).await?;
+        Ok(Marker(id))
+    }
+
+    /// Protect a blob about to be written: removed later unless its record appears.
+    pub async fn guard_blob(&self, kind: &str, id: &str, blob_key: &str) -> Result<Marker, FilesError> {
+        let task = JanitorTask::BlobGuard {
+            kind: kind.to_owned(),
+            id: id.to_owned(),
+            blob_key: blob_key.to_owned(),
+        };
+        self.schedule(task, self.files.clock.now_unix_ms() + BLOB_GUARD_GRACE_MS)
+            .await
+    }
+
+    /// The marker's work is no longer needed.
+    pub async fn cancel(&self, marker: &Marker) -> Result<(), FilesError> {
+        self.files.state.delete(KIND, &marker.0, None).await?;
+        Ok(())
+    }
+}
+
+impl FilesService {
+    /// Run every janitor task due by now (at most `max_tasks`).
+    pub async fn sweep(&self, max_tasks: usize) -> Result<SweepReport, FilesError> {
+        let now_ms = self.clock.now_unix_ms();
+        let mut report = SweepReport::default();
+        let mut after = None;
+        while (report.tasks_run + report.tasks_failed) < max_tasks as u64 {
+            let page = self
+                .state
+                .list_by_owner(&ListQuery {
+                    kind: KIND.to_owned(),
+                    owner: OWNER.to_owned(),
+                    after: after.take(),
+                    limit: 100,
+                    order: ListOrder::Asc,
+                })
+                .await?;
+            after = page.records.last().map(Record::cursor);
+            for marker in &page.records {
+                if marker.created_at_ms > now_ms {
+                    return Ok(report);
+                }
+                let result = match decode::<JanitorTask>(marker) {
+                    Ok(task) => self.run_task(task).await,
+                    Err(err) => Err(err),
+                };
+                match result {
+                    Ok(()) => {
+                        self.state.delete(KIND, &marker.id, None).await?;
+                        report.tasks_run += 1;
+                    }
+                    Err(err) => {
+                        tracing::warn!(marker = %marker.id, error = %err, "janitor task failed; it stays due");
+                        report.tasks_failed += 1;
+                    }
+                }
+            }
+            if !page.has_more {
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    async fn run_task(&self, task: JanitorTask) -> Result<(), FilesError> {
+        match task {
+            JanitorTask::ExpireFile { project, file_id } => {
+                let Some(record) = self.owned_record(FILE_KIND, &file_id, &project).await? else {
+                    return Ok(());
+                };
+                let stored: StoredFile = decode(&record)?;
+                if stored.file.expires_at.is_some_and(|at| at <= self.now_s()) {
+                    match self.state.delete(FILE_KIND, &file_id, Some(record.version)).await {
+                        Ok(_) | Err(StorageError::Conflict) => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                    self.blobs.delete(&stored.blob_key).await?;
+                }
+                Ok(())
+            }
+            JanitorTask::ExpireUpload { project, upload_id } => self.expire_upload(&project, &upload_id).await,
+            JanitorTask::DirectUploadDeadline { project, file_id } => {
+                let Some(record) = self.owned_record(FILE_KIND, &file_id, &project).await? else {
+                    return Ok(());
+                };
+                let stored = self.settle_direct_upload(record.clone(), decode(&record)?).await?;
+                if stored.file.status == "uploaded" {
+                    self.state.delete(FILE_KIND, &file_id, None).await?;
+                    self.blobs.delete(&stored.blob_key).await?;
+                }
+                Ok(())
+            }
+            JanitorTask::BlobGuard { kind, id, blob_key } => {
+                if self.state.get(&kind, &id).await?.is_none() {
+                    self.blobs.delete(&blob_key).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! The Uploads API: a large file sent in parts (each small enough for one Lambda request), then
+//! assembled in order into one file, streaming, with the declared size and optional MD5 checked.
+
+use super::limits::{check_filename, max_bytes_for, parse_purpose, too_large, MAX_PART_BYTES, UPLOAD_TTL_S};
+use super::streams::{limited, md5_tapped};
+use super::sweep::{Janitor, JanitorTask};
+use super::{decode, encode, project_prefix, FilesError, FilesService, StoredFile, PART_KIND, UPLOAD_KIND};
+use crate::openai::files::{CreateUploadRequest, FileObject, UploadObject, UploadPart};
+use crate::ports::{ByteStream, ListOrder, ListQuery, Record, StorageError};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredPart {
+    part: UploadPart,
+    bytes: u64,
+    blob_key: String,
+}
+
+fn parts_prefix(project: &str, upload_id: &str) -> String {
+    format!("{}/uploads/{upload_id}/parts", project_prefix(project))
+}
+
+fn upload_not_found(id: &str) -> FilesError {
+    FilesError::NotFound {
+        what: "Upload",
+        id: id.to_owned(),
+    }
+}
+
+impl FilesService {
+    pub async fn create_upload(&self, project: &str, request: CreateUploadRequest) -> Result<UploadObject, FilesError> {
+        let purpose = parse_purpose(&request.purpose)?;
+        check_filename(&request.filename, purpose).map_err(|err| match err {
+            FilesError::Invalid { message, .. } => FilesError::invalid(message, "filename"),
+            other => other,
+        })?;
+        if request.mime_type.trim().is_empty() {
+            return Err(FilesError::invalid("'mime_type' must not be empty.", "mime_type"));
+        }
+        if request.bytes > max_bytes_for(purpose) {
+            return Err(too_large(purpose));
+        }
+        if let Some(after) = request.expires_after.clone() {
+            // Checked now so that a bad value fails before any bytes are sent.
+            super::limits::expires_at(0, purpose, Some(after))?;
+        }
+        let (id, created_ms) = self.mint("upload_");
+        let created_at = created_ms.div_euclid(1000);
+        let upload = UploadObject {
+            id: id.clone(),
+            object: "upload".to_owned(),
+            bytes: request.bytes,
+            created_at,
+            filename: request.filename,
+            purpose,
+            status: "pending".to_owned(),
+            expires_at: created_at + UPLOAD_TTL_S,
+            file: None,
+        };
+        Janitor::new(self)
+            .schedule(
+                JanitorTask::ExpireUpload {
+                    project: project.to_owned(),
+                    upload_id: id.clone(),
+                },
+                upload.expires_at * 1000,
+            )
+            .await?;
+        let record = Record {
+            kind: UPLOAD_KIND.to_owned(),
+            id,
+            owner: project.to_owned(),
+            created_at_ms: created_ms,
+            version: 1,
+            expires_at: Some(upload.expires_at + 7 * 24 * 3600),
+            body: encode(&StoredUpload {
+                upload: upload.clone(),
+                expires_after: request.expires_after,
+            })?,
+        };
+        self.state.create(&record).await?;
+        Ok(upload)
+    }
+
+    /// The upload, which must still take parts (pending and not expired).
+    async fn pending_upload(&self, project: &str, id: &str) -> Result<(Record, StoredUpload), FilesError> {
+        let record = self
+            .owned_record(UPLOAD_KIND, id, project)
+            .await?
+            .ok_or_else(|| upload_not_found(id))?;
+        let stored: StoredUpload = decode(&record)?;
+        let status = if stored.upload.status == "pending" && stored.upload.expires_at <= self.now_s() {
+            "expired"
+        } else {
+            stored.upload.status.as_str()
+        };
+        if status != "pending" {
+            return Err(FilesError::invalid(
+                format!("Upload {id} is {status}: it accepts no more changes."),
+                "upload_id",
+            ));
+        }
+        Ok((record, stored))
+    }
+
+    pub async fn add_upload_part(
+        &self,
+        project: &str,
+        upload_id: &str,
+        data: ByteStream,
+    ) -> Result<UploadPart, FilesError> {
+        self.pending_upload(project, upload_id).await?;
+        let (part_id, created_ms) = self.mint("part_");
+        let blob_key = format!("{}/{part_id}", parts_prefix(project, upload_id));
+        let (data, flag) = limited(data, MAX_PART_BYTES);
+        let bytes = match self.blobs.put_stream(&blob_key, data).await {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                let _ = self.blobs.delete(&blob_key).await;
+                return Err(if flag.exceeded() {
+                    FilesError::TooLarge {
+                        message: format!("An upload part may be at most {} MB.", MAX_PART_BYTES / 1024 / 1024),
+                    }
+                } else {
+                    err.into()
+                });
+            }
+        };
+        let part = UploadPart {
+            id: part_id.clone(),
+            object: "upload.part".to_owned(),
+            created_at: created_ms.div_euclid(1000),
+            upload_id: upload_id.to_owned(),
+        };
+        let record = Record {
+            kind: PART_KIND.to_owned(),
+            id: part_id,
+            owner: upload_id.to_owned(),
+            created_at_ms: created_ms,
+            version: 1,
+            expires_at: None,
+            body: encode(&StoredPart {
+                part: part.clone(),
+                bytes,
+                blob_key: blob_key.clone(),
+            })?,
+        };
+        self.state.create(&record).await?;
+        // Completed or cancelled meanwhile: this part will never be used.
+        if let Err(err) = self.pending_upload(project, upload_id).await {
+            self.blobs.delete(&blob_key).await?;
+            self.state.delete(PART_KIND, &record.id, None).await?;
+            return Err(err);
+        }
+        Ok(part)
+    }
+
+    pub async fn complete_upload(
+        &self,
+        project: &str,
+        upload_id: &str,
+        part_ids: &[String],
+        md5: Option<&str>,
+    ) -> Result<UploadObject, FilesError> {
+        let (record, stored) = self.pending_upload(project, upload_id).await?;
+        if part_ids.is_empty() {
+            return Err(FilesError::invalid(
+                "'part_ids' must list at least one part.",
+                "part_ids",
+            ));
+        }
+        let mut seen = HashSet::new();
+        let mut parts = Vec::with_capacity(part_ids.len());
+        for part_id in part_ids {
+            if !seen.insert(part_id.as_str()) {
+                return Err(FilesError::invalid(
+                    format!("Part {part_id} is listed twice."),
+                    "part_ids",
+                ));
+            }
+            let part = self
+                .state
+                .get(PART_KIND, part_id)
+                .await?
+                .filter(|r| r.owner == upload_id)
+                .ok_or_else(|| {
+                    FilesError::invalid(
+                        format!("Part {part_id} is not a part of upload {upload_id}."),
+                        "part_ids",
+                    )
+                })?;
+            parts.push(decode::<StoredPart>(&part)?);
+        }
+        let total: u64 = parts.iter().map(|p| p.bytes).sum();
+        if total != stored.upload.bytes {
+            return Err(FilesError::invalid(
+                format!(
+                    "The parts hold {total} bytes but the upload was created with bytes={}.",
+                    stored.upload.bytes
+                ),
+                "part_ids",
+            ));
+        }
+
+        let (file_id, file_created_ms) = self.mint("file-");
+        let blob_key = format!("{}/files/{file_id}", project_prefix(project));
+        let janitor = Janitor::new(self);
+        let guard = janitor.guard_blob(super::FILE_KIND, &file_id, &blob_key).await?;
+        let blobs = self.blobs.clone();
+        let keys: Vec<String> = parts.iter().map(|p| p.blob_key.clone()).collect();
+        let joined: ByteStream = futures::stream::iter(keys)
+            .then(move |key| {
+                let blobs = blobs.clone();
+                async move { blobs.get_stream(&key).await }
+            })
+            .flat_map(|opened| match opened {
+                Ok(stream) => stream,
+                Err(err) => futures::stream::once(async move { Err::<bytes::Bytes, StorageError>(err) }).boxed(),
+            })
+            .boxed();
+        let (joined, digest) = md5_tapped(joined);
+        let written = self.blobs.put_stream(&blob_key, joined).await?;
+        let fail = |err: FilesError| async {
+            let _ = self.blobs.delete(&blob_key).await;
+            let _ = janitor.cancel(&guard).await;
+            Err::<UploadObject, FilesError>(err)
+        };
+        if written != total {
+            return fail(FilesError::Storage(StorageError::Backend(format!(
+                "assembled {written} bytes, expected {total}"
+            ))))
+            .await;
+        }
+        if let Some(expected) = md5 {
+            if !digest.hex().eq_ignore_ascii_case(expected.trim()) {
+                return fail(FilesError::invalid(
+                    format!(
+                        "The MD5 of the assembled file is {}, not the expected {expected}.",
+                        digest.hex()
+                    ),
+                    "md5",
+                ))
+                .await;
+            }
+        }
+        let created_at = file_created_ms.div_euclid(1000);
+        let file = FileObject {
+            id: file_id.clone(),
+            object: "file".to_owned(),
+            bytes: written,
+            created_at,
+            filename: stored.upload.filename.clone(),
+            purpose: stored.upload.purpose,
+            status: "processed".to_owned(),
+            expires_at: super::limits::expires_at(created_at, stored.upload.purpose, stored.expires_after.clone())?,
+            status_details: None,
+        };
+        let mut completed = stored.clone();
+        completed.upload.status = "completed".to_owned();
+        completed.upload.file = Some(file.clone());
+        let updated = Record {
+            version: record.version + 1,
+            body: encode(&completed)?,
+            ..record.clone()
+        };
+        self.insert_file(
+            project,
+            file_created_ms,
+            StoredFile {
+                file,
+                blob_key: blob_key.clone(),
+                declared_bytes: None,
+            },
+        )
+        .await?;
+        if let Err(err) = self.state.update(&updated, record.version).await {
+            // Completed or cancelled concurrently: undo this file.
+            let _ = self.state.delete(super::FILE_KIND, &file_id, None).await;
+            return fail(match err {
+                StorageError::Conflict => {
+                    FilesError::invalid(format!("Upload {upload_id} changed while completing."), "upload_id")
+                }
+                other => other.into(),
+            })
+            .await;
+        }
+        janitor.cancel(&guard).await?;
+        self.discard_parts(project, upload_id).await?;
+        Ok(completed.upload)
+    }
+
+    pub async fn cancel_upload(&self, project: &str, upload_id: &str) -> Result<UploadObject, FilesError> {
+        let (record, stored) = self.pending_upload(project, upload_id).await?;
+        let mut cancelled = stored;
+        cancelled.upload.status = "cancelled".to_owned();
+        let updated = Record {
+            version: record.version + 1,
+            body: encode(&cancelled)?,
+            ..record.clone()
+        };
+        match self.state.update(&updated, record.version).await {
+            Ok(()) => {}
+            Err(StorageError::Conflict) => {
+                return Err(FilesError::invalid(
+                    format!("Upload {upload_id} changed while cancelling."),
+                    "upload_id",
+                ))
+            }
+            Err(err) => return Err(err.into()),
+        }
+        self.discard_parts(project, upload_id).await?;
+        Ok(cancelled.upload)
+    }
+
+    /// Delete every part's bytes and records.
+    pub(crate) async fn discard_parts(&self, project: &str, upload_id: &str) -> Result<(), FilesError> {
+        self.blobs.delete_prefix(&parts_prefix(project, upload_id)).await?;
+        loop {
+            let page = self
+                .state
+                .list_by_owner(&ListQuery {
+                    kind: PART_KIND.to_owned(),
+                    owner: upload_id.to_owned(),
+                    after: None,
+                    limit: 500,
+                    order: ListOrder::Asc,
+                })
+                .await?;
+            for part in &page.records {
+                self.state.delete(PART_KIND, &part.id, None).await?;
+            }
+            if !page.has_more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Mark a pending upload expired and drop its parts (the sweep calls this when it is due).
+    pub(crate) async fn expire_upload(&self, project: &str, upload_id: &str) -> Result<(), FilesError> {
+        let Some(record) = self.owned_record(UPLOAD_KIND, upload_id, project).await? else {
+            return Ok(());
+        };
+        let mut stored: StoredUpload = decode(&record)?;
+        if stored.upload.status == "pending" {
+            stored.upload.status = "expired".to_owned();
+            let updated = Record {
+                version: record.version + 1,
+                body: encode(&stored)?,
+                ..record.clone()
+            };
+            match self.state.update(&updated, record.version).await {
+                Ok(()) => {}
+                // Completed or cancelled at the last moment: their own clean-up runs.
+                Err(StorageError::Conflict) => return Ok(()),
+                Err(err) => return Err(err.into()),
+            }
+        }
+        if stored.upload.status != "completed" {
+            self.discard_parts(project, upload_id).await?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct StoredUpload {
+    upload: UploadObject,
+    #[serde(default)]
+    expires_after: Option<crate::openai::files::ExpiresAfter>,
+}

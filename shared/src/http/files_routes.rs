@@ -1,0 +1,299 @@
+//! `/v1/files` and direct uploads.
+
+use super::error::ApiError;
+use super::json_body::JsonBody;
+use super::multipart_stream::{multipart_error, stream_field};
+use super::AppState;
+use crate::auth::Principal;
+use crate::files::{FileContent, ListFiles, NewFile, MAX_FILE_BYTES};
+use crate::openai::files::{CreateDirectUploadRequest, DirectUpload, ExpiresAfter, FilePurpose};
+use crate::ports::ListOrder;
+use axum::body::Body;
+use axum::extract::{Multipart, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use futures::StreamExt;
+use serde::Deserialize;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/files", post(create_file).get(list_files))
+        .route("/v1/files/{id}", get(get_file).delete(delete_file))
+        .route("/v1/files/{id}/content", get(file_content).put(put_direct_content))
+        .route("/v1/direct_uploads", post(create_direct_upload))
+}
+
+fn purpose_of(text: &str) -> Result<FilePurpose, ApiError> {
+    FilePurpose::parse_uploadable(text).ok_or_else(|| {
+        ApiError::invalid_request(format!(
+            "'{text}' is not one of [{}] - 'purpose'",
+            FilePurpose::UPLOADABLE
+        ))
+        .with_param("purpose")
+    })
+}
+
+fn parse_seconds(text: &str) -> Result<i64, ApiError> {
+    text.trim().parse().map_err(|_| {
+        ApiError::invalid_request(format!("Invalid 'expires_after[seconds]': '{text}' is not an integer."))
+            .with_param("expires_after[seconds]")
+    })
+}
+
+async fn create_file(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    mut multipart: Multipart,
+) -> Result<Response, ApiError> {
+    let files = &state.files;
+    let mut purpose: Option<String> = None;
+    let mut filename: Option<String> = None;
+    let mut anchor: Option<String> = None;
+    let mut seconds: Option<i64> = None;
+    let mut draft = None;
+    let outcome: Result<(), ApiError> = async {
+        while let Some(field) = multipart.next_field().await.map_err(|e| multipart_error(&e))? {
+            match field.name().unwrap_or_default() {
+                "purpose" => purpose = Some(field.text().await.map_err(|e| multipart_error(&e))?),
+                "expires_after[anchor]" => anchor = Some(field.text().await.map_err(|e| multipart_error(&e))?),
+                "expires_after[seconds]" => {
+                    seconds = Some(parse_seconds(&field.text().await.map_err(|e| multipart_error(&e))?)?)
+                }
+                "file" if draft.is_none() => {
+                    filename = Some(field.file_name().unwrap_or_default().to_owned());
+                    // The limit of the purpose when it came first, else the largest; checked again at the end.
+                    let max = match purpose.as_deref() {
+                        Some(p) => crate::files::max_bytes_for(purpose_of(p)?),
+                        None => MAX_FILE_BYTES,
+                    };
+                    let mut new_draft = files.start_file(&principal.project).await?;
+                    let written = stream_field(field, |body| files.write_file_bytes(&mut new_draft, body, max)).await;
+                    let failed = match written {
+                        Ok(Ok(())) => None,
+                        Ok(Err(err)) => Some(ApiError::from(err)),
+                        Err(err) => Some(err),
+                    };
+                    if let Some(err) = failed {
+                        files.discard_file(&new_draft).await;
+                        return Err(err);
+                    }
+                    draft = Some(new_draft);
+                }
+                _ => {
+                    // Unknown fields are read and ignored.
+                    let _ = field.bytes().await.map_err(|e| multipart_error(&e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+    let discard = |draft: Option<crate::files::FileDraft>| async move {
+        if let Some(draft) = draft {
+            files.discard_file(&draft).await;
+        }
+    };
+    if let Err(err) = outcome {
+        discard(draft).await;
+        return Err(err);
+    }
+    let purpose = match purpose.as_deref() {
+        None => {
+            discard(draft).await;
+            return Err(ApiError::invalid_request("Missing required parameter: 'purpose'.").with_param("purpose"));
+        }
+        Some(text) => match purpose_of(text) {
+            Ok(p) => p,
+            Err(err) => {
+                discard(draft).await;
+                return Err(err);
+            }
+        },
+    };
+    let Some(draft) = draft else {
+        return Err(ApiError::invalid_request("Missing required parameter: 'file'.").with_param("file"));
+    };
+    let expires_after = match (anchor, seconds) {
+        (None, None) => None,
+        (anchor, Some(seconds)) => Some(ExpiresAfter {
+            anchor: anchor.unwrap_or_else(|| "created_at".to_owned()),
+            seconds,
+        }),
+        (Some(_), None) => {
+            files.discard_file(&draft).await;
+            return Err(
+                ApiError::invalid_request("Missing required parameter: 'expires_after[seconds]'.")
+                    .with_param("expires_after[seconds]"),
+            );
+        }
+    };
+    let new = NewFile {
+        filename: filename.unwrap_or_default(),
+        purpose,
+        expires_after,
+    };
+    let file = files.finish_file(&principal.project, draft, new).await?;
+    Ok(Json(file).into_response())
+}
+
+#[derive(Deserialize)]
+struct ListParams {
+    after: Option<String>,
+    limit: Option<String>,
+    order: Option<String>,
+    purpose: Option<String>,
+}
+
+fn parse_limit(text: Option<&str>, max: usize, default: usize) -> Result<usize, ApiError> {
+    let Some(text) = text else { return Ok(default) };
+    let limit: i64 = text.trim().parse().map_err(|_| {
+        ApiError::invalid_request(format!("Invalid 'limit': '{text}' is not an integer."))
+            .with_param("limit")
+            .with_code("invalid_type")
+    })?;
+    if limit < 1 {
+        return Err(ApiError::invalid_request(format!(
+            "Invalid 'limit': integer below minimum value. Expected a value >= 1, but got {limit} instead."
+        ))
+        .with_param("limit")
+        .with_code("integer_below_min_value"));
+    }
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    if limit > max {
+        return Err(ApiError::invalid_request(format!(
+            "Invalid 'limit': integer above maximum value. Expected a value <= {max}, but got {limit} instead."
+        ))
+        .with_param("limit")
+        .with_code("integer_above_max_value"));
+    }
+    Ok(limit)
+}
+
+pub(super) fn parse_order(text: Option<&str>) -> Result<ListOrder, ApiError> {
+    match text {
+        None | Some("desc") => Ok(ListOrder::Desc),
+        Some("asc") => Ok(ListOrder::Asc),
+        Some(other) => Err(
+            ApiError::invalid_request(format!("Invalid 'order': '{other}'. Expected 'asc' or 'desc'."))
+                .with_param("order")
+                .with_code("invalid_value"),
+        ),
+    }
+}
+
+async fn list_files(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Query(params): Query<ListParams>,
+) -> Result<Response, ApiError> {
+    let query = ListFiles {
+        after: params.after.filter(|a| !a.is_empty()),
+        limit: parse_limit(params.limit.as_deref(), 10_000, 10_000)?,
+        order: parse_order(params.order.as_deref())?,
+        purpose: match params.purpose.as_deref() {
+            None | Some("") => None,
+            Some("batch_output") => Some(FilePurpose::BatchOutput),
+            Some(text) => Some(purpose_of(text)?),
+        },
+    };
+    Ok(Json(state.files.list_files(&principal.project, query).await?).into_response())
+}
+
+async fn get_file(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.files.get_file(&principal.project, &id).await?).into_response())
+}
+
+async fn delete_file(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(state.files.delete_file(&principal.project, &id).await?).into_response())
+}
+
+async fn file_content(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    match state
+        .files
+        .file_content(&principal.project, &id, state.settings.inline_content_limit)
+        .await?
+    {
+        FileContent::Redirect(url) => Ok((StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, url)]).into_response()),
+        FileContent::Stream { bytes, filename, body } => {
+            let safe: String = filename
+                .chars()
+                .map(|c| if c.is_ascii_graphic() && c != '"' { c } else { '_' })
+                .collect();
+            Ok((
+                [
+                    (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+                    (header::CONTENT_LENGTH, bytes.to_string()),
+                    (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{safe}\"")),
+                ],
+                Body::from_stream(body),
+            )
+                .into_response())
+        }
+    }
+}
+
+async fn put_direct_content(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let body = request
+        .into_body()
+        .into_data_stream()
+        .map(|chunk| chunk.map_err(|e| crate::ports::StorageError::Invalid(format!("upload interrupted: {e}"))))
+        .boxed();
+    Ok(Json(state.files.put_direct_content(&principal.project, &id, body).await?).into_response())
+}
+
+async fn create_direct_upload(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    headers: HeaderMap,
+    body: JsonBody<CreateDirectUploadRequest>,
+) -> Result<Response, ApiError> {
+    let request = body.typed;
+    let purpose = purpose_of(&request.purpose)?;
+    let target = state
+        .files
+        .create_direct_upload(
+            &principal.project,
+            request.filename,
+            purpose,
+            request.bytes,
+            request.expires_after,
+        )
+        .await?;
+    let upload_url = match target.upload_url {
+        Some(url) => url,
+        None => {
+            let host = headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("127.0.0.1");
+            format!("http://{host}/v1/files/{}/content", target.file.id)
+        }
+    };
+    Ok(Json(DirectUpload {
+        object: "direct_upload",
+        file: target.file,
+        upload_url,
+        method: "PUT",
+        expires_at: target.expires_at,
+    })
+    .into_response())
+}

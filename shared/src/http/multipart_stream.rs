@@ -1,0 +1,48 @@
+//! Feeding a multipart field into a `'static` byte stream without buffering it: the field's
+//! chunks are pumped through a small channel while the consumer writes them to storage.
+
+use super::error::ApiError;
+use crate::ports::{ByteStream, StorageError};
+use axum::extract::multipart::{Field, MultipartError};
+use futures::{Future, StreamExt};
+use tokio_stream::wrappers::ReceiverStream;
+
+pub(crate) fn multipart_error(err: &MultipartError) -> ApiError {
+    if err.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::payload_too_large(format!("The upload is too large: {}", err.body_text()));
+    }
+    ApiError::invalid_request(format!("Malformed multipart body: {}", err.body_text())).with_code("invalid_multipart")
+}
+
+/// Run `consume` on the field's bytes as a stream; returns what `consume` returned, or an error if
+/// the field itself could not be read.
+pub(crate) async fn stream_field<T, F, Fut>(mut field: Field<'_>, consume: F) -> Result<T, ApiError>
+where
+    F: FnOnce(ByteStream) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, StorageError>>(4);
+    let consumer = consume(ReceiverStream::new(rx).boxed());
+    let pump = async move {
+        loop {
+            match field.chunk().await {
+                Ok(Some(chunk)) => {
+                    if tx.send(Ok(chunk)).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                Ok(None) => return Ok(()),
+                Err(err) => {
+                    let api_error = multipart_error(&err);
+                    let _ = tx
+                        .send(Err(StorageError::Invalid("the upload was cut short".into())))
+                        .await;
+                    return Err(api_error);
+                }
+            }
+        }
+    };
+    let (result, pumped) = tokio::join!(consumer, pump);
+    pumped?;
+    Ok(result)
+}

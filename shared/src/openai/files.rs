@@ -1,0 +1,142 @@
+//! `/v1/files` and `/v1/uploads` wire types.
+
+use serde::{Deserialize, Serialize};
+
+/// What a file is for. Upload purposes can be sent by clients; `batch_output` is written by Nimbus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FilePurpose {
+    Assistants,
+    Batch,
+    #[serde(rename = "fine-tune")]
+    FineTune,
+    Vision,
+    UserData,
+    Evals,
+    BatchOutput,
+}
+
+impl FilePurpose {
+    pub const UPLOADABLE: &'static str = "assistants, batch, fine-tune, vision, user_data, evals";
+
+    /// Parse a purpose a client may upload with.
+    pub fn parse_uploadable(text: &str) -> Option<Self> {
+        match text {
+            "assistants" => Some(Self::Assistants),
+            "batch" => Some(Self::Batch),
+            "fine-tune" => Some(Self::FineTune),
+            "vision" => Some(Self::Vision),
+            "user_data" => Some(Self::UserData),
+            "evals" => Some(Self::Evals),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Assistants => "assistants",
+            Self::Batch => "batch",
+            Self::FineTune => "fine-tune",
+            Self::Vision => "vision",
+            Self::UserData => "user_data",
+            Self::Evals => "evals",
+            Self::BatchOutput => "batch_output",
+        }
+    }
+}
+
+/// A file as the API returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileObject {
+    pub id: String,
+    pub object: String,
+    pub bytes: u64,
+    pub created_at: i64,
+    pub filename: String,
+    pub purpose: FilePurpose,
+    /// `uploaded` (bytes not yet landed, direct uploads), `processed`, or `error`.
+    pub status: String,
+    pub expires_at: Option<i64>,
+    pub status_details: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FileList {
+    pub object: &'static str,
+    pub data: Vec<FileObject>,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FileDeleted {
+    pub id: String,
+    pub object: &'static str,
+    pub deleted: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CreateUploadRequest {
+    pub filename: String,
+    pub purpose: String,
+    pub bytes: u64,
+    pub mime_type: String,
+    #[serde(default)]
+    pub expires_after: Option<ExpiresAfter>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpiresAfter {
+    pub anchor: String,
+    pub seconds: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CompleteUploadRequest {
+    pub part_ids: Vec<String>,
+    #[serde(default)]
+    pub md5: Option<String>,
+}
+
+/// An upload as the API returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadObject {
+    pub id: String,
+    pub object: String,
+    pub bytes: u64,
+    pub created_at: i64,
+    pub filename: String,
+    pub purpose: FilePurpose,
+    /// `pending`, `completed`, `cancelled` or `expired`.
+    pub status: String,
+    pub expires_at: i64,
+    pub file: Option<FileObject>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadPart {
+    pub id: String,
+    pub object: String,
+    pub created_at: i64,
+    pub upload_id: String,
+}
+
+/// A presigned (or local) URL the client PUTs the bytes to, skipping the API for the payload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DirectUpload {
+    pub object: &'static str,
+    pub file: FileObject,
+    pub upload_url: String,
+    pub method: &'static str,
+    pub expires_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CreateDirectUploadRequest {
+    pub filename: String,
+    pub purpose: String,
+    pub bytes: u64,
+    #[serde(default)]
+    pub expires_after: Option<ExpiresAfter>,
+}
