@@ -4,9 +4,7 @@
 
 use bytes::Bytes;
 use futures::StreamExt;
-use nimbus_shared::ports::{
-    BlobStore, JobQueue, ListOrder, ListQuery, Record, SortCursor, StateStore, StorageError,
-};
+use nimbus_shared::ports::{BlobStore, JobQueue, ListOrder, ListQuery, Record, SortCursor, StateStore, StorageError};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -19,10 +17,7 @@ pub async fn blob_round_trip(blobs: &dyn BlobStore) {
     blobs.put(key, body.clone()).await.unwrap();
     assert_eq!(blobs.get(key).await.unwrap(), body);
     assert_eq!(blobs.size(key).await.unwrap(), Some(body.len() as u64));
-    assert_eq!(
-        blobs.get_range(key, 10, 20).await.unwrap(),
-        body.slice(10..20)
-    );
+    assert_eq!(blobs.get_range(key, 10, 20).await.unwrap(), body.slice(10..20));
     assert_eq!(
         blobs.get_range(key, 299_990, 400_000).await.unwrap(),
         body.slice(299_990..)
@@ -43,10 +38,7 @@ pub async fn blob_round_trip(blobs: &dyn BlobStore) {
     blobs.delete(key).await.unwrap();
     assert_eq!(blobs.get(key).await, Err(StorageError::NotFound));
     assert_eq!(blobs.size(key).await.unwrap(), None);
-    assert!(matches!(
-        blobs.get_stream(key).await,
-        Err(StorageError::NotFound)
-    ));
+    assert!(matches!(blobs.get_stream(key).await, Err(StorageError::NotFound)));
     // Deleting again is fine; bad keys are refused.
     blobs.delete(key).await.unwrap();
     assert!(matches!(
@@ -72,10 +64,7 @@ pub async fn state_conditional_writes(state: &dyn StateStore) {
     let first = record("file", "file-a", "p1", 1_000);
     state.create(&first).await.unwrap();
     assert_eq!(state.create(&first).await, Err(StorageError::Conflict));
-    assert_eq!(
-        state.get("file", "file-a").await.unwrap(),
-        Some(first.clone())
-    );
+    assert_eq!(state.get("file", "file-a").await.unwrap(), Some(first.clone()));
     assert_eq!(state.get("file", "missing").await.unwrap(), None);
     // Same id under another kind is another record.
     assert_eq!(state.get("batch", "file-a").await.unwrap(), None);
@@ -134,12 +123,7 @@ pub async fn state_races_have_one_winner(state: Arc<dyn StateStore>) {
 pub async fn state_lists_by_owner_with_cursor(state: &dyn StateStore) {
     for i in 0..7i64 {
         state
-            .create(&record(
-                "file",
-                &format!("file-{i:02}"),
-                "owner-a",
-                10_000 + i,
-            ))
+            .create(&record("file", &format!("file-{i:02}"), "owner-a", 10_000 + i))
             .await
             .unwrap();
     }
@@ -219,10 +203,7 @@ pub async fn state_lists_by_owner_with_cursor(state: &dyn StateStore) {
 pub async fn queue_send_receive(queue: &dyn JobQueue) {
     let mut sent = HashSet::new();
     for i in 0..3 {
-        queue
-            .send(&format!("{{\"chunk\":{i}}}"), Duration::ZERO)
-            .await
-            .unwrap();
+        queue.send(&format!("{{\"chunk\":{i}}}"), Duration::ZERO).await.unwrap();
         sent.insert(format!("{{\"chunk\":{i}}}"));
     }
     let mut received = Vec::new();
@@ -285,10 +266,7 @@ pub async fn blob_streams_and_prefixes(blobs: &dyn BlobStore) {
         blobs.put_stream(key, stream).await.unwrap(),
         (pieces * piece.len()) as u64
     );
-    assert_eq!(
-        blobs.size(key).await.unwrap(),
-        Some((pieces * piece.len()) as u64)
-    );
+    assert_eq!(blobs.size(key).await.unwrap(), Some((pieces * piece.len()) as u64));
     assert_eq!(
         blobs
             .get_range(key, 9 * 1024 * 1024 - 1, 9 * 1024 * 1024 + 1)
@@ -310,23 +288,13 @@ pub async fn blob_streams_and_prefixes(blobs: &dyn BlobStore) {
         }
     }))
     .boxed();
-    assert!(blobs
-        .put_stream("projects/p1/files/broken", failing)
-        .await
-        .is_err());
+    assert!(blobs.put_stream("projects/p1/files/broken", failing).await.is_err());
     assert_eq!(blobs.size("projects/p1/files/broken").await.unwrap(), None);
 
     // Small streams work too.
-    let small = futures::stream::iter(vec![
-        Ok(Bytes::from_static(b"ab")),
-        Ok(Bytes::from_static(b"c")),
-    ])
-    .boxed();
+    let small = futures::stream::iter(vec![Ok(Bytes::from_static(b"ab")), Ok(Bytes::from_static(b"c"))]).boxed();
     assert_eq!(
-        blobs
-            .put_stream("projects/p1/uploads/u1/parts/a", small)
-            .await
-            .unwrap(),
+        blobs.put_stream("projects/p1/uploads/u1/parts/a", small).await.unwrap(),
         3
     );
     blobs
@@ -337,25 +305,10 @@ pub async fn blob_streams_and_prefixes(blobs: &dyn BlobStore) {
         .put("projects/p1/uploads/u10/parts/c", Bytes::from_static(b"y"))
         .await
         .unwrap();
-    assert_eq!(
-        blobs.delete_prefix("projects/p1/uploads/u1").await.unwrap(),
-        2
-    );
-    assert_eq!(
-        blobs.size("projects/p1/uploads/u1/parts/a").await.unwrap(),
-        None
-    );
+    assert_eq!(blobs.delete_prefix("projects/p1/uploads/u1").await.unwrap(), 2);
+    assert_eq!(blobs.size("projects/p1/uploads/u1/parts/a").await.unwrap(), None);
     // A sibling whose name merely starts the same survives.
-    assert_eq!(
-        blobs.size("projects/p1/uploads/u10/parts/c").await.unwrap(),
-        Some(1)
-    );
-    assert_eq!(
-        blobs
-            .delete_prefix("projects/p1/uploads/none")
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(blobs.size("projects/p1/uploads/u10/parts/c").await.unwrap(), Some(1));
+    assert_eq!(blobs.delete_prefix("projects/p1/uploads/none").await.unwrap(), 0);
     blobs.delete(key).await.unwrap();
 }

@@ -13,17 +13,14 @@ pub struct MotoServer {
 impl MotoServer {
     /// Start `moto_server` (from `NIMBUS_MOTO_SERVER`, else `PATH`) and wait until it answers.
     pub fn start() -> anyhow::Result<Self> {
-        let program =
-            std::env::var("NIMBUS_MOTO_SERVER").unwrap_or_else(|_| "moto_server".to_owned());
+        let program = std::env::var("NIMBUS_MOTO_SERVER").unwrap_or_else(|_| "moto_server".to_owned());
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = Command::new(&program)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .with_context(|| {
-                format!("starting {program}: install the pinned test tools with `make test-deps`")
-            })?;
+            .with_context(|| format!("starting {program}: install the pinned test tools with `make test-deps`"))?;
         let server = Self {
             child,
             endpoint: format!("http://127.0.0.1:{port}"),
@@ -61,8 +58,8 @@ impl Drop for MotoServer {
 /// Create the table exactly as template.yaml declares it.
 pub async fn create_state_table(config: &aws_config::SdkConfig, table: &str) -> anyhow::Result<()> {
     use aws_sdk_dynamodb::types::{
-        AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
-        Projection, ProjectionType, ScalarAttributeType,
+        AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
+        ScalarAttributeType,
     };
     let client = aws_sdk_dynamodb::Client::new(config);
     let attribute = |name: &str| {
@@ -71,12 +68,7 @@ pub async fn create_state_table(config: &aws_config::SdkConfig, table: &str) -> 
             .attribute_type(ScalarAttributeType::S)
             .build()
     };
-    let key = |name: &str, kind: KeyType| {
-        KeySchemaElement::builder()
-            .attribute_name(name)
-            .key_type(kind)
-            .build()
-    };
+    let key = |name: &str, kind: KeyType| KeySchemaElement::builder().attribute_name(name).key_type(kind).build();
     client
         .create_table()
         .table_name(table)
@@ -90,11 +82,7 @@ pub async fn create_state_table(config: &aws_config::SdkConfig, table: &str) -> 
                 .index_name("by_owner")
                 .key_schema(key("owner_key", KeyType::Hash)?)
                 .key_schema(key("sort_key", KeyType::Range)?)
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::All)
-                        .build(),
-                )
+                .projection(Projection::builder().projection_type(ProjectionType::All).build())
                 .build()?,
         )
         .send()
@@ -103,11 +91,8 @@ pub async fn create_state_table(config: &aws_config::SdkConfig, table: &str) -> 
 }
 
 pub async fn create_bucket(config: &aws_config::SdkConfig, bucket: &str) -> anyhow::Result<()> {
-    let client = aws_sdk_s3::Client::from_conf(
-        aws_sdk_s3::config::Builder::from(config)
-            .force_path_style(true)
-            .build(),
-    );
+    let client =
+        aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(config).force_path_style(true).build());
     client.create_bucket().bucket(bucket).send().await?;
     Ok(())
 }
@@ -116,8 +101,5 @@ pub async fn create_bucket(config: &aws_config::SdkConfig, bucket: &str) -> anyh
 pub async fn create_queue(config: &aws_config::SdkConfig, name: &str) -> anyhow::Result<String> {
     let client = aws_sdk_sqs::Client::new(config);
     let output = client.create_queue().queue_name(name).send().await?;
-    output
-        .queue_url()
-        .map(str::to_owned)
-        .context("no queue url")
+    output.queue_url().map(str::to_owned).context("no queue url")
 }

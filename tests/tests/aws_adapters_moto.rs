@@ -37,23 +37,14 @@ async fn presigned_urls_work(blobs: &S3BlobStore) {
         .await
         .unwrap()
         .unwrap();
-    let response = client
-        .put(&put_url)
-        .body("direct bytes")
-        .send()
-        .await
-        .unwrap();
+    let response = client.put(&put_url).body("direct bytes").send().await.unwrap();
     assert!(response.status().is_success(), "{}", response.status());
     assert_eq!(
         blobs.get("projects/p/files/direct").await.unwrap(),
         Bytes::from_static(b"direct bytes")
     );
     let get_url = blobs
-        .presign_get(
-            "projects/p/files/direct",
-            Duration::from_secs(300),
-            "in put.jsonl",
-        )
+        .presign_get("projects/p/files/direct", Duration::from_secs(300), "in put.jsonl")
         .await
         .unwrap()
         .unwrap();

@@ -47,10 +47,7 @@ async fn sqlite_state_survives_reopening_and_is_shared_between_handles() {
         first.create(&record).await.unwrap();
         // A second handle (another process in real life, e.g. `nimbus keys`) sees it at once.
         let second = SqliteStateStore::open(&path).unwrap();
-        assert_eq!(
-            second.get("file", "file-1").await.unwrap(),
-            Some(record.clone())
-        );
+        assert_eq!(second.get("file", "file-1").await.unwrap(), Some(record.clone()));
     }
     let reopened = SqliteStateStore::open(&path).unwrap();
     assert_eq!(reopened.get("file", "file-1").await.unwrap(), Some(record));
