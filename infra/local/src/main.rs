@@ -24,6 +24,9 @@ enum Command {
     /// Create, list and revoke API keys.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Run the janitor's due tasks once (what the scheduled poller does): expired files and
+    /// uploads, abandoned direct uploads, orphaned bytes.
+    Sweep(serve::SweepArgs),
     /// Check a configuration file and print its models.
     CheckConfig {
         #[arg(long, env = "NIMBUS_CONFIG", default_value = "infra/config/nimbus.toml")]
@@ -37,6 +40,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
         Command::Keys(command) => keys::run(command).await,
+        Command::Sweep(args) => serve::sweep_once(args).await,
         Command::CheckConfig { config } => {
             let config = nimbus_shared::config::Config::from_path(&config)?;
             for (name, model) in &config.models {

@@ -22,6 +22,38 @@ pub struct ServeArgs {
     /// Where state (SQLite) and blobs live; survives restarts.
     #[arg(long, env = "NIMBUS_DATA_DIR", default_value = ".data")]
     data_dir: PathBuf,
+    /// Seconds between runs of the scheduled sweep (the poller's schedule in AWS).
+    #[arg(long, env = "NIMBUS_SCHEDULE_INTERVAL_SECS", default_value_t = 60)]
+    schedule_interval_secs: u64,
+}
+
+#[derive(clap::Args)]
+pub struct SweepArgs {
+    #[arg(long, env = "NIMBUS_DATA_DIR", default_value = ".data")]
+    data_dir: PathBuf,
+    /// Run as if the time were this Unix timestamp (seconds), e.g. to expire things early.
+    #[arg(long)]
+    as_of: Option<i64>,
+}
+
+/// `nimbus sweep`: one run of the janitor against the embedded state, printed as JSON.
+pub async fn sweep_once(args: SweepArgs) -> anyhow::Result<()> {
+    let mut adapters =
+        embedded::adapters(&args.data_dir).with_context(|| format!("opening {}", args.data_dir.display()))?;
+    if let Some(as_of) = args.as_of {
+        let system = nimbus_shared::ports::SystemClock;
+        let offset_ms = as_of * 1000 - nimbus_shared::ports::Clock::now_unix_ms(&system);
+        adapters.clock = std::sync::Arc::new(nimbus_shared::ports::OffsetClock {
+            inner: system,
+            offset_ms,
+        });
+    }
+    let report = adapters.files().sweep(usize::MAX).await?;
+    println!(
+        "{{\"tasks_run\": {}, \"tasks_failed\": {}}}",
+        report.tasks_run, report.tasks_failed
+    );
+    Ok(())
 }
 
 /// A key created or revoked while the server runs takes effect within this long.
@@ -50,7 +82,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     )
     .map_err(anyhow::Error::msg)?;
     let keys_exist = adapters.api_keys().any_active().await?;
-    let sweeper = tokio::spawn(run_schedule(adapters.clone(), SCHEDULE_INTERVAL));
+    let sweeper = tokio::spawn(run_schedule(
+        adapters.clone(),
+        Duration::from_secs(args.schedule_interval_secs.max(1)),
+    ));
     let router = nimbus_shared::http::local_router(state);
 
     let address = SocketAddr::new(args.bind, args.port);
@@ -85,9 +120,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     sweeper.abort();
     Ok(())
 }
-
-/// How often the local stand-in for the poller's schedule runs.
-const SCHEDULE_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The timer standing in for the scheduled poller: runs the janitor's due tasks (expired files
 /// and uploads, abandoned direct uploads, orphaned bytes).

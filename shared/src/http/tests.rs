@@ -45,8 +45,13 @@ fn router_with(adapters: &Adapters, mode: AuthMode) -> Router {
     let state = app_state(
         &config,
         adapters,
-        AuthSettings { mode, cache_ttl: Duration::ZERO },
-        HttpSettings { inline_content_limit: u64::MAX },
+        AuthSettings {
+            mode,
+            cache_ttl: Duration::ZERO,
+        },
+        HttpSettings {
+            inline_content_limit: u64::MAX,
+        },
     )
     .unwrap();
     inference_router(state)

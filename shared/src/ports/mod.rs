@@ -6,7 +6,7 @@ pub mod queue;
 pub mod state;
 
 pub use blob::{BlobStore, ByteStream};
-pub use clock::{Clock, IdSource, SystemClock, UuidV7Ids};
+pub use clock::{Clock, IdSource, OffsetClock, SystemClock, UuidV7Ids};
 pub use queue::{JobQueue, QueueMessage};
 pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore};
 
