@@ -1,6 +1,8 @@
 //! Logging: JSON lines in Lambda (CloudWatch), compact text locally. `RUST_LOG` filters.
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -20,14 +22,30 @@ impl LogFormat {
     }
 }
 
+/// `RUST_LOG` as `level` or `target=level,…` (e.g. `info,nimbus_shared=debug`); `info` when unset
+/// or unreadable.
+pub fn filter_from_env() -> Targets {
+    std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|text| text.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO))
+}
+
 /// Install the global subscriber (once; later calls are ignored).
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter_from_env());
     let _ = match format {
-        LogFormat::Json => builder.json().with_current_span(true).with_span_list(false).try_init(),
-        LogFormat::Text => builder.compact().try_init(),
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_current_span(true)
+                    .with_span_list(false)
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
+        LogFormat::Text => registry
+            .with(tracing_subscriber::fmt::layer().compact().with_writer(std::io::stderr))
+            .try_init(),
     };
 }

@@ -5,7 +5,8 @@
 - `server_factory`: more servers with fresh data dirs, e.g. to create keys while one runs.
 - `moto`: `moto_server` (or `NIMBUS_MOTO_SERVER`) with the Nimbus table/bucket/queue; `aws_api_key`: a key created with
   `nimbus keys create --backend aws`; `inference_lambda`: `nimbus-inference` under the RIE, with
-  the environment template.yaml gives the function plus the moto resources.
+  the environment template.yaml gives the function plus the moto resources; `files_lambda`: the
+  same for `nimbus-files`.
 
 Binaries come from `NIMBUS_BIN_DIR` (default `$CARGO_TARGET_DIR/debug`, else `target/debug`).
 Every process a fixture starts is stopped by that fixture, even when a test fails.
@@ -162,6 +163,28 @@ def inference_lambda(moto: kit.MotoServer, logs_dir: Path) -> Iterator[kit.Lambd
         }
     )
     function = _started(lambda: kit.LambdaUnderRie(kit.binary("nimbus-inference"), env, logs_dir, name="rie-inference"))
+    try:
+        yield function
+    finally:
+        function.stop()
+
+
+@pytest.fixture(scope="session")
+def files_lambda(moto: kit.MotoServer, logs_dir: Path) -> Iterator[kit.LambdaUnderRie]:
+    """`nimbus-files` under the RIE against the moto table and bucket. Its environment is what
+    template.yaml gives NimbusFilesFunction (or only the Globals while the template lacks it)."""
+    template_env = _started(lambda: kit.template_environment("NimbusFilesFunction", globals_if_missing=True))
+    env = kit.clean_env(
+        {
+            **template_env,
+            **moto.aws_env(),
+            "NIMBUS_CONFIG_SOURCE": "bundled",
+            "AWS_LAMBDA_FUNCTION_NAME": "NimbusFilesFunction",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "512",
+            "AWS_LAMBDA_FUNCTION_TIMEOUT": "60",
+        }
+    )
+    function = _started(lambda: kit.LambdaUnderRie(kit.binary("nimbus-files"), env, logs_dir, name="rie-files"))
     try:
         yield function
     finally:

@@ -67,7 +67,7 @@ def binary(name: str) -> Path:
     if not (path.is_file() and os.access(path, os.X_OK)):
         raise HarnessError(
             f"binary `{name}` not found at {path}. Build it first "
-            f"(cargo build -p nimbus-local -p nimbus-inference) or point NIMBUS_BIN_DIR at the directory holding it."
+            f"(cargo build -p nimbus-local -p nimbus-inference -p nimbus-files) or point NIMBUS_BIN_DIR at the directory holding it."
         )
     return path
 
@@ -279,6 +279,16 @@ class NimbusCli:
     def list_keys(self) -> list[dict[str, Any]]:
         return self._json_lines(self._keys("list").stdout)
 
+    def sweep(self, data_dir: Path, *, as_of: int | None = None) -> dict[str, Any]:
+        """`nimbus sweep --data-dir DIR [--as-of T]`: the janitor's due tasks once; its JSON report."""
+        args = ["sweep", "--data-dir", str(data_dir)]
+        if as_of is not None:
+            args += ["--as-of", str(as_of)]
+        lines = self._json_lines(self.run(*args).stdout)
+        if len(lines) != 1:
+            raise HarnessError(f"`nimbus sweep` should print exactly one JSON line, got: {lines!r}")
+        return lines[0]
+
 
 class NimbusServer:
     """`nimbus serve` on a free loopback port with its own data directory."""
@@ -291,14 +301,18 @@ class NimbusServer:
         config: Path | None = DEFAULT_CONFIG,
         bind: str = "127.0.0.1",
         name: str = "nimbus-serve",
+        extra_env: dict[str, str] | None = None,
     ):
-        """`config=None` leaves NIMBUS_CONFIG unset (the server's default, relative to the repo root)."""
+        """`config=None` leaves NIMBUS_CONFIG unset (the server's default, relative to the repo root);
+        `extra_env` adds variables to the server's environment (e.g. NIMBUS_SCHEDULE_INTERVAL_SECS)."""
         self.data_dir = data_dir
         self.config = config or DEFAULT_CONFIG
         self.port = free_port()
         self.env = clean_env({"PORT": str(self.port), "NIMBUS_BIND": bind, "NIMBUS_DATA_DIR": str(data_dir)})
         if config is not None:
             self.env["NIMBUS_CONFIG"] = str(config)
+        if extra_env:
+            self.env.update(extra_env)
         self.cli = NimbusCli(clean_env({"NIMBUS_DATA_DIR": str(data_dir)}))
         data_dir.mkdir(parents=True, exist_ok=True)
         self.process = ManagedProcess(
@@ -435,17 +449,21 @@ class MotoServer:
 TEMPLATE = REPO_ROOT / "template.yaml"
 
 
-def template_environment(function: str) -> dict[str, str]:
+def template_environment(function: str, *, globals_if_missing: bool = False) -> dict[str, str]:
     """The environment template.yaml gives `function` (Globals merged with its own), as far as it
     can be known locally: literal values, and `!Ref`s to parameters resolved to their defaults.
-    References to resources (table, bucket, queue) are left out: the harness supplies those."""
+    References to resources (table, bucket, queue) are left out: the harness supplies those.
+    With `globals_if_missing`, a function the template does not declare gets the Globals alone."""
     from samcli.yamlhelper import yaml_parse  # noqa: PLC0415 - parses CloudFormation's short tags
 
     template = yaml_parse(TEMPLATE.read_text())
     parameters = template.get("Parameters") or {}
     merged: dict[str, Any] = {}
     global_env = (((template.get("Globals") or {}).get("Function") or {}).get("Environment") or {}).get("Variables")
-    own_env = ((template["Resources"][function].get("Properties") or {}).get("Environment") or {}).get("Variables")
+    resource = (template.get("Resources") or {}).get(function)
+    if resource is None and not globals_if_missing:
+        raise HarnessError(f"template.yaml declares no resource `{function}`")
+    own_env = (((resource or {}).get("Properties") or {}).get("Environment") or {}).get("Variables")
     merged.update(global_env or {})
     merged.update(own_env or {})
     env: dict[str, str] = {}
@@ -565,8 +583,9 @@ def error_envelope(response: requests.Response | Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def event_files() -> list[Path]:
-    return sorted(EVENTS_DIR.glob("*.json"))
+def event_files(pattern: str = "inference-*.json") -> list[Path]:
+    """Event files of one function: `inference-*.json` (the default) or e.g. `files-*.json`."""
+    return sorted(EVENTS_DIR.glob(pattern))
 
 
 def load_event(name: str) -> dict[str, Any]:
@@ -657,3 +676,169 @@ def parse_sse(text: str) -> tuple[list[dict[str, Any]], bool]:
 
 def describe_logs(processes: Iterable[ManagedProcess]) -> str:
     return "\n\n".join(f"===== {p.name} =====\n{p.log_text()}" for p in processes)
+
+
+# --------------------------------------------------------------------------------------------
+# Files and uploads
+# --------------------------------------------------------------------------------------------
+
+MULTIPART_BOUNDARY = "nimbus-test-boundary-7d9f3a"
+
+
+def multipart_body(
+    fields: list[tuple[str, str | tuple[str, bytes, str]]], *, boundary: str = MULTIPART_BOUNDARY
+) -> tuple[bytes, str]:
+    """A multipart/form-data body with the fields in exactly the given order, and its content-type.
+    A field's value is text, or `(filename, content, content_type)` for a file."""
+    out = bytearray()
+    for name, value in fields:
+        out += f"--{boundary}\r\n".encode()
+        if isinstance(value, tuple):
+            filename, content, content_type = value
+            out += f'Content-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'.encode()
+            out += f"Content-Type: {content_type}\r\n\r\n".encode()
+            out += content
+        else:
+            out += f'Content-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
+            out += value.encode()
+        out += b"\r\n"
+    out += f"--{boundary}--\r\n".encode()
+    return bytes(out), f"multipart/form-data; boundary={boundary}"
+
+
+def write_random_file(path: Path, size: int, *, chunk: int = 4 * 1024 * 1024) -> tuple[str, str]:
+    """Fill `path` with `size` random bytes, one chunk in memory at a time; return (sha256, md5) hex."""
+    import hashlib  # noqa: PLC0415
+
+    sha256, md5 = hashlib.sha256(), hashlib.md5()  # noqa: S324 - md5 is what the Uploads API checks
+    with open(path, "wb") as out:
+        left = size
+        while left:
+            block = os.urandom(min(chunk, left))
+            sha256.update(block)
+            md5.update(block)
+            out.write(block)
+            left -= len(block)
+    return sha256.hexdigest(), md5.hexdigest()
+
+
+def sha256_of_chunks(chunks: Iterable[bytes]) -> tuple[str, int]:
+    """sha256 hex and length of a stream of byte chunks (consumed once)."""
+    import hashlib  # noqa: PLC0415
+
+    digest = hashlib.sha256()
+    total = 0
+    for block in chunks:
+        digest.update(block)
+        total += len(block)
+    return digest.hexdigest(), total
+
+
+class ApiGatewayRelay:
+    """A loopback HTTP server that turns each request into an HTTP API (payload 2.0) event for a
+    function under the RIE and relays the proxy response back, as API Gateway would: binary
+    bodies base64-encoded, lower-case headers. Lets the OpenAI SDK talk to a Lambda function."""
+
+    TEXT_TYPES = ("application/json", "text/")
+
+    def __init__(self, function: LambdaUnderRie):
+        import base64  # noqa: PLC0415
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: PLC0415
+        from urllib.parse import parse_qsl, urlsplit  # noqa: PLC0415
+
+        relay = self
+        self.function = function
+        self._invoke_lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - keep pytest output clean
+                pass
+
+            def _relay(self) -> None:
+                url = urlsplit(self.path)
+                if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+                    raw = b""
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            break
+                        raw += self.rfile.read(size)
+                        self.rfile.readline()
+                else:
+                    length = int(self.headers.get("content-length") or 0)
+                    raw = self.rfile.read(length) if length else b""
+                headers: dict[str, str] = {}
+                for name, value in self.headers.items():
+                    key = name.lower()
+                    if key == "transfer-encoding":
+                        continue
+                    headers[key] = f"{headers[key]},{value}" if key in headers else value
+                content_type = headers.get("content-type", "")
+                binary = bool(raw) and not content_type.startswith(ApiGatewayRelay.TEXT_TYPES)
+                event: dict[str, Any] = {
+                    "version": "2.0",
+                    "routeKey": "$default",
+                    "rawPath": url.path,
+                    "rawQueryString": url.query,
+                    "headers": headers,
+                    "requestContext": {
+                        "accountId": "123456789012",
+                        "apiId": "relay",
+                        "domainName": headers.get("host", "127.0.0.1"),
+                        "domainPrefix": "relay",
+                        "http": {
+                            "method": self.command,
+                            "path": url.path,
+                            "protocol": "HTTP/1.1",
+                            "sourceIp": "127.0.0.1",
+                            "userAgent": headers.get("user-agent", ""),
+                        },
+                        "requestId": str(uuid.uuid4()),
+                        "routeKey": "$default",
+                        "stage": "$default",
+                        "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime()),
+                        "timeEpoch": int(time.time() * 1000),
+                    },
+                    "isBase64Encoded": binary,
+                }
+                if url.query:
+                    query: dict[str, str] = {}
+                    for key, value in parse_qsl(url.query, keep_blank_values=True):
+                        query[key] = f"{query[key]},{value}" if key in query else value
+                    event["queryStringParameters"] = query
+                if raw:
+                    event["body"] = base64.b64encode(raw).decode() if binary else raw.decode()
+                with relay._invoke_lock:
+                    result = relay.function.invoke(event)
+                body = result.get("body") or ""
+                payload = base64.b64decode(body) if result.get("isBase64Encoded") else body.encode()
+                self.send_response(int(result.get("statusCode", 502)))
+                for name, value in response_headers(result).items():
+                    if name not in {"content-length", "transfer-encoding", "connection"}:
+                        self.send_header(name, value)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _relay  # noqa: N815
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, name="api-gateway-relay", daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -40,6 +40,7 @@ impl MotoServer {
         aws_config::defaults(aws_config::BehaviorVersion::latest())
             .region(aws_config::Region::new("us-east-1"))
             .endpoint_url(&self.endpoint)
+            .http_client(nimbus_shared::adapters::aws::https_client())
             .credentials_provider(aws_sdk_s3::config::Credentials::new(
                 "testing", "testing", None, None, "moto",
             ))

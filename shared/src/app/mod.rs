@@ -3,6 +3,7 @@
 
 pub mod aws;
 pub mod config_source;
+#[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod lambda;
 

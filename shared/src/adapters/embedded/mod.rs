@@ -3,9 +3,11 @@
 mod file_blobs;
 mod memory_queue;
 mod queue_workers;
+#[cfg(feature = "embedded")]
 mod sqlite_state;
 
 pub use file_blobs::FileBlobStore;
 pub use memory_queue::MemoryQueue;
 pub use queue_workers::{spawn_queue_workers, JobHandler, JobOutcome};
+#[cfg(feature = "embedded")]
 pub use sqlite_state::SqliteStateStore;
