@@ -48,6 +48,18 @@ impl IdSource for UuidV7Ids {
     }
 }
 
+/// A clock shifted by a fixed offset: runs scheduled work "as of" another time (ops and tests).
+pub struct OffsetClock<C> {
+    pub inner: C,
+    pub offset_ms: i64,
+}
+
+impl<C: Clock> Clock for OffsetClock<C> {
+    fn now_unix_ms(&self) -> i64 {
+        self.inner.now_unix_ms() + self.offset_ms
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,17 +83,5 @@ mod tests {
             }
         }
         assert_eq!(Fixed.now_unix_s(), 1_700_000_000);
-    }
-}
-
-/// A clock shifted by a fixed offset: runs scheduled work "as of" another time (ops and tests).
-pub struct OffsetClock<C> {
-    pub inner: C,
-    pub offset_ms: i64,
-}
-
-impl<C: Clock> Clock for OffsetClock<C> {
-    fn now_unix_ms(&self) -> i64 {
-        self.inner.now_unix_ms() + self.offset_ms
     }
 }
