@@ -263,18 +263,22 @@ impl FilesService {
         })
     }
 
-    /// Delete the metadata, then the bytes.
+    /// Delete the metadata, then the bytes. Of concurrent deletes one wins; the others see 404.
     pub async fn delete_file(&self, project: &str, id: &str) -> Result<FileDeleted, FilesError> {
-        let (record, stored) = self.live_file(project, id).await?;
-        if !self.state.delete(FILE_KIND, id, Some(record.version)).await? {
-            return Err(FilesError::file_not_found(id));
+        for _ in 0..5 {
+            let (record, stored) = self.live_file(project, id).await?;
+            match self.state.delete(FILE_KIND, id, Some(record.version)).await {
+                Ok(true) => {
+                    self.blobs.delete(&stored.blob_key).await?;
+                    return Ok(FileDeleted { id: id.to_owned(), object: "file", deleted: true });
+                }
+                Ok(false) => return Err(FilesError::file_not_found(id)),
+                // Changed or deleted meanwhile: look again.
+                Err(crate::ports::StorageError::Conflict) => continue,
+                Err(err) => return Err(err.into()),
+            }
         }
-        self.blobs.delete(&stored.blob_key).await?;
-        Ok(FileDeleted {
-            id: id.to_owned(),
-            object: "file",
-            deleted: true,
-        })
+        Err(FilesError::file_not_found(id))
     }
 
     /// The bytes: a redirect to a presigned URL when the store has them (S3) and the file is

@@ -221,11 +221,22 @@ impl FilesService {
             })
             .boxed();
         let (joined, digest) = md5_tapped(joined);
-        let written = self.blobs.put_stream(&blob_key, joined).await?;
+        let assembled = self.blobs.put_stream(&blob_key, joined).await;
         let fail = |err: FilesError| async {
             let _ = self.blobs.delete(&blob_key).await;
             let _ = janitor.cancel(&guard).await;
             Err::<UploadObject, FilesError>(err)
+        };
+        let written = match assembled {
+            Ok(written) => written,
+            Err(err) => {
+                // A concurrent cancel or completion removed the parts: report the upload's state.
+                let err = match self.pending_upload(project, upload_id).await {
+                    Err(changed) => changed,
+                    Ok(_) => err.into(),
+                };
+                return fail(err).await;
+            }
         };
         if written != total {
             return fail(FilesError::Storage(StorageError::Backend(format!(

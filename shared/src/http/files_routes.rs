@@ -2,13 +2,14 @@
 
 use super::error::ApiError;
 use super::json_body::JsonBody;
-use super::multipart_stream::{multipart_error, stream_field};
+use super::multipart_stream::{multipart_error, multipart_rejection, stream_field};
 use super::AppState;
 use crate::auth::Principal;
 use crate::files::{FileContent, ListFiles, NewFile, MAX_FILE_BYTES};
 use crate::openai::files::{CreateDirectUploadRequest, DirectUpload, ExpiresAfter, FilePurpose};
 use crate::ports::ListOrder;
 use axum::body::Body;
+use axum::extract::multipart::MultipartRejection;
 use axum::extract::{Multipart, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -45,8 +46,9 @@ fn parse_seconds(text: &str) -> Result<i64, ApiError> {
 async fn create_file(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    mut multipart: Multipart,
+    multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Response, ApiError> {
+    let mut multipart = multipart.map_err(|rejection| multipart_rejection(&rejection, "file"))?;
     let files = &state.files;
     let mut purpose: Option<String> = None;
     let mut filename: Option<String> = None;

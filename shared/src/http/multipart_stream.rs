@@ -3,7 +3,7 @@
 
 use super::error::ApiError;
 use crate::ports::{ByteStream, StorageError};
-use axum::extract::multipart::{Field, MultipartError};
+use axum::extract::multipart::{Field, MultipartError, MultipartRejection};
 use futures::{Future, StreamExt};
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -12,6 +12,16 @@ pub(crate) fn multipart_error(err: &MultipartError) -> ApiError {
         return ApiError::payload_too_large(format!("The upload is too large: {}", err.body_text()));
     }
     ApiError::invalid_request(format!("Malformed multipart body: {}", err.body_text())).with_code("invalid_multipart")
+}
+
+/// A request that is not `multipart/form-data` (or lacks a boundary): a 400 naming `param`.
+pub(crate) fn multipart_rejection(rejection: &MultipartRejection, param: &str) -> ApiError {
+    ApiError::invalid_request(format!(
+        "Expected a multipart/form-data body with a '{param}' field: {}",
+        rejection.body_text()
+    ))
+    .with_param(param)
+    .with_code("invalid_multipart")
 }
 
 /// Run `consume` on the field's bytes as a stream; returns what `consume` returned, or an error if

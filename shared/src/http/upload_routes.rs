@@ -2,10 +2,11 @@
 
 use super::error::ApiError;
 use super::json_body::JsonBody;
-use super::multipart_stream::{multipart_error, stream_field};
+use super::multipart_stream::{multipart_error, multipart_rejection, stream_field};
 use super::AppState;
 use crate::auth::Principal;
 use crate::openai::files::{CompleteUploadRequest, CreateUploadRequest};
+use axum::extract::multipart::MultipartRejection;
 use axum::extract::{Multipart, Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -31,8 +32,9 @@ async fn add_part(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
-    mut multipart: Multipart,
+    multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Response, ApiError> {
+    let mut multipart = multipart.map_err(|rejection| multipart_rejection(&rejection, "data"))?;
     while let Some(field) = multipart.next_field().await.map_err(|e| multipart_error(&e))? {
         if field.name() == Some("data") {
             let files = &state.files;
