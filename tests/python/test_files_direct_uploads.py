@@ -123,7 +123,8 @@ def test_put_twice_is_400(nimbus_server: kit.NimbusServer, client: openai.OpenAI
 
 def test_put_to_a_regular_file_is_400(nimbus_server: kit.NimbusServer, client: openai.OpenAI) -> None:
     regular = client.files.create(file=("regular.txt", b"keep me"), purpose="assistants")
-    check_error(requests.put(f"{nimbus_server.api_base}/files/{regular.id}/content", data=b"overwrite", timeout=30), 400)
+    response = requests.put(f"{nimbus_server.api_base}/files/{regular.id}/content", data=b"overwrite", timeout=30)
+    check_error(response, 400)
     assert client.files.content(regular.id).read() == b"keep me"
 
 
@@ -159,16 +160,31 @@ def test_batch_default_expiry(nimbus_server: kit.NimbusServer) -> None:
     [
         ({"filename": "a.txt", "purpose": "nonsense", "bytes": 1}, 400, "purpose"),
         ({"filename": "a.txt", "purpose": "batch", "bytes": 1}, 400, None),
-        ({"filename": "a.txt", "purpose": "assistants", "bytes": 1, "expires_after": {"anchor": "created_at", "seconds": 60}}, 400, None),
+        (
+            {
+                "filename": "a.txt",
+                "purpose": "assistants",
+                "bytes": 1,
+                "expires_after": {"anchor": "created_at", "seconds": 60},
+            },
+            400,
+            None,
+        ),
         ({"purpose": "assistants", "bytes": 1}, 400, "filename"),
         ({"filename": "a.txt", "purpose": "assistants"}, 400, "bytes"),
     ],
     ids=["bad-purpose", "batch-not-jsonl", "expiry-too-short", "no-filename", "no-bytes"],
 )
-def test_create_validation(nimbus_server: kit.NimbusServer, body: dict[str, Any], status: int, param: str | None) -> None:
+def test_create_validation(
+    nimbus_server: kit.NimbusServer, body: dict[str, Any], status: int, param: str | None
+) -> None:
     check_error(create_direct(nimbus_server, **body), status, param=param)
 
 
-@pytest.mark.parametrize(("purpose", "name", "size"), [("batch", "a.jsonl", 200 * MIB + 1), ("assistants", "a.bin", 512 * MIB + 1)])
-def test_declared_size_over_the_limit_is_413(nimbus_server: kit.NimbusServer, purpose: str, name: str, size: int) -> None:
+@pytest.mark.parametrize(
+    ("purpose", "name", "size"), [("batch", "a.jsonl", 200 * MIB + 1), ("assistants", "a.bin", 512 * MIB + 1)]
+)
+def test_declared_size_over_the_limit_is_413(
+    nimbus_server: kit.NimbusServer, purpose: str, name: str, size: int
+) -> None:
     check_error(create_direct(nimbus_server, filename=name, purpose=purpose, bytes=size), 413)

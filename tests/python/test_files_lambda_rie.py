@@ -372,7 +372,12 @@ def test_upload_in_parts(files_lambda: kit.LambdaUnderRie, moto: kit.MotoServer,
         "POST",
         "/v1/uploads",
         body=json.dumps(
-            {"bytes": sum(map(len, pieces)), "filename": "parts.jsonl", "mime_type": "application/jsonl", "purpose": "batch"}
+            {
+                "bytes": sum(map(len, pieces)),
+                "filename": "parts.jsonl",
+                "mime_type": "application/jsonl",
+                "purpose": "batch",
+            }
         ).encode(),
         content_type="application/json",
     )
@@ -381,9 +386,8 @@ def test_upload_in_parts(files_lambda: kit.LambdaUnderRie, moto: kit.MotoServer,
     part_ids = []
     for piece in pieces:
         body, content_type = kit.multipart_body([("data", ("blob", piece, "application/octet-stream"))])
-        status, part = invoke_json(
-            files_lambda, with_request(base, "POST", f"/v1/uploads/{upload['id']}/parts", body=body, content_type=content_type)
-        )
+        event = with_request(base, "POST", f"/v1/uploads/{upload['id']}/parts", body=body, content_type=content_type)
+        status, part = invoke_json(files_lambda, event)
         assert status == 200, part
         assert part["object"] == "upload.part" and part["upload_id"] == upload["id"]
         part_ids.append(part["id"])
@@ -401,7 +405,8 @@ def test_upload_in_parts(files_lambda: kit.LambdaUnderRie, moto: kit.MotoServer,
     file = completed["file"]
     check_file(file, filename="parts.jsonl", purpose="batch", size=sum(map(len, pieces)))
     assert s3_object(moto, f"projects/{PROJECT}/files/{file['id']}") == b"".join(pieces[i] for i in order)
-    leftovers = moto.client("s3").list_objects_v2(Bucket=moto.bucket, Prefix=f"projects/{PROJECT}/uploads/{upload['id']}/")
+    prefix = f"projects/{PROJECT}/uploads/{upload['id']}/"
+    leftovers = moto.client("s3").list_objects_v2(Bucket=moto.bucket, Prefix=prefix)
     assert leftovers.get("KeyCount", 0) == 0, "parts were kept after completion"
 
 

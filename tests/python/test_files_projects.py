@@ -74,7 +74,9 @@ def test_other_projects_file_is_404_like_a_missing_one(two_projects, alpha_file,
     assert foreign.json()["error"]["param"] == "id"
 
 
-def test_other_projects_file_survives_their_delete(two_projects, alpha: openai.OpenAI, beta: openai.OpenAI, alpha_file) -> None:
+def test_other_projects_file_survives_their_delete(
+    two_projects, alpha: openai.OpenAI, beta: openai.OpenAI, alpha_file
+) -> None:
     with pytest.raises(openai.NotFoundError):
         beta.files.delete(alpha_file.id)
     assert alpha.files.retrieve(alpha_file.id) == alpha_file
@@ -129,9 +131,8 @@ def test_other_projects_upload_is_404(two_projects, alpha: openai.OpenAI) -> Non
 
 def test_other_projects_direct_upload_cannot_be_written(two_projects, alpha: openai.OpenAI) -> None:
     server, alpha_key, beta_key = two_projects
-    created = raw(
-        server, alpha_key, "POST", "/v1/direct_uploads", json={"filename": "direct.txt", "purpose": "user_data", "bytes": 4}
-    )
+    request = {"filename": "direct.txt", "purpose": "user_data", "bytes": 4}
+    created = raw(server, alpha_key, "POST", "/v1/direct_uploads", json=request)
     assert created.status_code == 200, created.text
     file_id = created.json()["file"]["id"]
     response = raw(server, beta_key, "PUT", f"/v1/files/{file_id}/content", data=b"evil")

@@ -41,7 +41,9 @@ class Scenario:
         self.sdk = sdk
         self.before: dict[str, Any] = {}
         # (a) an upload with one part, never completed
-        self.upload = sdk.uploads.create(bytes=10, filename="abandoned.txt", mime_type="text/plain", purpose="assistants")
+        self.upload = sdk.uploads.create(
+            bytes=10, filename="abandoned.txt", mime_type="text/plain", purpose="assistants"
+        )
         self.upload_part = sdk.uploads.parts.create(upload_id=self.upload.id, data=b"12345")
         # (b) a file that expires an hour after it was created
         self.expiring = sdk.files.create(

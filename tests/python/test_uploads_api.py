@@ -21,7 +21,9 @@ PART_KEYS = {"id", "object", "created_at", "upload_id"}
 
 
 def new_upload(client: openai.OpenAI, size: int, *, filename: str = "upload.txt", purpose: str = "assistants") -> Any:
-    return client.uploads.create(bytes=size, filename=filename, mime_type="text/plain", purpose=purpose)  # type: ignore[arg-type]
+    return client.uploads.create(
+        bytes=size, filename=filename, mime_type="text/plain", purpose=purpose  # type: ignore[arg-type]
+    )
 
 
 def file_ids(client: openai.OpenAI) -> set[str]:
@@ -203,7 +205,9 @@ def test_wrong_md5_leaves_nothing_behind(nimbus_server: kit.NimbusServer, client
 
 
 @pytest.mark.parametrize("end", ["complete", "cancel"])
-def test_a_finished_upload_takes_no_more_changes(nimbus_server: kit.NimbusServer, client: openai.OpenAI, end: str) -> None:
+def test_a_finished_upload_takes_no_more_changes(
+    nimbus_server: kit.NimbusServer, client: openai.OpenAI, end: str
+) -> None:
     upload = new_upload(client, 3)
     part = client.uploads.parts.create(upload_id=upload.id, data=b"xyz")
     if end == "complete":
@@ -276,7 +280,9 @@ def test_create_upload_validation(nimbus_server: kit.NimbusServer, body: dict[st
 
 
 @pytest.mark.parametrize(("purpose", "size"), [("batch", 200 * MIB + 1), ("assistants", 512 * MIB + 1)])
-def test_declared_size_over_the_limit_is_refused_up_front(nimbus_server: kit.NimbusServer, purpose: str, size: int) -> None:
+def test_declared_size_over_the_limit_is_refused_up_front(
+    nimbus_server: kit.NimbusServer, purpose: str, size: int
+) -> None:
     name = "big.jsonl" if purpose == "batch" else "big.bin"
     response = post_json(
         nimbus_server, "/uploads", {"filename": name, "purpose": purpose, "bytes": size, "mime_type": "text/plain"}
@@ -288,7 +294,9 @@ def test_declared_size_over_the_limit_is_refused_up_front(nimbus_server: kit.Nim
 @pytest.mark.parametrize(
     "content_type", ["application/octet-stream", "multipart/form-data"], ids=["raw-bytes", "multipart-without-boundary"]
 )
-def test_non_multipart_part_is_a_json_400(nimbus_server: kit.NimbusServer, client: openai.OpenAI, content_type: str) -> None:
+def test_non_multipart_part_is_a_json_400(
+    nimbus_server: kit.NimbusServer, client: openai.OpenAI, content_type: str
+) -> None:
     """Every error answers with the OpenAI error envelope, also when the part is not multipart."""
     upload = new_upload(client, 5)
     response = requests.post(
@@ -307,9 +315,8 @@ def test_non_multipart_part_is_a_json_400(nimbus_server: kit.NimbusServer, clien
 def test_part_without_data_field_is_400(nimbus_server: kit.NimbusServer, client: openai.OpenAI) -> None:
     upload = new_upload(client, 4)
     body, content_type = kit.multipart_body([("other", "value")])
-    response = requests.post(
-        f"{nimbus_server.api_base}/uploads/{upload.id}/parts", data=body, headers={"Content-Type": content_type}, timeout=30
-    )
+    url = f"{nimbus_server.api_base}/uploads/{upload.id}/parts"
+    response = requests.post(url, data=body, headers={"Content-Type": content_type}, timeout=30)
     check_error(response, 400, param="data")
 
 
@@ -338,7 +345,9 @@ def concurrently(calls: list[Any]) -> list[requests.Response]:
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_concurrent_completes_make_one_file(nimbus_server: kit.NimbusServer, client: openai.OpenAI, attempt: int) -> None:
+def test_concurrent_completes_make_one_file(
+    nimbus_server: kit.NimbusServer, client: openai.OpenAI, attempt: int
+) -> None:
     upload = new_upload(client, 4, filename=f"race-complete-{attempt}.txt")
     part = client.uploads.parts.create(upload_id=upload.id, data=b"race")
     url = f"{nimbus_server.api_base}/uploads/{upload.id}/complete"
@@ -351,7 +360,9 @@ def test_concurrent_completes_make_one_file(nimbus_server: kit.NimbusServer, cli
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_complete_racing_cancel_has_one_outcome(nimbus_server: kit.NimbusServer, client: openai.OpenAI, attempt: int) -> None:
+def test_complete_racing_cancel_has_one_outcome(
+    nimbus_server: kit.NimbusServer, client: openai.OpenAI, attempt: int
+) -> None:
     upload = new_upload(client, 4, filename=f"race-cancel-{attempt}.txt")
     part = client.uploads.parts.create(upload_id=upload.id, data=b"race")
     base = f"{nimbus_server.api_base}/uploads/{upload.id}"
