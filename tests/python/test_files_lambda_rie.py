@@ -405,7 +405,7 @@ def test_upload_in_parts(files_lambda: kit.LambdaUnderRie, moto: kit.MotoServer,
     file = completed["file"]
     check_file(file, filename="parts.jsonl", purpose="batch", size=sum(map(len, pieces)))
     assert s3_object(moto, f"projects/{PROJECT}/files/{file['id']}") == b"".join(pieces[i] for i in order)
-    prefix = f"projects/{PROJECT}/uploads/{upload['id']}/"
+    prefix = f"uploads/{PROJECT}/{upload['id']}/"
     leftovers = moto.client("s3").list_objects_v2(Bucket=moto.bucket, Prefix=prefix)
     assert leftovers.get("KeyCount", 0) == 0, "parts were kept after completion"
 

@@ -29,6 +29,10 @@ def project_dir(server: kit.NimbusServer) -> Path:
     return server.data_dir / "blobs" / "objects" / "projects" / PROJECT
 
 
+def uploads_dir(server: kit.NimbusServer) -> Path:
+    return server.data_dir / "blobs" / "objects" / "uploads" / PROJECT
+
+
 def files_in(path: Path) -> list[Path]:
     return [p for p in path.rglob("*") if p.is_file()] if path.exists() else []
 
@@ -91,7 +95,7 @@ def scenario(server_factory: Callable[..., kit.NimbusServer]) -> Iterator[Scenar
         setup = Scenario(server, sdk)
         root = project_dir(server)
         setup.before = {
-            "part_blobs": files_in(root / "uploads" / setup.upload.id),
+            "part_blobs": files_in(uploads_dir(server) / setup.upload.id),
             "expiring_blob": (root / "files" / setup.expiring.id).is_file(),
             "sweep_now": setup.sweep(None),
         }
@@ -139,7 +143,7 @@ def test_abandoned_upload_expired_and_lost_its_parts(scenario: Scenario) -> None
     assert "expired" in kit.error_envelope(complete)["message"]
     cancel = requests.post(f"{server.api_base}/uploads/{upload.id}/cancel", timeout=30)
     assert cancel.status_code == 400, cancel.text
-    assert files_in(project_dir(server) / "uploads" / upload.id) == []
+    assert files_in(uploads_dir(server) / upload.id) == []
 
 
 def test_expired_file_is_gone_with_its_bytes(scenario: Scenario) -> None:

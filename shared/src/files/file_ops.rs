@@ -270,7 +270,11 @@ impl FilesService {
             match self.state.delete(FILE_KIND, id, Some(record.version)).await {
                 Ok(true) => {
                     self.blobs.delete(&stored.blob_key).await?;
-                    return Ok(FileDeleted { id: id.to_owned(), object: "file", deleted: true });
+                    return Ok(FileDeleted {
+                        id: id.to_owned(),
+                        object: "file",
+                        deleted: true,
+                    });
                 }
                 Ok(false) => return Err(FilesError::file_not_found(id)),
                 // Changed or deleted meanwhile: look again.

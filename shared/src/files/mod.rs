@@ -2,7 +2,7 @@
 //! to a project (another project's id answers 404, as if it did not exist).
 //!
 //! Keys: blobs under `projects/{project}/files/{file_id}` and
-//! `projects/{project}/uploads/{upload_id}/parts/{part_id}`; records of kind `file`, `upload`
+//! `uploads/{project}/{upload_id}/parts/{part_id}`; records of kind `file`, `upload`
 //! (owner: the project) and `upload_part` (owner: the upload id). Janitor markers (kind `janitor`)
 //! make expiry and crash clean-up sweepable in due-time order: see [`sweep`].
 

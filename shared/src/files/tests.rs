@@ -288,7 +288,7 @@ async fn uploads_assemble_parts_in_the_given_order_and_check_md5() {
     let file = done.file.unwrap();
     assert_eq!(read_all(&f.files, "p", &file.id).await, b"defabc");
     assert_eq!(
-        f.blob_files_under(&format!("projects/p/uploads/{}", upload.id)),
+        f.blob_files_under(&format!("uploads/p/{}", upload.id)),
         0,
         "parts are cleaned up"
     );
@@ -323,7 +323,7 @@ async fn uploads_reject_wrong_sizes_foreign_parts_and_expire() {
     f.advance(3601);
     assert!(f.files.add_upload_part("p", &upload.id, body(b"x")).await.is_err());
     f.files.sweep(100).await.unwrap();
-    assert_eq!(f.blob_files_under(&format!("projects/p/uploads/{}", upload.id)), 0);
+    assert_eq!(f.blob_files_under(&format!("uploads/p/{}", upload.id)), 0);
 }
 
 #[tokio::test]
@@ -335,7 +335,7 @@ async fn cancel_discards_parts() {
         f.files.cancel_upload("p", &upload.id).await.unwrap().status,
         "cancelled"
     );
-    assert_eq!(f.blob_files_under(&format!("projects/p/uploads/{}", upload.id)), 0);
+    assert_eq!(f.blob_files_under(&format!("uploads/p/{}", upload.id)), 0);
 }
 
 #[tokio::test]

@@ -18,8 +18,10 @@ struct StoredPart {
     blob_key: String,
 }
 
+/// Parts live under `uploads/` (not the project's prefix) so that one bucket lifecycle rule can
+/// expire whatever an interrupted upload leaves behind.
 fn parts_prefix(project: &str, upload_id: &str) -> String {
-    format!("{}/uploads/{upload_id}/parts", project_prefix(project))
+    format!("uploads/{project}/{upload_id}/parts")
 }
 
 fn upload_not_found(id: &str) -> FilesError {
