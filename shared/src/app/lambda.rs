@@ -9,6 +9,16 @@ use crate::http::{AppState, HttpSettings};
 use axum::Router;
 use std::time::Duration;
 
+/// Start a function binary: logging (JSON in Lambda), and a clear exit when run outside Lambda
+/// (`lambda_http::run` would panic there).
+pub fn prepare_function(binary: &str) {
+    crate::telemetry::init(crate::telemetry::LogFormat::from_env());
+    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_none() {
+        eprintln!("{binary} runs inside AWS Lambda (or the runtime interface emulator); for local use run `make run`");
+        std::process::exit(2);
+    }
+}
+
 /// How long a verified (or revoked) key is trusted before DynamoDB is asked again.
 pub const LAMBDA_AUTH_CACHE_TTL: Duration = Duration::from_secs(30);
 

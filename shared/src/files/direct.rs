@@ -5,7 +5,7 @@
 use super::limits::{check_filename, expires_at, max_bytes_for, too_large};
 use super::streams::limited;
 use super::sweep::{Janitor, JanitorTask};
-use super::{encode, project_prefix, FilesError, FilesService, StoredFile, FILE_KIND};
+use super::{project_prefix, FilesError, FilesService, StoredFile, FILE_KIND};
 use crate::openai::files::{ExpiresAfter, FileObject, FilePurpose};
 use crate::ports::{ByteStream, Record, StorageError};
 use std::time::Duration;
@@ -135,12 +135,7 @@ impl FilesService {
             ));
             self.blobs.delete(&stored.blob_key).await?;
         }
-        let updated = Record {
-            version: record.version + 1,
-            body: encode(&settled)?,
-            ..record.clone()
-        };
-        match self.state.update(&updated, record.version).await {
+        match self.replace_body(&record, &settled).await {
             Ok(()) => Ok(settled),
             // Someone else settled it first: theirs is the same answer.
             Err(StorageError::Conflict) => match self.state.get(FILE_KIND, &record.id).await? {

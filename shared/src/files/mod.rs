@@ -125,6 +125,17 @@ impl FilesService {
         self.clock.now_unix_s()
     }
 
+    /// Write `body` over `record` as its next version, unless someone changed it since it was read
+    /// ([`StorageError::Conflict`]).
+    pub(crate) async fn replace_body<T: Serialize>(&self, record: &Record, body: &T) -> Result<(), StorageError> {
+        let updated = Record {
+            version: record.version + 1,
+            body: serde_json::to_value(body).map_err(|e| StorageError::Invalid(e.to_string()))?,
+            ..record.clone()
+        };
+        self.state.update(&updated, record.version).await
+    }
+
     /// The project's record of `kind`/`id`, or `None` if it is missing or belongs to another project.
     pub(crate) async fn owned_record(&self, kind: &str, id: &str, project: &str) -> Result<Option<Record>, FilesError> {
         Ok(self.state.get(kind, id).await?.filter(|r| r.owner == project))

@@ -273,11 +273,6 @@ impl FilesService {
         let mut completed = stored.clone();
         completed.upload.status = "completed".to_owned();
         completed.upload.file = Some(file.clone());
-        let updated = Record {
-            version: record.version + 1,
-            body: encode(&completed)?,
-            ..record.clone()
-        };
         self.insert_file(
             project,
             file_created_ms,
@@ -288,7 +283,7 @@ impl FilesService {
             },
         )
         .await?;
-        if let Err(err) = self.state.update(&updated, record.version).await {
+        if let Err(err) = self.replace_body(&record, &completed).await {
             // Completed or cancelled concurrently: undo this file.
             let _ = self.state.delete(super::FILE_KIND, &file_id, None).await;
             return fail(match err {
@@ -308,12 +303,7 @@ impl FilesService {
         let (record, stored) = self.pending_upload(project, upload_id).await?;
         let mut cancelled = stored;
         cancelled.upload.status = "cancelled".to_owned();
-        let updated = Record {
-            version: record.version + 1,
-            body: encode(&cancelled)?,
-            ..record.clone()
-        };
-        match self.state.update(&updated, record.version).await {
+        match self.replace_body(&record, &cancelled).await {
             Ok(()) => {}
             Err(StorageError::Conflict) => {
                 return Err(FilesError::invalid(
@@ -330,17 +320,19 @@ impl FilesService {
     /// Delete every part's bytes and records.
     pub(crate) async fn discard_parts(&self, project: &str, upload_id: &str) -> Result<(), FilesError> {
         self.blobs.delete_prefix(&parts_prefix(project, upload_id)).await?;
+        let mut after = None;
         loop {
             let page = self
                 .state
                 .list_by_owner(&ListQuery {
                     kind: PART_KIND.to_owned(),
                     owner: upload_id.to_owned(),
-                    after: None,
+                    after: after.take(),
                     limit: 500,
                     order: ListOrder::Asc,
                 })
                 .await?;
+            after = page.records.last().map(Record::cursor);
             for part in &page.records {
                 self.state.delete(PART_KIND, &part.id, None).await?;
             }
@@ -358,12 +350,7 @@ impl FilesService {
         let mut stored: StoredUpload = decode(&record)?;
         if stored.upload.status == "pending" {
             stored.upload.status = "expired".to_owned();
-            let updated = Record {
-                version: record.version + 1,
-                body: encode(&stored)?,
-                ..record.clone()
-            };
-            match self.state.update(&updated, record.version).await {
+            match self.replace_body(&record, &stored).await {
                 Ok(()) => {}
                 // Completed or cancelled at the last moment: their own clean-up runs.
                 Err(StorageError::Conflict) => return Ok(()),
