@@ -67,7 +67,7 @@ test: test-deps check-format lint test-rust test-python sam-validate
 sam-build: test-deps
 	CARGO_TARGET_DIR=$(NIMBUS_CACHE)/target-lambda sam build --template template.yaml
 
-bench:
+bench: test-deps
 	bash infra/bench/run-benchmarks.sh
 
 fmt:

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Files API benchmark: upload and download throughput and the server's peak memory.
+
+For each size, a fresh `nimbus serve` (release build) on a free loopback port and a fresh data
+directory; the real OpenAI SDK uploads the file once as a single multipart `files.create` and once
+through `uploads.upload_file_chunked` with 4 MiB parts (what a Lambda request can carry), then
+downloads it streaming. Peak memory is the server's VmHWM, read from /proc after each step.
+Writes a markdown report (default docs/benchmarks-files.md).
+
+    python infra/bench/files_bench.py --nimbus ~/.cache/nimbus/target/release/nimbus
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+from openai import OpenAI
+
+MIB = 1024 * 1024
+PART = 4 * MIB
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def vm_hwm_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def vm_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def write_random(path: Path, size: int) -> str:
+    digest = hashlib.sha256()
+    with path.open("wb") as out:
+        left = size
+        while left:
+            chunk = os.urandom(min(left, 8 * MIB))
+            digest.update(chunk)
+            out.write(chunk)
+            left -= len(chunk)
+    return digest.hexdigest()
+
+
+def md5_of(path: Path) -> str:
+    digest = hashlib.md5()
+    with path.open("rb") as f:
+        while chunk := f.read(8 * MIB):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def run_size(nimbus: str, config: str, size_mib: int, scratch: Path) -> dict:
+    data = scratch / f"bench-{size_mib}.jsonl"
+    expected = write_random(data, size_mib * MIB)
+    port = free_port()
+    data_dir = Path(tempfile.mkdtemp(prefix="nimbus-files-bench-", dir=scratch))
+    env = dict(os.environ, PORT=str(port), NIMBUS_DATA_DIR=str(data_dir), NIMBUS_CONFIG=config, RUST_LOG="warn")
+    server = subprocess.Popen([nimbus, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(200):
+            try:
+                if requests.get(f"{base}/health", timeout=1).ok:
+                    break
+            except requests.RequestException:
+                time.sleep(0.05)
+        client = OpenAI(base_url=f"{base}/v1", api_key="bench", max_retries=0, timeout=600)
+        row = {"size_mib": size_mib, "idle_rss_mib": vm_rss_kib(server.pid) / 1024}
+
+        start = time.perf_counter()
+        with data.open("rb") as f:
+            created = client.files.create(file=(data.name, f), purpose="user_data")
+        row["multipart_upload_s"] = time.perf_counter() - start
+        row["hwm_after_multipart_mib"] = vm_hwm_kib(server.pid) / 1024
+
+        start = time.perf_counter()
+        upload = client.uploads.upload_file_chunked(
+            file=data, mime_type="application/jsonl", purpose="batch", part_size=PART, md5=md5_of(data)
+        )
+        row["chunked_upload_s"] = time.perf_counter() - start
+        row["hwm_after_chunked_mib"] = vm_hwm_kib(server.pid) / 1024
+
+        start = time.perf_counter()
+        digest = hashlib.sha256()
+        with client.files.with_streaming_response.content(upload.file.id) as response:
+            for chunk in response.iter_bytes(1 * MIB):
+                digest.update(chunk)
+        row["download_s"] = time.perf_counter() - start
+        row["hwm_after_download_mib"] = vm_hwm_kib(server.pid) / 1024
+        if digest.hexdigest() != expected or created.bytes != size_mib * MIB:
+            raise SystemExit(f"{size_mib} MiB: content mismatch")
+        return row
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        data.unlink(missing_ok=True)
+        subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nimbus", required=True)
+    parser.add_argument("--config", default="infra/config/nimbus.toml")
+    parser.add_argument("--sizes", default="25,50,100,200", help="MiB, comma-separated")
+    parser.add_argument("--out", default="docs/benchmarks-files.md")
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="nimbus-files-bench-"))
+    rows = [run_size(args.nimbus, args.config, int(s), scratch) for s in args.sizes.split(",")]
+    subprocess.run(["rm", "-rf", str(scratch)], check=False)
+
+    lines = [
+        "# Files API benchmark",
+        "",
+        f"_Generated by `infra/bench/files_bench.py` (run by `make bench`) on "
+        f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} CPUs. Rerun it rather than editing._",
+        "",
+        "A fresh `nimbus serve` (release build, embedded stack: local files + SQLite) per size, driven by the",
+        "real OpenAI Python SDK over loopback. Each size is uploaded as one multipart `files.create`, then",
+        "with `uploads.upload_file_chunked(part_size=4 MiB, md5=…)` (parts stored, then assembled in order",
+        "through an MD5 into the file), then downloaded streaming and checked by SHA-256. Throughput counts",
+        "the file's bytes over the wall time of the whole SDK call. Peak memory is the server's VmHWM.",
+        "",
+        "| Size | Multipart upload MB/s | Chunked upload MB/s | Download MB/s | Server RSS idle | Peak after multipart | Peak after chunked | Peak after download |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        mb = r["size_mib"] * MIB / 1e6
+        lines.append(
+            f"| {r['size_mib']} MiB | {mb / r['multipart_upload_s']:.0f} | {mb / r['chunked_upload_s']:.0f} | "
+            f"{mb / r['download_s']:.0f} | {r['idle_rss_mib']:.1f} MiB | {r['hwm_after_multipart_mib']:.1f} MiB | "
+            f"{r['hwm_after_chunked_mib']:.1f} MiB | {r['hwm_after_download_mib']:.1f} MiB |"
+        )
+    first, last = rows[0], rows[-1]
+    growth = last["hwm_after_download_mib"] - first["hwm_after_download_mib"]
+    lines += [
+        "",
+        f"Peak memory from {first['size_mib']} MiB to {last['size_mib']} MiB files grows by {growth:.1f} MiB "
+        f"while the file grows {last['size_mib'] / first['size_mib']:.0f}×: memory stays flat because every "
+        "path streams (multipart field → bounded channel → blob writer; parts → MD5 → blob writer; blob → response).",
+        "",
+    ]
+    Path(args.out).write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

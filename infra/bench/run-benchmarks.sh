@@ -1,0 +1,346 @@
+#!/usr/bin/env bash
+# Nimbus benchmarks: gateway overhead against a zero-latency upstream, and Lambda cold start
+# under the Runtime Interface Emulator. Rewrites docs/benchmarks.md from the measurements.
+#
+#   bash infra/bench/run-benchmarks.sh          (what `make bench` runs)
+#
+# Knobs (environment):
+#   CARGO_TARGET_DIR   build outputs            (default ~/.cache/nimbus/target)
+#   NIMBUS_CACHE       tools and venv           (default ~/.cache/nimbus)
+#   BENCH_DURATION     fixed-rate run length    (default 15s)
+#   BENCH_REPEATS      fixed-rate runs per target, interleaved (default 3)
+#   BENCH_RATE         fixed request rate       (default 2000 req/s)
+#   BENCH_CONNECTIONS  connections at fixed rate (default 50)
+#   BENCH_MAX_DURATION length of each max-throughput run (default 10s)
+#   BENCH_MAX_CONNECTIONS  connection counts for max throughput (default "10 50 200")
+#   BENCH_PIN          1: oha on CPU 0, servers on the other CPUs (default 1 when >= 2 CPUs)
+#   BENCH_COLD_RUNS    cold starts per function (default 10)
+#   BENCH_SKIP_BUILD   1: use the binaries already built
+#   BENCH_QUIET_WAIT   seconds to wait for an idle machine before measuring (default 180)
+#   RIE                path of aws-lambda-rie-x86_64 (default: from the SAM CLI in the venv)
+#   BENCH_OUT          markdown to write        (default docs/benchmarks.md)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+
+NIMBUS_CACHE="${NIMBUS_CACHE:-$HOME/.cache/nimbus}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$NIMBUS_CACHE/target}"
+TOOLS="$NIMBUS_CACHE/tools"
+OHA_VERSION="1.16.0"
+OHA="$TOOLS/bin/oha"
+VENV="${VENV:-$NIMBUS_CACHE/venv}"
+BENCH_DURATION="${BENCH_DURATION:-15s}"
+BENCH_REPEATS="${BENCH_REPEATS:-3}"
+BENCH_RATE="${BENCH_RATE:-2000}"
+BENCH_CONNECTIONS="${BENCH_CONNECTIONS:-50}"
+BENCH_MAX_DURATION="${BENCH_MAX_DURATION:-10s}"
+BENCH_MAX_CONNECTIONS="${BENCH_MAX_CONNECTIONS:-10 50 200}"
+BENCH_COLD_RUNS="${BENCH_COLD_RUNS:-10}"
+BENCH_OUT="${BENCH_OUT:-$ROOT/docs/benchmarks.md}"
+NCPU="$(nproc)"
+if [[ -z "${BENCH_PIN:-}" ]]; then
+  if ((NCPU >= 2)); then BENCH_PIN=1; else BENCH_PIN=0; fi
+fi
+
+log() { printf '\n==> %s\n' "$*" >&2; }
+
+# --- build -------------------------------------------------------------------------------------
+if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
+  log "release build (nimbus-local, nimbus-inference, nimbus-bench)"
+  cargo build --release -p nimbus-local -p nimbus-inference -p nimbus-bench
+fi
+REL="$CARGO_TARGET_DIR/release"
+GATEWAY="$REL/nimbus"
+MOCK="$REL/nimbus-mock-openai"
+INFERENCE="$REL/nimbus-inference"
+HELLO="$REL/nimbus-hello-lambda"
+for bin in "$GATEWAY" "$MOCK" "$INFERENCE" "$HELLO"; do
+  [[ -x "$bin" ]] || { echo "missing $bin" >&2; exit 1; }
+done
+
+# --- tools -------------------------------------------------------------------------------------
+if ! [[ -x "$OHA" ]] || [[ "$("$OHA" --version)" != "oha $OHA_VERSION" ]]; then
+  log "installing oha $OHA_VERSION into $TOOLS"
+  cargo install oha --version "$OHA_VERSION" --locked --root "$TOOLS"
+fi
+if [[ -z "${RIE:-}" ]]; then
+  RIE=""
+  for candidate in "$VENV"/lib/python3*/site-packages/samcli/local/rapid/aws-lambda-rie-x86_64; do
+    [[ -x "$candidate" ]] && RIE="$candidate" && break
+  done
+fi
+if [[ -z "$RIE" || ! -x "$RIE" ]]; then
+  echo "aws-lambda-rie-x86_64 not found: run \`make test-deps\` (SAM CLI in $VENV) or set RIE=/path" >&2
+  exit 1
+fi
+
+# --- scratch space and process cleanup -----------------------------------------------------------
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/nimbus-bench.XXXXXX")"
+RESULTS="$WORK/results"
+mkdir -p "$RESULTS"
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+stop() { # stop one process we started and forget it
+  local pid keep=()
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  for pid in "${PIDS[@]}"; do [[ "$pid" == "$1" ]] || keep+=("$pid"); done
+  PIDS=("${keep[@]}")
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { # wait_http URL: until it answers at all (any status)
+  local _
+  for _ in $(seq 1 200); do
+    if python3 - "$1" <<'EOF' 2>/dev/null; then return 0; fi
+import sys, urllib.request, urllib.error
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=0.5)
+except urllib.error.HTTPError:
+    pass
+EOF
+    sleep 0.05
+  done
+  echo "nothing answered at $1" >&2
+  return 1
+}
+
+# CPU placement: the load generator gets CPU 0, the servers (mock, gateway) share the rest, so
+# oha never steals cycles from what it measures. Same placement for the baseline and the gateway.
+# (Servers start as `"${SERVER_PREFIX[@]}" binary … &`, not through a shell function, so that $! is
+# the server itself: taskset execs it. Its PID is what gets stopped and whose CPU time is read.)
+if [[ "$BENCH_PIN" == 1 ]]; then
+  OHA_CPUS="0"
+  SERVER_CPUS="1-$((NCPU - 1))"
+  OHA_PREFIX=(taskset -c "$OHA_CPUS" "$OHA" --worker-threads 1)
+  SERVER_PREFIX=(taskset -c "$SERVER_CPUS")
+else
+  OHA_CPUS="all"
+  SERVER_CPUS="all"
+  OHA_PREFIX=("$OHA")
+  SERVER_PREFIX=(env)
+fi
+oha_cmd() { "${OHA_PREFIX[@]}" "$@"; }
+
+BODY='{"model":"bench","messages":[{"role":"user","content":"Say hello in one short sentence."}]}'
+
+# cpu_ticks PID...: utime+stime of each process, in clock ticks, space separated
+cpu_ticks() {
+  local pid out=()
+  for pid in "$@"; do out+=("$(awk '{print $14 + $15}' "/proc/$pid/stat")"); done
+  echo "${out[*]}"
+}
+
+# run_oha NAME URL [oha args...]: one measured run, oha's JSON into $RESULTS/NAME.json and the CPU
+# time the mock and the gateways used meanwhile into $RESULTS/NAME.cpu.json
+run_oha() {
+  local name="$1" url="$2" before after
+  shift 2
+  log "oha $name: $*"
+  before="$(cpu_ticks "${SERVER_PIDS[@]}")"
+  oha_cmd --no-tui --output-format json -o "$RESULTS/$name.json" \
+    -m POST -H 'content-type: application/json' -d "$BODY" "$@" "$url"
+  after="$(cpu_ticks "${SERVER_PIDS[@]}")"
+  python3 - "$RESULTS/$name.cpu.json" "$(getconf CLK_TCK)" "${SERVER_NAMES[*]}" "$before" "$after" <<'EOF'
+import json, sys
+out, tck, names, before, after = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split(), sys.argv[5].split()
+json.dump({n: (int(a) - int(b)) / tck for n, b, a in zip(names, before, after)}, open(out, "w"))
+EOF
+}
+warmup() { oha_cmd --no-tui --output-format quiet -m POST -H 'content-type: application/json' -d "$BODY" -z 2s -c "$BENCH_CONNECTIONS" "$1"; }
+
+# --- other load on the machine ---------------------------------------------------------------------
+# busy_ticks: CPU ticks the whole machine spent busy (user, nice, system, steal). Interrupt time is
+# left out: loopback networking of the benchmark itself lands there, charged to no process.
+busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $9}' /proc/stat; }
+TCK="$(getconf CLK_TCK)"
+# snapshot: prints "<busy ticks> <CPU s of every child this script reaped so far> <epoch s>".
+# `times` must run in this shell, not in a $(…) subshell (whose children counters start at 0),
+# hence the file.
+snapshot() {
+  times >"$WORK/times.txt"
+  local children
+  children="$(tail -n 1 "$WORK/times.txt" | awk '{
+    split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.3f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')"
+  SNAPSHOT="$(busy_ticks) $children $(date +%s.%N)"
+}
+# other_cpu "SNAPSHOT AT START": "<other CPU s> <wall s>" since then; "other" is whatever the
+# machine did that this script's processes (oha, servers, RIE, python) did not.
+other_cpu() {
+  snapshot
+  python3 - "$1" "$SNAPSHOT" "$TCK" <<'EOF'
+import sys
+b0, c0, t0 = map(float, sys.argv[1].split())
+b1, c1, t1 = map(float, sys.argv[2].split())
+tck = float(sys.argv[3])
+print(f"{max(0.0, (b1 - b0) / tck - (c1 - c0)):.2f} {t1 - t0:.2f}")
+EOF
+}
+# Wait (up to BENCH_QUIET_WAIT seconds) until the machine is idle: < 10 % of one core busy over 5 s.
+QUIET_WAIT="${BENCH_QUIET_WAIT:-180}"
+waited=0
+while :; do
+  b0="$(busy_ticks)"
+  sleep 5
+  idle_ok="$(python3 -c "print(($(busy_ticks) - $b0) / $TCK / 5 < 0.10)")"
+  [[ "$idle_ok" == True ]] && break
+  waited=$((waited + 5))
+  if ((waited >= QUIET_WAIT)); then
+    log "the machine is still busy after ${QUIET_WAIT}s; measuring anyway (see 'other load' in the report)"
+    break
+  fi
+  ((waited % 30 == 0)) && log "waiting for the machine to go quiet (${waited}s)"
+done
+LOADAVG_START="$(cut -d' ' -f1-3 /proc/loadavg)"
+snapshot
+S1="$SNAPSHOT"
+
+# --- 1. gateway overhead -------------------------------------------------------------------------
+# One mock, and two gateways in front of it (default logging, and RUST_LOG=warn to see what the
+# per-request tracing span costs). All three stay up for the whole section; an idle server costs
+# nothing, so the targets can be interleaved and repeated, which spreads the VM's noise evenly.
+MOCK_PORT="$(free_port)"
+log "mock upstream on 127.0.0.1:$MOCK_PORT (CPUs $SERVER_CPUS)"
+"${SERVER_PREFIX[@]}" "$MOCK" --port "$MOCK_PORT" 2>"$WORK/mock.log" &
+MOCK_PID=$!
+PIDS+=("$MOCK_PID")
+wait_http "http://127.0.0.1:$MOCK_PORT/health"
+
+cat >"$WORK/nimbus.toml" <<EOF
+[gateway.retries]
+max_retries = 0
+
+[models.bench]
+routing = ["mock"]
+
+[models.bench.providers.mock]
+type = "openai"
+model_name = "mock-model"
+api_base = "http://127.0.0.1:$MOCK_PORT/v1"
+api_key_location = "none"
+EOF
+
+# start_gateway NAME RUST_LOG: a gateway with its own fresh data dir on a free port; sets GATEWAY_URL, GATEWAY_PID
+start_gateway() {
+  local port
+  port="$(free_port)"
+  RUST_LOG="$2" "${SERVER_PREFIX[@]}" "$GATEWAY" serve --port "$port" --config "$WORK/nimbus.toml" \
+    --data-dir "$WORK/data-$1" 2>>"$WORK/$1.log" &
+  GATEWAY_PID=$!
+  PIDS+=("$GATEWAY_PID")
+  GATEWAY_URL="http://127.0.0.1:$port/v1/chat/completions"
+  wait_http "http://127.0.0.1:$port/health"
+  # The answer must be a real completion from the mock, not an error.
+  python3 - "$GATEWAY_URL" "$BODY" <<'EOF'
+import json, sys, urllib.request
+req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(),
+                             headers={"content-type": "application/json"}, method="POST")
+with urllib.request.urlopen(req, timeout=5) as r:
+    doc = json.load(r)
+if doc.get("object") != "chat.completion" or doc.get("model") != "bench":
+    sys.exit(f"unexpected answer from the gateway: {doc}")
+EOF
+}
+
+log "gateways on CPUs $SERVER_CPUS"
+start_gateway gateway info
+GATEWAY_INFO_PID="$GATEWAY_PID"
+declare -A URLS
+URLS[baseline]="http://127.0.0.1:$MOCK_PORT/v1/chat/completions"
+URLS[gateway]="$GATEWAY_URL"
+start_gateway gateway-warn warn
+URLS[gateway-warn]="$GATEWAY_URL"
+SERVER_PIDS=("$MOCK_PID" "$GATEWAY_INFO_PID" "$GATEWAY_PID")
+SERVER_NAMES=(mock gateway gateway-warn)
+TARGETS=(baseline gateway gateway-warn)
+
+for target in "${TARGETS[@]}"; do warmup "${URLS[$target]}"; done
+for rep in $(seq 1 "$BENCH_REPEATS"); do
+  for target in "${TARGETS[@]}"; do
+    run_oha "$target-rate-$rep" "${URLS[$target]}" -z "$BENCH_DURATION" -q "$BENCH_RATE" \
+      --latency-correction -c "$BENCH_CONNECTIONS"
+  done
+done
+for c in $BENCH_MAX_CONNECTIONS; do
+  for target in "${TARGETS[@]}"; do
+    run_oha "$target-max-c$c" "${URLS[$target]}" -z "$BENCH_MAX_DURATION" -c "$c"
+  done
+done
+for pid in "${SERVER_PIDS[@]}"; do stop "$pid"; done
+other_cpu "$S1" >"$WORK/other1.txt"
+OTHER_GATEWAY="$(cat "$WORK/other1.txt")"
+
+# --- 2. cold start ---------------------------------------------------------------------------------
+log "cold start under the RIE ($BENCH_COLD_RUNS runs each)"
+snapshot
+S2="$SNAPSHOT"
+python3 infra/bench/coldstart.py --rie "$RIE" --nimbus "$INFERENCE" --hello "$HELLO" \
+  --event infra/events/inference-health.json --runs "$BENCH_COLD_RUNS" \
+  --workdir "$WORK/coldstart" --out "$RESULTS/coldstart.json"
+other_cpu "$S2" >"$WORK/other2.txt"
+OTHER_COLD="$(cat "$WORK/other2.txt")"
+
+# --- 3. report -------------------------------------------------------------------------------------
+LOADAVG_END="$(cut -d' ' -f1-3 /proc/loadavg)"
+COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT + uncommitted changes"
+NCPU="$NCPU" BENCH_PIN="$BENCH_PIN" OHA_CPUS="$OHA_CPUS" SERVER_CPUS="$SERVER_CPUS" \
+  BENCH_RATE="$BENCH_RATE" BENCH_DURATION="$BENCH_DURATION" BENCH_CONNECTIONS="$BENCH_CONNECTIONS" \
+  BENCH_REPEATS="$BENCH_REPEATS" BENCH_MAX_DURATION="$BENCH_MAX_DURATION" \
+  BENCH_MAX_CONNECTIONS="$BENCH_MAX_CONNECTIONS" BODY="$BODY" OHA_V="$("$OHA" --version)" \
+  RUSTC_V="$(rustc --version)" RIE="$RIE" COMMIT="$COMMIT" \
+  LOADAVG_START="$LOADAVG_START" LOADAVG_END="$LOADAVG_END" OTHER_GATEWAY="$OTHER_GATEWAY" \
+  OTHER_COLD="$OTHER_COLD" QUIET_WAITED="$waited" \
+  python3 - "$RESULTS/meta.json" <<'EOF'
+import datetime, json, os, sys
+e = os.environ
+json.dump({
+    "nproc": int(e["NCPU"]),
+    "pin": e["BENCH_PIN"] == "1",
+    "oha_cpus": e["OHA_CPUS"],
+    "server_cpus": e["SERVER_CPUS"],
+    "rate": int(e["BENCH_RATE"]),
+    "duration": e["BENCH_DURATION"],
+    "connections": int(e["BENCH_CONNECTIONS"]),
+    "repeats": int(e["BENCH_REPEATS"]),
+    "max_duration": e["BENCH_MAX_DURATION"],
+    "max_connections": [int(c) for c in e["BENCH_MAX_CONNECTIONS"].split()],
+    "body": e["BODY"],
+    "oha": e["OHA_V"],
+    "rustc": e["RUSTC_V"],
+    "rie": e["RIE"],
+    "commit": e["COMMIT"],
+    "loadavg_start": e["LOADAVG_START"],
+    "loadavg_end": e["LOADAVG_END"],
+    "quiet_waited_s": int(e["QUIET_WAITED"]),
+    "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    # CPU seconds used by processes other than this script's, and the wall seconds, per section
+    "other_cpu": {
+        "gateway": [float(x) for x in e["OTHER_GATEWAY"].split()],
+        "coldstart": [float(x) for x in e["OTHER_COLD"].split()],
+    },
+}, open(sys.argv[1], "w"), indent=2)
+EOF
+python3 infra/bench/report.py --results "$RESULTS" --out "$BENCH_OUT"
+
+# --- 3. files API: throughput and peak memory ---------------------------------------------------------
+log "files API: upload/download throughput and peak memory"
+"$VENV/bin/python" infra/bench/files_bench.py --nimbus "$GATEWAY" --out "$WORK/files.md"
+{ printf '\n'; sed -e '1s/^# /## 3. /' -e 's/^## /### /' "$WORK/files.md"; } >>"$BENCH_OUT"
+# Never let an empty variable turn these paths into "/" (a copy of the whole machine).
+: "${NIMBUS_CACHE:?}" "${RESULTS:?}" "${WORK:?}"
+KEEP="$NIMBUS_CACHE/bench/latest"
+rm -rf "$KEEP"
+mkdir -p "$KEEP"
+cp -r "$RESULTS"/. "$KEEP"/
+cp "$WORK"/*.log "$KEEP"/ 2>/dev/null || true
+log "wrote $BENCH_OUT (raw results in $KEEP)"
