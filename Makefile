@@ -55,7 +55,7 @@ test-rust: test-deps
 	cargo test --workspace --all-targets
 
 test-python: test-deps
-	cargo build -p nimbus-local -p nimbus-inference -p nimbus-files
+	cargo build --workspace --bins
 	$(VENV)/bin/python -m pytest tests/python -q
 
 sam-validate: test-deps
