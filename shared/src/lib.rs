@@ -4,6 +4,7 @@
 pub mod adapters;
 pub mod app;
 pub mod auth;
+pub mod batches;
 pub mod config;
 pub mod files;
 pub mod http;
