@@ -8,6 +8,7 @@ pub mod batches;
 pub mod config;
 pub mod files;
 pub mod http;
+pub mod idempotency;
 pub mod inference;
 pub mod openai;
 pub mod ports;

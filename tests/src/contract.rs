@@ -312,3 +312,44 @@ pub async fn blob_streams_and_prefixes(blobs: &dyn BlobStore) {
     assert_eq!(blobs.delete_prefix("projects/p1/uploads/none").await.unwrap(), 0);
     blobs.delete(key).await.unwrap();
 }
+
+/// Several records updated at once: all or none, each at its expected version.
+pub async fn state_update_all_is_all_or_nothing(state: &dyn StateStore) {
+    let a = record("batch", "batch-a", "p1", 1);
+    let b = record("batch_chunk", "batch-a.0", "batch-a", 2);
+    state.create(&a).await.unwrap();
+    state.create(&b).await.unwrap();
+    let bumped = |r: &Record, status: &str| Record {
+        version: r.version + 1,
+        body: json!({"status": status}),
+        ..r.clone()
+    };
+    state
+        .update_all(&[(bumped(&a, "one"), 1), (bumped(&b, "one"), 1)])
+        .await
+        .unwrap();
+    assert_eq!(state.get("batch", "batch-a").await.unwrap().unwrap().version, 2);
+    // One stale version: nothing is written.
+    let a2 = state.get("batch", "batch-a").await.unwrap().unwrap();
+    assert_eq!(
+        state
+            .update_all(&[(bumped(&a2, "two"), 2), (bumped(&b, "two"), 1)])
+            .await,
+        Err(StorageError::Conflict)
+    );
+    assert_eq!(
+        state.get("batch", "batch-a").await.unwrap().unwrap().body,
+        json!({"status": "one"})
+    );
+    // A missing record conflicts too; naming a record twice is refused.
+    let ghost = record("batch", "ghost", "p1", 3);
+    assert_eq!(
+        state.update_all(&[(bumped(&a2, "x"), 2), (ghost, 1)]).await,
+        Err(StorageError::Conflict)
+    );
+    assert!(matches!(
+        state.update_all(&[(bumped(&a2, "x"), 2), (bumped(&a2, "y"), 2)]).await,
+        Err(StorageError::Invalid(_))
+    ));
+    state.update_all(&[]).await.unwrap();
+}

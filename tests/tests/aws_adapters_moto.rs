@@ -23,6 +23,7 @@ async fn aws_adapters_honour_the_contract_on_moto() {
     create_state_table(&config, "nimbus-state").await.unwrap();
     let state = DynamoDbStateStore::new(&config, "nimbus-state");
     contract::state_conditional_writes(&state).await;
+    contract::state_update_all_is_all_or_nothing(&state).await;
     contract::state_lists_by_owner_with_cursor(&state).await;
     contract::state_races_have_one_winner(Arc::new(state)).await;
 

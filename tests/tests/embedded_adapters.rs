@@ -25,6 +25,7 @@ async fn sqlite_state_honours_the_contract() {
     let dir = tempfile::tempdir().unwrap();
     let state = SqliteStateStore::open(&dir.path().join("state.sqlite3")).unwrap();
     contract::state_conditional_writes(&state).await;
+    contract::state_update_all_is_all_or_nothing(&state).await;
     contract::state_lists_by_owner_with_cursor(&state).await;
     contract::state_races_have_one_winner(Arc::new(state)).await;
 }

@@ -27,6 +27,9 @@ enum Command {
     /// Run the janitor's due tasks once (what the scheduled poller does): expired files and
     /// uploads, abandoned direct uploads, orphaned bytes.
     Sweep(serve::SweepArgs),
+    /// Run one pass of the poller: the sweep, then batch recovery (finalize what is ready or
+    /// overdue, run again what is stuck), printed as JSON.
+    Poll(serve::PollArgs),
     /// Check a configuration file and print its models.
     CheckConfig {
         #[arg(long, env = "NIMBUS_CONFIG", default_value = "infra/config/nimbus.toml")]
@@ -41,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args).await,
         Command::Keys(command) => keys::run(command).await,
         Command::Sweep(args) => serve::sweep_once(args).await,
+        Command::Poll(args) => serve::poll_once(args).await,
         Command::CheckConfig { config } => {
             let config = nimbus_shared::config::Config::from_path(&config)?;
             for (name, model) in &config.models {

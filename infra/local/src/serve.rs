@@ -1,13 +1,18 @@
 //! `nimbus serve`: the whole gateway in one process on the embedded adapters.
 
 use anyhow::Context;
-use nimbus_shared::app::{app_state, embedded, AuthSettings};
+use nimbus_shared::adapters::embedded::spawn_queue_workers;
+use nimbus_shared::app::{app_state, batch_service, embedded, inference_service, Adapters, AuthSettings};
 use nimbus_shared::auth::AuthMode;
+use nimbus_shared::batches::{BatchSettings, BatchWorker, Poller};
 use nimbus_shared::config::Config;
 use nimbus_shared::http::HttpSettings;
+use nimbus_shared::ports::{Clock, OffsetClock, SystemClock};
 use nimbus_shared::telemetry::{init, LogFormat};
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args)]
@@ -22,9 +27,26 @@ pub struct ServeArgs {
     /// Where state (SQLite) and blobs live; survives restarts.
     #[arg(long, env = "NIMBUS_DATA_DIR", default_value = ".data")]
     data_dir: PathBuf,
-    /// Seconds between runs of the scheduled sweep (the poller's schedule in AWS).
+    /// Seconds between runs of the poller (its schedule in AWS): files sweep and batch recovery.
     #[arg(long, env = "NIMBUS_SCHEDULE_INTERVAL_SECS", default_value_t = 60)]
     schedule_interval_secs: u64,
+    /// In-process queue workers (the SQS-triggered worker Lambdas in AWS).
+    #[arg(long, env = "NIMBUS_BATCH_WORKERS", default_value_t = 4)]
+    batch_workers: usize,
+    /// Accept batch completion windows in seconds (e.g. "5s"), for trying out expiry.
+    #[arg(long, env = "NIMBUS_ALLOW_SHORT_COMPLETION_WINDOWS", default_value_t = false)]
+    allow_short_completion_windows: bool,
+}
+
+#[derive(clap::Args)]
+pub struct PollArgs {
+    #[arg(long, env = "NIMBUS_CONFIG", default_value = "infra/config/nimbus.toml")]
+    config: PathBuf,
+    #[arg(long, env = "NIMBUS_DATA_DIR", default_value = ".data")]
+    data_dir: PathBuf,
+    /// Run as if the time were this Unix timestamp (seconds).
+    #[arg(long)]
+    as_of: Option<i64>,
 }
 
 #[derive(clap::Args)]
@@ -36,24 +58,70 @@ pub struct SweepArgs {
     as_of: Option<i64>,
 }
 
-/// `nimbus sweep`: one run of the janitor against the embedded state, printed as JSON.
-pub async fn sweep_once(args: SweepArgs) -> anyhow::Result<()> {
-    let mut adapters =
-        embedded::adapters(&args.data_dir).with_context(|| format!("opening {}", args.data_dir.display()))?;
-    if let Some(as_of) = args.as_of {
-        let system = nimbus_shared::ports::SystemClock;
-        let offset_ms = as_of * 1000 - nimbus_shared::ports::Clock::now_unix_ms(&system);
-        adapters.clock = std::sync::Arc::new(nimbus_shared::ports::OffsetClock {
+/// The embedded stack under `data_dir`, its clock moved to `as_of` when given.
+fn embedded_adapters(data_dir: &Path, as_of: Option<i64>) -> anyhow::Result<Adapters> {
+    let mut adapters = embedded::adapters(data_dir).with_context(|| format!("opening {}", data_dir.display()))?;
+    if let Some(as_of) = as_of {
+        let system = SystemClock;
+        adapters.clock = Arc::new(OffsetClock {
             inner: system,
-            offset_ms,
+            offset_ms: as_of * 1000 - system.now_unix_ms(),
         });
     }
+    Ok(adapters)
+}
+
+/// `nimbus sweep`: one run of the janitor against the embedded state, printed as JSON.
+pub async fn sweep_once(args: SweepArgs) -> anyhow::Result<()> {
+    let adapters = embedded_adapters(&args.data_dir, args.as_of)?;
     let report = adapters.files().sweep(usize::MAX).await?;
     println!(
         "{{\"tasks_run\": {}, \"tasks_failed\": {}}}",
         report.tasks_run, report.tasks_failed
     );
     Ok(())
+}
+
+/// `nimbus poll`: one pass of the poller (files sweep, batch recovery), printed as JSON. Jobs it
+/// enqueues go to the running server's queue only when run inside it; here they are run at once.
+pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
+    let config = Config::from_path(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
+    let adapters = embedded_adapters(&args.data_dir, args.as_of)?;
+    let settings = local_batch_settings(&config, false);
+    let inference = inference_service(&config, &adapters).map_err(anyhow::Error::msg)?;
+    let service = batch_service(&adapters, inference, settings);
+    let report = Poller::new(Arc::clone(&service))
+        .run_once()
+        .await
+        .map_err(anyhow::Error::msg)?;
+    // This process has its own in-memory queue: drain what the pass enqueued before exiting.
+    let worker = BatchWorker::new(service);
+    while let Some(message) = adapters
+        .queue
+        .receive(1, Duration::ZERO, Duration::from_secs(300))
+        .await?
+        .pop()
+    {
+        worker
+            .handle_until(&message.body, tokio::time::Instant::now() + LOCAL_MAX_RUN)
+            .await;
+        adapters.queue.delete(&message.receipt).await?;
+    }
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+/// The longest one in-process worker runs one message.
+const LOCAL_MAX_RUN: Duration = Duration::from_secs(120);
+
+fn local_batch_settings(config: &Config, allow_short_windows: bool) -> BatchSettings {
+    BatchSettings {
+        max_run: LOCAL_MAX_RUN,
+        requeue_after: Duration::from_secs(60),
+        status_poll_interval: Duration::from_millis(500),
+        allow_short_windows,
+        ..BatchSettings::from_config(config)
+    }
 }
 
 /// A key created or revoked while the server runs takes effect within this long.
@@ -79,11 +147,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         HttpSettings {
             inline_content_limit: u64::MAX,
         },
+        local_batch_settings(&config, args.allow_short_completion_windows),
     )
     .map_err(anyhow::Error::msg)?;
     let keys_exist = adapters.api_keys().any_active().await?;
-    let sweeper = tokio::spawn(run_schedule(
-        adapters.clone(),
+    let workers = spawn_queue_workers(
+        Arc::clone(&adapters.queue),
+        Arc::new(BatchWorker::new(Arc::clone(&state.batches))),
+        args.batch_workers,
+        LOCAL_MAX_RUN + Duration::from_secs(60),
+    );
+    let poller = tokio::spawn(run_schedule(
+        Poller::new(Arc::clone(&state.batches)),
         Duration::from_secs(args.schedule_interval_secs.max(1)),
     ));
     let router = nimbus_shared::http::local_router(state);
@@ -117,23 +192,22 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("serving")?;
-    sweeper.abort();
+    poller.abort();
+    for worker in workers {
+        worker.abort();
+    }
     Ok(())
 }
 
-/// The timer standing in for the scheduled poller: runs the janitor's due tasks (expired files
-/// and uploads, abandoned direct uploads, orphaned bytes).
-async fn run_schedule(adapters: nimbus_shared::app::Adapters, every: Duration) {
-    let files = adapters.files();
+/// The timer standing in for the scheduled poller: the janitor's due tasks (expired files and
+/// uploads, abandoned direct uploads, orphaned bytes), then batch recovery and finalization.
+async fn run_schedule(poller: Poller, every: Duration) {
     let mut ticker = tokio::time::interval(every);
     loop {
         ticker.tick().await;
-        match files.sweep(10_000).await {
-            Ok(report) if report.tasks_run + report.tasks_failed > 0 => {
-                tracing::info!(run = report.tasks_run, failed = report.tasks_failed, "scheduled sweep")
-            }
-            Ok(_) => {}
-            Err(err) => tracing::warn!(error = %err, "scheduled sweep failed"),
+        match poller.run_once().await {
+            Ok(report) => tracing::debug!(?report, "scheduled poll"),
+            Err(err) => tracing::warn!(error = %err, "scheduled poll failed"),
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod embedded;
 pub mod lambda;
 
 use crate::auth::{ApiKeyService, AuthMode, Authenticator};
+use crate::batches::{BatchDeps, BatchService, BatchSettings};
 use crate::config::Config;
 use crate::files::FilesService;
 use crate::http::{AppState, HttpSettings};
@@ -61,17 +62,48 @@ impl Adapters {
     }
 }
 
+/// The batch engine over `adapters`, calling models through `inference`.
+pub fn batch_service(
+    adapters: &Adapters,
+    inference: Arc<InferenceService>,
+    settings: BatchSettings,
+) -> Arc<BatchService> {
+    Arc::new(BatchService::new(
+        BatchDeps {
+            state: Arc::clone(&adapters.state),
+            blobs: Arc::clone(&adapters.blobs),
+            queue: Arc::clone(&adapters.queue),
+            clock: Arc::clone(&adapters.clock),
+            ids: Arc::clone(&adapters.ids),
+            files: adapters.files(),
+            inference,
+        },
+        settings,
+    ))
+}
+
+/// The inference layer for a validated configuration.
+pub fn inference_service(config: &Config, adapters: &Adapters) -> Result<Arc<InferenceService>, String> {
+    let router = ModelRouter::from_config(config)?;
+    Ok(Arc::new(InferenceService::new(
+        router,
+        Arc::clone(&adapters.clock),
+        Arc::clone(&adapters.ids),
+    )))
+}
+
 /// Build the handler state from a validated configuration and adapters.
 pub fn app_state(
     config: &Config,
     adapters: &Adapters,
     auth: AuthSettings,
     http: HttpSettings,
+    batches: BatchSettings,
 ) -> Result<AppState, String> {
-    let router = ModelRouter::from_config(config)?;
-    let inference = InferenceService::new(router, Arc::clone(&adapters.clock), Arc::clone(&adapters.ids));
+    let inference = inference_service(config, adapters)?;
     Ok(AppState {
-        inference: Arc::new(inference),
+        batches: batch_service(adapters, Arc::clone(&inference), batches),
+        inference,
         files: Arc::new(adapters.files()),
         auth: Arc::new(Authenticator::new(adapters.api_keys(), auth.mode, auth.cache_ttl)),
         settings: http,

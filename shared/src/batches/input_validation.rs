@@ -7,7 +7,7 @@
 
 use crate::ports::{ByteStream, StorageError};
 use futures::StreamExt;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashSet;
 
@@ -56,7 +56,7 @@ pub struct LineError {
 }
 
 /// A contiguous run of request lines: bytes `start..end` of the input object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkRange {
     pub first_line: u64,
     pub lines: u64,
@@ -81,8 +81,9 @@ impl ValidationReport {
 /// Checks one line at a time and tracks what spans lines (custom ids, chunk boundaries).
 struct Validator<'a> {
     endpoint: BatchEndpoint,
-    model_exists: &'a dyn Fn(&str) -> bool,
+    model_exists: &'a (dyn Fn(&str) -> bool + Sync),
     lines_per_chunk: u64,
+    max_chunk_bytes: u64,
     seen_ids: HashSet<String>,
     report: ValidationReport,
     line_number: u64,
@@ -116,7 +117,7 @@ impl Validator<'_> {
     fn add_to_chunks(&mut self, start: u64, end: u64) {
         let line = self.line_number;
         match self.report.chunks.last_mut() {
-            Some(chunk) if chunk.lines < self.lines_per_chunk => {
+            Some(chunk) if chunk.lines < self.lines_per_chunk && end - chunk.start <= self.max_chunk_bytes => {
                 chunk.lines += 1;
                 chunk.end = end;
             }
@@ -245,18 +246,28 @@ impl Validator<'_> {
     }
 }
 
-/// Validate the stream of an input file; chunks hold at most `lines_per_chunk` requests.
+/// How big a chunk may grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkLimits {
+    pub lines: u64,
+    /// A chunk ends before a line that would take it past this many bytes (a single longer line
+    /// is a chunk of its own).
+    pub bytes: u64,
+}
+
+/// Validate the stream of an input file and plan its chunks within `limits`.
 /// Memory holds one partial line and the set of custom ids, whatever the file's size.
 pub async fn validate_input(
     mut bytes: ByteStream,
     endpoint: BatchEndpoint,
-    model_exists: &dyn Fn(&str) -> bool,
-    lines_per_chunk: u64,
+    model_exists: &(dyn Fn(&str) -> bool + Sync),
+    limits: ChunkLimits,
 ) -> Result<ValidationReport, StorageError> {
     let mut validator = Validator {
         endpoint,
         model_exists,
-        lines_per_chunk: lines_per_chunk.max(1),
+        lines_per_chunk: limits.lines.max(1),
+        max_chunk_bytes: limits.bytes.max(1),
         seen_ids: HashSet::new(),
         report: ValidationReport::default(),
         line_number: 0,

@@ -1,4 +1,169 @@
-//! The batch engine (issue: OpenAI-compatible Batch API). This first part validates an input file
-//! as a stream and plans its chunks; the API, worker and poller build on it.
+//! The batch engine: OpenAI-compatible batches run by Nimbus itself on queue workers, against any
+//! configured model.
+//!
+//! - [`BatchService`] (`api.rs`): create (validates parameters; the input is validated by a job),
+//!   get, list, cancel. It mints every id and timestamp.
+//! - Jobs on the queue ([`JobMessage`]): `validate` streams the input file, plans chunks (byte
+//!   ranges of the input object) and enqueues them; `chunk` runs a chunk's lines (`chunk_run.rs`).
+//! - Progress is saved in segments: a segment's results go to the blob store first, then the
+//!   chunk record and the batch's counters move together in one conditional write, so a redelivered
+//!   or half-done chunk never counts, loses or duplicates a line and resumes after its last segment.
+//! - `finalize.rs` assembles the output and error files; [`Poller`] recovers what is stuck and
+//!   expires what is overdue.
 
+mod api;
+mod chunk_run;
+mod finalize;
 pub mod input_validation;
+mod line_run;
+mod poller;
+mod progress;
+mod records;
+mod slots;
+mod validate_job;
+mod worker;
+
+pub use api::ListBatches;
+pub use input_validation::{BatchEndpoint, ChunkRange, MAX_REQUESTS};
+pub use poller::{PollReport, Poller};
+pub use records::JobMessage;
+pub use worker::{BatchWorker, JobResult};
+
+use crate::files::{FilesError, FilesService};
+use crate::idempotency::IdempotencyKeys;
+use crate::inference::InferenceService;
+use crate::ports::{BlobStore, Clock, IdSource, JobQueue, StateStore, StorageError};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a batch call failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BatchesError {
+    #[error("No such {what} object: {id}")]
+    NotFound {
+        what: &'static str,
+        id: String,
+        param: &'static str,
+    },
+    #[error("{message}")]
+    Invalid {
+        message: String,
+        param: Option<String>,
+        code: Option<&'static str>,
+    },
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl BatchesError {
+    pub(crate) fn invalid(message: impl Into<String>, param: &str, code: &'static str) -> Self {
+        Self::Invalid {
+            message: message.into(),
+            param: Some(param.to_owned()),
+            code: Some(code),
+        }
+    }
+}
+
+/// How the engine runs; the host (Lambda or local) picks the timings.
+#[derive(Debug, Clone)]
+pub struct BatchSettings {
+    pub lines_per_chunk: u64,
+    pub max_chunk_bytes: u64,
+    /// Lines of one chunk in flight at once.
+    pub line_concurrency: usize,
+    pub checkpoint_interval: Duration,
+    /// How often a running chunk re-reads its batch to notice a cancel.
+    pub status_poll_interval: Duration,
+    /// The longest a worker runs one message (the Lambda timeout, less a margin).
+    pub max_run: Duration,
+    /// A chunk or validation not picked up for this long after it was enqueued is enqueued again.
+    pub requeue_after: Duration,
+    /// Accept completion windows in seconds (`"5s"`): tests of expiry only.
+    pub allow_short_windows: bool,
+    /// `[models.NAME] max_concurrency`: in-flight batch requests per model across all workers.
+    pub model_limits: HashMap<String, u32>,
+}
+
+impl BatchSettings {
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        let batches = &config.batches;
+        Self {
+            lines_per_chunk: batches.lines_per_chunk,
+            max_chunk_bytes: batches.max_chunk_bytes,
+            line_concurrency: batches.line_concurrency,
+            checkpoint_interval: Duration::from_millis(batches.checkpoint_interval_ms),
+            status_poll_interval: Duration::from_secs(2),
+            max_run: Duration::from_secs(240),
+            requeue_after: Duration::from_secs(1800),
+            allow_short_windows: false,
+            model_limits: config
+                .models
+                .iter()
+                .filter_map(|(name, model)| model.max_concurrency.map(|limit| (name.clone(), limit)))
+                .collect(),
+        }
+    }
+}
+
+/// The batch business layer. It mints every id and timestamp; storage writes what it is given.
+#[derive(Clone)]
+pub struct BatchService {
+    pub(crate) state: Arc<dyn StateStore>,
+    pub(crate) blobs: Arc<dyn BlobStore>,
+    pub(crate) queue: Arc<dyn JobQueue>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) ids: Arc<dyn IdSource>,
+    pub(crate) files: FilesService,
+    pub(crate) inference: Arc<InferenceService>,
+    pub(crate) idempotency: IdempotencyKeys,
+    pub(crate) settings: Arc<BatchSettings>,
+}
+
+/// The adapters and services a [`BatchService`] works with.
+pub struct BatchDeps {
+    pub state: Arc<dyn StateStore>,
+    pub blobs: Arc<dyn BlobStore>,
+    pub queue: Arc<dyn JobQueue>,
+    pub clock: Arc<dyn Clock>,
+    pub ids: Arc<dyn IdSource>,
+    pub files: FilesService,
+    pub inference: Arc<InferenceService>,
+}
+
+impl BatchService {
+    pub fn new(deps: BatchDeps, settings: BatchSettings) -> Self {
+        Self {
+            idempotency: IdempotencyKeys::new(Arc::clone(&deps.state), Arc::clone(&deps.clock)),
+            state: deps.state,
+            blobs: deps.blobs,
+            queue: deps.queue,
+            clock: deps.clock,
+            ids: deps.ids,
+            files: deps.files,
+            inference: deps.inference,
+            settings: Arc::new(settings),
+        }
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.clock.now_unix_ms()
+    }
+
+    pub(crate) fn now_s(&self) -> i64 {
+        self.clock.now_unix_s()
+    }
+
+    /// Put a job on the queue.
+    pub(crate) async fn enqueue(&self, job: &JobMessage) -> Result<(), StorageError> {
+        let body = serde_json::to_string(job).map_err(|e| StorageError::Invalid(e.to_string()))?;
+        self.queue.send(&body, Duration::ZERO).await?;
+        Ok(())
+    }
+}
+

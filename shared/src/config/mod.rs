@@ -17,10 +17,12 @@
 //! tools) slot in beside `[models.*]` without touching the rest. Unknown keys are rejected with
 //! the key's name and position; references are checked after parsing.
 
+mod batches;
 mod credentials;
 mod gateway;
 mod models;
 
+pub use batches::BatchesConfig;
 pub use credentials::CredentialLocation;
 pub use gateway::{GatewayConfig, RetryConfig};
 pub use models::{DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
@@ -35,6 +37,8 @@ use std::path::Path;
 pub struct Config {
     #[serde(default)]
     pub gateway: GatewayConfig,
+    #[serde(default)]
+    pub batches: BatchesConfig,
     #[serde(default)]
     pub models: BTreeMap<String, ModelConfig>,
 }
@@ -79,6 +83,7 @@ impl Config {
     /// Check every cross-reference and value range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.gateway.validate()?;
+        self.batches.validate()?;
         for (name, model) in &self.models {
             model.validate(name)?;
         }

@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 pub struct ModelConfig {
     pub routing: Vec<String>,
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// The most batch requests of this model in flight at once, across every worker.
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
 }
 
 /// A provider of a model; `type` selects the kind.
@@ -78,6 +81,12 @@ impl ModelConfig {
         let key = format!("models.{name}");
         if name.is_empty() || name.len() > 256 {
             return Err(ConfigError::invalid(&key, "model names must be 1 to 256 characters"));
+        }
+        if self.max_concurrency == Some(0) {
+            return Err(ConfigError::invalid(
+                format!("{key}.max_concurrency"),
+                "must be at least 1 (leave it out for no limit)",
+            ));
         }
         if self.routing.is_empty() {
             return Err(ConfigError::invalid(

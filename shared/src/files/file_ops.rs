@@ -68,17 +68,67 @@ impl FilesService {
     /// Reserve an id and a blob for a file whose metadata may arrive after its bytes
     /// (multipart fields come in any order).
     pub async fn start_file(&self, project: &str) -> Result<FileDraft, FilesError> {
-        let (id, created_ms) = self.mint("file-");
+        let (id, _) = self.mint("file-");
+        self.start_file_with_id(project, &id).await
+    }
+
+    /// Like [`FilesService::start_file`] for an id minted earlier by this layer (an idempotent
+    /// create's retry, a batch's reserved result file).
+    pub async fn start_file_with_id(&self, project: &str, id: &str) -> Result<FileDraft, FilesError> {
+        let cursor =
+            cursor_for_id("file-", id).ok_or_else(|| FilesError::invalid(format!("'{id}' is not a file id."), "id"))?;
         let blob_key = format!("{}/files/{id}", project_prefix(project));
-        let guard = Janitor::new(self).guard_blob(FILE_KIND, &id, &blob_key).await?;
+        let guard = Janitor::new(self).guard_blob(FILE_KIND, id, &blob_key).await?;
         Ok(FileDraft {
-            id,
-            created_ms,
+            id: id.to_owned(),
+            created_ms: cursor.created_at_ms,
             blob_key,
             guard,
             bytes: None,
             exceeded: false,
         })
+    }
+
+    /// Store a file the gateway generated (e.g. a batch's output) under a reserved id. If that
+    /// file exists already (an earlier attempt got that far), it is returned as it is.
+    pub async fn create_generated_file(
+        &self,
+        project: &str,
+        id: &str,
+        new: NewFile,
+        body: ByteStream,
+    ) -> Result<FileObject, FilesError> {
+        if let Some(record) = self.owned_record(FILE_KIND, id, project).await? {
+            return Ok(decode::<StoredFile>(&record)?.file);
+        }
+        let mut draft = self.start_file_with_id(project, id).await?;
+        if let Err(err) = self.write_file_bytes(&mut draft, body, u64::MAX).await {
+            self.discard_file(&draft).await;
+            return Err(err);
+        }
+        self.finish_file(project, draft, new).await
+    }
+
+    /// A batch input file: its object and where its bytes are.
+    pub async fn batch_input(&self, project: &str, id: &str) -> Result<(FileObject, String), FilesError> {
+        let (record, stored) = self.live_file(project, id).await?;
+        let stored = self.settle_direct_upload(record, stored).await?;
+        if stored.file.purpose != FilePurpose::Batch {
+            return Err(FilesError::invalid(
+                format!(
+                    "File {id} has purpose '{}'; a batch needs a file uploaded with purpose 'batch'.",
+                    stored.file.purpose.as_str()
+                ),
+                "input_file_id",
+            ));
+        }
+        if stored.file.status != "processed" {
+            return Err(FilesError::invalid(
+                format!("File {id} is not ready yet (status '{}').", stored.file.status),
+                "input_file_id",
+            ));
+        }
+        Ok((stored.file, stored.blob_key))
     }
 
     /// Stream the bytes into the draft's blob, failing past `max` bytes.
@@ -141,9 +191,19 @@ impl FilesService {
             blob_key: draft.blob_key.clone(),
             declared_bytes: None,
         };
-        if let Err(err) = self.insert_file(project, draft.created_ms, stored).await {
-            self.discard_file(&draft).await;
-            return Err(err);
+        match self.insert_file(project, draft.created_ms, stored).await {
+            Ok(()) => {}
+            Err(FilesError::Storage(crate::ports::StorageError::Conflict)) => {
+                // An earlier attempt with the same reserved id finished first; its record points
+                // at the same blob key, so the bytes stay.
+                Janitor::new(self).cancel(&draft.guard).await?;
+                let (_, existing) = self.live_file(project, &draft.id).await?;
+                return Ok(existing.file);
+            }
+            Err(err) => {
+                self.discard_file(&draft).await;
+                return Err(err);
+            }
         }
         Janitor::new(self).cancel(&draft.guard).await?;
         Ok(file)

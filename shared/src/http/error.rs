@@ -2,6 +2,7 @@
 //! `{"error": {"message", "type", "param", "code"}}` and a status.
 
 use crate::auth::AuthError;
+use crate::batches::BatchesError;
 use crate::files::FilesError;
 use crate::inference::InferenceError;
 use crate::providers::router::{ProviderFailure, RoutingError};
@@ -116,6 +117,23 @@ impl From<FilesError> for ApiError {
                 tracing::error!(error = %storage, "storage failed");
                 Self::internal("The request could not be completed because storage failed; try again.")
             }
+        }
+    }
+}
+
+impl From<BatchesError> for ApiError {
+    fn from(err: BatchesError) -> Self {
+        match err {
+            BatchesError::NotFound { param, .. } => Self::not_found(err.to_string()).with_param(param),
+            BatchesError::Invalid { message, param, code } => {
+                let mut error = Self::invalid_request(message);
+                error.param = param;
+                error.code = code.map(str::to_owned);
+                error
+            }
+            BatchesError::Conflict(message) => Self::new(StatusCode::CONFLICT, "invalid_request_error", message),
+            BatchesError::Files(files) => files.into(),
+            BatchesError::Storage(storage) => FilesError::Storage(storage).into(),
         }
     }
 }

@@ -27,7 +27,7 @@ pub(super) async fn health() -> Json<Value> {
 }
 
 /// Take the gateway-only `credentials` object (`{"name": "key"}`) out of the raw body.
-fn take_credentials(raw: &mut Map<String, Value>) -> Result<HashMap<String, String>, ApiError> {
+pub(crate) fn take_credentials(raw: &mut Map<String, Value>) -> Result<HashMap<String, String>, ApiError> {
     match raw.remove("credentials") {
         None | Some(Value::Null) => Ok(HashMap::new()),
         Some(Value::Object(map)) => map

@@ -48,6 +48,11 @@ pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<JsonBody<T>,
     let Value::Object(raw) = value else {
         return Err(ApiError::invalid_request("The request body must be a JSON object.").with_code("invalid_json"));
     };
+    parse_json_object(raw)
+}
+
+/// Read a JSON object into `T`, naming the offending parameter on failure.
+pub fn parse_json_object<T: DeserializeOwned>(raw: Map<String, Value>) -> Result<JsonBody<T>, ApiError> {
     let typed = serde_path_to_error::deserialize::<_, T>(Value::Object(raw.clone())).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.inner().to_string();

@@ -1,9 +1,10 @@
 //! The HTTP surface: one axum router, served by `lambda_http` in Lambda and by a plain server
 //! locally. Handlers parse, call the business layer, and map errors; nothing else.
 
+mod batch_routes;
 pub mod error;
 mod files_routes;
-mod inference_routes;
+pub(crate) mod inference_routes;
 pub mod json_body;
 mod middleware;
 mod multipart_stream;
@@ -13,6 +14,7 @@ mod upload_routes;
 pub use error::ApiError;
 
 use crate::auth::Authenticator;
+use crate::batches::BatchService;
 use crate::files::FilesService;
 use crate::inference::InferenceService;
 use axum::extract::DefaultBodyLimit;
@@ -25,6 +27,7 @@ use std::sync::Arc;
 pub struct AppState {
     pub inference: Arc<InferenceService>,
     pub files: Arc<FilesService>,
+    pub batches: Arc<BatchService>,
     pub auth: Arc<Authenticator>,
     pub settings: HttpSettings,
 }
@@ -53,9 +56,18 @@ pub fn files_router(state: AppState) -> Router {
     host_router(state, file_api_routes())
 }
 
+/// The batches function's routes: `/v1/batches`, health.
+pub fn batches_router(state: AppState) -> Router {
+    host_router(
+        state,
+        batch_routes::routes().layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES)),
+    )
+}
+
 /// Every function's routes on one router: what the local server serves.
 pub fn local_router(state: AppState) -> Router {
     let routes = inference_routes::routes()
+        .merge(batch_routes::routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .merge(file_api_routes());
     host_router(state, routes)

@@ -52,6 +52,7 @@ fn router_with(adapters: &Adapters, mode: AuthMode) -> Router {
         HttpSettings {
             inline_content_limit: u64::MAX,
         },
+        crate::batches::BatchSettings::from_config(&config),
     )
     .unwrap();
     inference_router(state)

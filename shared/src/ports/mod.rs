@@ -8,7 +8,7 @@ pub mod state;
 pub use blob::{BlobStore, ByteStream};
 pub use clock::{Clock, IdSource, OffsetClock, SystemClock, UuidV7Ids};
 pub use queue::{JobQueue, QueueMessage};
-pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore};
+pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore, MAX_UPDATE_ALL};
 
 /// Failures of any storage-like port (blobs, state, queue).
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]

@@ -72,6 +72,30 @@ pub struct Page {
     pub has_more: bool,
 }
 
+/// The most records one [`StateStore::update_all`] may write.
+pub const MAX_UPDATE_ALL: usize = 25;
+
+/// What every adapter rejects in [`StateStore::update_all`]: too many records, or one twice.
+pub fn check_update_all(updates: &[(Record, u64)]) -> Result<(), StorageError> {
+    if updates.len() > MAX_UPDATE_ALL {
+        return Err(StorageError::Invalid(format!(
+            "update_all takes at most {MAX_UPDATE_ALL} records"
+        )));
+    }
+    for (index, (record, _)) in updates.iter().enumerate() {
+        if updates[..index]
+            .iter()
+            .any(|(other, _)| other.kind == record.kind && other.id == record.id)
+        {
+            return Err(StorageError::Invalid(format!(
+                "update_all names {}/{} twice",
+                record.kind, record.id
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Record storage with conditional writes.
 #[async_trait]
 pub trait StateStore: Send + Sync {
@@ -84,6 +108,10 @@ pub trait StateStore: Send + Sync {
     /// Replace a record whose stored version is `expected_version`; `record.version` is written as
     /// given. [`StorageError::Conflict`] when the version moved on or the record is gone.
     async fn update(&self, record: &Record, expected_version: u64) -> Result<(), StorageError>;
+
+    /// Replace several records at once, each only at its expected version: all are written or none
+    /// ([`StorageError::Conflict`] when any version moved on). At most [`MAX_UPDATE_ALL`] records.
+    async fn update_all(&self, updates: &[(Record, u64)]) -> Result<(), StorageError>;
 
     /// Delete a record, only at `expected_version` when given. Returns whether it existed.
     async fn delete(&self, kind: &str, id: &str, expected_version: Option<u64>) -> Result<bool, StorageError>;

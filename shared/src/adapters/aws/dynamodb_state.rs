@@ -7,7 +7,8 @@
 use super::describe_sdk_error;
 use crate::ports::{ListOrder, ListQuery, Page, Record, StateStore, StorageError};
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use std::collections::HashMap;
 
 /// The GSI that lists an owner's records in creation order.
@@ -141,6 +142,44 @@ impl StateStore for DynamoDbStateStore {
             Ok(_) => Ok(()),
             Err(e) => match e.as_service_error() {
                 Some(service) if service.is_conditional_check_failed_exception() => Err(StorageError::Conflict),
+                _ => Err(StorageError::Backend(describe_sdk_error(&e))),
+            },
+        }
+    }
+
+    async fn update_all(&self, updates: &[(Record, u64)]) -> Result<(), StorageError> {
+        crate::ports::state::check_update_all(updates)?;
+        if updates.is_empty() {
+            return Ok(());
+        }
+        let mut items = Vec::with_capacity(updates.len());
+        for (record, expected) in updates {
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(to_item(record)))
+                .condition_expression("#version = :expected")
+                .expression_attribute_names("#version", "version")
+                .expression_attribute_values(":expected", AttributeValue::N(expected.to_string()))
+                .build()
+                .map_err(|e| StorageError::Invalid(e.to_string()))?;
+            items.push(TransactWriteItem::builder().put(put).build());
+        }
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => match e.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(cancelled))
+                    if cancelled.cancellation_reasons().iter().any(|reason| {
+                        matches!(reason.code(), Some("ConditionalCheckFailed" | "TransactionConflict"))
+                    }) =>
+                {
+                    Err(StorageError::Conflict)
+                }
                 _ => Err(StorageError::Backend(describe_sdk_error(&e))),
             },
         }

@@ -109,6 +109,26 @@ fn version_param(version: u64) -> Result<i64, StorageError> {
     i64::try_from(version).map_err(|_| StorageError::Invalid("version out of range".into()))
 }
 
+/// Write `record` over the row at `expected_version`; the number of rows changed (0 or 1).
+fn update_row(conn: &Connection, record: &Record, expected_version: u64) -> Result<usize, StorageError> {
+    conn.execute(
+        "UPDATE records SET owner = ?3, sort_key = ?4, created_at_ms = ?5, version = ?6,
+         expires_at = ?7, body = ?8 WHERE kind = ?1 AND id = ?2 AND version = ?9",
+        params![
+            record.kind,
+            record.id,
+            record.owner,
+            record.cursor().sort_key(),
+            record.created_at_ms,
+            version_param(record.version)?,
+            record.expires_at,
+            record.body.to_string(),
+            version_param(expected_version)?,
+        ],
+    )
+    .map_err(db_error)
+}
+
 const SELECT_COLUMNS: &str = "kind, id, owner, created_at_ms, version, expires_at, body";
 
 #[async_trait]
@@ -158,28 +178,27 @@ impl StateStore for SqliteStateStore {
     async fn update(&self, record: &Record, expected_version: u64) -> Result<(), StorageError> {
         let record = record.clone();
         self.with_conn(move |conn| {
-            let changed = conn
-                .execute(
-                    "UPDATE records SET owner = ?3, sort_key = ?4, created_at_ms = ?5, version = ?6,
-                     expires_at = ?7, body = ?8 WHERE kind = ?1 AND id = ?2 AND version = ?9",
-                    params![
-                        record.kind,
-                        record.id,
-                        record.owner,
-                        record.cursor().sort_key(),
-                        record.created_at_ms,
-                        version_param(record.version)?,
-                        record.expires_at,
-                        record.body.to_string(),
-                        version_param(expected_version)?,
-                    ],
-                )
-                .map_err(db_error)?;
-            if changed == 1 {
+            if update_row(conn, &record, expected_version)? == 1 {
                 Ok(())
             } else {
                 Err(StorageError::Conflict)
             }
+        })
+        .await
+    }
+
+    async fn update_all(&self, updates: &[(Record, u64)]) -> Result<(), StorageError> {
+        crate::ports::state::check_update_all(updates)?;
+        let updates = updates.to_vec();
+        self.with_conn(move |conn| {
+            let tx = conn.transaction().map_err(db_error)?;
+            for (record, expected) in &updates {
+                if update_row(&tx, record, *expected)? != 1 {
+                    // Dropping the transaction rolls back what it wrote.
+                    return Err(StorageError::Conflict);
+                }
+            }
+            tx.commit().map_err(db_error)
         })
         .await
     }

@@ -22,7 +22,11 @@ fn stream(text: &str, piece: usize) -> ByteStream {
 
 async fn validate(text: &str, piece: usize, per_chunk: u64) -> ValidationReport {
     let known = |model: &str| model.starts_with("dummy");
-    validate_input(stream(text, piece), BatchEndpoint::ChatCompletions, &known, per_chunk)
+    let limits = ChunkLimits {
+        lines: per_chunk,
+        bytes: u64::MAX,
+    };
+    validate_input(stream(text, piece), BatchEndpoint::ChatCompletions, &known, limits)
         .await
         .unwrap()
 }
@@ -99,4 +103,22 @@ async fn empty_and_oversized_files_have_clear_codes() {
     let report = validate(&many, 1 << 20, 1000).await;
     assert_eq!(report.errors.last().unwrap().code, "too_many_requests");
     assert_eq!(report.total_requests, MAX_REQUESTS as u64 + 1);
+}
+
+#[tokio::test]
+async fn chunks_also_end_at_the_byte_limit() {
+    let lines: Vec<String> = (0..6).map(|i| line(&format!("r{i}"), chat("dummy"))).collect();
+    let text = format!("{}\n", lines.join("\n"));
+    let one_line = lines[0].len() as u64 + 1;
+    let known = |model: &str| model.starts_with("dummy");
+    let limits = ChunkLimits {
+        lines: 100,
+        bytes: one_line * 2 + 1,
+    };
+    let report = validate_input(stream(&text, 64), BatchEndpoint::ChatCompletions, &known, limits)
+        .await
+        .unwrap();
+    assert!(report.is_valid());
+    assert_eq!(report.chunks.iter().map(|c| c.lines).collect::<Vec<_>>(), vec![2, 2, 2]);
+    assert_eq!(report.chunks.last().unwrap().end, text.len() as u64);
 }

@@ -1,0 +1,323 @@
+//! The Batch API's calls: create, get, list, cancel.
+
+use super::records::{decode, encode, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND};
+use super::{BatchEndpoint, BatchService, BatchesError, JobMessage};
+use crate::files::FilesError;
+use crate::idempotency::{fingerprint, Reservation};
+use crate::openai::batches::{BatchList, BatchObject, BatchStatus, BatchUsage, CreateBatchRequest, RequestCounts};
+use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
+use serde_json::json;
+use uuid::Uuid;
+
+const MAX_METADATA_PAIRS: usize = 16;
+const MAX_METADATA_KEY: usize = 64;
+const MAX_METADATA_VALUE: usize = 512;
+/// Completion windows: 24 hours (OpenAI's only one) up to 7 days.
+const MIN_WINDOW_S: i64 = 24 * 3600;
+const MAX_WINDOW_S: i64 = 7 * 24 * 3600;
+
+/// Listing parameters (`after`, `limit` 1..=100).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListBatches {
+    pub after: Option<String>,
+    pub limit: usize,
+}
+
+fn batch_not_found(id: &str) -> BatchesError {
+    BatchesError::NotFound {
+        what: "Batch",
+        id: id.to_owned(),
+        param: "id",
+    }
+}
+
+/// `"24h"`..`"168h"`; with `allow_seconds`, also `"<N>s"` (tests of expiry).
+fn window_seconds(window: &str, allow_seconds: bool) -> Result<i64, BatchesError> {
+    let invalid = || {
+        BatchesError::invalid(
+            format!("Invalid 'completion_window': '{window}'. Supported: '24h', or up to '168h'."),
+            "completion_window",
+            "invalid_value",
+        )
+    };
+    let parse = |digits: &str| digits.parse::<i64>().ok().filter(|n| *n > 0);
+    if let Some(hours) = window.strip_suffix('h').and_then(parse) {
+        let seconds = hours.saturating_mul(3600);
+        return if (MIN_WINDOW_S..=MAX_WINDOW_S).contains(&seconds) {
+            Ok(seconds)
+        } else {
+            Err(invalid())
+        };
+    }
+    match window.strip_suffix('s').and_then(parse) {
+        Some(seconds) if allow_seconds && seconds <= MAX_WINDOW_S => Ok(seconds),
+        _ => Err(invalid()),
+    }
+}
+
+fn check_metadata(request: &CreateBatchRequest) -> Result<(), BatchesError> {
+    let Some(metadata) = &request.metadata else {
+        return Ok(());
+    };
+    let invalid = |message: String| BatchesError::invalid(message, "metadata", "invalid_value");
+    if metadata.len() > MAX_METADATA_PAIRS {
+        return Err(invalid(format!(
+            "Invalid 'metadata': at most {MAX_METADATA_PAIRS} pairs, got {}.",
+            metadata.len()
+        )));
+    }
+    for (key, value) in metadata {
+        if key.chars().count() > MAX_METADATA_KEY {
+            return Err(invalid(format!(
+                "Invalid 'metadata': key '{key}' is longer than {MAX_METADATA_KEY} characters."
+            )));
+        }
+        if value.chars().count() > MAX_METADATA_VALUE {
+            return Err(invalid(format!(
+                "Invalid 'metadata': the value of '{key}' is longer than {MAX_METADATA_VALUE} characters."
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl BatchService {
+    /// Create a batch in `validating` and enqueue its validation. With an idempotency key, a retry
+    /// returns the batch the first request created.
+    pub async fn create_batch(
+        &self,
+        project: &str,
+        request: CreateBatchRequest,
+        idempotency_key: Option<&str>,
+    ) -> Result<BatchObject, BatchesError> {
+        let endpoint = BatchEndpoint::parse(&request.endpoint).ok_or_else(|| {
+            BatchesError::invalid(
+                format!(
+                    "Invalid 'endpoint': '{}'. Supported: '/v1/chat/completions', '/v1/embeddings'.",
+                    request.endpoint
+                ),
+                "endpoint",
+                "invalid_value",
+            )
+        })?;
+        let window_s = window_seconds(&request.completion_window, self.settings.allow_short_windows)?;
+        check_metadata(&request)?;
+        let (_, input_blob_key) =
+            self.files
+                .batch_input(project, &request.input_file_id)
+                .await
+                .map_err(|err| match err {
+                    FilesError::NotFound { what, id } => BatchesError::NotFound {
+                        what,
+                        id,
+                        param: "input_file_id",
+                    },
+                    other => other.into(),
+                })?;
+
+        let uuid = self.ids.new_uuid();
+        let mut id = format!("batch_{}", uuid.simple());
+        if let Some(key) = idempotency_key {
+            let request_json = serde_json::to_string(&request).map_err(|e| StorageError::Invalid(e.to_string()))?;
+            match self
+                .idempotency
+                .reserve(project, "batches", key, &id, &fingerprint(&[&request_json]))
+                .await?
+            {
+                Reservation::New => {}
+                Reservation::Existing {
+                    same_request: false, ..
+                } => {
+                    return Err(BatchesError::invalid(
+                        "This Idempotency-Key was used with other parameters.",
+                        "Idempotency-Key",
+                        "idempotency_key_reused",
+                    ))
+                }
+                Reservation::Existing { resource_id, .. } => {
+                    if let Some(existing) = self.state.get(BATCH_KIND, &resource_id).await? {
+                        return Ok(decode::<StoredBatch>(&existing)?.batch);
+                    }
+                    // The first request reserved the id but did not get to create the batch.
+                    id = resource_id;
+                }
+            }
+        }
+        let created_ms = id_time_ms(&id).unwrap_or_else(|| self.now_ms());
+        let created_at = created_ms.div_euclid(1000);
+        let batch = BatchObject {
+            id: id.clone(),
+            object: "batch".to_owned(),
+            endpoint: endpoint.path().to_owned(),
+            errors: None,
+            input_file_id: request.input_file_id,
+            completion_window: request.completion_window,
+            status: BatchStatus::Validating,
+            output_file_id: None,
+            error_file_id: None,
+            created_at,
+            in_progress_at: None,
+            expires_at: Some(created_at + window_s),
+            finalizing_at: None,
+            completed_at: None,
+            failed_at: None,
+            expired_at: None,
+            cancelling_at: None,
+            cancelled_at: None,
+            request_counts: RequestCounts::default(),
+            metadata: request.metadata,
+            usage: BatchUsage::default(),
+        };
+        let stored = StoredBatch {
+            batch: batch.clone(),
+            project: project.to_owned(),
+            input_blob_key,
+            chunks: 0,
+            chunks_done: 0,
+            enqueued_at_ms: self.now_ms(),
+            reserved_output_file_id: None,
+            reserved_error_file_id: None,
+            finalize_lease_until_ms: 0,
+            sealed: false,
+        };
+        // The marker first: a batch the poller cannot see could never be recovered.
+        let marker = Record {
+            kind: ACTIVE_KIND.to_owned(),
+            id: id.clone(),
+            owner: ACTIVE_OWNER.to_owned(),
+            created_at_ms: created_ms,
+            version: 1,
+            expires_at: None,
+            body: json!({"project": project}),
+        };
+        match self.state.create(&marker).await {
+            Ok(()) | Err(StorageError::Conflict) => {}
+            Err(err) => return Err(err.into()),
+        }
+        let record = Record {
+            kind: BATCH_KIND.to_owned(),
+            id: id.clone(),
+            owner: project.to_owned(),
+            created_at_ms: created_ms,
+            version: 1,
+            expires_at: None,
+            body: encode(&stored)?,
+        };
+        match self.state.create(&record).await {
+            Ok(()) => {}
+            Err(StorageError::Conflict) => {
+                // A concurrent retry with the same key created it.
+                if let Some(existing) = self.state.get(BATCH_KIND, &id).await? {
+                    return Ok(decode::<StoredBatch>(&existing)?.batch);
+                }
+            }
+            Err(err) => return Err(err.into()),
+        }
+        // If this send is lost, the poller enqueues the validation again.
+        if let Err(err) = self.enqueue(&JobMessage::Validate { batch_id: id.clone() }).await {
+            tracing::warn!(batch = %id, error = %err, "could not enqueue validation; the poller will");
+        }
+        Ok(batch)
+    }
+
+    /// The project's batch record, or 404.
+    pub(crate) async fn owned_batch(&self, project: &str, id: &str) -> Result<Loaded<StoredBatch>, BatchesError> {
+        match Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, id).await? {
+            Some(loaded) if loaded.record.owner == project => Ok(loaded),
+            _ => Err(batch_not_found(id)),
+        }
+    }
+
+    pub async fn get_batch(&self, project: &str, id: &str) -> Result<BatchObject, BatchesError> {
+        Ok(self.owned_batch(project, id).await?.body.batch)
+    }
+
+    /// The project's batches, newest first.
+    pub async fn list_batches(&self, project: &str, query: ListBatches) -> Result<BatchList, BatchesError> {
+        if !(1..=100).contains(&query.limit) {
+            return Err(BatchesError::invalid(
+                format!("Invalid 'limit': {}. Expected a value between 1 and 100.", query.limit),
+                "limit",
+                "invalid_value",
+            ));
+        }
+        let after = match &query.after {
+            None => None,
+            Some(id) => Some(
+                id_time_ms(id)
+                    .map(|created_at_ms| SortCursor {
+                        created_at_ms,
+                        id: id.clone(),
+                    })
+                    .ok_or_else(|| {
+                        BatchesError::invalid(
+                            format!("Invalid 'after': '{id}' is not a batch id."),
+                            "after",
+                            "invalid_value",
+                        )
+                    })?,
+            ),
+        };
+        let page = self
+            .state
+            .list_by_owner(&ListQuery {
+                kind: BATCH_KIND.to_owned(),
+                owner: project.to_owned(),
+                after,
+                limit: query.limit,
+                order: ListOrder::Desc,
+            })
+            .await?;
+        let data = page
+            .records
+            .iter()
+            .map(|record| decode::<StoredBatch>(record).map(|stored| stored.batch))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(BatchList {
+            object: "list",
+            first_id: data.first().map(|b| b.id.clone()),
+            last_id: data.last().map(|b| b.id.clone()),
+            data,
+            has_more: page.has_more,
+        })
+    }
+
+    /// Start cancelling: `cancelling` at once; workers stop starting lines and the batch ends
+    /// `cancelled` once they have saved what they finished.
+    pub async fn cancel_batch(&self, project: &str, id: &str) -> Result<BatchObject, BatchesError> {
+        for _ in 0..20 {
+            let mut loaded = self.owned_batch(project, id).await?;
+            let status = loaded.body.batch.status;
+            match status {
+                BatchStatus::Cancelling | BatchStatus::Cancelled => return Ok(loaded.body.batch),
+                BatchStatus::Completed | BatchStatus::Failed | BatchStatus::Expired => {
+                    return Err(BatchesError::Conflict(format!(
+                        "Cannot cancel a batch with status '{}'.",
+                        status.as_str()
+                    )))
+                }
+                BatchStatus::Validating | BatchStatus::InProgress | BatchStatus::Finalizing => {}
+            }
+            loaded.body.batch.status = BatchStatus::Cancelling;
+            loaded.body.batch.cancelling_at = Some(self.now_s());
+            match loaded.save(self.state.as_ref()).await {
+                Ok(()) => {
+                    // Finish at once when nothing is running; otherwise the last worker to stop does.
+                    if let Err(err) = self.try_finalize(id).await {
+                        tracing::warn!(batch = %id, error = %err, "cancel: finalizing deferred to the poller");
+                    }
+                    return self.get_batch(project, id).await;
+                }
+                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(StorageError::Conflict.into())
+    }
+}
+
+/// Milliseconds encoded in an id minted by this layer (`{prefix}{uuid-v7}`).
+pub(crate) fn id_time_ms(id: &str) -> Option<i64> {
+    let uuid = Uuid::parse_str(id.rsplit('_').next()?).ok()?;
+    (uuid.get_version_num() == 7).then(|| crate::files::uuid_ms(&uuid))
+}

@@ -1,0 +1,293 @@
+//! Running one chunk: take its lease, skip the lines whose results are saved, run the rest with
+//! bounded concurrency (and the models' slot limits), save progress in segments, stop starting
+//! lines on cancel, expiry or the run's deadline.
+
+use super::line_run::{model_of, run_line};
+use super::progress::{ChunkRun, LeaseOutcome, PendingSegment};
+use super::records::{Loaded, StoredBatch, BATCH_KIND};
+use super::worker::JobResult;
+use super::{BatchEndpoint, BatchService, BatchesError};
+use crate::openai::batches::BatchStatus;
+use bytes::Bytes;
+use futures::StreamExt;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+/// In-flight lines get this long before the deadline to finish; later ones are abandoned (and
+/// run again by the next run, since their results were not saved).
+const FINISH_GRACE: Duration = Duration::from_secs(10);
+/// No line starts later than this before the deadline.
+const START_GRACE: Duration = Duration::from_secs(30);
+/// The lease outlives the run's deadline by this much.
+const LEASE_MARGIN: Duration = Duration::from_secs(30);
+/// How long a run waits for a model's slots before handing the chunk back.
+const SLOT_WAIT: Duration = Duration::from_secs(10);
+
+/// The request lines of `bytes` (blank lines are not requests).
+pub(crate) fn request_lines(bytes: &Bytes) -> Vec<Bytes> {
+    let mut lines = Vec::new();
+    let mut start = 0;
+    for (position, byte) in bytes.iter().enumerate() {
+        if *byte == b'\n' {
+            push_line(bytes, start, position, &mut lines);
+            start = position + 1;
+        }
+    }
+    push_line(bytes, start, bytes.len(), &mut lines);
+    lines
+}
+
+fn push_line(bytes: &Bytes, start: usize, end: usize, lines: &mut Vec<Bytes>) {
+    let line = bytes.slice(start..end);
+    if !line.trim_ascii().is_empty() {
+        lines.push(line);
+    }
+}
+
+fn until(deadline: Instant, before: Duration) -> Instant {
+    deadline.checked_sub(before).unwrap_or(deadline)
+}
+
+impl BatchService {
+    /// Run chunk `index` of `batch_id` until it is done, stopped, or `deadline` nears.
+    pub(crate) async fn run_chunk(
+        &self,
+        batch_id: &str,
+        index: u32,
+        deadline: Instant,
+    ) -> Result<JobResult, BatchesError> {
+        let Some(batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
+            return Ok(JobResult::Done);
+        };
+        let batch = batch.body;
+        if batch.batch.status != BatchStatus::InProgress || self.is_overdue(&batch) {
+            self.finalize_quietly(batch_id).await;
+            return Ok(JobResult::Done);
+        }
+        let token = self.ids.new_uuid().simple().to_string();
+        let run_for = deadline.saturating_duration_since(Instant::now());
+        let lease_until_ms = self.now_ms() + i64::try_from((run_for + LEASE_MARGIN).as_millis()).unwrap_or(i64::MAX);
+        let chunk = match self.lease_chunk(batch_id, index, &token, lease_until_ms).await? {
+            LeaseOutcome::Taken(chunk) => *chunk,
+            LeaseOutcome::Done | LeaseOutcome::Missing => return Ok(JobResult::Done),
+            LeaseOutcome::HeldUntil(until_ms) => {
+                let wait_ms = u64::try_from((until_ms - self.now_ms()).max(1000)).unwrap_or(1000);
+                return Ok(JobResult::RetryAfter(Duration::from_millis(wait_ms)));
+            }
+        };
+        let input = self
+            .blobs
+            .get_range(&batch.input_blob_key, chunk.range.start, chunk.range.end)
+            .await?;
+        let lines = request_lines(&input);
+        let total = lines.len() as u64;
+        let skip = usize::try_from(chunk.lines_done).unwrap_or(usize::MAX);
+        let pending: Vec<Bytes> = lines.into_iter().skip(skip).collect();
+
+        let limits = match self.take_model_slots(&pending, &token, lease_until_ms).await? {
+            Some(limits) => limits,
+            None => {
+                self.release_chunk(batch_id, index, &token).await?;
+                return Ok(JobResult::RetryAfter(Duration::from_secs(5)));
+            }
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let watcher = tokio::spawn(self.clone().watch_for_stop(batch_id.to_owned(), Arc::clone(&stop)));
+        let run = ChunkRun {
+            batch: &batch,
+            index,
+            token: token.clone(),
+            lease_until_ms,
+        };
+        let progress = Progress {
+            first_segment: chunk.segments.len(),
+            lines_done: chunk.lines_done,
+            total,
+        };
+        let outcome = self.run_lines(&run, progress, pending, &limits, &stop, deadline).await;
+        watcher.abort();
+        for model in limits.keys() {
+            if let Err(err) = self.release_slots(model, &token).await {
+                tracing::warn!(model, error = %err, "could not release model slots; they expire with the lease");
+            }
+        }
+        let outcome = outcome?;
+        if !outcome.finished {
+            self.release_chunk(batch_id, index, &token).await?;
+        }
+        let all_done = outcome
+            .batch
+            .as_ref()
+            .is_some_and(|b| b.chunks > 0 && b.chunks_done >= b.chunks);
+        if all_done || stop.load(Ordering::SeqCst) {
+            self.finalize_quietly(batch_id).await;
+            return Ok(JobResult::Done);
+        }
+        if outcome.finished || outcome.lease_lost {
+            Ok(JobResult::Done)
+        } else {
+            // The deadline came first: run the rest in a fresh run.
+            Ok(JobResult::RetryAfter(Duration::ZERO))
+        }
+    }
+
+    /// Slots for every limited model among `lines`: a semaphore per model, or `None` when some
+    /// model had no free slot within [`SLOT_WAIT`] (what was taken is handed back).
+    async fn take_model_slots(
+        &self,
+        lines: &[Bytes],
+        token: &str,
+        until_ms: i64,
+    ) -> Result<Option<HashMap<String, Arc<Semaphore>>>, BatchesError> {
+        let models: BTreeSet<String> = lines
+            .iter()
+            .filter_map(|line| model_of(line))
+            .filter(|model| self.model_limit(model).is_some())
+            .collect();
+        let want = u32::try_from(self.settings.line_concurrency).unwrap_or(u32::MAX);
+        let mut granted = HashMap::new();
+        let give_up_at = Instant::now() + SLOT_WAIT;
+        for model in models {
+            let Some(limit) = self.model_limit(&model) else {
+                continue;
+            };
+            loop {
+                let slots = self.acquire_slots(&model, limit, want, token, until_ms).await?;
+                if slots > 0 {
+                    granted.insert(model.clone(), Arc::new(Semaphore::new(slots as usize)));
+                    break;
+                }
+                if Instant::now() >= give_up_at {
+                    for taken in granted.keys() {
+                        self.release_slots(taken, token).await?;
+                    }
+                    return Ok(None);
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+        Ok(Some(granted))
+    }
+
+    /// Sets `stop` once the batch is no longer running (cancelled) or its window has passed.
+    async fn watch_for_stop(self, batch_id: String, stop: Arc<AtomicBool>) {
+        loop {
+            tokio::time::sleep(self.settings.status_poll_interval).await;
+            match Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, &batch_id).await {
+                Ok(Some(batch))
+                    if batch.body.batch.status == BatchStatus::InProgress && !self.is_overdue(&batch.body) => {}
+                Ok(_) => {
+                    stop.store(true, Ordering::SeqCst);
+                    return;
+                }
+                Err(err) => tracing::warn!(batch = %batch_id, error = %err, "could not read the batch status"),
+            }
+        }
+    }
+
+    pub(crate) fn is_overdue(&self, batch: &StoredBatch) -> bool {
+        batch.batch.expires_at.is_some_and(|at| self.now_s() >= at)
+    }
+
+    async fn run_lines(
+        &self,
+        run: &ChunkRun<'_>,
+        progress: Progress,
+        pending: Vec<Bytes>,
+        limits: &HashMap<String, Arc<Semaphore>>,
+        stop: &AtomicBool,
+        deadline: Instant,
+    ) -> Result<RunOutcome, BatchesError> {
+        let Progress {
+            first_segment,
+            lines_done,
+            total,
+        } = progress;
+        let endpoint = BatchEndpoint::parse(&run.batch.batch.endpoint).unwrap_or(BatchEndpoint::ChatCompletions);
+        let last_start = until(deadline, START_GRACE);
+        let hard_stop = until(deadline, FINISH_GRACE);
+        let inference = self.inference.as_ref();
+        let ids = self.ids.as_ref();
+        let mut results = futures::stream::iter(pending)
+            .map(|line| async move {
+                if stop.load(Ordering::SeqCst) || Instant::now() >= last_start {
+                    return None;
+                }
+                let permit = match model_of(&line).and_then(|model| limits.get(&model)) {
+                    Some(semaphore) => Some(semaphore.acquire().await.ok()?),
+                    None => None,
+                };
+                if stop.load(Ordering::SeqCst) {
+                    return None;
+                }
+                let result = run_line(inference, ids, endpoint, &line).await;
+                drop(permit);
+                Some(result)
+            })
+            .buffered(self.settings.line_concurrency.max(1));
+
+        let mut outcome = RunOutcome::default();
+        let mut segment = PendingSegment::default();
+        let mut segment_number = first_segment;
+        let mut saved = lines_done;
+        let mut last_save = Instant::now();
+        let mut interrupted = false;
+        loop {
+            match tokio::time::timeout_at(hard_stop, results.next()).await {
+                Ok(Some(Some(result))) => segment.push(result),
+                Ok(None) => break,
+                Ok(Some(None)) | Err(_) => {
+                    interrupted = true;
+                    break;
+                }
+            }
+            if last_save.elapsed() >= self.settings.checkpoint_interval {
+                let lines = segment.lines;
+                let finished = saved + lines == total;
+                match self
+                    .save_segment(run, segment_number, std::mem::take(&mut segment), finished)
+                    .await?
+                {
+                    Some(after) => outcome.batch = Some(after),
+                    None => {
+                        outcome.lease_lost = true;
+                        return Ok(outcome);
+                    }
+                }
+                saved += lines;
+                segment_number += 1;
+                last_save = Instant::now();
+                outcome.finished = finished;
+            }
+        }
+        drop(results);
+        let finished = !interrupted && saved + segment.lines == total;
+        if !segment.is_empty() || (finished && !outcome.finished) {
+            match self.save_segment(run, segment_number, segment, finished).await? {
+                Some(after) => outcome.batch = Some(after),
+                None => outcome.lease_lost = true,
+            }
+            outcome.finished = finished && !outcome.lease_lost;
+        }
+        Ok(outcome)
+    }
+}
+
+/// Where a chunk stood when this run took it.
+struct Progress {
+    first_segment: usize,
+    lines_done: u64,
+    total: u64,
+}
+
+#[derive(Default)]
+struct RunOutcome {
+    finished: bool,
+    lease_lost: bool,
+    /// The batch after the last save.
+    batch: Option<StoredBatch>,
+}

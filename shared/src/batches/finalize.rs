@@ -1,0 +1,242 @@
+//! Finishing a batch: when every chunk is done (→ `completed`), when it is cancelling and no run
+//! holds a chunk any more (→ `cancelled`), or when its window has passed (→ `expired`). The output
+//! file (successes) and the error file (failed lines, and lines that never ran) are streamed from
+//! the saved segments into files under ids reserved beforehand, so an interrupted finalization
+//! that runs again writes the same files. Safe to run twice at once.
+
+use super::chunk_run::request_lines;
+use super::line_run::{custom_id_of, not_run_line};
+use super::records::{decode, list_all, Loaded, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND, CHUNK_KIND};
+use super::{BatchService, BatchesError};
+use crate::files::NewFile;
+use crate::openai::batches::BatchStatus;
+use crate::openai::files::FilePurpose;
+use crate::ports::{BlobStore, ByteStream, IdSource, StorageError};
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use std::sync::Arc;
+
+/// How long one finalizer may work before another may take over.
+const FINALIZE_LEASE_MS: i64 = 15 * 60 * 1000;
+
+const CANCELLED_MESSAGE: &str = "This request was not executed because the batch was cancelled.";
+const EXPIRED_MESSAGE: &str = "This request could not be executed before the completion window expired.";
+
+/// Concatenated blobs, one after another, each streamed.
+fn concat_blobs(blobs: Arc<dyn BlobStore>, keys: Vec<String>) -> ByteStream {
+    futures::stream::iter(keys)
+        .then(move |key| {
+            let blobs = Arc::clone(&blobs);
+            async move { blobs.get_stream(&key).await }
+        })
+        .try_flatten()
+        .boxed()
+}
+
+impl BatchService {
+    /// [`BatchService::try_finalize`], logging instead of failing: the poller tries again.
+    pub(crate) async fn finalize_quietly(&self, batch_id: &str) {
+        if let Err(err) = self.try_finalize(batch_id).await {
+            tracing::warn!(batch = %batch_id, error = %err, "finalizing failed; the poller will retry");
+        }
+    }
+
+    /// Finish the batch if it is ready. Returns whether it has reached a terminal status.
+    pub(crate) async fn try_finalize(&self, batch_id: &str) -> Result<bool, BatchesError> {
+        for _ in 0..10 {
+            let Some(mut batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
+                return Ok(true);
+            };
+            let status = batch.body.batch.status;
+            if status.is_terminal() {
+                self.clean_up(&batch.body).await?;
+                return Ok(true);
+            }
+            let all_done = batch.body.chunks > 0 && batch.body.chunks_done >= batch.body.chunks;
+            let target = match status {
+                BatchStatus::Cancelling => BatchStatus::Cancelled,
+                BatchStatus::Finalizing => BatchStatus::Completed,
+                BatchStatus::InProgress if all_done => BatchStatus::Completed,
+                BatchStatus::InProgress if self.is_overdue(&batch.body) => BatchStatus::Expired,
+                _ => return Ok(false),
+            };
+            let now_ms = self.now_ms();
+            if batch.body.finalize_lease_until_ms > now_ms {
+                return Ok(false);
+            }
+            if target != BatchStatus::Completed && !batch.body.sealed {
+                // Let running chunks save what they finished first.
+                let chunks = self.chunks_of(batch_id).await?;
+                if chunks.iter().any(|c| !c.done && c.leased_at(now_ms).is_some()) {
+                    return Ok(false);
+                }
+            }
+            batch.body.sealed = true;
+            batch.body.finalize_lease_until_ms = now_ms + FINALIZE_LEASE_MS;
+            if batch.body.reserved_output_file_id.is_none() {
+                batch.body.reserved_output_file_id = Some(self.ids.prefixed("file-"));
+                batch.body.reserved_error_file_id = Some(self.ids.prefixed("file-"));
+            }
+            if target == BatchStatus::Completed && status == BatchStatus::InProgress {
+                batch.body.batch.status = BatchStatus::Finalizing;
+                batch.body.batch.finalizing_at = Some(self.now_s());
+            }
+            match batch.save(self.state.as_ref()).await {
+                Ok(()) => {}
+                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
+                Err(err) => return Err(err),
+            }
+            batch.record.version += 1;
+            self.assemble_and_finish(batch, target).await?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    pub(crate) async fn chunks_of(&self, batch_id: &str) -> Result<Vec<StoredChunk>, BatchesError> {
+        list_all(self.state.as_ref(), CHUNK_KIND, batch_id)
+            .await?
+            .iter()
+            .map(decode::<StoredChunk>)
+            .collect()
+    }
+
+    /// Write the result files of a sealed batch and move it to its terminal status.
+    async fn assemble_and_finish(&self, sealed: Loaded<StoredBatch>, target: BatchStatus) -> Result<(), BatchesError> {
+        let stored = &sealed.body;
+        let batch_id = stored.batch.id.clone();
+        let chunks = self.chunks_of(&batch_id).await?;
+        let unrun: u64 = chunks.iter().map(|c| c.range.lines.saturating_sub(c.lines_done)).sum();
+        let completed = stored.batch.request_counts.completed;
+        let failed = stored.batch.request_counts.failed;
+        let output_keys: Vec<String> = chunks
+            .iter()
+            .flat_map(|c| c.segments.iter().filter_map(|s| s.output_key.clone()))
+            .collect();
+        let error_keys: Vec<String> = chunks
+            .iter()
+            .flat_map(|c| c.segments.iter().filter_map(|s| s.error_key.clone()))
+            .collect();
+
+        let output_file_id = match (&stored.reserved_output_file_id, completed > 0) {
+            (Some(id), true) => {
+                let body = concat_blobs(Arc::clone(&self.blobs), output_keys);
+                Some(self.write_result_file(stored, id, "output", body).await?)
+            }
+            _ => None,
+        };
+        let error_file_id = match (&stored.reserved_error_file_id, failed + unrun > 0) {
+            (Some(id), true) => {
+                let (code, message) = if target == BatchStatus::Expired {
+                    ("batch_expired", EXPIRED_MESSAGE)
+                } else {
+                    ("batch_cancelled", CANCELLED_MESSAGE)
+                };
+                let not_run = self.not_run_lines(stored, chunks.clone(), code, message);
+                let body = concat_blobs(Arc::clone(&self.blobs), error_keys).chain(not_run).boxed();
+                Some(self.write_result_file(stored, id, "error", body).await?)
+            }
+            _ => None,
+        };
+
+        let mut batch = sealed;
+        for _ in 0..20 {
+            let current_status = batch.body.batch.status;
+            if current_status.is_terminal() {
+                break;
+            }
+            let now = self.now_s();
+            let object = &mut batch.body.batch;
+            // A cancel that arrived while finalizing still ends `cancelled` (with every result).
+            let final_status = if current_status == BatchStatus::Cancelling {
+                BatchStatus::Cancelled
+            } else {
+                target
+            };
+            object.status = final_status;
+            match final_status {
+                BatchStatus::Completed => object.completed_at = Some(now),
+                BatchStatus::Cancelled => object.cancelled_at = Some(now),
+                BatchStatus::Expired => object.expired_at = Some(now),
+                _ => {}
+            }
+            object.output_file_id = output_file_id.clone();
+            object.error_file_id = error_file_id.clone();
+            object.request_counts.failed += unrun;
+            batch.body.finalize_lease_until_ms = 0;
+            match batch.save(self.state.as_ref()).await {
+                Ok(()) => break,
+                Err(BatchesError::Storage(StorageError::Conflict)) => {
+                    // Only a cancel can have moved a sealed batch: read it again and finish.
+                    match Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, &batch_id).await? {
+                        Some(fresh) => batch = fresh,
+                        None => return Ok(()),
+                    }
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        self.clean_up(&batch.body).await
+    }
+
+    async fn write_result_file(
+        &self,
+        stored: &StoredBatch,
+        file_id: &str,
+        which: &str,
+        body: ByteStream,
+    ) -> Result<String, BatchesError> {
+        let new = NewFile {
+            filename: format!("{}_{which}.jsonl", stored.batch.id),
+            purpose: FilePurpose::BatchOutput,
+            expires_after: None,
+        };
+        let file = self
+            .files
+            .create_generated_file(&stored.project, file_id, new, body)
+            .await?;
+        Ok(file.id)
+    }
+
+    /// Error lines for every request line that never ran, chunk by chunk.
+    fn not_run_lines(
+        &self,
+        stored: &StoredBatch,
+        chunks: Vec<StoredChunk>,
+        code: &'static str,
+        message: &'static str,
+    ) -> ByteStream {
+        let blobs = Arc::clone(&self.blobs);
+        let ids: Arc<dyn IdSource> = Arc::clone(&self.ids);
+        let input = stored.input_blob_key.clone();
+        futures::stream::iter(chunks.into_iter().filter(|c| c.lines_done < c.range.lines))
+            .then(move |chunk| {
+                let blobs = Arc::clone(&blobs);
+                let ids = Arc::clone(&ids);
+                let input = input.clone();
+                async move {
+                    let bytes = blobs.get_range(&input, chunk.range.start, chunk.range.end).await?;
+                    let skip = usize::try_from(chunk.lines_done).unwrap_or(usize::MAX);
+                    let mut out = Vec::new();
+                    for line in request_lines(&bytes).iter().skip(skip) {
+                        let custom_id = custom_id_of(line).unwrap_or_default();
+                        out.extend_from_slice(not_run_line(ids.as_ref(), &custom_id, code, message).as_bytes());
+                        out.push(b'\n');
+                    }
+                    Ok::<Bytes, StorageError>(Bytes::from(out))
+                }
+            })
+            .boxed()
+    }
+
+    /// Remove what only a running batch needs: segment results, chunk records, the active marker.
+    /// Idempotent; the poller calls it again for a terminal batch whose marker is still there.
+    pub(crate) async fn clean_up(&self, stored: &StoredBatch) -> Result<(), BatchesError> {
+        self.blobs.delete_prefix(&stored.results_prefix()).await?;
+        for record in list_all(self.state.as_ref(), CHUNK_KIND, &stored.batch.id).await? {
+            self.state.delete(CHUNK_KIND, &record.id, None).await?;
+        }
+        self.state.delete(ACTIVE_KIND, &stored.batch.id, None).await?;
+        Ok(())
+    }
+}

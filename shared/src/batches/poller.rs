@@ -1,0 +1,133 @@
+//! The scheduled poller: the files janitor's sweep, then every unfinished batch — finalize what is
+//! ready or overdue, enqueue again what is stuck (a worker died, a message was lost or went to the
+//! dead-letter queue). Every step is idempotent, so two pollers at once, or one that crashed
+//! half-way, are harmless.
+
+use super::records::StoredChunk;
+use super::records::{list_all, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND, CHUNK_KIND};
+use super::{BatchService, BatchesError, JobMessage};
+use crate::openai::batches::BatchStatus;
+use crate::ports::StorageError;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PollReport {
+    pub sweep_tasks_run: u64,
+    pub sweep_tasks_failed: u64,
+    pub active_batches: u64,
+    pub finalized: u64,
+    pub validations_requeued: u64,
+    pub chunks_requeued: u64,
+    pub errors: u64,
+}
+
+#[derive(Clone)]
+pub struct Poller {
+    service: Arc<BatchService>,
+}
+
+impl Poller {
+    pub fn new(service: Arc<BatchService>) -> Self {
+        Self { service }
+    }
+
+    /// One pass over the janitor and every active batch.
+    pub async fn run_once(&self) -> Result<PollReport, String> {
+        let mut report = PollReport::default();
+        let sweep = self.service.files.sweep(10_000).await.map_err(|e| e.to_string())?;
+        report.sweep_tasks_run = sweep.tasks_run;
+        report.sweep_tasks_failed = sweep.tasks_failed;
+        let markers = list_all(self.service.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER)
+            .await
+            .map_err(|e| e.to_string())?;
+        report.active_batches = markers.len() as u64;
+        for marker in markers {
+            if let Err(err) = self.service.recover(&marker.id, &mut report).await {
+                tracing::warn!(batch = %marker.id, error = %err, "poller could not recover a batch");
+                report.errors += 1;
+            }
+        }
+        Ok(report)
+    }
+}
+
+impl BatchService {
+    async fn recover(&self, batch_id: &str, report: &mut PollReport) -> Result<(), BatchesError> {
+        let Some(mut batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
+            self.state.delete(ACTIVE_KIND, batch_id, None).await?;
+            return Ok(());
+        };
+        let now_ms = self.now_ms();
+        let requeue_ms = i64::try_from(self.settings.requeue_after.as_millis()).unwrap_or(i64::MAX);
+        match batch.body.batch.status {
+            BatchStatus::Validating => {
+                if batch.body.enqueued_at_ms + requeue_ms <= now_ms {
+                    batch.body.enqueued_at_ms = now_ms;
+                    match batch.save(self.state.as_ref()).await {
+                        Ok(()) => {
+                            self.enqueue(&JobMessage::Validate {
+                                batch_id: batch_id.to_owned(),
+                            })
+                            .await?;
+                            report.validations_requeued += 1;
+                        }
+                        Err(BatchesError::Storage(StorageError::Conflict)) => {}
+                        Err(err) => return Err(err),
+                    }
+                }
+            }
+            BatchStatus::InProgress => {
+                let all_done = batch.body.chunks > 0 && batch.body.chunks_done >= batch.body.chunks;
+                if all_done || self.is_overdue(&batch.body) {
+                    if self.try_finalize(batch_id).await? {
+                        report.finalized += 1;
+                    }
+                } else {
+                    report.chunks_requeued += self.requeue_stuck_chunks(batch_id, now_ms, requeue_ms).await?;
+                }
+            }
+            BatchStatus::Finalizing | BatchStatus::Cancelling => {
+                if self.try_finalize(batch_id).await? {
+                    report.finalized += 1;
+                }
+            }
+            BatchStatus::Completed | BatchStatus::Failed | BatchStatus::Expired | BatchStatus::Cancelled => {
+                self.clean_up(&batch.body).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Enqueue again every unfinished chunk that no run holds and that was enqueued long ago.
+    async fn requeue_stuck_chunks(&self, batch_id: &str, now_ms: i64, requeue_ms: i64) -> Result<u64, BatchesError> {
+        let mut requeued = 0;
+        for record in list_all(self.state.as_ref(), CHUNK_KIND, batch_id).await? {
+            let mut loaded = Loaded::<StoredChunk> {
+                body: super::records::decode(&record)?,
+                record,
+            };
+            let chunk = &loaded.body;
+            if chunk.done || chunk.leased_at(now_ms).is_some() || chunk.enqueued_at_ms + requeue_ms > now_ms {
+                continue;
+            }
+            let index = chunk.index;
+            loaded.body.enqueued_at_ms = now_ms;
+            match loaded.save(self.state.as_ref()).await {
+                // Whoever wins the write enqueues; a second poller sees the fresh time and skips.
+                Ok(()) => {
+                    self.enqueue(&JobMessage::Chunk {
+                        batch_id: batch_id.to_owned(),
+                        chunk: index,
+                    })
+                    .await?;
+                    requeued += 1;
+                }
+                Err(BatchesError::Storage(StorageError::Conflict)) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(requeued)
+    }
+}

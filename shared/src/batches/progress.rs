@@ -1,0 +1,199 @@
+//! Chunk leases and saved progress. A segment's results are written to the blob store first
+//! (under a key no other run uses), then the chunk record and the batch's counters move together
+//! in one conditional write: a segment is counted exactly once, or not at all and run again.
+
+use super::records::{chunk_id, Lease, Loaded, Segment, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
+use super::{BatchService, BatchesError};
+use crate::openai::batches::BatchUsage;
+use crate::ports::StorageError;
+use bytes::Bytes;
+use std::time::Duration;
+
+/// Results of consecutive lines, not yet saved.
+#[derive(Debug, Default)]
+pub(crate) struct PendingSegment {
+    pub lines: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub output: Vec<u8>,
+    pub errors: Vec<u8>,
+    pub usage: BatchUsage,
+}
+
+impl PendingSegment {
+    pub fn push(&mut self, result: super::line_run::LineResult) {
+        self.lines += 1;
+        let target = if result.ok {
+            self.completed += 1;
+            &mut self.output
+        } else {
+            self.failed += 1;
+            &mut self.errors
+        };
+        target.extend_from_slice(result.line.as_bytes());
+        target.push(b'\n');
+        self.usage.add_usage(&result.usage);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines == 0
+    }
+}
+
+/// One run of one chunk: who it is (`token`) and until when it holds the chunk.
+pub(crate) struct ChunkRun<'a> {
+    pub batch: &'a StoredBatch,
+    pub index: u32,
+    pub token: String,
+    pub lease_until_ms: i64,
+}
+
+/// Whether a chunk could be taken.
+pub(crate) enum LeaseOutcome {
+    Taken(Box<StoredChunk>),
+    /// Finished already.
+    Done,
+    /// Another run holds it until then.
+    HeldUntil(i64),
+    Missing,
+}
+
+impl BatchService {
+    /// Take the chunk for a run with `token` until `until_ms`.
+    pub(crate) async fn lease_chunk(
+        &self,
+        batch_id: &str,
+        index: u32,
+        token: &str,
+        until_ms: i64,
+    ) -> Result<LeaseOutcome, BatchesError> {
+        for _ in 0..10 {
+            let Some(mut chunk) =
+                Loaded::<StoredChunk>::get(self.state.as_ref(), CHUNK_KIND, &chunk_id(batch_id, index)).await?
+            else {
+                return Ok(LeaseOutcome::Missing);
+            };
+            if chunk.body.done {
+                return Ok(LeaseOutcome::Done);
+            }
+            if let Some(lease) = chunk.body.leased_at(self.now_ms()) {
+                return Ok(LeaseOutcome::HeldUntil(lease.until_ms));
+            }
+            chunk.body.lease = Some(Lease {
+                token: token.to_owned(),
+                until_ms,
+            });
+            match chunk.save(self.state.as_ref()).await {
+                Ok(()) => return Ok(LeaseOutcome::Taken(Box::new(chunk.body))),
+                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(StorageError::Conflict.into())
+    }
+
+    /// Give the chunk up (its saved progress stays).
+    pub(crate) async fn release_chunk(&self, batch_id: &str, index: u32, token: &str) -> Result<(), BatchesError> {
+        for _ in 0..10 {
+            let Some(mut chunk) =
+                Loaded::<StoredChunk>::get(self.state.as_ref(), CHUNK_KIND, &chunk_id(batch_id, index)).await?
+            else {
+                return Ok(());
+            };
+            if chunk.body.lease.as_ref().is_none_or(|lease| lease.token != token) {
+                return Ok(());
+            }
+            chunk.body.lease = None;
+            match chunk.save(self.state.as_ref()).await {
+                Ok(()) => return Ok(()),
+                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(StorageError::Conflict.into())
+    }
+
+    /// Save a segment: its result blobs, then chunk progress and batch counters in one write.
+    /// Returns the batch as it stands after the write, or `None` if the lease was lost (another
+    /// run took the chunk over; nothing was counted).
+    pub(crate) async fn save_segment(
+        &self,
+        run: &ChunkRun<'_>,
+        segment_number: usize,
+        pending: PendingSegment,
+        chunk_finished: bool,
+    ) -> Result<Option<StoredBatch>, BatchesError> {
+        let ChunkRun {
+            batch,
+            index,
+            token,
+            lease_until_ms,
+        } = run;
+        let (index, lease_until_ms) = (*index, *lease_until_ms);
+        let prefix = format!(
+            "{}/results/{index:05}-{segment_number:05}-{token}",
+            batch.results_prefix()
+        );
+        let mut segment = Segment {
+            lines: pending.lines,
+            completed: pending.completed,
+            failed: pending.failed,
+            output_key: None,
+            error_key: None,
+            usage: pending.usage,
+        };
+        if !pending.output.is_empty() {
+            let key = format!("{prefix}.out.jsonl");
+            self.blobs.put(&key, Bytes::from(pending.output)).await?;
+            segment.output_key = Some(key);
+        }
+        if !pending.errors.is_empty() {
+            let key = format!("{prefix}.err.jsonl");
+            self.blobs.put(&key, Bytes::from(pending.errors)).await?;
+            segment.error_key = Some(key);
+        }
+        let batch_id = &batch.batch.id;
+        let mut delay_ms = 5;
+        for _ in 0..50 {
+            let Some(mut chunk) =
+                Loaded::<StoredChunk>::get(self.state.as_ref(), CHUNK_KIND, &chunk_id(batch_id, index)).await?
+            else {
+                return Ok(None);
+            };
+            if chunk.body.lease.as_ref().is_none_or(|lease| &lease.token != token) || chunk.body.done {
+                return Ok(None);
+            }
+            let Some(mut current) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
+                return Ok(None);
+            };
+            if current.body.sealed {
+                // The finalizer has read the results already: these lines count as never run.
+                return Ok(None);
+            }
+            chunk.body.lines_done += segment.lines;
+            chunk.body.segments.push(segment.clone());
+            chunk.body.done = chunk_finished;
+            if let Some(lease) = chunk.body.lease.as_mut() {
+                lease.until_ms = lease_until_ms;
+            }
+            let counts = &mut current.body.batch.request_counts;
+            counts.completed += segment.completed;
+            counts.failed += segment.failed;
+            current.body.batch.usage.add_usage(&segment.usage);
+            if chunk_finished {
+                current.body.chunks_done += 1;
+            }
+            match self.state.update_all(&[chunk.next()?, current.next()?]).await {
+                Ok(()) => return Ok(Some(current.body)),
+                Err(StorageError::Conflict) => {
+                    // Another chunk moved the batch's counters: read both again.
+                    let jitter = rand::random::<u64>() % delay_ms;
+                    tokio::time::sleep(Duration::from_millis(delay_ms + jitter)).await;
+                    delay_ms = (delay_ms * 2).min(200);
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Err(StorageError::Conflict.into())
+    }
+}

@@ -1,0 +1,168 @@
+//! What the batch engine stores: the batch, its chunks, the active-batch markers, and the jobs it
+//! puts on the queue.
+//!
+//! - `batch` (owner: the project): [`StoredBatch`], the API object plus engine state.
+//! - `batch_chunk` (owner: the batch id, `created_at_ms` = chunk index, so the owner listing is in
+//!   chunk order): [`StoredChunk`].
+//! - `batch_active` (owner `_active`): one per unfinished batch, what the poller walks.
+
+use super::input_validation::ChunkRange;
+use super::BatchesError;
+use crate::openai::batches::{BatchObject, BatchUsage};
+use crate::ports::{ListOrder, ListQuery, Record, StateStore, StorageError};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+pub(crate) const BATCH_KIND: &str = "batch";
+pub(crate) const CHUNK_KIND: &str = "batch_chunk";
+pub(crate) const ACTIVE_KIND: &str = "batch_active";
+pub(crate) const ACTIVE_OWNER: &str = "_active";
+
+/// A job on the queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "job", rename_all = "snake_case")]
+pub enum JobMessage {
+    /// Validate a batch's input file and plan its chunks.
+    Validate { batch_id: String },
+    /// Run one chunk of a batch.
+    Chunk { batch_id: String, chunk: u32 },
+}
+
+/// A batch record's body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StoredBatch {
+    pub batch: BatchObject,
+    pub project: String,
+    pub input_blob_key: String,
+    /// Chunks planned by validation (0 until then) and how many have finished.
+    pub chunks: u32,
+    pub chunks_done: u32,
+    /// When the validation job was last enqueued.
+    pub enqueued_at_ms: i64,
+    /// Ids reserved for the output and error files before they are written, so a finalization
+    /// that is interrupted and run again writes the same files.
+    pub reserved_output_file_id: Option<String>,
+    pub reserved_error_file_id: Option<String>,
+    /// Until when a finalizer works on this batch.
+    pub finalize_lease_until_ms: i64,
+    /// Set by the finalizer before it reads the results: no segment is counted after it.
+    #[serde(default)]
+    pub sealed: bool,
+}
+
+impl StoredBatch {
+    /// Where this batch keeps its per-segment results.
+    pub fn results_prefix(&self) -> String {
+        format!("batches/{}/{}", self.project, self.batch.id)
+    }
+}
+
+/// A run of a chunk that holds it; others leave the chunk alone until `until_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Lease {
+    pub token: String,
+    pub until_ms: i64,
+}
+
+/// Results of consecutive lines of a chunk, saved together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Segment {
+    pub lines: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub output_key: Option<String>,
+    pub error_key: Option<String>,
+    pub usage: BatchUsage,
+}
+
+/// A chunk record's body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StoredChunk {
+    pub batch_id: String,
+    pub index: u32,
+    pub range: ChunkRange,
+    /// Lines (from the start of the chunk) whose results are saved in `segments`.
+    pub lines_done: u64,
+    pub segments: Vec<Segment>,
+    pub done: bool,
+    pub lease: Option<Lease>,
+    pub enqueued_at_ms: i64,
+}
+
+impl StoredChunk {
+    pub fn leased_at(&self, now_ms: i64) -> Option<&Lease> {
+        self.lease.as_ref().filter(|lease| lease.until_ms > now_ms)
+    }
+}
+
+pub(crate) fn chunk_id(batch_id: &str, index: u32) -> String {
+    format!("{batch_id}.{index:05}")
+}
+
+pub(crate) fn decode<T: DeserializeOwned>(record: &Record) -> Result<T, BatchesError> {
+    serde_json::from_value(record.body.clone())
+        .map_err(|e| StorageError::Backend(format!("corrupt {} record {}: {e}", record.kind, record.id)).into())
+}
+
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<serde_json::Value, BatchesError> {
+    serde_json::to_value(value).map_err(|e| StorageError::Invalid(e.to_string()).into())
+}
+
+/// A record with its decoded body, to change and write back at the next version.
+pub(crate) struct Loaded<T> {
+    pub record: Record,
+    pub body: T,
+}
+
+impl<T: Serialize + DeserializeOwned> Loaded<T> {
+    pub async fn get(state: &dyn StateStore, kind: &str, id: &str) -> Result<Option<Self>, BatchesError> {
+        match state.get(kind, id).await? {
+            None => Ok(None),
+            Some(record) => Ok(Some(Self {
+                body: decode(&record)?,
+                record,
+            })),
+        }
+    }
+
+    /// The record carrying the (changed) body at the next version, and the version it replaces.
+    pub fn next(&self) -> Result<(Record, u64), BatchesError> {
+        Ok((
+            Record {
+                version: self.record.version + 1,
+                body: encode(&self.body)?,
+                ..self.record.clone()
+            },
+            self.record.version,
+        ))
+    }
+
+    /// Write the changed body back; [`StorageError::Conflict`] if someone wrote in between.
+    pub async fn save(&self, state: &dyn StateStore) -> Result<(), BatchesError> {
+        let (record, expected) = self.next()?;
+        state.update(&record, expected).await?;
+        Ok(())
+    }
+}
+
+/// Every record of `kind` owned by `owner`, in ascending order (all pages).
+pub(crate) async fn list_all(state: &dyn StateStore, kind: &str, owner: &str) -> Result<Vec<Record>, StorageError> {
+    let mut records = Vec::new();
+    let mut after = None;
+    loop {
+        let page = state
+            .list_by_owner(&ListQuery {
+                kind: kind.to_owned(),
+                owner: owner.to_owned(),
+                after: after.take(),
+                limit: 1000,
+                order: ListOrder::Asc,
+            })
+            .await?;
+        after = page.records.last().map(Record::cursor);
+        records.extend(page.records);
+        if !page.has_more {
+            return Ok(records);
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Per-model concurrency across every worker (`[models.NAME] max_concurrency`): one `model_slots`
+//! record per model holds the leases of the runs using it. A run takes a share of the free slots
+//! for its chunk lease's lifetime; a run that dies leaves a lease that simply expires.
+
+use super::records::{encode, Loaded};
+use super::{BatchService, BatchesError};
+use crate::ports::{Record, StorageError};
+use serde::{Deserialize, Serialize};
+
+const KIND: &str = "model_slots";
+const OWNER: &str = "_slots";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SlotLease {
+    token: String,
+    slots: u32,
+    until_ms: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct ModelSlots {
+    leases: Vec<SlotLease>,
+}
+
+impl BatchService {
+    /// The model's limit, if it has one.
+    pub(crate) fn model_limit(&self, model: &str) -> Option<u32> {
+        self.settings.model_limits.get(model).copied()
+    }
+
+    /// Take up to `want` of the model's free slots for the run `token` until `until_ms`; how many
+    /// were granted (0 when every slot is in use).
+    pub(crate) async fn acquire_slots(
+        &self,
+        model: &str,
+        limit: u32,
+        want: u32,
+        token: &str,
+        until_ms: i64,
+    ) -> Result<u32, BatchesError> {
+        for _ in 0..20 {
+            let Some(mut slots) = Loaded::<ModelSlots>::get(self.state.as_ref(), KIND, model).await? else {
+                let record = Record {
+                    kind: KIND.to_owned(),
+                    id: model.to_owned(),
+                    owner: OWNER.to_owned(),
+                    created_at_ms: 0,
+                    version: 1,
+                    expires_at: None,
+                    body: encode(&ModelSlots::default())?,
+                };
+                match self.state.create(&record).await {
+                    Ok(()) | Err(StorageError::Conflict) => continue,
+                    Err(err) => return Err(err.into()),
+                }
+            };
+            let now = self.now_ms();
+            slots
+                .body
+                .leases
+                .retain(|lease| lease.until_ms > now && lease.token != token);
+            let used: u32 = slots.body.leases.iter().map(|lease| lease.slots).sum();
+            let granted = want.min(limit.saturating_sub(used));
+            if granted == 0 {
+                return Ok(0);
+            }
+            slots.body.leases.push(SlotLease {
+                token: token.to_owned(),
+                slots: granted,
+                until_ms,
+            });
+            match slots.save(self.state.as_ref()).await {
+                Ok(()) => return Ok(granted),
+                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(StorageError::Conflict.into())
+    }
+
+    /// Hand back the run's slots.
+    pub(crate) async fn release_slots(&self, model: &str, token: &str) -> Result<(), BatchesError> {
+        for _ in 0..20 {
+            let Some(mut slots) = Loaded::<ModelSlots>::get(self.state.as_ref(), KIND, model).await? else {
+                return Ok(());
+            };
+            let before = slots.body.leases.len();
+            let now = self.now_ms();
+            slots
+                .body
+                .leases
+                .retain(|lease| lease.token != token && lease.until_ms > now);
+            if slots.body.leases.len() == before {
+                return Ok(());
+            }
+            match slots.save(self.state.as_ref()).await {
+                Ok(()) => return Ok(()),
+                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(StorageError::Conflict.into())
+    }
+}

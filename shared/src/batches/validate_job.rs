@@ -1,0 +1,154 @@
+//! The `validate` job: stream the input file through validation, then either fail the batch with
+//! every error listed, or write its chunk records, move it to `in_progress` and enqueue the chunks.
+//! Running it twice is harmless: the plan is deterministic and chunk records are create-if-absent.
+
+use super::input_validation::{validate_input, ChunkLimits, LineError};
+use super::records::{chunk_id, encode, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
+use super::{BatchEndpoint, BatchService, BatchesError, JobMessage};
+use crate::openai::batches::{BatchError, BatchErrors, BatchStatus};
+use crate::ports::{Record, StorageError};
+
+/// At most this many errors are listed on a failed batch (the record must stay small).
+pub const MAX_LISTED_ERRORS: usize = 500;
+
+fn batch_errors(errors: Vec<LineError>) -> BatchErrors {
+    BatchErrors {
+        object: "list".to_owned(),
+        data: errors
+            .into_iter()
+            .take(MAX_LISTED_ERRORS)
+            .map(|e| BatchError {
+                code: e.code.to_owned(),
+                message: e.message,
+                param: e.param,
+                line: e.line,
+            })
+            .collect(),
+    }
+}
+
+impl BatchService {
+    pub(crate) async fn run_validation(&self, batch_id: &str) -> Result<(), BatchesError> {
+        let Some(batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
+            return Ok(());
+        };
+        if batch.body.batch.status != BatchStatus::Validating {
+            self.finalize_quietly(batch_id).await;
+            return Ok(());
+        }
+        let endpoint = BatchEndpoint::parse(&batch.body.batch.endpoint).unwrap_or(BatchEndpoint::ChatCompletions);
+        let limits = ChunkLimits {
+            lines: self.settings.lines_per_chunk,
+            bytes: self.settings.max_chunk_bytes,
+        };
+        let inference = &self.inference;
+        let model_exists = |model: &str| inference.get_model(model).is_ok();
+        let report = match self.blobs.get_stream(&batch.body.input_blob_key).await {
+            Ok(stream) => validate_input(stream, endpoint, &model_exists, limits).await,
+            Err(err) => Err(err),
+        };
+        let report = match report {
+            Ok(report) => report,
+            Err(StorageError::NotFound) => {
+                let missing = LineError {
+                    code: "file_not_found",
+                    message: format!("The input file {} no longer exists.", batch.body.batch.input_file_id),
+                    param: Some("input_file_id".to_owned()),
+                    line: None,
+                };
+                return self.fail_validation(batch_id, vec![missing]).await;
+            }
+            Err(err) => return Err(err.into()),
+        };
+        if !report.is_valid() {
+            return self.fail_validation(batch_id, report.errors).await;
+        }
+        let now_ms = self.now_ms();
+        for (index, range) in report.chunks.iter().enumerate() {
+            let index = u32::try_from(index).map_err(|_| StorageError::Invalid("too many chunks".into()))?;
+            let chunk = StoredChunk {
+                batch_id: batch_id.to_owned(),
+                index,
+                range: *range,
+                lines_done: 0,
+                segments: Vec::new(),
+                done: false,
+                lease: None,
+                enqueued_at_ms: now_ms,
+            };
+            let record = Record {
+                kind: CHUNK_KIND.to_owned(),
+                id: chunk_id(batch_id, index),
+                owner: batch_id.to_owned(),
+                created_at_ms: i64::from(index),
+                version: 1,
+                expires_at: None,
+                body: encode(&chunk)?,
+            };
+            match self.state.create(&record).await {
+                Ok(()) | Err(StorageError::Conflict) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        let chunk_count =
+            u32::try_from(report.chunks.len()).map_err(|_| StorageError::Invalid("too many chunks".into()))?;
+        let started = self
+            .transition(batch_id, |stored, now| {
+                stored.batch.status = BatchStatus::InProgress;
+                stored.batch.in_progress_at = Some(now);
+                stored.batch.request_counts.total = report.total_requests;
+                stored.chunks = chunk_count;
+            })
+            .await?;
+        if !started {
+            // Cancelled meanwhile: finish it (and remove the chunk records just written).
+            self.finalize_quietly(batch_id).await;
+            return Ok(());
+        }
+        for index in 0..chunk_count {
+            // A lost send is noticed by the poller, which enqueues the chunk again.
+            if let Err(err) = self
+                .enqueue(&JobMessage::Chunk {
+                    batch_id: batch_id.to_owned(),
+                    chunk: index,
+                })
+                .await
+            {
+                tracing::warn!(batch = %batch_id, chunk = index, error = %err, "could not enqueue a chunk");
+            }
+        }
+        Ok(())
+    }
+
+    async fn fail_validation(&self, batch_id: &str, errors: Vec<LineError>) -> Result<(), BatchesError> {
+        let errors = batch_errors(errors);
+        self.transition(batch_id, |stored, now| {
+            stored.batch.status = BatchStatus::Failed;
+            stored.batch.failed_at = Some(now);
+            stored.batch.errors = Some(errors.clone());
+        })
+        .await?;
+        // Failed, or cancelled meanwhile: either way it is finished; tidy up.
+        self.finalize_quietly(batch_id).await;
+        Ok(())
+    }
+
+    /// Apply `change` to a batch still `validating`; false when it no longer is.
+    async fn transition(&self, batch_id: &str, change: impl Fn(&mut StoredBatch, i64)) -> Result<bool, BatchesError> {
+        for _ in 0..20 {
+            let Some(mut batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
+                return Ok(false);
+            };
+            if batch.body.batch.status != BatchStatus::Validating {
+                return Ok(false);
+            }
+            change(&mut batch.body, self.now_s());
+            match batch.save(self.state.as_ref()).await {
+                Ok(()) => return Ok(true),
+                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(StorageError::Conflict.into())
+    }
+}

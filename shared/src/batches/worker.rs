@@ -1,0 +1,82 @@
+//! The queue worker: one job message at a time (the SQS-triggered Lambda, or the local server's
+//! in-process worker tasks).
+
+use super::{BatchService, JobMessage};
+use crate::adapters::embedded::{JobHandler, JobOutcome};
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+
+/// What to do with a message after handling it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobResult {
+    /// Acknowledge it.
+    Done,
+    /// Deliver it again after this long.
+    RetryAfter(Duration),
+}
+
+/// Runs `validate` and `chunk` jobs.
+#[derive(Clone)]
+pub struct BatchWorker {
+    service: Arc<BatchService>,
+}
+
+impl BatchWorker {
+    pub fn new(service: Arc<BatchService>) -> Self {
+        Self { service }
+    }
+
+    /// Handle one message body; work stops in time for `deadline`.
+    pub async fn handle_until(&self, body: &str, deadline: Instant) -> JobResult {
+        let job: JobMessage = match serde_json::from_str(body) {
+            Ok(job) => job,
+            Err(err) => {
+                // Redelivering a message nobody can read would only fill the dead-letter queue.
+                tracing::error!(error = %err, body, "dropping an unreadable job message");
+                return JobResult::Done;
+            }
+        };
+        let result = match &job {
+            JobMessage::Validate { batch_id } => self.service.run_validation(batch_id).await.map(|()| JobResult::Done),
+            JobMessage::Chunk { batch_id, chunk } => self.service.run_chunk(batch_id, *chunk, deadline).await,
+        };
+        match result {
+            Ok(result) => result,
+            Err(err) => {
+                tracing::warn!(?job, error = %err, "job failed; it will be retried");
+                JobResult::RetryAfter(Duration::from_secs(5))
+            }
+        }
+    }
+
+    /// Handle one SQS delivery before the Lambda `deadline`. Returns whether the message is done;
+    /// otherwise its visibility is already set for the retry and it must be reported as a batch
+    /// item failure.
+    pub async fn handle_delivery(&self, body: &str, receipt: &str, deadline: SystemTime) -> bool {
+        let left = deadline.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+        match self.handle_until(body, Instant::now() + left).await {
+            JobResult::Done => true,
+            JobResult::RetryAfter(wait) => {
+                if let Err(err) = self.service.queue.change_visibility(receipt, wait).await {
+                    tracing::warn!(error = %err, "could not set the retry delay; the visibility timeout applies");
+                }
+                false
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl JobHandler for BatchWorker {
+    async fn handle(&self, body: &str) -> JobOutcome {
+        match self
+            .handle_until(body, Instant::now() + self.service.settings.max_run)
+            .await
+        {
+            JobResult::Done => JobOutcome::Done,
+            JobResult::RetryAfter(retry_after) => JobOutcome::Retry { retry_after },
+        }
+    }
+}

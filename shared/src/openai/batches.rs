@@ -1,0 +1,137 @@
+//! `/v1/batches` wire types.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where a batch is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchStatus {
+    Validating,
+    Failed,
+    InProgress,
+    Finalizing,
+    Completed,
+    Expired,
+    Cancelling,
+    Cancelled,
+}
+
+impl BatchStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Validating => "validating",
+            Self::Failed => "failed",
+            Self::InProgress => "in_progress",
+            Self::Finalizing => "finalizing",
+            Self::Completed => "completed",
+            Self::Expired => "expired",
+            Self::Cancelling => "cancelling",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// No further transition happens from here.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Failed | Self::Completed | Self::Expired | Self::Cancelled)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestCounts {
+    pub total: u64,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputTokensDetails {
+    pub cached_tokens: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputTokensDetails {
+    pub reasoning_tokens: u64,
+}
+
+/// Token totals over every request that ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub total_tokens: u64,
+    pub input_tokens_details: InputTokensDetails,
+    pub output_tokens_details: OutputTokensDetails,
+}
+
+impl BatchUsage {
+    pub fn add(&mut self, input_tokens: u64, output_tokens: u64) {
+        self.input_tokens += input_tokens;
+        self.output_tokens += output_tokens;
+        self.total_tokens += input_tokens + output_tokens;
+    }
+
+    pub fn add_usage(&mut self, other: &BatchUsage) {
+        self.add(other.input_tokens, other.output_tokens);
+    }
+}
+
+/// One problem with the input file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchError {
+    pub code: String,
+    pub message: String,
+    pub param: Option<String>,
+    pub line: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchErrors {
+    pub object: String,
+    pub data: Vec<BatchError>,
+}
+
+/// The Batch object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchObject {
+    pub id: String,
+    pub object: String,
+    pub endpoint: String,
+    pub errors: Option<BatchErrors>,
+    pub input_file_id: String,
+    pub completion_window: String,
+    pub status: BatchStatus,
+    pub output_file_id: Option<String>,
+    pub error_file_id: Option<String>,
+    pub created_at: i64,
+    pub in_progress_at: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub finalizing_at: Option<i64>,
+    pub completed_at: Option<i64>,
+    pub failed_at: Option<i64>,
+    pub expired_at: Option<i64>,
+    pub cancelling_at: Option<i64>,
+    pub cancelled_at: Option<i64>,
+    pub request_counts: RequestCounts,
+    pub metadata: Option<BTreeMap<String, String>>,
+    pub usage: BatchUsage,
+}
+
+/// `POST /v1/batches`. Fields Nimbus does not model are ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateBatchRequest {
+    pub input_file_id: String,
+    pub endpoint: String,
+    pub completion_window: String,
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BatchList {
+    pub object: &'static str,
+    pub data: Vec<BatchObject>,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}
