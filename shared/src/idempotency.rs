@@ -103,3 +103,53 @@ impl IdempotencyKeys {
 pub fn valid_key(key: &str) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY_LEN && key.chars().all(|c| c.is_ascii_graphic() || c == ' ')
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::embedded::SqliteStateStore;
+    use crate::ports::SystemClock;
+
+    #[tokio::test]
+    async fn a_key_reserves_one_id_per_project_and_scope() {
+        let keys = IdempotencyKeys::new(Arc::new(SqliteStateStore::in_memory().unwrap()), Arc::new(SystemClock));
+        let print = fingerprint(&["body"]);
+        assert_eq!(
+            keys.reserve("p", "batches", "k", "b1", &print).await.unwrap(),
+            Reservation::New
+        );
+        assert_eq!(
+            keys.reserve("p", "batches", "k", "b2", &print).await.unwrap(),
+            Reservation::Existing {
+                resource_id: "b1".into(),
+                same_request: true
+            }
+        );
+        assert_eq!(
+            keys.reserve("p", "batches", "k", "b3", &fingerprint(&["other"]))
+                .await
+                .unwrap(),
+            Reservation::Existing {
+                resource_id: "b1".into(),
+                same_request: false
+            }
+        );
+        // Another project or another scope is another key.
+        assert_eq!(
+            keys.reserve("q", "batches", "k", "b4", &print).await.unwrap(),
+            Reservation::New
+        );
+        assert_eq!(
+            keys.reserve("p", "files", "k", "f1", &print).await.unwrap(),
+            Reservation::New
+        );
+    }
+
+    #[test]
+    fn keys_are_printable_and_bounded() {
+        assert!(valid_key("retry-1 abc"));
+        assert!(!valid_key(""));
+        assert!(!valid_key(&"k".repeat(256)));
+        assert!(!valid_key("tab\there"));
+    }
+}

@@ -842,3 +842,114 @@ class ApiGatewayRelay:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+# --------------------------------------------------------------------------------------------
+# Batches
+# --------------------------------------------------------------------------------------------
+
+# What a server that runs batches in tests needs: the poller every second (expiry, recovery) and
+# completion windows in seconds (e.g. "3s") so expiry can be tested.
+BATCH_SERVER_ENV = {"NIMBUS_SCHEDULE_INTERVAL_SECS": "1", "NIMBUS_ALLOW_SHORT_COMPLETION_WINDOWS": "1"}
+BATCH_TERMINAL_STATUSES = frozenset({"completed", "failed", "expired", "cancelled"})
+BATCH_KEYS = {
+    "id",
+    "object",
+    "endpoint",
+    "errors",
+    "input_file_id",
+    "completion_window",
+    "status",
+    "output_file_id",
+    "error_file_id",
+    "created_at",
+    "in_progress_at",
+    "expires_at",
+    "finalizing_at",
+    "completed_at",
+    "failed_at",
+    "expired_at",
+    "cancelling_at",
+    "cancelled_at",
+    "request_counts",
+    "metadata",
+    "usage",
+}
+
+
+def chat_line(custom_id: str, text: str = "Hello", *, model: str = "dummy", **body: Any) -> dict[str, Any]:
+    """One request line of a `/v1/chat/completions` batch input file."""
+    return {
+        "custom_id": custom_id,
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": model, "messages": user(text), **body},
+    }
+
+
+def embedding_line(
+    custom_id: str, text: str | list[str], *, model: str = "dummy-embedding", **body: Any
+) -> dict[str, Any]:
+    """One request line of a `/v1/embeddings` batch input file."""
+    return {
+        "custom_id": custom_id,
+        "method": "POST",
+        "url": "/v1/embeddings",
+        "body": {"model": model, "input": text, **body},
+    }
+
+
+def jsonl(lines: Iterable[dict[str, Any] | str | bytes]) -> bytes:
+    """A JSONL file: dicts as compact JSON, str/bytes lines as they are; each line ends with a newline."""
+    out = bytearray()
+    for line in lines:
+        if isinstance(line, dict):
+            out += json.dumps(line, separators=(",", ":")).encode()
+        elif isinstance(line, str):
+            out += line.encode()
+        else:
+            out += line
+        out += b"\n"
+    return bytes(out)
+
+
+def upload_batch_input(
+    client: Any, lines: Iterable[dict[str, Any] | str | bytes] | bytes, *, filename: str = "batch-input.jsonl"
+) -> Any:
+    """Upload `lines` (or raw bytes) as a `batch` file; return the FileObject."""
+    content = lines if isinstance(lines, bytes) else jsonl(lines)
+    return client.files.create(file=(filename, content), purpose="batch")
+
+
+def wait_for_batch(
+    client: Any,
+    batch_id: str,
+    *,
+    until: Callable[[Any], bool] | None = None,
+    timeout: float = 30.0,
+    interval: float = 0.2,
+) -> Any:
+    """Poll `client.batches.retrieve` every `interval` s until `until(batch)` (default: the status is
+    terminal); return that Batch. On timeout raise AssertionError with the last Batch seen."""
+    until = until or (lambda batch: batch.status in BATCH_TERMINAL_STATUSES)
+    deadline = time.monotonic() + timeout
+    while True:
+        batch = client.batches.retrieve(batch_id)
+        if until(batch):
+            return batch
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"batch {batch_id} not there within {timeout:.0f}s; last: {batch.model_dump()!r}")
+        time.sleep(interval)
+
+
+def read_jsonl_file(client: Any, file_id: str | None) -> list[dict[str, Any]]:
+    """The lines of a JSONL file fetched with `client.files.content` ([] for None)."""
+    if file_id is None:
+        return []
+    text = client.files.content(file_id).read().decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def batch_results(client: Any, batch: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(output lines, error lines) of a finished batch."""
+    return read_jsonl_file(client, batch.output_file_id), read_jsonl_file(client, batch.error_file_id)

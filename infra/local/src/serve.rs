@@ -34,7 +34,12 @@ pub struct ServeArgs {
     #[arg(long, env = "NIMBUS_BATCH_WORKERS", default_value_t = 4)]
     batch_workers: usize,
     /// Accept batch completion windows in seconds (e.g. "5s"), for trying out expiry.
-    #[arg(long, env = "NIMBUS_ALLOW_SHORT_COMPLETION_WINDOWS", default_value_t = false)]
+    #[arg(
+        long,
+        env = "NIMBUS_ALLOW_SHORT_COMPLETION_WINDOWS",
+        default_value_t = false,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     allow_short_completion_windows: bool,
 }
 

@@ -7,6 +7,7 @@ use crate::idempotency::{fingerprint, Reservation};
 use crate::openai::batches::{BatchList, BatchObject, BatchStatus, BatchUsage, CreateBatchRequest, RequestCounts};
 use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
 use serde_json::json;
+use std::collections::BTreeMap;
 use uuid::Uuid;
 
 const MAX_METADATA_PAIRS: usize = 16;
@@ -55,9 +56,10 @@ fn window_seconds(window: &str, allow_seconds: bool) -> Result<i64, BatchesError
     }
 }
 
-fn check_metadata(request: &CreateBatchRequest) -> Result<(), BatchesError> {
+/// The metadata as string pairs within OpenAI's limits.
+fn check_metadata(request: &CreateBatchRequest) -> Result<Option<BTreeMap<String, String>>, BatchesError> {
     let Some(metadata) = &request.metadata else {
-        return Ok(());
+        return Ok(None);
     };
     let invalid = |message: String| BatchesError::invalid(message, "metadata", "invalid_value");
     if metadata.len() > MAX_METADATA_PAIRS {
@@ -66,7 +68,13 @@ fn check_metadata(request: &CreateBatchRequest) -> Result<(), BatchesError> {
             metadata.len()
         )));
     }
+    let mut pairs = BTreeMap::new();
     for (key, value) in metadata {
+        let Some(value) = value.as_str() else {
+            return Err(invalid(format!(
+                "Invalid 'metadata': the value of '{key}' must be a string."
+            )));
+        };
         if key.chars().count() > MAX_METADATA_KEY {
             return Err(invalid(format!(
                 "Invalid 'metadata': key '{key}' is longer than {MAX_METADATA_KEY} characters."
@@ -77,8 +85,9 @@ fn check_metadata(request: &CreateBatchRequest) -> Result<(), BatchesError> {
                 "Invalid 'metadata': the value of '{key}' is longer than {MAX_METADATA_VALUE} characters."
             )));
         }
+        pairs.insert(key.clone(), value.to_owned());
     }
-    Ok(())
+    Ok(Some(pairs))
 }
 
 impl BatchService {
@@ -101,7 +110,7 @@ impl BatchService {
             )
         })?;
         let window_s = window_seconds(&request.completion_window, self.settings.allow_short_windows)?;
-        check_metadata(&request)?;
+        let metadata = check_metadata(&request)?;
         let (_, input_blob_key) =
             self.files
                 .batch_input(project, &request.input_file_id)
@@ -165,7 +174,7 @@ impl BatchService {
             cancelling_at: None,
             cancelled_at: None,
             request_counts: RequestCounts::default(),
-            metadata: request.metadata,
+            metadata,
             usage: BatchUsage::default(),
         };
         let stored = StoredBatch {
@@ -320,4 +329,57 @@ impl BatchService {
 pub(crate) fn id_time_ms(id: &str) -> Option<i64> {
     let uuid = Uuid::parse_str(id.rsplit('_').next()?).ok()?;
     (uuid.get_version_num() == 7).then(|| crate::files::uuid_ms(&uuid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_windows_are_24h_to_7_days_and_seconds_only_for_tests() {
+        assert_eq!(window_seconds("24h", false).unwrap(), 86_400);
+        assert_eq!(window_seconds("72h", false).unwrap(), 3 * 86_400);
+        assert_eq!(window_seconds("168h", false).unwrap(), 7 * 86_400);
+        for bad in ["23h", "169h", "0h", "-24h", "24", "1d", "", "5s", "h"] {
+            let err = window_seconds(bad, false).unwrap_err();
+            assert!(
+                matches!(&err, BatchesError::Invalid { param: Some(p), .. } if p == "completion_window"),
+                "{bad}: {err:?}"
+            );
+        }
+        assert_eq!(window_seconds("5s", true).unwrap(), 5);
+    }
+
+    fn request(metadata: Vec<(String, String)>) -> CreateBatchRequest {
+        CreateBatchRequest {
+            input_file_id: "file-x".into(),
+            endpoint: "/v1/chat/completions".into(),
+            completion_window: "24h".into(),
+            metadata: Some(metadata.into_iter().map(|(k, v)| (k, json!(v))).collect()),
+        }
+    }
+
+    #[test]
+    fn metadata_limits_name_the_param() {
+        let ok: Vec<_> = (0..16).map(|i| (format!("k{i}"), "v".repeat(512))).collect();
+        assert!(check_metadata(&request(ok)).is_ok());
+        let too_many: Vec<_> = (0..17).map(|i| (format!("k{i}"), "v".into())).collect();
+        let long_key = vec![("k".repeat(65), "v".into())];
+        let long_value = vec![("k".into(), "v".repeat(513))];
+        let mut not_a_string = request(vec![]);
+        not_a_string.metadata = Some([("k".to_owned(), json!(1))].into_iter().collect());
+        for bad in [request(too_many), request(long_key), request(long_value), not_a_string] {
+            let err = check_metadata(&bad).unwrap_err();
+            assert!(matches!(&err, BatchesError::Invalid { param: Some(p), .. } if p == "metadata"));
+        }
+    }
+
+    #[test]
+    fn ids_carry_their_creation_time() {
+        let uuid = Uuid::now_v7();
+        let id = format!("batch_{}", uuid.simple());
+        assert_eq!(id_time_ms(&id), Some(crate::files::uuid_ms(&uuid)));
+        assert_eq!(id_time_ms("batch_nope"), None);
+        assert_eq!(id_time_ms(&format!("batch_{}", Uuid::new_v4().simple())), None);
+    }
 }

@@ -291,3 +291,20 @@ struct RunOutcome {
     /// The batch after the last save.
     batch: Option<StoredBatch>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::request_lines;
+    use bytes::Bytes;
+
+    #[test]
+    fn request_lines_skip_blank_lines_and_keep_a_last_line_without_newline() {
+        let input = Bytes::from_static(b"{\"a\":1}\n\n  \r\n{\"b\":2}\r\n{\"c\":3}");
+        let lines: Vec<_> = request_lines(&input).iter().map(|l| l.trim_ascii().to_vec()).collect();
+        assert_eq!(
+            lines,
+            vec![b"{\"a\":1}".to_vec(), b"{\"b\":2}".to_vec(), b"{\"c\":3}".to_vec()]
+        );
+        assert!(request_lines(&Bytes::from_static(b"\n\n")).is_empty());
+    }
+}

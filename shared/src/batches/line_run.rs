@@ -134,3 +134,31 @@ async fn call(
     };
     value.map_err(|e| ApiError::internal(format!("could not encode the answer: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::UuidV7Ids;
+
+    #[test]
+    fn request_line_fields_are_read_without_the_rest() {
+        let line =
+            br#"{"custom_id": "r1", "method": "POST", "url": "/v1/embeddings", "body": {"model": "m", "input": "x"}}"#;
+        assert_eq!(custom_id_of(line).as_deref(), Some("r1"));
+        assert_eq!(model_of(line).as_deref(), Some("m"));
+        let (id, body) = parse_request_line(line).unwrap();
+        assert_eq!(id, "r1");
+        assert_eq!(body["input"], "x");
+        assert_eq!(custom_id_of(b"not json"), None);
+        assert!(parse_request_line(br#"{"custom_id": "r", "body": 5}"#).is_none());
+    }
+
+    #[test]
+    fn never_run_lines_carry_the_code_and_no_response() {
+        let line: Value = serde_json::from_str(&not_run_line(&UuidV7Ids, "r9", "batch_expired", "late")).unwrap();
+        assert_eq!(line["custom_id"], "r9");
+        assert!(line["response"].is_null());
+        assert_eq!(line["error"]["code"], "batch_expired");
+        assert!(line["id"].as_str().unwrap().starts_with("batch_req_"));
+    }
+}

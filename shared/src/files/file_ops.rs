@@ -4,8 +4,10 @@ use super::limits::{check_filename, expires_at, max_bytes_for, too_large};
 use super::streams::limited;
 use super::sweep::{Janitor, JanitorTask, Marker};
 use super::{cursor_for_id, decode, encode, project_prefix, FilesError, FilesService, StoredFile, FILE_KIND};
+use crate::idempotency::{IdempotencyKeys, Reservation};
 use crate::openai::files::{ExpiresAfter, FileDeleted, FileList, FileObject, FilePurpose};
 use crate::ports::{ByteStream, ListOrder, ListQuery, Record};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a presigned download URL stays valid.
@@ -36,6 +38,14 @@ pub struct FileDraft {
     guard: Marker,
     bytes: Option<u64>,
     exceeded: bool,
+}
+
+/// What an `Idempotency-Key` on a file upload found.
+pub enum FileReservation {
+    /// An earlier request with the key created this file.
+    Existing(FileObject),
+    /// Create the file under this id.
+    Id(String),
 }
 
 /// How to hand a file's bytes to the client.
@@ -87,6 +97,21 @@ impl FilesService {
             bytes: None,
             exceeded: false,
         })
+    }
+
+    /// The id a new file with this idempotency key gets, or the file an earlier request made.
+    pub async fn reserve_file_id(&self, project: &str, key: &str) -> Result<FileReservation, FilesError> {
+        let (id, _) = self.mint("file-");
+        let keys = IdempotencyKeys::new(Arc::clone(&self.state), Arc::clone(&self.clock));
+        match keys.reserve(project, "files", key, &id, "").await? {
+            Reservation::New => Ok(FileReservation::Id(id)),
+            Reservation::Existing { resource_id, .. } => match self.live_file(project, &resource_id).await {
+                Ok((_, stored)) => Ok(FileReservation::Existing(stored.file)),
+                // The first request did not finish: this one makes the file under the same id.
+                Err(FilesError::NotFound { .. }) => Ok(FileReservation::Id(resource_id)),
+                Err(err) => Err(err),
+            },
+        }
     }
 
     /// Store a file the gateway generated (e.g. a batch's output) under a reserved id. If that

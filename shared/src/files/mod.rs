@@ -14,7 +14,7 @@ pub mod sweep;
 mod upload_ops;
 
 pub use direct::{DirectUploadTarget, DIRECT_UPLOAD_TTL};
-pub use file_ops::{FileContent, FileDraft, ListFiles, NewFile, DOWNLOAD_URL_TTL};
+pub use file_ops::{FileContent, FileDraft, FileReservation, ListFiles, NewFile, DOWNLOAD_URL_TTL};
 pub use limits::{max_bytes_for, MAX_FILE_BYTES, MAX_PART_BYTES};
 
 use crate::openai::files::FileObject;

@@ -5,7 +5,7 @@ use super::json_body::JsonBody;
 use super::multipart_stream::{multipart_error, multipart_rejection, stream_field};
 use super::AppState;
 use crate::auth::Principal;
-use crate::files::{FileContent, ListFiles, NewFile, MAX_FILE_BYTES};
+use crate::files::{FileContent, FileReservation, ListFiles, NewFile, MAX_FILE_BYTES};
 use crate::openai::files::{CreateDirectUploadRequest, DirectUpload, ExpiresAfter, FilePurpose};
 use crate::ports::ListOrder;
 use axum::body::Body;
@@ -46,10 +46,19 @@ fn parse_seconds(text: &str) -> Result<i64, ApiError> {
 async fn create_file(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
+    headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Response, ApiError> {
     let mut multipart = multipart.map_err(|rejection| multipart_rejection(&rejection, "file"))?;
     let files = &state.files;
+    // With an Idempotency-Key, a retry answers with the file the first request created.
+    let reserved_id = match super::batch_routes::idempotency_key(&headers)? {
+        None => None,
+        Some(key) => match files.reserve_file_id(&principal.project, &key).await? {
+            FileReservation::Existing(file) => return Ok(Json(file).into_response()),
+            FileReservation::Id(id) => Some(id),
+        },
+    };
     let mut purpose: Option<String> = None;
     let mut filename: Option<String> = None;
     let mut anchor: Option<String> = None;
@@ -70,7 +79,10 @@ async fn create_file(
                         Some(p) => crate::files::max_bytes_for(purpose_of(p)?),
                         None => MAX_FILE_BYTES,
                     };
-                    let mut new_draft = files.start_file(&principal.project).await?;
+                    let mut new_draft = match &reserved_id {
+                        Some(id) => files.start_file_with_id(&principal.project, id).await?,
+                        None => files.start_file(&principal.project).await?,
+                    };
                     let written = stream_field(field, |body| files.write_file_bytes(&mut new_draft, body, max)).await;
                     let failed = match written {
                         Ok(Ok(())) => None,

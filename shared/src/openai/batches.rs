@@ -123,8 +123,9 @@ pub struct CreateBatchRequest {
     pub input_file_id: String,
     pub endpoint: String,
     pub completion_window: String,
+    /// Checked by the business layer (string values only), so that its errors name `metadata`.
     #[serde(default)]
-    pub metadata: Option<BTreeMap<String, String>>,
+    pub metadata: Option<BTreeMap<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
