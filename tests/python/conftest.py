@@ -6,7 +6,8 @@
 - `moto`: `moto_server` (or `NIMBUS_MOTO_SERVER`) with the Nimbus table/bucket/queue; `aws_api_key`: a key created with
   `nimbus keys create --backend aws`; `inference_lambda`: `nimbus-inference` under the RIE, with
   the environment template.yaml gives the function plus the moto resources; `files_lambda`: the
-  same for `nimbus-files`.
+  same for `nimbus-files`; `batches_lambda`, `worker_lambda`, `poller_lambda`: the same for
+  `nimbus-batches`, `nimbus-worker` and `nimbus-poller` (`batch_lambda_factory` starts more).
 
 Binaries come from `NIMBUS_BIN_DIR` (default `$CARGO_TARGET_DIR/debug`, else `target/debug`).
 Every process a fixture starts is stopped by that fixture, even when a test fails.
@@ -185,6 +186,94 @@ def files_lambda(moto: kit.MotoServer, logs_dir: Path) -> Iterator[kit.LambdaUnd
         }
     )
     function = _started(lambda: kit.LambdaUnderRie(kit.binary("nimbus-files"), env, logs_dir, name="rie-files"))
+    try:
+        yield function
+    finally:
+        function.stop()
+
+
+def _batch_function(
+    moto: kit.MotoServer,
+    logs_dir: Path,
+    resource: str,
+    binary: str,
+    *,
+    memory: str,
+    timeout: str,
+    name: str,
+    extra_env: dict[str, str] | None = None,
+) -> kit.LambdaUnderRie:
+    """`binary` under the RIE with the environment template.yaml gives `resource` (literals and
+    parameter defaults), the moto resources, the bundled config and the Lambda sizing variables."""
+    template_env = _started(lambda: kit.template_environment(resource))
+    env = kit.clean_env(
+        {
+            **template_env,
+            **moto.aws_env(),
+            "NIMBUS_CONFIG_SOURCE": "bundled",
+            "AWS_LAMBDA_FUNCTION_NAME": resource,
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": memory,
+            # The RIE gives each invocation this many seconds (the context's deadline).
+            "AWS_LAMBDA_FUNCTION_TIMEOUT": timeout,
+            **(extra_env or {}),
+        }
+    )
+    return _started(lambda: kit.LambdaUnderRie(kit.binary(binary), env, logs_dir, name=name))
+
+
+@pytest.fixture(scope="session")
+def batch_lambda_factory(moto: kit.MotoServer, logs_dir: Path) -> Iterator[Callable[..., kit.LambdaUnderRie]]:
+    session_moto = moto
+    """`start(resource, binary, *, memory, timeout, name, extra_env=None, moto=None)`: another
+    function under the RIE against the session's moto resources (or those of `moto`), e.g. a worker
+    with another config; stopped at the end of the session at the latest."""
+    functions: list[kit.LambdaUnderRie] = []
+
+    def start(
+        resource: str, binary: str, *, moto: kit.MotoServer | None = None, **options: Any
+    ) -> kit.LambdaUnderRie:
+        function = _batch_function(moto or session_moto, logs_dir, resource, binary, **options)
+        functions.append(function)
+        return function
+
+    try:
+        yield start
+    finally:
+        for function in functions:
+            function.stop()
+
+
+@pytest.fixture(scope="session")
+def batches_lambda(moto: kit.MotoServer, logs_dir: Path) -> Iterator[kit.LambdaUnderRie]:
+    """`nimbus-batches` under the RIE (the `/v1/batches` routes), as template.yaml declares
+    NimbusBatchesFunction, against the moto table, bucket and queue."""
+    function = _batch_function(
+        moto, logs_dir, "NimbusBatchesFunction", "nimbus-batches", memory="256", timeout="30", name="rie-batches"
+    )
+    try:
+        yield function
+    finally:
+        function.stop()
+
+
+@pytest.fixture(scope="session")
+def worker_lambda(moto: kit.MotoServer, logs_dir: Path) -> Iterator[kit.LambdaUnderRie]:
+    """`nimbus-worker` under the RIE: invoked with SQS events (the tests play the event source)."""
+    function = _batch_function(
+        moto, logs_dir, "NimbusWorkerFunction", "nimbus-worker", memory="512", timeout="300", name="rie-worker"
+    )
+    try:
+        yield function
+    finally:
+        function.stop()
+
+
+@pytest.fixture(scope="session")
+def poller_lambda(moto: kit.MotoServer, logs_dir: Path) -> Iterator[kit.LambdaUnderRie]:
+    """`nimbus-poller` under the RIE: invoked with a scheduled event (moto fires no schedules)."""
+    function = _batch_function(
+        moto, logs_dir, "NimbusPollerFunction", "nimbus-poller", memory="256", timeout="300", name="rie-poller"
+    )
     try:
         yield function
     finally:

@@ -311,11 +311,16 @@ impl BatchService {
             loaded.body.batch.cancelling_at = Some(self.now_s());
             match loaded.save(self.state.as_ref()).await {
                 Ok(()) => {
-                    // Finish at once when nothing is running; otherwise the last worker to stop does.
-                    if let Err(err) = self.try_finalize(id).await {
-                        tracing::warn!(batch = %id, error = %err, "cancel: finalizing deferred to the poller");
+                    // A worker finishes it once nothing runs any more (the last run to stop does
+                    // too, and the poller if this message is lost): the result files are not
+                    // written inside an API request.
+                    let job = JobMessage::Finalize {
+                        batch_id: id.to_owned(),
+                    };
+                    if let Err(err) = self.enqueue(&job).await {
+                        tracing::warn!(batch = %id, error = %err, "cancel: finalizing left to the poller");
                     }
-                    return self.get_batch(project, id).await;
+                    return Ok(loaded.body.batch);
                 }
                 Err(BatchesError::Storage(StorageError::Conflict)) => continue,
                 Err(err) => return Err(err),

@@ -87,10 +87,30 @@ impl BatchService {
                 Err(err) => return Err(err),
             }
             batch.record.version += 1;
-            self.assemble_and_finish(batch, target).await?;
+            if let Err(err) = self.assemble_and_finish(batch, target).await {
+                // Let the next attempt (a worker, the poller) take over at once.
+                self.drop_finalize_lease(batch_id).await;
+                return Err(err);
+            }
             return Ok(true);
         }
         Ok(false)
+    }
+
+    async fn drop_finalize_lease(&self, batch_id: &str) {
+        for _ in 0..5 {
+            let Ok(Some(mut batch)) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await
+            else {
+                return;
+            };
+            if batch.body.batch.status.is_terminal() {
+                return;
+            }
+            batch.body.finalize_lease_until_ms = 0;
+            if batch.save(self.state.as_ref()).await.is_ok() {
+                return;
+            }
+        }
     }
 
     pub(crate) async fn chunks_of(&self, batch_id: &str) -> Result<Vec<StoredChunk>, BatchesError> {
@@ -215,7 +235,15 @@ impl BatchService {
                 let ids = Arc::clone(&ids);
                 let input = input.clone();
                 async move {
-                    let bytes = blobs.get_range(&input, chunk.range.start, chunk.range.end).await?;
+                    let bytes = match blobs.get_range(&input, chunk.range.start, chunk.range.end).await {
+                        Ok(bytes) => bytes,
+                        // The input file was deleted meanwhile: its unrun lines cannot be named.
+                        Err(StorageError::NotFound) => {
+                            tracing::warn!(input, chunk = chunk.index, "input gone; never-run lines are not listed");
+                            return Ok(Bytes::new());
+                        }
+                        Err(err) => return Err(err),
+                    };
                     let skip = usize::try_from(chunk.lines_done).unwrap_or(usize::MAX);
                     let mut out = Vec::new();
                     for line in request_lines(&bytes).iter().skip(skip) {

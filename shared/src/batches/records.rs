@@ -26,6 +26,8 @@ pub enum JobMessage {
     Validate { batch_id: String },
     /// Run one chunk of a batch.
     Chunk { batch_id: String, chunk: u32 },
+    /// Finish a batch that is ready (e.g. just cancelled).
+    Finalize { batch_id: String },
 }
 
 /// A batch record's body.
