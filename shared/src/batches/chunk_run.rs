@@ -115,7 +115,16 @@ impl BatchService {
                 tracing::warn!(model, error = %err, "could not release model slots; they expire with the lease");
             }
         }
-        let outcome = outcome?;
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                // Saved progress stays; the retry must not find the chunk held by this dead run.
+                if let Err(release) = self.release_chunk(batch_id, index, &token).await {
+                    tracing::warn!(batch = %batch_id, chunk = index, error = %release, "could not release the chunk");
+                }
+                return Err(err);
+            }
+        };
         if !outcome.finished {
             self.release_chunk(batch_id, index, &token).await?;
         }

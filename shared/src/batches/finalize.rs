@@ -125,7 +125,15 @@ impl BatchService {
     async fn assemble_and_finish(&self, sealed: Loaded<StoredBatch>, target: BatchStatus) -> Result<(), BatchesError> {
         let stored = &sealed.body;
         let batch_id = stored.batch.id.clone();
-        let chunks = self.chunks_of(&batch_id).await?;
+        // Only the chunks of a finished validation count: a cancel can land while validation is
+        // still writing chunk records, and then the batch has no requests yet (`total` 0).
+        let planned = stored.chunks;
+        let chunks: Vec<StoredChunk> = self
+            .chunks_of(&batch_id)
+            .await?
+            .into_iter()
+            .filter(|chunk| chunk.index < planned)
+            .collect();
         let unrun: u64 = chunks.iter().map(|c| c.range.lines.saturating_sub(c.lines_done)).sum();
         let completed = stored.batch.request_counts.completed;
         let failed = stored.batch.request_counts.failed;
