@@ -632,6 +632,23 @@ def with_body(event: dict[str, Any], body: dict[str, Any] | str) -> dict[str, An
     return event
 
 
+def check_http_api_event(event: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """Assert what every HTTP API (payload 2.0) event file here shares: lower-case headers, the
+    placeholder key, a request context matching the path, a query string matching its parameters.
+    Returns the headers and the request context."""
+    assert event["version"] == "2.0"
+    assert event["routeKey"] == "$default"
+    headers = event["headers"]
+    assert all(h == h.lower() for h in headers), "HTTP API v2 header names are lower case"
+    assert headers.get("authorization") == f"Bearer {PLACEHOLDER_KEY}"
+    context = event["requestContext"]
+    assert context["http"]["path"] == event["rawPath"]
+    assert context["routeKey"] == "$default" and context["stage"] == "$default"
+    query = event.get("queryStringParameters") or {}
+    assert event["rawQueryString"] == "&".join(f"{k}={v}" for k, v in query.items())
+    return headers, context
+
+
 def response_headers(result: dict[str, Any]) -> dict[str, str]:
     """Lower-cased headers of a proxy response (`headers` and `multiValueHeaders` merged)."""
     headers: dict[str, str] = {}

@@ -40,30 +40,8 @@ WORKER_EVENT_NAMES = [path.name for path in kit.event_files("worker-*.json")]
 POLLER_EVENT_NAMES = [path.name for path in kit.event_files("poller-*.json")]
 EVENT_NAMES = HTTP_EVENT_NAMES + WORKER_EVENT_NAMES + POLLER_EVENT_NAMES
 NEEDS_BATCH_ID = {"batches-retrieve.json", "batches-cancel.json"}
-TERMINAL = {"completed", "failed", "expired", "cancelled"}
-BATCH_KEYS = {
-    "id",
-    "object",
-    "endpoint",
-    "errors",
-    "input_file_id",
-    "completion_window",
-    "status",
-    "output_file_id",
-    "error_file_id",
-    "created_at",
-    "in_progress_at",
-    "expires_at",
-    "finalizing_at",
-    "completed_at",
-    "failed_at",
-    "expired_at",
-    "cancelling_at",
-    "cancelled_at",
-    "request_counts",
-    "metadata",
-    "usage",
-}
+TERMINAL = kit.BATCH_TERMINAL_STATUSES
+BATCH_KEYS = kit.BATCH_KEYS
 WORKER_TIMEOUT_S = 300  # template.yaml: NimbusWorkerFunction Timeout
 CHUNK_LINES = 3  # lines_per_chunk of the worker that runs multi-chunk batches
 
@@ -477,18 +455,9 @@ def test_every_batch_event_has_an_expectation() -> None:
 @pytest.mark.parametrize("name", HTTP_EVENT_NAMES)
 def test_batches_event_is_well_formed(name: str) -> None:
     event = kit.load_event(name)
-    assert event["version"] == "2.0"
-    assert event["routeKey"] == "$default"
-    headers = event["headers"]
-    assert all(h == h.lower() for h in headers), "HTTP API v2 header names are lower case"
-    assert headers.get("authorization") == f"Bearer {kit.PLACEHOLDER_KEY}"
-    context = event["requestContext"]
-    assert context["http"]["path"] == event["rawPath"]
-    assert context["routeKey"] == "$default" and context["stage"] == "$default"
+    headers, context = kit.check_http_api_event(event)
     assert event["rawPath"].startswith("/v1/batches")
     assert (BATCH_ID_PLACEHOLDER in event["rawPath"]) is (name in NEEDS_BATCH_ID)
-    query = event.get("queryStringParameters") or {}
-    assert event["rawQueryString"] == "&".join(f"{k}={v}" for k, v in query.items())
     assert event["isBase64Encoded"] is False
     if event.get("body"):
         assert context["http"]["method"] == "POST"
