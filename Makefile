@@ -21,13 +21,14 @@ export SAM_CLI_TELEMETRY := 0
 
 PORT ?= 3000
 
-.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench fmt clean
+.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches fmt clean
 
 help:
 	@echo "make run        start the gateway locally on http://127.0.0.1:$(PORT) (embedded stack in .data/)"
 	@echo "make test       install pinned test tools, then run every test"
 	@echo "make sam-build  build the Lambda functions with SAM (release, cargo-lambda)"
 	@echo "make bench      run the benchmarks and rewrite docs/benchmarks.md"
+	@echo "make bench-batches  run only the batch benchmarks (their section of docs/benchmarks.md)"
 
 run:
 	cargo build -p nimbus-local
@@ -69,6 +70,11 @@ sam-build: test-deps
 
 bench: test-deps
 	bash infra/bench/run-benchmarks.sh
+
+# Batch benchmarks only: validation throughput, a 50,000-line batch locally, AWS requests per batch.
+bench-batches: test-deps
+	cargo build --release -p nimbus-local -p nimbus-inference -p nimbus-bench -p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller
+	$(VENV)/bin/python infra/bench/batch_bench.py --bin-dir $(CARGO_TARGET_DIR)/release
 
 fmt:
 	cargo fmt --all

@@ -488,12 +488,15 @@ def main():
     w("```")
     w("")
     w(
-        "The script builds `nimbus-local`, `nimbus-inference` and `nimbus-bench` in release mode, "
+        "The script builds `nimbus-local`, `nimbus-inference`, `nimbus-bench` (and, for the batch "
+        "benchmarks, the files, batches, worker and poller functions) in release mode, "
         f"installs {meta['oha']} into `~/.cache/nimbus/tools` if it is missing, runs everything "
-        "above (about 5 minutes after the build) and rewrites this file; the raw JSON stays in "
+        "above (about 5 minutes after the build, plus about 5 for the batch benchmarks of section 4) "
+        "and rewrites this file; the raw JSON stays in "
         "`~/.cache/nimbus/bench/latest/`. Knobs (environment): `BENCH_RATE`, `BENCH_DURATION`, "
         "`BENCH_REPEATS`, `BENCH_CONNECTIONS`, `BENCH_MAX_DURATION`, `BENCH_MAX_CONNECTIONS`, "
-        "`BENCH_PIN`, `BENCH_COLD_RUNS`, `BENCH_QUIET_WAIT`, `BENCH_SKIP_BUILD=1`, `RIE=/path/to/aws-lambda-rie-x86_64`, "
+        "`BENCH_PIN`, `BENCH_COLD_RUNS`, `BENCH_QUIET_WAIT`, `BENCH_SKIP_BUILD=1`, "
+        "`BENCH_SKIP_BATCHES=1` (keeps section 4 as it is), `RIE=/path/to/aws-lambda-rie-x86_64`, "
         "`BENCH_OUT` (see the script's header). Re-render the markdown from kept results with "
         "`python3 infra/bench/report.py --results ~/.cache/nimbus/bench/latest --out docs/benchmarks.md`."
     )

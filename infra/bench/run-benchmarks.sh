@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Nimbus benchmarks: gateway overhead against a zero-latency upstream, and Lambda cold start
-# under the Runtime Interface Emulator. Rewrites docs/benchmarks.md from the measurements.
+# Nimbus benchmarks: gateway overhead against a zero-latency upstream, Lambda cold start under the
+# Runtime Interface Emulator, files API throughput, and batches (infra/bench/batch_bench.py).
+# Rewrites docs/benchmarks.md from the measurements.
 #
 #   bash infra/bench/run-benchmarks.sh          (what `make bench` runs)
 #
@@ -16,6 +17,7 @@
 #   BENCH_PIN          1: oha on CPU 0, servers on the other CPUs (default 1 when >= 2 CPUs)
 #   BENCH_COLD_RUNS    cold starts per function (default 10)
 #   BENCH_SKIP_BUILD   1: use the binaries already built
+#   BENCH_SKIP_BATCHES 1: skip the batch benchmarks (the batches section of BENCH_OUT is kept as it is)
 #   BENCH_QUIET_WAIT   seconds to wait for an idle machine before measuring (default 180)
 #   RIE                path of aws-lambda-rie-x86_64 (default: from the SAM CLI in the venv)
 #   BENCH_OUT          markdown to write        (default docs/benchmarks.md)
@@ -46,9 +48,14 @@ fi
 log() { printf '\n==> %s\n' "$*" >&2; }
 
 # --- build -------------------------------------------------------------------------------------
+BUILD_PACKAGES=(-p nimbus-local -p nimbus-inference -p nimbus-bench)
+if [[ "${BENCH_SKIP_BATCHES:-0}" != 1 ]]; then
+  # The batch benchmark runs the batch path's Lambda functions too.
+  BUILD_PACKAGES+=(-p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller)
+fi
 if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
-  log "release build (nimbus-local, nimbus-inference, nimbus-bench)"
-  cargo build --release -p nimbus-local -p nimbus-inference -p nimbus-bench
+  log "release build (${BUILD_PACKAGES[*]})"
+  cargo build --release "${BUILD_PACKAGES[@]}"
 fi
 REL="$CARGO_TARGET_DIR/release"
 GATEWAY="$REL/nimbus"
@@ -79,6 +86,9 @@ fi
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/nimbus-bench.XXXXXX")"
 RESULTS="$WORK/results"
 mkdir -p "$RESULTS"
+# report.py rewrites BENCH_OUT from scratch: keep the old one, whose batches section stays when the
+# batch benchmarks are skipped.
+cp "$BENCH_OUT" "$WORK/previous-benchmarks.md" 2>/dev/null || true
 PIDS=()
 cleanup() {
   local pid
@@ -336,6 +346,14 @@ python3 infra/bench/report.py --results "$RESULTS" --out "$BENCH_OUT"
 log "files API: upload/download throughput and peak memory"
 "$VENV/bin/python" infra/bench/files_bench.py --nimbus "$GATEWAY" --out "$WORK/files.md"
 { printf '\n'; sed -e '1s/^# /## 3. /' -e 's/^## /### /' "$WORK/files.md"; } >>"$BENCH_OUT"
+
+# --- 4. batches: validation throughput, a 50,000-line batch, AWS requests per batch --------------------
+if [[ "${BENCH_SKIP_BATCHES:-0}" != 1 ]]; then
+  log "batches: validation throughput and memory, a 50,000-line batch locally, AWS requests per batch"
+  "$VENV/bin/python" infra/bench/batch_bench.py --bin-dir "$REL" --doc "$BENCH_OUT"
+elif [[ -f "$WORK/previous-benchmarks.md" ]]; then
+  python3 infra/bench/batch_bench.py --splice-from "$WORK/previous-benchmarks.md" --doc "$BENCH_OUT"
+fi
 # Never let an empty variable turn these paths into "/" (a copy of the whole machine).
 : "${NIMBUS_CACHE:?}" "${RESULTS:?}" "${WORK:?}"
 KEEP="$NIMBUS_CACHE/bench/latest"
