@@ -245,6 +245,28 @@ pub async fn queue_send_receive(queue: &dyn JobQueue) {
     for message in &received[1..] {
         queue.delete(&message.receipt).await.unwrap();
     }
+
+    // Many at once (more than one SQS batch of ten): each delivered once.
+    let many: Vec<String> = (0..23).map(|i| format!("{{\"many\":{i}}}")).collect();
+    queue.send_all(&many).await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        let batch = queue
+            .receive(10, Duration::from_secs(1), Duration::from_secs(30))
+            .await
+            .unwrap();
+        for message in &batch {
+            queue.delete(&message.receipt).await.unwrap();
+        }
+        got.extend(batch.into_iter().map(|m| m.body));
+        if got.len() >= many.len() {
+            break;
+        }
+    }
+    got.sort();
+    let mut expected = many.clone();
+    expected.sort();
+    assert_eq!(got, expected);
     assert!(queue
         .receive(10, Duration::from_secs(1), Duration::ZERO)
         .await

@@ -4,14 +4,14 @@
 
 use super::line_run::{model_of, run_line};
 use super::progress::{ChunkRun, LeaseOutcome, PendingSegment};
-use super::records::{Loaded, StoredBatch, BATCH_KIND};
+use super::records::{Loaded, StoredBatch, StoredChunk, BATCH_KIND};
 use super::worker::JobResult;
 use super::{BatchEndpoint, BatchService, BatchesError};
 use crate::openai::batches::BatchStatus;
 use bytes::Bytes;
 use futures::StreamExt;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -81,11 +81,11 @@ impl BatchService {
         };
         let input = self
             .blobs
-            .get_range(&batch.input_blob_key, chunk.range.start, chunk.range.end)
+            .get_range(&batch.input_blob_key, chunk.body.range.start, chunk.body.range.end)
             .await?;
         let lines = request_lines(&input);
         let total = lines.len() as u64;
-        let skip = usize::try_from(chunk.lines_done).unwrap_or(usize::MAX);
+        let skip = usize::try_from(chunk.body.lines_done).unwrap_or(usize::MAX);
         let pending: Vec<Bytes> = lines.into_iter().skip(skip).collect();
 
         let limits = match self.take_model_slots(&pending, &token, lease_until_ms).await? {
@@ -95,20 +95,21 @@ impl BatchService {
                 return Ok(JobResult::RetryAfter(Duration::from_secs(5)));
             }
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let watcher = tokio::spawn(self.clone().watch_for_stop(batch_id.to_owned(), Arc::clone(&stop)));
+        let signal = Arc::new(StopSignal {
+            stop: AtomicBool::new(false),
+            status_seen_ms: AtomicI64::new(self.now_ms()),
+        });
+        let watcher = tokio::spawn(self.clone().watch_for_stop(batch_id.to_owned(), Arc::clone(&signal)));
         let run = ChunkRun {
             batch: &batch,
             index,
             token: token.clone(),
             lease_until_ms,
         };
-        let progress = Progress {
-            first_segment: chunk.segments.len(),
-            lines_done: chunk.lines_done,
-            total,
-        };
-        let outcome = self.run_lines(&run, progress, pending, &limits, &stop, deadline).await;
+        let progress = Progress { chunk, total };
+        let outcome = self
+            .run_lines(&run, progress, pending, &limits, &signal, deadline)
+            .await;
         watcher.abort();
         for model in limits.keys() {
             if let Err(err) = self.release_slots(model, &token).await {
@@ -132,7 +133,7 @@ impl BatchService {
             .batch
             .as_ref()
             .is_some_and(|b| b.chunks > 0 && b.chunks_done >= b.chunks);
-        if all_done || stop.load(Ordering::SeqCst) {
+        if all_done || signal.stop.load(Ordering::SeqCst) {
             self.finalize_quietly(batch_id).await;
             return Ok(JobResult::Done);
         }
@@ -182,20 +183,39 @@ impl BatchService {
         Ok(Some(granted))
     }
 
-    /// Sets `stop` once the batch is no longer running (cancelled) or its window has passed.
-    async fn watch_for_stop(self, batch_id: String, stop: Arc<AtomicBool>) {
+    /// Sets the stop flag once the batch is no longer running (cancelled) or its window has
+    /// passed. A checkpoint reads the batch too; the watcher reads it only when none did lately.
+    async fn watch_for_stop(self, batch_id: String, signal: Arc<StopSignal>) {
+        let interval = self.settings.status_poll_interval;
+        let interval_ms = i64::try_from(interval.as_millis()).unwrap_or(i64::MAX);
         loop {
-            tokio::time::sleep(self.settings.status_poll_interval).await;
+            tokio::time::sleep(interval).await;
+            if self.now_ms() - signal.status_seen_ms.load(Ordering::SeqCst) < interval_ms {
+                continue;
+            }
             match Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, &batch_id).await {
-                Ok(Some(batch))
-                    if batch.body.batch.status == BatchStatus::InProgress && !self.is_overdue(&batch.body) => {}
-                Ok(_) => {
-                    stop.store(true, Ordering::SeqCst);
+                Ok(Some(batch)) => {
+                    if self.observe(&signal, &batch.body) {
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    signal.stop.store(true, Ordering::SeqCst);
                     return;
                 }
                 Err(err) => tracing::warn!(batch = %batch_id, error = %err, "could not read the batch status"),
             }
         }
+    }
+
+    /// Note a fresh view of the batch; true (and the stop flag set) when lines must stop starting.
+    fn observe(&self, signal: &StopSignal, batch: &StoredBatch) -> bool {
+        signal.status_seen_ms.store(self.now_ms(), Ordering::SeqCst);
+        let stop = batch.batch.status != BatchStatus::InProgress || self.is_overdue(batch);
+        if stop {
+            signal.stop.store(true, Ordering::SeqCst);
+        }
+        stop
     }
 
     pub(crate) fn is_overdue(&self, batch: &StoredBatch) -> bool {
@@ -208,14 +228,14 @@ impl BatchService {
         progress: Progress,
         pending: Vec<Bytes>,
         limits: &HashMap<String, Arc<Semaphore>>,
-        stop: &AtomicBool,
+        signal: &StopSignal,
         deadline: Instant,
     ) -> Result<RunOutcome, BatchesError> {
-        let Progress {
-            first_segment,
-            lines_done,
-            total,
-        } = progress;
+        let total = progress.total;
+        let first_segment = progress.chunk.body.segments.len();
+        let lines_done = progress.chunk.body.lines_done;
+        let mut known_chunk = Some(progress.chunk);
+        let stop = &signal.stop;
         let endpoint = BatchEndpoint::parse(&run.batch.batch.endpoint).unwrap_or(BatchEndpoint::ChatCompletions);
         let last_start = until(deadline, START_GRACE);
         let hard_stop = until(deadline, FINISH_GRACE);
@@ -258,10 +278,19 @@ impl BatchService {
                 let lines = segment.lines;
                 let finished = saved + lines == total;
                 match self
-                    .save_segment(run, segment_number, std::mem::take(&mut segment), finished)
+                    .save_segment(
+                        run,
+                        &mut known_chunk,
+                        segment_number,
+                        std::mem::take(&mut segment),
+                        finished,
+                    )
                     .await?
                 {
-                    Some(after) => outcome.batch = Some(after),
+                    Some(after) => {
+                        self.observe(signal, &after);
+                        outcome.batch = Some(after);
+                    }
                     None => {
                         outcome.lease_lost = true;
                         return Ok(outcome);
@@ -276,7 +305,10 @@ impl BatchService {
         drop(results);
         let finished = !interrupted && saved + segment.lines == total;
         if !segment.is_empty() || (finished && !outcome.finished) {
-            match self.save_segment(run, segment_number, segment, finished).await? {
+            match self
+                .save_segment(run, &mut known_chunk, segment_number, segment, finished)
+                .await?
+            {
                 Some(after) => outcome.batch = Some(after),
                 None => outcome.lease_lost = true,
             }
@@ -286,11 +318,16 @@ impl BatchService {
     }
 }
 
-/// Where a chunk stood when this run took it.
+/// The chunk as this run took it, and how many request lines it has.
 struct Progress {
-    first_segment: usize,
-    lines_done: u64,
+    chunk: Loaded<StoredChunk>,
     total: u64,
+}
+
+/// Tells the lines of a run to stop starting; `status_seen_ms` is when the batch was last read.
+struct StopSignal {
+    stop: AtomicBool,
+    status_seen_ms: AtomicI64,
 }
 
 #[derive(Default)]

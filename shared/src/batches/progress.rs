@@ -50,7 +50,8 @@ pub(crate) struct ChunkRun<'a> {
 
 /// Whether a chunk could be taken.
 pub(crate) enum LeaseOutcome {
-    Taken(Box<StoredChunk>),
+    /// Taken: the chunk as this run wrote it.
+    Taken(Box<Loaded<StoredChunk>>),
     /// Finished already.
     Done,
     /// Another run holds it until then.
@@ -83,8 +84,12 @@ impl BatchService {
                 token: token.to_owned(),
                 until_ms,
             });
-            match chunk.save(self.state.as_ref()).await {
-                Ok(()) => return Ok(LeaseOutcome::Taken(Box::new(chunk.body))),
+            let (record, expected) = chunk.next()?;
+            match self.state.update(&record, expected).await.map_err(BatchesError::from) {
+                Ok(()) => {
+                    chunk.record = record;
+                    return Ok(LeaseOutcome::Taken(Box::new(chunk)));
+                }
                 Err(BatchesError::Storage(StorageError::Conflict)) => continue,
                 Err(err) => return Err(err),
             }
@@ -119,6 +124,7 @@ impl BatchService {
     pub(crate) async fn save_segment(
         &self,
         run: &ChunkRun<'_>,
+        known_chunk: &mut Option<Loaded<StoredChunk>>,
         segment_number: usize,
         pending: PendingSegment,
         chunk_finished: bool,
@@ -155,10 +161,16 @@ impl BatchService {
         let batch_id = &batch.batch.id;
         let mut delay_ms = 5;
         for _ in 0..50 {
-            let Some(mut chunk) =
-                Loaded::<StoredChunk>::get(self.state.as_ref(), CHUNK_KIND, &chunk_id(batch_id, index)).await?
-            else {
-                return Ok(None);
+            // The chunk as this run last wrote it saves a read; if anyone wrote it since, the
+            // conditional write fails and the next attempt reads it afresh.
+            let mut chunk = match known_chunk.take() {
+                Some(chunk) => chunk,
+                None => match Loaded::<StoredChunk>::get(self.state.as_ref(), CHUNK_KIND, &chunk_id(batch_id, index))
+                    .await?
+                {
+                    Some(chunk) => chunk,
+                    None => return Ok(None),
+                },
             };
             if chunk.body.lease.as_ref().is_none_or(|lease| &lease.token != token) || chunk.body.done {
                 return Ok(None);
@@ -183,8 +195,17 @@ impl BatchService {
             if chunk_finished {
                 current.body.chunks_done += 1;
             }
-            match self.state.update_all(&[chunk.next()?, current.next()?]).await {
-                Ok(()) => return Ok(Some(current.body)),
+            let (chunk_record, chunk_version) = chunk.next()?;
+            match self
+                .state
+                .update_all(&[(chunk_record.clone(), chunk_version), current.next()?])
+                .await
+            {
+                Ok(()) => {
+                    chunk.record = chunk_record;
+                    *known_chunk = Some(chunk);
+                    return Ok(Some(current.body));
+                }
                 Err(StorageError::Conflict) => {
                     // Another chunk moved the batch's counters: read both again.
                     let jitter = rand::random::<u64>() % delay_ms;

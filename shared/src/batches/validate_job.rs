@@ -105,17 +105,18 @@ impl BatchService {
             self.finalize_quietly(batch_id).await;
             return Ok(());
         }
-        for index in 0..chunk_count {
-            // A lost send is noticed by the poller, which enqueues the chunk again.
-            if let Err(err) = self
-                .enqueue(&JobMessage::Chunk {
+        let jobs = (0..chunk_count)
+            .map(|chunk| {
+                serde_json::to_string(&JobMessage::Chunk {
                     batch_id: batch_id.to_owned(),
-                    chunk: index,
+                    chunk,
                 })
-                .await
-            {
-                tracing::warn!(batch = %batch_id, chunk = index, error = %err, "could not enqueue a chunk");
-            }
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StorageError::Invalid(e.to_string()))?;
+        // A lost send is noticed by the poller, which enqueues the chunks again.
+        if let Err(err) = self.queue.send_all(&jobs).await {
+            tracing::warn!(batch = %batch_id, error = %err, "could not enqueue every chunk; the poller will");
         }
         Ok(())
     }

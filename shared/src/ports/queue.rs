@@ -20,6 +20,15 @@ pub trait JobQueue: Send + Sync {
     /// Enqueue `body`, visible after `delay`. Returns the message id.
     async fn send(&self, body: &str, delay: Duration) -> Result<String, StorageError>;
 
+    /// Enqueue several bodies, visible at once. Queues that take them in batches (SQS: ten per
+    /// request) override this; the default sends them one by one.
+    async fn send_all(&self, bodies: &[String]) -> Result<(), StorageError> {
+        for body in bodies {
+            self.send(body, Duration::ZERO).await?;
+        }
+        Ok(())
+    }
+
     /// Up to `max` messages, waiting at most `wait` for the first; each stays hidden for `visibility`.
     async fn receive(
         &self,

@@ -3,7 +3,7 @@
 use super::describe_sdk_error;
 use crate::ports::{JobQueue, QueueMessage, StorageError};
 use async_trait::async_trait;
-use aws_sdk_sqs::types::MessageSystemAttributeName;
+use aws_sdk_sqs::types::{MessageSystemAttributeName, SendMessageBatchRequestEntry};
 use std::time::Duration;
 
 /// Job queue on the SQS queue at `queue_url`.
@@ -39,6 +39,40 @@ impl JobQueue for SqsJobQueue {
             .await
             .map_err(|e| StorageError::Backend(describe_sdk_error(&e)))?;
         Ok(output.message_id().unwrap_or_default().to_owned())
+    }
+
+    async fn send_all(&self, bodies: &[String]) -> Result<(), StorageError> {
+        for group in bodies.chunks(10) {
+            let mut entries = Vec::with_capacity(group.len());
+            for (index, body) in group.iter().enumerate() {
+                entries.push(
+                    SendMessageBatchRequestEntry::builder()
+                        .id(index.to_string())
+                        .message_body(body)
+                        .build()
+                        .map_err(|e| StorageError::Invalid(e.to_string()))?,
+                );
+            }
+            let output = self
+                .client
+                .send_message_batch()
+                .queue_url(&self.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| StorageError::Backend(describe_sdk_error(&e)))?;
+            // Entries SQS refused (throttling, a transient fault) go one by one.
+            for failed in output.failed() {
+                let body = failed
+                    .id()
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|index| group.get(index))
+                    .ok_or_else(|| StorageError::Backend(format!("SQS refused an unknown entry: {failed:?}")))?;
+                self.send(body, Duration::ZERO).await?;
+            }
+        }
+        Ok(())
     }
 
     async fn receive(
