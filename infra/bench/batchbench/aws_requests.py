@@ -1,0 +1,374 @@
+"""Parts `aws` and `aws-slow`: moto behind the counting proxy, `nimbus-files`, `nimbus-batches`,
+`nimbus-worker` and `nimbus-poller` under the Runtime Interface Emulator, this module playing the
+SQS event source and the EventBridge schedule; one batch from direct upload to `completed`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    LINES,
+    MEMORY_MB,
+    MODEL,
+    RESOURCES,
+    TIMEOUT_S,
+    SkipPart,
+    bench_config,
+    count_lines,
+    log,
+    write_input,
+)
+from .counting_proxy import CountingProxy
+
+PROJECT = "bench"
+
+
+class TimedLambda:
+    """A function under the RIE whose invocations are timed (for GB-s)."""
+
+    def __init__(self, function: Any, name: str):
+        self.function = function
+        self.name = name
+        self.durations: list[float] = []
+        self.lock = threading.Lock()
+
+    def invoke(self, event: dict[str, Any], *, timeout: float = 120) -> dict[str, Any]:
+        start = time.perf_counter()
+        try:
+            return self.function.invoke(event, timeout=timeout)
+        finally:
+            with self.lock:
+                self.durations.append(time.perf_counter() - start)
+
+    def stop(self) -> None:
+        self.function.stop()
+
+
+def sqs_event(message: dict[str, Any], arn: str) -> dict[str, Any]:
+    """The event Lambda's SQS event source sends for one message (BatchSize 1), built from the
+    worker event files, as tests/python/test_batches_lambda_rie.py builds it."""
+    import nimbus_testkit as kit
+
+    job = json.loads(message["Body"]).get("job")
+    event = kit.load_event("worker-sqs-validate.json" if job == "validate" else "worker-sqs-chunk.json")
+    record = event["Records"][0]
+    attributes = dict(record["attributes"])
+    attributes.update({k: v for k, v in (message.get("Attributes") or {}).items() if k in attributes})
+    record.update(
+        {
+            "messageId": message["MessageId"],
+            "receiptHandle": message["ReceiptHandle"],
+            "body": message["Body"],
+            "md5OfBody": message["MD5OfBody"],
+            "attributes": attributes,
+            "eventSourceARN": arn,
+        }
+    )
+    return event
+
+
+class EventSource:
+    """Plays Lambda's SQS event source (BatchSize 1, ReportBatchItemFailures) with `len(workers)`
+    concurrent worker instances. It talks to moto directly, not through the proxy: the event
+    source's polling is not the function's doing. Its deletes are counted here."""
+
+    def __init__(self, moto: Any, workers: list[TimedLambda]):
+        self.moto = moto
+        self.workers = workers
+        self.arn = moto.client("sqs").get_queue_attributes(QueueUrl=moto.queue_url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        self.stop_flag = threading.Event()
+        self.lock = threading.Lock()
+        self.invocations = Counter()  # job kind -> invocations
+        self.job_seconds: dict[str, list[float]] = defaultdict(list)
+        self.failures = 0
+        self.receives_with_message = 0
+        self.empty_receives = 0
+        self.deletes = 0
+        self.in_flight = 0
+        self.errors: list[str] = []
+        self.threads = [
+            threading.Thread(target=self._loop, args=(w,), name=f"event-source-{i}", daemon=True)
+            for i, w in enumerate(workers)
+        ]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def total_invocations(self) -> int:
+        with self.lock:
+            return sum(self.invocations.values())
+
+    def busy(self) -> bool:
+        with self.lock:
+            return self.in_flight > 0
+
+    def _loop(self, worker: TimedLambda) -> None:
+        sqs = self.moto.client("sqs")
+        while not self.stop_flag.is_set():
+            try:
+                messages = sqs.receive_message(
+                    QueueUrl=self.moto.queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=1, AttributeNames=["All"]
+                ).get("Messages", [])
+                if not messages:
+                    with self.lock:
+                        self.empty_receives += 1
+                    continue
+                message = messages[0]
+                with self.lock:
+                    self.receives_with_message += 1
+                    self.in_flight += 1
+                try:
+                    started = time.perf_counter()
+                    result = worker.invoke(sqs_event(message, self.arn), timeout=TIMEOUT_S["worker"] + 30)
+                    failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
+                    job = json.loads(message["Body"]).get("job", "?")
+                    with self.lock:
+                        self.job_seconds[job].append(time.perf_counter() - started)
+                    if message["MessageId"] in failed:
+                        with self.lock:
+                            self.failures += 1
+                    else:
+                        sqs.delete_message(QueueUrl=self.moto.queue_url, ReceiptHandle=message["ReceiptHandle"])
+                        with self.lock:
+                            self.deletes += 1
+                    with self.lock:
+                        self.invocations[job] += 1
+                finally:
+                    with self.lock:
+                        self.in_flight -= 1
+            except Exception as err:  # noqa: BLE001 - reported at the end
+                with self.lock:
+                    self.errors.append(repr(err))
+                time.sleep(0.5)
+
+    def queue_empty(self) -> bool:
+        attributes = self.moto.client("sqs").get_queue_attributes(
+            QueueUrl=self.moto.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return all(int(v) == 0 for v in attributes.values())
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        for thread in self.threads:
+            thread.join(timeout=15)
+
+
+def part_aws(
+    bin_dir: Path, scratch: Path, timeout: float, worker_instances: int, *, lines: int = LINES, model: str = MODEL
+) -> dict[str, Any]:
+    import nimbus_testkit as kit
+    import requests
+
+    os.environ["NIMBUS_BIN_DIR"] = str(bin_dir)
+    missing = [b for _, b in RESOURCES.values() if not (bin_dir / b).is_file()]
+    if missing:
+        raise SkipPart(f"Lambda binaries missing in {bin_dir}: {', '.join(sorted(set(missing)))}")
+    logs = scratch / "logs"
+    started: list[Any] = []
+    moto = kit.MotoServer(logs)
+    started.append(moto)
+    proxy = None
+    try:
+        moto.create_resources()
+        # The queue as template.yaml declares it (moto's default visibility timeout is 30 s, shorter
+        # than a chunk with a slow model: SQS would hand the same chunk to a second worker).
+        from samcli.yamlhelper import yaml_parse
+
+        queue = yaml_parse(kit.TEMPLATE.read_text())["Resources"]["NimbusJobsQueue"]["Properties"]
+        moto.client("sqs").set_queue_attributes(
+            QueueUrl=moto.queue_url, Attributes={"VisibilityTimeout": str(queue["VisibilityTimeout"])}
+        )
+        key = kit.NimbusCli(kit.clean_env(moto.aws_env()), backend="aws").create_key(PROJECT, name="batch-bench")
+        config_key = "config/bench-batches.toml"
+        moto.client("s3").put_object(Bucket=moto.bucket, Key=config_key, Body=bench_config().encode())
+
+        access_keys = {f"AKIABENCH{name.upper()}": name for name in RESOURCES}
+        proxy = CountingProxy(moto.port, access_keys)
+        by_name = {v: k for k, v in access_keys.items()}
+
+        def start_function(name: str, instance: str = "") -> TimedLambda:
+            resource, binary = RESOURCES[name]
+            env = kit.clean_env(
+                {
+                    **kit.template_environment(resource),
+                    **moto.aws_env(),
+                    "AWS_ENDPOINT_URL": proxy.endpoint,
+                    "AWS_ACCESS_KEY_ID": by_name[name],
+                    "NIMBUS_CONFIG_SOURCE": f"s3://{moto.bucket}/{config_key}",
+                    "AWS_LAMBDA_FUNCTION_NAME": resource,
+                    "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(MEMORY_MB["batches" if name == "status" else name]),
+                    "AWS_LAMBDA_FUNCTION_TIMEOUT": str(TIMEOUT_S["batches" if name == "status" else name]),
+                    "RUST_LOG": "warn",
+                }
+            )
+            function = kit.LambdaUnderRie(kit.binary(binary), env, logs, name=f"rie-bench-{name}{instance}")
+            started.append(function)
+            return TimedLambda(function, name)
+
+        files = start_function("files")
+        batches = start_function("batches")
+        status = start_function("status")
+        poller = start_function("poller")
+        workers = [start_function("worker", f"-{i}") for i in range(worker_instances)]
+        http_functions = (("files", files), ("batches", batches), ("status", status))
+        relays = {name: kit.ApiGatewayRelay(fn) for name, fn in http_functions}
+        started.extend(relays.values())
+        clients = {name: kit.make_client(relay.api_base, key["api_key"], timeout=300) for name, relay in relays.items()}
+
+        # Cold starts (each function reads its config from S3 once): one harmless call each, so
+        # that init requests are not mixed with the batch's.
+        proxy.phase = "init"
+        clients["files"].files.list(limit=1)
+        clients["batches"].batches.list(limit=1)
+        clients["status"].batches.list(limit=1)
+        poller.invoke(kit.load_event("poller-scheduled.json"), timeout=330)
+        for worker in workers:
+            worker.invoke(
+                kit.replace_strings(
+                    kit.load_event("worker-sqs-chunk.json"), "batch_REPLACE_WITH_BATCH_ID", "batch_none"
+                ),
+                timeout=330,
+            )
+        idle_start = len(proxy.entries)
+        proxy.phase = "idle-poll"
+        poller.invoke(kit.load_event("poller-scheduled.json"), timeout=330)
+        idle_poll = proxy.entries[idle_start:]
+        for fn in [files, batches, status, poller, *workers]:
+            fn.durations.clear()
+
+        # Upload: a direct upload (POST /v1/direct_uploads, then PUT to the presigned URL).
+        data = scratch / "input-aws.jsonl"
+        size = write_input(data, lines=lines, size=None, model=model)
+        proxy.phase = "upload"
+        t_upload = time.perf_counter()
+        answer = requests.post(
+            f"{relays['files'].api_base}/direct_uploads",
+            headers={"authorization": f"Bearer {key['api_key']}"},
+            json={"filename": "bench.jsonl", "purpose": "batch", "bytes": size},
+            timeout=60,
+        )
+        answer.raise_for_status()
+        target = answer.json()
+        if not target["upload_url"].startswith(proxy.endpoint):
+            raise SystemExit(f"the presigned URL does not go through the proxy: {target['upload_url']}")
+        with data.open("rb") as f:
+            put = requests.put(target["upload_url"], data=f, headers={"content-length": str(size)}, timeout=120)
+        put.raise_for_status()
+        file = clients["files"].files.retrieve(target["file"]["id"])
+        upload_s = time.perf_counter() - t_upload
+        if file.status != "processed":
+            raise SystemExit(f"direct upload not processed: {file}")
+        data.unlink()
+
+        # The batch: create, then deliver jobs until completed.
+        source = EventSource(moto, workers)
+        source.start()
+        proxy.phase = "batch"
+        t0 = time.perf_counter()
+        batch = clients["batches"].batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        seen: dict[str, float] = {}
+        poller_runs = 0
+        last_poll_at = 0
+        last_poll_time = time.monotonic()
+        status_polls = 0
+        order = ["validating", "in_progress", "finalizing", "completed"]
+        while True:
+            time.sleep(1.0)
+            done_jobs = source.total_invocations()
+            # The schedule: once a minute, or (to keep the run short) after every 10 worker runs.
+            if done_jobs - last_poll_at >= 10 or time.monotonic() - last_poll_time >= 60:
+                last_poll_at = done_jobs
+                last_poll_time = time.monotonic()
+                poller.invoke(kit.load_event("poller-scheduled.json"), timeout=330)
+                poller_runs += 1
+            current = clients["status"].batches.retrieve(batch.id)
+            status_polls += 1
+            now = time.perf_counter() - t0
+            if current.status in order:
+                for s in order[: order.index(current.status) + 1]:
+                    seen.setdefault(s, now)
+            if current.status in kit.BATCH_TERMINAL_STATUSES:
+                break
+            if not source.busy() and source.queue_empty():
+                poller.invoke(kit.load_event("poller-scheduled.json"), timeout=330)
+                poller_runs += 1
+            if now > timeout:
+                raise SystemExit(f"AWS-path batch not done in {timeout:.0f}s: {current.model_dump()}; {source.errors}")
+        # The worker that finalized may still be cleaning up: wait for it, then one last poller pass.
+        deadline = time.monotonic() + 60
+        while (source.busy() or not source.queue_empty()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        source.stop()
+        poller.invoke(kit.load_event("poller-scheduled.json"), timeout=330)
+        poller_runs += 1
+        batch_wall_s = time.perf_counter() - t0
+        proxy.phase = "download"
+        if current.status != "completed" or current.request_counts.completed != lines:
+            raise SystemExit(f"AWS-path batch ended wrong: {current.model_dump()}")
+        with clients["files"].files.with_streaming_response.content(current.output_file_id) as response:
+            output_lines = count_lines(response.iter_bytes(1024 * 1024))
+        if output_lines != lines:
+            raise SystemExit(f"AWS-path output has {output_lines} lines, not {lines}")
+        proxy.phase = "done"
+
+        durations = {
+            name: [d for fn in fns for d in fn.durations]
+            for name, fns in (
+                ("files", [files]),
+                ("batches", [batches]),
+                ("status", [status]),
+                ("poller", [poller]),
+                ("worker", workers),
+            )
+        }
+        result = {
+            "lines": lines,
+            "model": model,
+            "input_bytes": size,
+            "worker_instances": worker_instances,
+            "upload_s": upload_s,
+            "batch_wall_s": batch_wall_s,
+            "first_seen_s": seen,
+            "status_polls": status_polls,
+            "poller_runs": poller_runs,
+            "worker_invocations": dict(source.invocations),
+            "worker_seconds_by_job": dict(source.job_seconds),
+            "worker_failures_reported": source.failures,
+            "event_source": {
+                "receives_with_message": source.receives_with_message,
+                "empty_receives": source.empty_receives,
+                "deletes": source.deletes,
+            },
+            "event_source_errors": source.errors[:5],
+            "output_lines": output_lines,
+            "request_counts": current.request_counts.model_dump(),
+            "durations_s": durations,
+            "entries": proxy.entries,
+            "idle_poll_entries": len(idle_poll),
+            "config_key": config_key,
+        }
+        counted = sum(1 for e in proxy.entries if e["phase"] == "batch" and e["function"] != "status")
+        log(
+            f"aws ({lines} lines, {model}): completed in {batch_wall_s:.1f}s with {worker_instances} worker instances; "
+            f"{counted + source.deletes} requests"
+        )
+        return result
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        for process in reversed(started):
+            with contextlib.suppress(Exception):
+                process.stop()
