@@ -7,7 +7,9 @@
   `nimbus keys create --backend aws`; `inference_lambda`: `nimbus-inference` under the RIE, with
   the environment template.yaml gives the function plus the moto resources; `files_lambda`: the
   same for `nimbus-files`; `batches_lambda`, `worker_lambda`, `poller_lambda`: the same for
-  `nimbus-batches`, `nimbus-worker` and `nimbus-poller` (`batch_lambda_factory` starts more).
+  `nimbus-batches`, `nimbus-worker` and `nimbus-poller` (`batch_lambda_factory` starts more);
+  `api`, `source` (module scope): the batch path's HTTP side with the `aws_api_key` key and the
+  stand-in SQS event source and EventBridge schedule (`Api`, `EventSource` of batch_lambda_kit.py).
 
 Binaries come from `NIMBUS_BIN_DIR` (default `$CARGO_TARGET_DIR/debug`, else `target/debug`).
 Every process a fixture starts is stopped by that fixture, even when a test fails.
@@ -24,6 +26,7 @@ import openai
 import pytest
 
 import nimbus_testkit as kit
+from batch_lambda_kit import Api, EventSource
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -278,3 +281,18 @@ def poller_lambda(moto: kit.MotoServer, logs_dir: Path) -> Iterator[kit.LambdaUn
         yield function
     finally:
         function.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# The batch path as the tests drive it
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def api(files_lambda: kit.LambdaUnderRie, batches_lambda: kit.LambdaUnderRie, aws_api_key: dict[str, Any]) -> Api:
+    return Api(files_lambda, batches_lambda, aws_api_key["api_key"])
+
+
+@pytest.fixture(scope="module")
+def source(moto: kit.MotoServer, worker_lambda: kit.LambdaUnderRie, poller_lambda: kit.LambdaUnderRie) -> EventSource:
+    return EventSource(moto, worker_lambda, poller_lambda)

@@ -1,6 +1,6 @@
 //! A batch engine on the embedded adapters, driven by hand: a clock that can jump, scripted model
 //! providers that count their calls, and a state store that can refuse chosen writes (a crash or
-//! an outage at a precise point). Used by tests/batch_crash_safety.rs.
+//! an outage at a precise point). Used by the tests/batch_*.rs files.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -30,6 +30,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub const PROJECT: &str = "proj_batch_tests";
+/// The model most tests register their scripted provider under.
+pub const MODEL: &str = "scripted";
 /// How long a received message stays hidden: longer than any test, so a message that is neither
 /// deleted nor given a retry delay is as good as lost (a crashed worker's delivery).
 pub const VISIBILITY: Duration = Duration::from_secs(600);
@@ -47,6 +49,13 @@ pub fn settings() -> BatchSettings {
         allow_short_windows: false,
         model_limits: HashMap::new(),
     }
+}
+
+/// `settings()` running one line at a time: saved progress is a prefix of the chunk.
+pub fn slow_settings() -> BatchSettings {
+    let mut s = settings();
+    s.line_concurrency = 1;
+    s
 }
 
 /// The system clock plus an offset the test moves forward.

@@ -41,16 +41,16 @@ impl BatchService {
         }
     }
 
-    /// Finish the batch if it is ready. Returns whether it has reached a terminal status.
+    /// Finish the batch if it is ready. Returns whether this call finished it.
     pub(crate) async fn try_finalize(&self, batch_id: &str) -> Result<bool, BatchesError> {
         for _ in 0..10 {
             let Some(mut batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
-                return Ok(true);
+                return Ok(false);
             };
             let status = batch.body.batch.status;
             if status.is_terminal() {
                 self.clean_up(&batch.body).await?;
-                return Ok(true);
+                return Ok(false);
             }
             let all_done = batch.body.chunks > 0 && batch.body.chunks_done >= batch.body.chunks;
             let target = match status {

@@ -1,0 +1,237 @@
+"""The batch path's event files (`infra/events/batches-*.json`, `worker-*.json`, `poller-*.json`):
+their shape, what each produces as it is (placeholders left in), and the HTTP events with real ids,
+against `nimbus-batches`, `nimbus-worker` and `nimbus-poller` under the RIE with moto (helpers in
+batch_lambda_kit.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import pytest
+
+import nimbus_testkit as kit
+from batch_lambda_kit import (
+    BATCH_ID_PLACEHOLDER,
+    BATCH_KEYS,
+    FILE_ID_PLACEHOLDER,
+    WORKER_TIMEOUT_S,
+    Api,
+    EventSource,
+    chat_line,
+    check_batch,
+    invoke_json,
+    invoke_worker,
+    jsonl,
+    replaced_worker_event,
+    run_until,
+)
+
+HTTP_EVENT_NAMES = [path.name for path in kit.event_files("batches-*.json")]
+WORKER_EVENT_NAMES = [path.name for path in kit.event_files("worker-*.json")]
+POLLER_EVENT_NAMES = [path.name for path in kit.event_files("poller-*.json")]
+EVENT_NAMES = HTTP_EVENT_NAMES + WORKER_EVENT_NAMES + POLLER_EVENT_NAMES
+NEEDS_BATCH_ID = {"batches-retrieve.json", "batches-cancel.json"}
+
+# What each event file produces as it is (placeholders left in); every event file needs an entry.
+EXPECTED: dict[str, str] = {
+    "batches-create.json": "401",
+    "batches-list.json": "401",
+    "batches-retrieve.json": "401",
+    "batches-cancel.json": "401",
+    "worker-sqs-validate.json": "no failure reported (unknown batch: the job is dropped)",
+    "worker-sqs-chunk.json": "no failure reported (unknown batch: the job is dropped)",
+    "poller-scheduled.json": "a JSON report",
+}
+
+# --------------------------------------------------------------------------------------------
+# The event files themselves (no processes needed)
+# --------------------------------------------------------------------------------------------
+
+
+def test_every_batch_event_has_an_expectation() -> None:
+    assert set(EVENT_NAMES) == set(EXPECTED), (
+        f"missing event files: {sorted(set(EXPECTED) - set(EVENT_NAMES))}; "
+        f"event files without expectations here: {sorted(set(EVENT_NAMES) - set(EXPECTED))}"
+    )
+
+
+@pytest.mark.parametrize("name", HTTP_EVENT_NAMES)
+def test_batches_event_is_well_formed(name: str) -> None:
+    event = kit.load_event(name)
+    headers, context = kit.check_http_api_event(event)
+    assert event["rawPath"].startswith("/v1/batches")
+    assert (BATCH_ID_PLACEHOLDER in event["rawPath"]) is (name in NEEDS_BATCH_ID)
+    assert event["isBase64Encoded"] is False
+    if event.get("body"):
+        assert context["http"]["method"] == "POST"
+        assert headers["content-type"] == "application/json"
+        assert headers["content-length"] == str(len(event["body"].encode()))
+        body = json.loads(event["body"])
+        assert body["input_file_id"] == FILE_ID_PLACEHOLDER
+    else:
+        assert "content-length" not in headers
+
+
+@pytest.mark.parametrize("name", WORKER_EVENT_NAMES)
+def test_worker_event_is_well_formed(name: str) -> None:
+    event = kit.load_event(name)
+    assert set(event) == {"Records"} and len(event["Records"]) == 1, "BatchSize is 1"
+    record = event["Records"][0]
+    assert record["eventSource"] == "aws:sqs"
+    assert record["eventSourceARN"].startswith("arn:aws:sqs:")
+    assert record["messageId"] and record["receiptHandle"]
+    assert record["md5OfBody"] == hashlib.md5(record["body"].encode()).hexdigest()  # noqa: S324
+    assert int(record["attributes"]["ApproximateReceiveCount"]) >= 1
+    job = json.loads(record["body"])
+    assert job["batch_id"] == BATCH_ID_PLACEHOLDER
+    expected = {"worker-sqs-chunk.json": {"job", "batch_id", "chunk"}, "worker-sqs-validate.json": {"job", "batch_id"}}
+    assert set(job) == expected[name]
+    assert job["job"] == name.removeprefix("worker-sqs-").removesuffix(".json")
+
+
+@pytest.mark.parametrize("name", POLLER_EVENT_NAMES)
+def test_poller_event_is_well_formed(name: str) -> None:
+    event = kit.load_event(name)
+    assert event["detail-type"] == "Scheduled Event"
+    assert event["source"] == "aws.events"
+    assert all(arn.startswith("arn:aws:events:") for arn in event["resources"])
+
+
+# --------------------------------------------------------------------------------------------
+# Each event file, as it is (placeholders left in)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", HTTP_EVENT_NAMES)
+def test_placeholder_key_is_rejected(batches_lambda: kit.LambdaUnderRie, name: str) -> None:
+    status, body = invoke_json(batches_lambda, kit.load_event(name))
+    assert status == 401, f"{name}: HTTP {status}: {body}"
+    assert body["error"]["code"] == "invalid_api_key", body
+
+
+def test_missing_authorization_is_rejected(batches_lambda: kit.LambdaUnderRie) -> None:
+    status, body = invoke_json(batches_lambda, kit.without_authorization(kit.load_event("batches-list.json")))
+    assert status == 401, body
+
+
+@pytest.mark.parametrize("name", WORKER_EVENT_NAMES)
+def test_worker_drops_a_job_of_an_unknown_batch(worker_lambda: kit.LambdaUnderRie, name: str) -> None:
+    assert invoke_worker(worker_lambda, kit.load_event(name)) == set(), "a job of no batch must not be retried"
+
+
+@pytest.mark.parametrize("name", POLLER_EVENT_NAMES)
+def test_poller_event_returns_a_report(poller_lambda: kit.LambdaUnderRie, name: str) -> None:
+    report = poller_lambda.invoke(kit.load_event(name), timeout=WORKER_TIMEOUT_S + 30)
+    assert isinstance(report, dict) and report, f"not a JSON report: {report!r}"
+    assert all(isinstance(count, int) and count >= 0 for count in report.values()), report
+    assert report.get("errors", 0) == 0, report
+
+
+def test_worker_answers_each_record(worker_lambda: kit.LambdaUnderRie) -> None:
+    """Two records in one event (as with a BatchSize above 1): both jobs of unknown batches, dropped."""
+    first = replaced_worker_event("worker-sqs-chunk.json", "batch_unknown1")
+    second = replaced_worker_event("worker-sqs-validate.json", "batch_unknown2")
+    second["Records"][0]["messageId"] = "6a0b7c1d-0000-4000-8000-000000000002"
+    event = {"Records": first["Records"] + second["Records"]}
+    assert invoke_worker(worker_lambda, event) == set()
+
+
+# --------------------------------------------------------------------------------------------
+# The HTTP events with real ids
+# --------------------------------------------------------------------------------------------
+
+
+def test_create_retrieve_list_events(api: Api) -> None:
+    file = api.upload(jsonl([chat_line("only")]))
+    batch = api.create_ok(file["id"])
+    check_batch(batch)
+    sent = json.loads(kit.load_event("batches-create.json")["body"])
+    assert batch["status"] == "validating"
+    assert batch["input_file_id"] == file["id"]
+    assert batch["endpoint"] == sent["endpoint"]
+    assert batch["completion_window"] == "24h"
+    assert batch["metadata"] == sent["metadata"]
+    assert batch["expires_at"] == batch["created_at"] + 24 * 3600
+    assert batch["output_file_id"] is None and batch["error_file_id"] is None
+    assert api.retrieve(batch["id"]) == batch
+
+    status, listing = invoke_json(api.batches, api.event("batches-list.json"))
+    assert status == 200, listing
+    assert listing["object"] == "list"
+    assert isinstance(listing["has_more"], bool)
+    assert listing["data"][0] == batch, "the newest batch comes first"
+    assert listing["first_id"] == batch["id"]
+    assert all(set(b) == BATCH_KEYS for b in listing["data"])
+    created = [b["created_at"] for b in listing["data"]]
+    assert created == sorted(created, reverse=True)
+
+
+def test_create_sends_a_validate_job(api: Api, moto: kit.MotoServer, source: EventSource) -> None:
+    file = api.upload(jsonl([chat_line("v1")]))
+    batch = api.create_ok(file["id"])
+    done = run_until(api, source, batch["id"])
+    jobs = [d.job for d in source.jobs_for(batch["id"])]
+    assert {"job": "validate", "batch_id": batch["id"]} in jobs, jobs
+    assert done["status"] == "completed", done
+
+
+def test_unknown_batch_is_404(api: Api) -> None:
+    missing = "batch_00000000000000000000000000"
+    for name in sorted(NEEDS_BATCH_ID):
+        status, body = invoke_json(api.batches, api.event(name, batch_id=missing))
+        assert status == 404, f"{name}: HTTP {status}: {body}"
+        assert body["error"]["message"] == f"No such Batch object: {missing}", body
+
+
+def test_create_with_an_unknown_file_is_404(api: Api) -> None:
+    status, body = api.create("file-doesnotexist000000000000")
+    assert status == 404, body
+    assert body["error"]["param"] == "input_file_id", body
+    assert body["error"]["message"] == "No such File object: file-doesnotexist000000000000", body
+
+
+def test_create_rejects_bad_parameters(api: Api) -> None:
+    file = api.upload(jsonl([chat_line("p")]))
+    for changes, param in (
+        ({"endpoint": "/v1/completions"}, "endpoint"),
+        ({"completion_window": "1h"}, "completion_window"),
+        ({"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
+    ):
+        status, body = api.create(file["id"], **changes)
+        assert status == 400, (changes, body)
+        assert body["error"]["param"] == param, (changes, body)
+
+
+def test_create_needs_a_batch_purpose_file(api: Api) -> None:
+    file = api.upload(jsonl([chat_line("p")]), filename="notes.jsonl", purpose="user_data")
+    status, body = api.create(file["id"])
+    assert status == 400, body
+    assert body["error"]["param"] == "input_file_id", body
+
+
+def test_idempotency_key_returns_the_first_batch(api: Api) -> None:
+    file = api.upload(jsonl([chat_line("idem")]))
+    event = api.event("batches-create.json", file_id=file["id"])
+    event["headers"]["idempotency-key"] = f"lambda-rie-{time.time_ns()}"
+    status, first = invoke_json(api.batches, event)
+    assert status == 200, first
+    status, again = invoke_json(api.batches, event)
+    assert status == 200, again
+    assert again["id"] == first["id"]
+
+
+def test_other_project_gets_404(api: Api, aws_cli: kit.NimbusCli) -> None:
+    file = api.upload(jsonl([chat_line("mine")]))
+    batch = api.create_ok(file["id"])
+    other = Api(api.files, api.batches, aws_cli.create_key("other-batches", name="batches-other")["api_key"])
+    for name in sorted(NEEDS_BATCH_ID):
+        status, body = invoke_json(other.batches, other.event(name, batch_id=batch["id"]))
+        assert status == 404, f"{name}: HTTP {status}: {body}"
+    status, listing = invoke_json(other.batches, other.event("batches-list.json"))
+    assert status == 200 and batch["id"] not in {b["id"] for b in listing["data"]}
+    status, body = other.create(file["id"])
+    assert status == 404, body
+
