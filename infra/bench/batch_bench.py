@@ -13,7 +13,7 @@ Three parts, each bounded to a few minutes:
    lines × 20 ms ÷ (NIMBUS_BATCH_WORKERS × line_concurrency).
 3. `aws`: moto behind a counting HTTP proxy (every request the Lambda binaries make goes through it
    and is counted per service and operation); `nimbus-files`, `nimbus-batches`, `nimbus-worker` and
-   `nimbus-poller` under the Runtime Interface Emulator as tests/python/test_batches_lambda_rie.py
+   `nimbus-poller` under the Runtime Interface Emulator as tests/python/test_batches_lambda_*.py
    runs them; this script plays the SQS event source and the EventBridge schedule. The same
    50,000-line batch goes in by a direct upload and runs to `completed`; the counts are priced at
    public on-demand prices.

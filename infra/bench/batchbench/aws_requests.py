@@ -53,7 +53,7 @@ class TimedLambda:
 
 def sqs_event(message: dict[str, Any], arn: str) -> dict[str, Any]:
     """The event Lambda's SQS event source sends for one message (BatchSize 1), built from the
-    worker event files, as tests/python/test_batches_lambda_rie.py builds it."""
+    worker event files, as tests/python/test_batches_lambda_*.py builds it."""
     import nimbus_testkit as kit
 
     job = json.loads(message["Body"]).get("job")

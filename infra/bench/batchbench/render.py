@@ -199,12 +199,12 @@ def render_aws(part: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     lines = [
         "### 4.3 AWS requests and cost of one 50,000-line batch",
         "",
-        "moto (`moto_server`) behind a counting HTTP proxy on 127.0.0.1 (`batch_bench.py`, threaded): the "
+        "moto (`moto_server`) behind a counting HTTP proxy on 127.0.0.1 (`infra/bench/batchbench/counting_proxy.py`, threaded): the "
         "functions' `AWS_ENDPOINT_URL` points at the proxy, which forwards each request to moto and records it by "
         "service and operation (DynamoDB and SQS by `X-Amz-Target`, S3 by method, path and query) and by function "
         "(each function signs with its own fake access key). Release builds of `nimbus-files`, `nimbus-batches`, "
         "`nimbus-worker` and `nimbus-poller` run under the Runtime Interface Emulator with the environment "
-        "`template.yaml` gives them (as `tests/python/test_batches_lambda_rie.py` runs them) and the same config "
+        "`template.yaml` gives them (as `tests/python/test_batches_lambda_flow.py` runs them) and the same config "
         f"as 4.2, read from S3 (`NIMBUS_CONFIG_SOURCE=s3://…`). The script plays the SQS event source "
         f"(BatchSize 1, {part['worker_instances']} worker instances at once; it receives from moto directly, since "
         "Lambda's polling of the queue is not the function's request, and counts the deletes it makes) and the "
