@@ -78,7 +78,7 @@ pub struct BatchSettings {
     /// Lines of one chunk in flight at once.
     pub line_concurrency: usize,
     pub checkpoint_interval: Duration,
-    /// How often a running chunk re-reads its batch to notice a cancel.
+    /// How often a running chunk looks at its batch to notice a cancel (a checkpoint counts).
     pub status_poll_interval: Duration,
     /// The longest a worker runs one message (the Lambda timeout, less a margin).
     pub max_run: Duration,
@@ -98,7 +98,7 @@ impl BatchSettings {
             max_chunk_bytes: batches.max_chunk_bytes,
             line_concurrency: batches.line_concurrency,
             checkpoint_interval: Duration::from_millis(batches.checkpoint_interval_ms),
-            status_poll_interval: Duration::from_secs(2),
+            status_poll_interval: Duration::from_secs(5),
             max_run: Duration::from_secs(240),
             requeue_after: Duration::from_secs(1800),
             allow_short_windows: false,

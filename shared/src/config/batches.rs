@@ -30,7 +30,7 @@ fn default_line_concurrency() -> usize {
     16
 }
 fn default_checkpoint_interval_ms() -> u64 {
-    5_000
+    10_000
 }
 
 impl Default for BatchesConfig {
