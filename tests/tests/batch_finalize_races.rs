@@ -39,7 +39,11 @@ async fn two_pollers_finalizing_at_once_write_one_set_of_files() {
     let (a, b) = tokio::join!(h.poller.run_once(), h.poller.run_once());
     let (a, b) = (a.unwrap(), b.unwrap());
     // A pass counts only the batches it finished itself.
-    assert_eq!(a.finalized + b.finalized, 1, "exactly one poller finalizes: {a:?} {b:?}");
+    assert_eq!(
+        a.finalized + b.finalized,
+        1,
+        "exactly one poller finalizes: {a:?} {b:?}"
+    );
     assert_eq!(a.errors + b.errors, 0);
 
     let batch = h.batch(&created.id).await;
