@@ -112,3 +112,16 @@ pub fn each_called_once(provider: &ScriptedProvider, ids: &[String]) {
         assert_eq!(provider.calls_for(id), 1, "provider calls for {id}");
     }
 }
+
+/// Drain the batch to its end and check it completed with every line run, counted and written
+/// exactly once (one provider call per line).
+pub async fn run_to_end_exactly_once(h: &Harness, batch_id: &str, ids: &[String], provider: &ScriptedProvider) {
+    let batch = h.run_to_end(batch_id).await;
+    assert_eq!(batch.status, nimbus_shared::openai::batches::BatchStatus::Completed);
+    assert_counts_and_usage(&batch, ids, ids);
+    let results = h.results(&batch).await;
+    results.assert_each_once(ids);
+    assert_lines_well_formed(&results, "none");
+    each_called_once(provider, ids);
+    assert_result_files(h, &batch).await;
+}

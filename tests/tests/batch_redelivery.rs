@@ -6,6 +6,7 @@
 
 use nimbus_integration_tests::batch_assertions::{
     assert_cleaned_up, assert_counts_and_usage, assert_lines_well_formed, assert_result_files, each_called_once,
+    run_to_end_exactly_once,
 };
 use nimbus_integration_tests::batch_harness::{
     custom_ids, lines_for, settings, slow_settings, Harness, ScriptedProvider, MODEL, VISIBILITY,
@@ -152,14 +153,7 @@ async fn a_chunk_delivered_twice_at_once_runs_once() {
     each_called_once(&provider, &ids[..10]);
     assert_eq!(provider.total_calls(), 10);
 
-    let batch = h.run_to_end(&created.id).await;
-    assert_eq!(batch.status, BatchStatus::Completed);
-    assert_counts_and_usage(&batch, &ids, &ids);
-    let results = h.results(&batch).await;
-    results.assert_each_once(&ids);
-    assert_lines_well_formed(&results, "none");
-    each_called_once(&provider, &ids);
-    assert_result_files(&h, &batch).await;
+    run_to_end_exactly_once(&h, &created.id, &ids, &provider).await;
 }
 
 #[tokio::test]
@@ -192,14 +186,7 @@ async fn lost_queue_messages_are_enqueued_again_by_the_poller() {
     h.clock.advance(Duration::from_secs(2));
     let report = h.poller.run_once().await.unwrap();
     assert_eq!(report.chunks_requeued, 2);
-    let batch = h.run_to_end(&created.id).await;
-    assert_eq!(batch.status, BatchStatus::Completed);
-    assert_counts_and_usage(&batch, &ids, &ids);
-    let results = h.results(&batch).await;
-    results.assert_each_once(&ids);
-    assert_lines_well_formed(&results, "none");
-    each_called_once(&provider, &ids);
-    assert_result_files(&h, &batch).await;
+    run_to_end_exactly_once(&h, &created.id, &ids, &provider).await;
 }
 
 // Killed and stalled workers ----------------------------------------------------------------------
@@ -355,14 +342,7 @@ async fn a_run_reaching_its_deadline_hands_over_and_the_next_run_finishes() {
     assert_eq!(counts.completed + counts.failed, saved);
 
     h.settle(&chunk0, result).await;
-    let batch = h.run_to_end(&created.id).await;
-    assert_eq!(batch.status, BatchStatus::Completed);
-    assert_counts_and_usage(&batch, &ids, &ids);
-    let results = h.results(&batch).await;
-    results.assert_each_once(&ids);
-    assert_lines_well_formed(&results, "none");
-    each_called_once(&provider, &ids);
-    assert_result_files(&h, &batch).await;
+    run_to_end_exactly_once(&h, &created.id, &ids, &provider).await;
 }
 
 #[tokio::test]

@@ -52,26 +52,11 @@ class TimedLambda:
 
 
 def sqs_event(message: dict[str, Any], arn: str) -> dict[str, Any]:
-    """The event Lambda's SQS event source sends for one message (BatchSize 1), built from the
-    worker event files, as tests/python/test_batches_lambda_*.py builds it."""
-    import nimbus_testkit as kit
+    """The event Lambda's SQS event source sends for one message (BatchSize 1): the same builder
+    the Lambda tests use, so the benchmark and the tests feed the worker alike."""
+    from batch_lambda_kit import sqs_event as build  # noqa: PLC0415 - needs the venv (boto3, requests)
 
-    job = json.loads(message["Body"]).get("job")
-    event = kit.load_event("worker-sqs-validate.json" if job == "validate" else "worker-sqs-chunk.json")
-    record = event["Records"][0]
-    attributes = dict(record["attributes"])
-    attributes.update({k: v for k, v in (message.get("Attributes") or {}).items() if k in attributes})
-    record.update(
-        {
-            "messageId": message["MessageId"],
-            "receiptHandle": message["ReceiptHandle"],
-            "body": message["Body"],
-            "md5OfBody": message["MD5OfBody"],
-            "attributes": attributes,
-            "eventSourceARN": arn,
-        }
-    )
-    return event
+    return build(message, arn)
 
 
 class EventSource:
