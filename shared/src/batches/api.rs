@@ -1,6 +1,6 @@
 //! The Batch API's calls: create, get, list, cancel.
 
-use super::records::{decode, encode, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND};
+use super::records::{decode, edit, encode, Edit, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND};
 use super::{BatchEndpoint, BatchService, BatchesError, JobMessage};
 use crate::files::FilesError;
 use crate::idempotency::{fingerprint, Reservation};
@@ -294,39 +294,40 @@ impl BatchService {
     /// Start cancelling: `cancelling` at once; workers stop starting lines and the batch ends
     /// `cancelled` once they have saved what they finished.
     pub async fn cancel_batch(&self, project: &str, id: &str) -> Result<BatchObject, BatchesError> {
-        for _ in 0..20 {
-            let mut loaded = self.owned_batch(project, id).await?;
-            let status = loaded.body.batch.status;
-            match status {
-                BatchStatus::Cancelling | BatchStatus::Cancelled => return Ok(loaded.body.batch),
-                BatchStatus::Completed | BatchStatus::Failed | BatchStatus::Expired => {
-                    return Err(BatchesError::Conflict(format!(
-                        "Cannot cancel a batch with status '{}'.",
-                        status.as_str()
-                    )))
-                }
-                BatchStatus::Validating | BatchStatus::InProgress | BatchStatus::Finalizing => {}
+        let now = self.now_s();
+        let edited = edit(self.state.as_ref(), BATCH_KIND, id, |stored: &mut StoredBatch| {
+            if stored.project != project {
+                return Edit::Keep(Err(batch_not_found(id)));
             }
-            loaded.body.batch.status = BatchStatus::Cancelling;
-            loaded.body.batch.cancelling_at = Some(self.now_s());
-            match loaded.save(self.state.as_ref()).await {
-                Ok(()) => {
-                    // A worker finishes it once nothing runs any more (the last run to stop does
-                    // too, and the poller if this message is lost): the result files are not
-                    // written inside an API request.
-                    let job = JobMessage::Finalize {
-                        batch_id: id.to_owned(),
-                    };
-                    if let Err(err) = self.enqueue(&job).await {
-                        tracing::warn!(batch = %id, error = %err, "cancel: finalizing left to the poller");
-                    }
-                    return Ok(loaded.body.batch);
+            let status = stored.batch.status;
+            match status {
+                BatchStatus::Cancelling | BatchStatus::Cancelled => Edit::Keep(Ok(false)),
+                BatchStatus::Completed | BatchStatus::Failed | BatchStatus::Expired => Edit::Keep(Err(
+                    BatchesError::Conflict(format!("Cannot cancel a batch with status '{}'.", status.as_str())),
+                )),
+                BatchStatus::Validating | BatchStatus::InProgress | BatchStatus::Finalizing => {
+                    stored.batch.status = BatchStatus::Cancelling;
+                    stored.batch.cancelling_at = Some(now);
+                    Edit::Save(Ok(true))
                 }
-                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
-                Err(err) => return Err(err),
+            }
+        })
+        .await?;
+        let Some((answer, loaded)) = edited else {
+            return Err(batch_not_found(id));
+        };
+        if answer? {
+            // A worker finishes it once nothing runs any more (the last run to stop does too, and
+            // the poller if this message is lost): the result files are not written inside an
+            // API request.
+            let job = JobMessage::Finalize {
+                batch_id: id.to_owned(),
+            };
+            if let Err(err) = self.enqueue(&job).await {
+                tracing::warn!(batch = %id, error = %err, "cancel: finalizing left to the poller");
             }
         }
-        Err(StorageError::Conflict.into())
+        Ok(loaded.body.batch)
     }
 }
 

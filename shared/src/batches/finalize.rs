@@ -6,7 +6,9 @@
 
 use super::chunk_run::request_lines;
 use super::line_run::{custom_id_of, not_run_line};
-use super::records::{decode, list_all, Loaded, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND, CHUNK_KIND};
+use super::records::{
+    decode, edit, list_all, Edit, Loaded, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND, CHUNK_KIND,
+};
 use super::{BatchService, BatchesError};
 use crate::files::NewFile;
 use crate::openai::batches::BatchStatus;
@@ -86,8 +88,7 @@ impl BatchService {
                 Err(BatchesError::Storage(StorageError::Conflict)) => continue,
                 Err(err) => return Err(err),
             }
-            batch.record.version += 1;
-            if let Err(err) = self.assemble_and_finish(batch, target).await {
+            if let Err(err) = self.assemble_and_finish(&batch.body, target).await {
                 // Let the next attempt (a worker, the poller) take over at once.
                 self.drop_finalize_lease(batch_id).await;
                 return Err(err);
@@ -98,18 +99,16 @@ impl BatchService {
     }
 
     async fn drop_finalize_lease(&self, batch_id: &str) {
-        for _ in 0..5 {
-            let Ok(Some(mut batch)) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await
-            else {
-                return;
-            };
-            if batch.body.batch.status.is_terminal() {
-                return;
+        let dropped = edit(self.state.as_ref(), BATCH_KIND, batch_id, |batch: &mut StoredBatch| {
+            if batch.batch.status.is_terminal() {
+                return Edit::Keep(());
             }
-            batch.body.finalize_lease_until_ms = 0;
-            if batch.save(self.state.as_ref()).await.is_ok() {
-                return;
-            }
+            batch.finalize_lease_until_ms = 0;
+            Edit::Save(())
+        })
+        .await;
+        if let Err(err) = dropped {
+            tracing::warn!(batch = %batch_id, error = %err, "could not drop the finalize lease; it expires");
         }
     }
 
@@ -122,8 +121,7 @@ impl BatchService {
     }
 
     /// Write the result files of a sealed batch and move it to its terminal status.
-    async fn assemble_and_finish(&self, sealed: Loaded<StoredBatch>, target: BatchStatus) -> Result<(), BatchesError> {
-        let stored = &sealed.body;
+    async fn assemble_and_finish(&self, stored: &StoredBatch, target: BatchStatus) -> Result<(), BatchesError> {
         let batch_id = stored.batch.id.clone();
         // Only the chunks of a finished validation count: a cancel can land while validation is
         // still writing chunk records, and then the batch has no requests yet (`total` 0).
@@ -167,14 +165,14 @@ impl BatchService {
             _ => None,
         };
 
-        let mut batch = sealed;
-        for _ in 0..20 {
-            let current_status = batch.body.batch.status;
+        let now = self.now_s();
+        // The sealed batch only moves by a cancel: the edit sees it fresh after a lost write.
+        let edited = edit(self.state.as_ref(), BATCH_KIND, &batch_id, |batch: &mut StoredBatch| {
+            let current_status = batch.batch.status;
             if current_status.is_terminal() {
-                break;
+                return Edit::Keep(());
             }
-            let now = self.now_s();
-            let object = &mut batch.body.batch;
+            let object = &mut batch.batch;
             // A cancel that arrived while finalizing still ends `cancelled` (with every result).
             let final_status = if current_status == BatchStatus::Cancelling {
                 BatchStatus::Cancelled
@@ -191,20 +189,14 @@ impl BatchService {
             object.output_file_id = output_file_id.clone();
             object.error_file_id = error_file_id.clone();
             object.request_counts.failed += unrun;
-            batch.body.finalize_lease_until_ms = 0;
-            match batch.save(self.state.as_ref()).await {
-                Ok(()) => break,
-                Err(BatchesError::Storage(StorageError::Conflict)) => {
-                    // Only a cancel can have moved a sealed batch: read it again and finish.
-                    match Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, &batch_id).await? {
-                        Some(fresh) => batch = fresh,
-                        None => return Ok(()),
-                    }
-                }
-                Err(err) => return Err(err),
-            }
+            batch.finalize_lease_until_ms = 0;
+            Edit::Save(())
+        })
+        .await?;
+        match edited {
+            Some((_, batch)) => self.clean_up(&batch.body).await,
+            None => Ok(()),
         }
-        self.clean_up(&batch.body).await
     }
 
     async fn write_result_file(

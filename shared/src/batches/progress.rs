@@ -2,7 +2,7 @@
 //! (under a key no other run uses), then the chunk record and the batch's counters move together
 //! in one conditional write: a segment is counted exactly once, or not at all and run again.
 
-use super::records::{chunk_id, Lease, Loaded, Segment, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
+use super::records::{chunk_id, edit, Edit, Lease, Loaded, Segment, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
 use super::{BatchService, BatchesError};
 use crate::openai::batches::BatchUsage;
 use crate::ports::StorageError;
@@ -68,54 +68,49 @@ impl BatchService {
         token: &str,
         until_ms: i64,
     ) -> Result<LeaseOutcome, BatchesError> {
-        for _ in 0..10 {
-            let Some(mut chunk) =
-                Loaded::<StoredChunk>::get(self.state.as_ref(), CHUNK_KIND, &chunk_id(batch_id, index)).await?
-            else {
-                return Ok(LeaseOutcome::Missing);
-            };
-            if chunk.body.done {
-                return Ok(LeaseOutcome::Done);
-            }
-            if let Some(lease) = chunk.body.leased_at(self.now_ms()) {
-                return Ok(LeaseOutcome::HeldUntil(lease.until_ms));
-            }
-            chunk.body.lease = Some(Lease {
-                token: token.to_owned(),
-                until_ms,
-            });
-            let (record, expected) = chunk.next()?;
-            match self.state.update(&record, expected).await.map_err(BatchesError::from) {
-                Ok(()) => {
-                    chunk.record = record;
-                    return Ok(LeaseOutcome::Taken(Box::new(chunk)));
+        let now_ms = self.now_ms();
+        let edited = edit(
+            self.state.as_ref(),
+            CHUNK_KIND,
+            &chunk_id(batch_id, index),
+            |chunk: &mut StoredChunk| {
+                if chunk.done {
+                    return Edit::Keep(Some(LeaseOutcome::Done));
                 }
-                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
-                Err(err) => return Err(err),
-            }
-        }
-        Err(StorageError::Conflict.into())
+                if let Some(lease) = chunk.leased_at(now_ms) {
+                    return Edit::Keep(Some(LeaseOutcome::HeldUntil(lease.until_ms)));
+                }
+                chunk.lease = Some(Lease {
+                    token: token.to_owned(),
+                    until_ms,
+                });
+                Edit::Save(None)
+            },
+        )
+        .await?;
+        Ok(match edited {
+            None => LeaseOutcome::Missing,
+            Some((Some(outcome), _)) => outcome,
+            Some((None, chunk)) => LeaseOutcome::Taken(Box::new(chunk)),
+        })
     }
 
     /// Give the chunk up (its saved progress stays).
     pub(crate) async fn release_chunk(&self, batch_id: &str, index: u32, token: &str) -> Result<(), BatchesError> {
-        for _ in 0..10 {
-            let Some(mut chunk) =
-                Loaded::<StoredChunk>::get(self.state.as_ref(), CHUNK_KIND, &chunk_id(batch_id, index)).await?
-            else {
-                return Ok(());
-            };
-            if chunk.body.lease.as_ref().is_none_or(|lease| lease.token != token) {
-                return Ok(());
-            }
-            chunk.body.lease = None;
-            match chunk.save(self.state.as_ref()).await {
-                Ok(()) => return Ok(()),
-                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
-                Err(err) => return Err(err),
-            }
-        }
-        Err(StorageError::Conflict.into())
+        edit(
+            self.state.as_ref(),
+            CHUNK_KIND,
+            &chunk_id(batch_id, index),
+            |chunk: &mut StoredChunk| {
+                if chunk.lease.as_ref().is_none_or(|lease| lease.token != token) {
+                    return Edit::Keep(());
+                }
+                chunk.lease = None;
+                Edit::Save(())
+            },
+        )
+        .await?;
+        Ok(())
     }
 
     /// Save a segment: its result blobs, then chunk progress and batch counters in one write.

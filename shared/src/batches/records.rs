@@ -147,6 +147,46 @@ impl<T: Serialize + DeserializeOwned> Loaded<T> {
     }
 }
 
+/// What an edit decided about the record it was shown.
+pub(crate) enum Edit<R> {
+    /// Write the changed body back, then answer `R`.
+    Save(R),
+    /// Leave the record as it is and answer `R`.
+    Keep(R),
+}
+
+/// Read, change and conditionally write one record until the write wins: after a lost write,
+/// `change` sees the fresh body. `None` when the record does not exist.
+pub(crate) async fn edit<T, R>(
+    state: &dyn StateStore,
+    kind: &str,
+    id: &str,
+    mut change: impl FnMut(&mut T) -> Edit<R>,
+) -> Result<Option<(R, Loaded<T>)>, BatchesError>
+where
+    T: Serialize + DeserializeOwned,
+{
+    for _ in 0..20 {
+        let Some(mut loaded) = Loaded::<T>::get(state, kind, id).await? else {
+            return Ok(None);
+        };
+        let answer = match change(&mut loaded.body) {
+            Edit::Keep(answer) => return Ok(Some((answer, loaded))),
+            Edit::Save(answer) => answer,
+        };
+        let (record, expected) = loaded.next()?;
+        match state.update(&record, expected).await {
+            Ok(()) => {
+                loaded.record = record;
+                return Ok(Some((answer, loaded)));
+            }
+            Err(StorageError::Conflict) => continue,
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Err(StorageError::Conflict.into())
+}
+
 /// Every record of `kind` owned by `owner`, in ascending order (all pages).
 pub(crate) async fn list_all(state: &dyn StateStore, kind: &str, owner: &str) -> Result<Vec<Record>, StorageError> {
     let mut records = Vec::new();

@@ -2,7 +2,7 @@
 //! record per model holds the leases of the runs using it. A run takes a share of the free slots
 //! for its chunk lease's lifetime; a run that dies leaves a lease that simply expires.
 
-use super::records::{encode, Loaded};
+use super::records::{edit, encode, Edit};
 use super::{BatchService, BatchesError};
 use crate::ports::{Record, StorageError};
 use serde::{Deserialize, Serialize};
@@ -38,41 +38,41 @@ impl BatchService {
         token: &str,
         until_ms: i64,
     ) -> Result<u32, BatchesError> {
-        for _ in 0..20 {
-            let Some(mut slots) = Loaded::<ModelSlots>::get(self.state.as_ref(), KIND, model).await? else {
-                let record = Record {
-                    kind: KIND.to_owned(),
-                    id: model.to_owned(),
-                    owner: OWNER.to_owned(),
-                    created_at_ms: 0,
-                    version: 1,
-                    expires_at: None,
-                    body: encode(&ModelSlots::default())?,
-                };
-                match self.state.create(&record).await {
-                    Ok(()) | Err(StorageError::Conflict) => continue,
-                    Err(err) => return Err(err.into()),
-                }
-            };
+        for _ in 0..2 {
             let now = self.now_ms();
-            slots
-                .body
-                .leases
-                .retain(|lease| lease.until_ms > now && lease.token != token);
-            let used: u32 = slots.body.leases.iter().map(|lease| lease.slots).sum();
-            let granted = want.min(limit.saturating_sub(used));
-            if granted == 0 {
-                return Ok(0);
+            let edited = edit(self.state.as_ref(), KIND, model, |slots: &mut ModelSlots| {
+                slots
+                    .leases
+                    .retain(|lease| lease.until_ms > now && lease.token != token);
+                let used: u32 = slots.leases.iter().map(|lease| lease.slots).sum();
+                let granted = want.min(limit.saturating_sub(used));
+                if granted == 0 {
+                    return Edit::Keep(0);
+                }
+                slots.leases.push(SlotLease {
+                    token: token.to_owned(),
+                    slots: granted,
+                    until_ms,
+                });
+                Edit::Save(granted)
+            })
+            .await?;
+            if let Some((granted, _)) = edited {
+                return Ok(granted);
             }
-            slots.body.leases.push(SlotLease {
-                token: token.to_owned(),
-                slots: granted,
-                until_ms,
-            });
-            match slots.save(self.state.as_ref()).await {
-                Ok(()) => return Ok(granted),
-                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
-                Err(err) => return Err(err),
+            // The model's first use: make its record, then take slots from it.
+            let record = Record {
+                kind: KIND.to_owned(),
+                id: model.to_owned(),
+                owner: OWNER.to_owned(),
+                created_at_ms: 0,
+                version: 1,
+                expires_at: None,
+                body: encode(&ModelSlots::default())?,
+            };
+            match self.state.create(&record).await {
+                Ok(()) | Err(StorageError::Conflict) => {}
+                Err(err) => return Err(err.into()),
             }
         }
         Err(StorageError::Conflict.into())
@@ -80,25 +80,19 @@ impl BatchService {
 
     /// Hand back the run's slots.
     pub(crate) async fn release_slots(&self, model: &str, token: &str) -> Result<(), BatchesError> {
-        for _ in 0..20 {
-            let Some(mut slots) = Loaded::<ModelSlots>::get(self.state.as_ref(), KIND, model).await? else {
-                return Ok(());
-            };
-            let before = slots.body.leases.len();
-            let now = self.now_ms();
+        let now = self.now_ms();
+        edit(self.state.as_ref(), KIND, model, |slots: &mut ModelSlots| {
+            let before = slots.leases.len();
             slots
-                .body
                 .leases
                 .retain(|lease| lease.token != token && lease.until_ms > now);
-            if slots.body.leases.len() == before {
-                return Ok(());
+            if slots.leases.len() == before {
+                Edit::Keep(())
+            } else {
+                Edit::Save(())
             }
-            match slots.save(self.state.as_ref()).await {
-                Ok(()) => return Ok(()),
-                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
-                Err(err) => return Err(err),
-            }
-        }
-        Err(StorageError::Conflict.into())
+        })
+        .await?;
+        Ok(())
     }
 }

@@ -3,7 +3,7 @@
 //! Running it twice is harmless: the plan is deterministic and chunk records are create-if-absent.
 
 use super::input_validation::{validate_input, ChunkLimits, LineError};
-use super::records::{chunk_id, encode, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
+use super::records::{chunk_id, edit, encode, Edit, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
 use super::{BatchEndpoint, BatchService, BatchesError, JobMessage};
 use crate::openai::batches::{BatchError, BatchErrors, BatchStatus};
 use crate::ports::{Record, StorageError};
@@ -136,20 +136,15 @@ impl BatchService {
 
     /// Apply `change` to a batch still `validating`; false when it no longer is.
     async fn transition(&self, batch_id: &str, change: impl Fn(&mut StoredBatch, i64)) -> Result<bool, BatchesError> {
-        for _ in 0..20 {
-            let Some(mut batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
-                return Ok(false);
-            };
-            if batch.body.batch.status != BatchStatus::Validating {
-                return Ok(false);
+        let now = self.now_s();
+        let edited = edit(self.state.as_ref(), BATCH_KIND, batch_id, |batch: &mut StoredBatch| {
+            if batch.batch.status != BatchStatus::Validating {
+                return Edit::Keep(false);
             }
-            change(&mut batch.body, self.now_s());
-            match batch.save(self.state.as_ref()).await {
-                Ok(()) => return Ok(true),
-                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
-                Err(err) => return Err(err),
-            }
-        }
-        Err(StorageError::Conflict.into())
+            change(batch, now);
+            Edit::Save(true)
+        })
+        .await?;
+        Ok(edited.is_some_and(|(changed, _)| changed))
     }
 }
