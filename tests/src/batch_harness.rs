@@ -526,6 +526,25 @@ impl Harness {
     }
 
     /// `lines_done` of a chunk (0 if it has no record).
+    /// A worker running `message` in the background for up to a minute (abort it to "kill" it).
+    pub fn spawn_run(&self, message: &QueueMessage) -> tokio::task::JoinHandle<JobResult> {
+        let worker = self.worker.clone();
+        let body = message.body.clone();
+        tokio::spawn(async move {
+            worker
+                .handle_until(&body, Instant::now() + Duration::from_secs(60))
+                .await
+        })
+    }
+
+    /// Wait (at most 5 s) until chunk `index` has at least `lines` lines saved.
+    pub async fn wait_for_saved(&self, batch_id: &str, index: u32, lines: u64, what: &str) {
+        self.wait_until(Duration::from_secs(5), what, || async {
+            self.lines_done(batch_id, index).await >= lines
+        })
+        .await;
+    }
+
     pub async fn lines_done(&self, batch_id: &str, index: u32) -> u64 {
         self.chunk(batch_id, index)
             .await

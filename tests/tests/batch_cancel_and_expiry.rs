@@ -35,16 +35,8 @@ async fn start_slow_batch(
     h.validate().await;
     let chunk0 = h.receive().await.unwrap();
     let rest = vec![chunk0.clone(), h.receive().await.unwrap(), h.receive().await.unwrap()];
-    let worker = h.worker.clone();
-    let run = tokio::spawn(async move {
-        worker
-            .handle_until(&chunk0.body, Instant::now() + Duration::from_secs(60))
-            .await
-    });
-    h.wait_until(Duration::from_secs(5), "saved progress", || async {
-        h.lines_done(&created.id, 0).await >= 2
-    })
-    .await;
+    let run = h.spawn_run(&chunk0);
+    h.wait_for_saved(&created.id, 0, 2, "saved progress").await;
     (created, rest, run)
 }
 

@@ -85,17 +85,8 @@ async fn a_killed_workers_model_slots_expire_with_its_lease() {
     h.validate().await;
     let chunk0 = h.receive().await.unwrap();
     let chunk1 = h.receive().await.unwrap();
-    let worker = h.worker.clone();
-    let body = chunk0.body.clone();
-    let run = tokio::spawn(async move {
-        worker
-            .handle_until(&body, Instant::now() + Duration::from_secs(60))
-            .await
-    });
-    h.wait_until(Duration::from_secs(5), "saved progress", || async {
-        h.lines_done(&created.id, 0).await >= 2
-    })
-    .await;
+    let run = h.spawn_run(&chunk0);
+    h.wait_for_saved(&created.id, 0, 2, "saved progress").await;
     run.abort();
     assert!(run.await.unwrap_err().is_cancelled());
     h.queue.delete(&chunk0.receipt).await.unwrap();

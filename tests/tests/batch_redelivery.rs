@@ -204,17 +204,8 @@ async fn a_worker_killed_mid_chunk_is_recovered_without_rerunning_saved_lines() 
     let chunk1 = h.receive().await.unwrap();
     assert!(chunk0.body.contains("\"chunk\":0"), "{}", chunk0.body);
 
-    let worker = h.worker.clone();
-    let body = chunk0.body.clone();
-    let run = tokio::spawn(async move {
-        worker
-            .handle_until(&body, Instant::now() + Duration::from_secs(60))
-            .await
-    });
-    h.wait_until(Duration::from_secs(5), "two saved segments", || async {
-        h.lines_done(&created.id, 0).await >= 4
-    })
-    .await;
+    let run = h.spawn_run(&chunk0);
+    h.wait_for_saved(&created.id, 0, 4, "two saved segments").await;
     run.abort();
     assert!(run.await.unwrap_err().is_cancelled(), "the worker was killed mid-chunk");
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -274,17 +265,8 @@ async fn a_worker_outliving_its_lease_cannot_save_over_its_successor() {
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     h.validate().await;
     let chunk0 = h.receive().await.unwrap();
-    let worker = h.worker.clone();
-    let body = chunk0.body.clone();
-    let stalled = tokio::spawn(async move {
-        worker
-            .handle_until(&body, Instant::now() + Duration::from_secs(60))
-            .await
-    });
-    h.wait_until(Duration::from_secs(5), "saved progress", || async {
-        h.lines_done(&created.id, 0).await >= 2
-    })
-    .await;
+    let stalled = h.spawn_run(&chunk0);
+    h.wait_for_saved(&created.id, 0, 2, "saved progress").await;
     // The first run is still going, but as far as anyone can tell its lease ran out: a second
     // run takes the chunk over.
     h.clock.advance(Duration::from_secs(100));
