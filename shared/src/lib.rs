@@ -14,3 +14,4 @@ pub mod openai;
 pub mod ports;
 pub mod providers;
 pub mod telemetry;
+pub mod user_text;
