@@ -6,6 +6,12 @@ mod serve;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+/// jemalloc hands freed memory back to the system within seconds (its background thread purges
+/// idle pages), where glibc's malloc kept a burst of large requests' memory for good: see
+/// "Memory under hostile load" in docs/benchmarks.md.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "nimbus",

@@ -134,6 +134,10 @@ const LOCAL_AUTH_CACHE_TTL: Duration = Duration::from_secs(1);
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     init(LogFormat::from_env());
+    // Purge freed pages on a timer too, not only when the allocator is next called.
+    if let Err(err) = tikv_jemalloc_ctl::background_thread::write(true) {
+        tracing::warn!(error = %err, "could not start the allocator's background thread");
+    }
     let config = Config::from_path(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
     let adapters =
         embedded::adapters(&args.data_dir).with_context(|| format!("opening {}", args.data_dir.display()))?;

@@ -50,7 +50,7 @@ async fn chat_completions(
     State(state): State<AppState>,
     body: JsonBody<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let JsonBody { typed, mut raw } = body;
+    let JsonBody { typed, mut raw, .. } = body;
     let credentials = take_credentials(&mut raw)?;
     let request = ChatRequest { typed, raw };
     if request.typed.wants_stream() {
@@ -63,7 +63,7 @@ async fn chat_completions(
 }
 
 async fn embeddings(State(state): State<AppState>, body: JsonBody<EmbeddingRequest>) -> Result<Response, ApiError> {
-    let JsonBody { typed, mut raw } = body;
+    let JsonBody { typed, mut raw, .. } = body;
     let credentials = take_credentials(&mut raw)?;
     let response = state.inference.embed(&typed, &credentials).await?;
     Ok(Json(response).into_response())

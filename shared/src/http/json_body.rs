@@ -1,6 +1,7 @@
 //! JSON request bodies with precise 400s: malformed JSON, wrong types and missing fields name the
 //! parameter (`messages[0].content`, `model`).
 
+use super::body_budget::{self, BodyPermit};
 use super::error::ApiError;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -11,6 +12,8 @@ use serde_json::{Map, Value};
 pub struct JsonBody<T> {
     pub typed: T,
     pub raw: Map<String, Value>,
+    /// A large body's share of the memory budget, held as long as the body is.
+    pub budget: BodyPermit,
 }
 
 impl<S, T> FromRequest<S> for JsonBody<T>
@@ -21,6 +24,12 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let declared = request
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        let budget = body_budget::reserve(declared, super::MAX_JSON_BODY_BYTES).await;
         let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::payload_too_large("The request body is too large.")
@@ -28,7 +37,9 @@ where
                 ApiError::invalid_request(format!("Could not read the request body: {}", rejection.body_text()))
             }
         })?;
-        parse_json_body(&bytes)
+        let mut body = parse_json_body(&bytes)?;
+        body.budget = budget;
+        Ok(body)
     }
 }
 
@@ -53,7 +64,9 @@ pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<JsonBody<T>,
 
 /// Read a JSON object into `T`, naming the offending parameter on failure.
 pub fn parse_json_object<T: DeserializeOwned>(raw: Map<String, Value>) -> Result<JsonBody<T>, ApiError> {
-    let typed = serde_path_to_error::deserialize::<_, T>(Value::Object(raw.clone())).map_err(|err| {
+    let raw = Value::Object(raw);
+    // Deserialized from a reference: a large body's JSON tree is not copied.
+    let typed = serde_path_to_error::deserialize::<_, T>(&raw).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.inner().to_string();
         if let Some(field) = missing_field(&inner) {
@@ -78,7 +91,14 @@ pub fn parse_json_object<T: DeserializeOwned>(raw: Map<String, Value>) -> Result
             }
         }
     })?;
-    Ok(JsonBody { typed, raw })
+    let Value::Object(raw) = raw else {
+        return Err(ApiError::invalid_request("The request body must be a JSON object.").with_code("invalid_json"));
+    };
+    Ok(JsonBody {
+        typed,
+        raw,
+        budget: BodyPermit::default(),
+    })
 }
 
 /// `x` from serde's "missing field `x`".

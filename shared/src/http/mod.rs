@@ -2,6 +2,7 @@
 //! locally. Handlers parse, call the business layer, and map errors; nothing else.
 
 mod batch_routes;
+pub mod body_budget;
 pub mod error;
 mod files_routes;
 pub(crate) mod inference_routes;
