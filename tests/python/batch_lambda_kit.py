@@ -334,7 +334,7 @@ def check_results(
     for line in errors:
         assert line["id"].startswith("batch_req_"), line
         assert line["error"] is None, line
-        assert line["response"]["status_code"] == 502, line
+        assert line["response"]["status_code"] == 500, line
         assert set(line["response"]["body"]["error"]) >= {"message", "type", "param", "code"}, line
     ids = [line["id"] for line in output + errors]
     assert len(ids) == len(set(ids)), "request ids repeat"

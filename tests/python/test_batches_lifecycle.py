@@ -268,7 +268,7 @@ def test_failing_lines_go_to_the_error_file(sdk: openai.OpenAI) -> None:
     assert models == {"ok-dummy": "dummy", "ok-fallback": "dummy-fallback", "ok-dummy-2": "dummy"}
     for line in errors:
         check_provider_error_line(line)
-        assert line["response"]["status_code"] == 502, line
+        assert line["response"]["status_code"] == 500, line
     bodies = [line["response"]["body"] for line in output]
     check_usage_matches_lines(batch, bodies, chat=True)
 

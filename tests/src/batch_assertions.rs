@@ -34,7 +34,8 @@ pub fn assert_counts_and_usage(batch: &BatchObject, all: &[String], ran: &[Strin
     assert_eq!(batch.usage.total_tokens, input + output, "usage.total_tokens");
 }
 
-/// Output lines are 200s echoing their own custom_id; provider failures are 502 error lines;
+/// Output lines are 200s echoing their own custom_id; provider failures are error lines with the
+/// provider's status (the scripted provider's 500) and the gateway's verdict next to it;
 /// lines that never ran carry `code` and no response.
 pub fn assert_lines_well_formed(results: &BatchResults, not_run_code: &str) {
     for line in &results.output {
@@ -55,8 +56,9 @@ pub fn assert_lines_well_formed(results: &BatchResults, not_run_code: &str) {
             assert_eq!(line["error"]["code"], not_run_code, "{line}");
         } else {
             assert!(is_failing(id), "{id} should have succeeded: {line}");
-            assert_eq!(line["response"]["status_code"], 502, "{line}");
+            assert_eq!(line["response"]["status_code"], 500, "{line}");
             assert!(line["response"]["body"]["error"]["message"].is_string(), "{line}");
+            assert_eq!(line["response"]["gateway_error"]["code"], "provider_error", "{line}");
             assert!(line["error"].is_null(), "{line}");
         }
     }

@@ -162,6 +162,7 @@ impl ChatProvider for ScriptedProvider {
                 status: 500,
                 message: format!("scripted failure for {content}"),
                 retry_after: None,
+                body: None,
             });
         }
         let (prompt, completion) = tokens_for(&content);
@@ -379,6 +380,7 @@ impl Harness {
             endpoint: "/v1/chat/completions".to_owned(),
             completion_window: "24h".to_owned(),
             metadata: None,
+            output_expires_after: None,
         }
     }
 

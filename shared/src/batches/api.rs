@@ -2,7 +2,7 @@
 
 use super::records::{decode, edit, encode, Edit, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND};
 use super::{BatchEndpoint, BatchService, BatchesError, JobMessage};
-use crate::files::FilesError;
+use crate::files::{check_expires_after, ExpiryField, FilesError};
 use crate::idempotency::{fingerprint, Reservation};
 use crate::openai::batches::{BatchList, BatchObject, BatchStatus, BatchUsage, CreateBatchRequest, RequestCounts};
 use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
@@ -111,6 +111,17 @@ impl BatchService {
         })?;
         let window_s = window_seconds(&request.completion_window, self.settings.allow_short_windows)?;
         let metadata = check_metadata(&request)?;
+        if let Some(policy) = &request.output_expires_after {
+            // The files' own rule, with the batch's parameter names and code.
+            check_expires_after(policy, ExpiryField::BatchOutputExpiresAfter).map_err(|err| match err {
+                FilesError::Invalid { message, param } => BatchesError::Invalid {
+                    message,
+                    param,
+                    code: Some("invalid_value"),
+                },
+                other => other.into(),
+            })?;
+        }
         let (_, input_blob_key) =
             self.files
                 .batch_input(project, &request.input_file_id)
@@ -154,6 +165,7 @@ impl BatchService {
         }
         let created_ms = id_time_ms(&id).unwrap_or_else(|| self.now_ms());
         let created_at = created_ms.div_euclid(1000);
+        let output_expires_after = request.output_expires_after.clone();
         let batch = BatchObject {
             id: id.clone(),
             object: "batch".to_owned(),
@@ -188,6 +200,7 @@ impl BatchService {
             reserved_error_file_id: None,
             finalize_lease_until_ms: 0,
             sealed: false,
+            output_expires_after,
         };
         // The marker first: a batch the poller cannot see could never be recovered.
         let marker = Record {
@@ -362,6 +375,7 @@ mod tests {
             endpoint: "/v1/chat/completions".into(),
             completion_window: "24h".into(),
             metadata: Some(metadata.into_iter().map(|(k, v)| (k, json!(v))).collect()),
+            output_expires_after: None,
         }
     }
 

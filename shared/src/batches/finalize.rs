@@ -209,7 +209,8 @@ impl BatchService {
         let new = NewFile {
             filename: format!("{}_{which}.jsonl", stored.batch.id),
             purpose: FilePurpose::BatchOutput,
-            expires_after: None,
+            // `expires_at` = the file's creation + the policy's seconds, swept like any expiring file.
+            expires_after: stored.output_expires_after.clone(),
         };
         let file = self
             .files

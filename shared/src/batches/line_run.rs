@@ -5,12 +5,13 @@ use super::BatchEndpoint;
 use crate::http::inference_routes::take_credentials;
 use crate::http::json_body::parse_json_object;
 use crate::http::ApiError;
-use crate::inference::InferenceService;
+use crate::inference::{InferenceError, InferenceService};
 use crate::openai::batches::BatchUsage;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::embeddings::EmbeddingRequest;
 use crate::ports::IdSource;
-use crate::providers::ChatRequest;
+use crate::providers::router::RoutingError;
+use crate::providers::{ChatRequest, ProviderError};
 use serde_json::{json, Map, Value};
 
 /// What became of one line.
@@ -89,22 +90,107 @@ pub(crate) async fn run_line(
         };
     };
     let mut usage = BatchUsage::default();
-    let answer = call(inference, endpoint, body, &mut usage).await;
-    let (status, body) = match answer {
-        Ok(body) => (200, body),
-        Err(error) => (error.status.as_u16(), error.envelope()),
+    let request_id = ids.prefixed("req_");
+    let (ok, response) = match call(inference, endpoint, body, &mut usage).await {
+        Ok(body) => (
+            true,
+            json!({"status_code": 200, "request_id": request_id, "body": body}),
+        ),
+        Err(error) => (false, failed_response(error, &request_id)),
     };
     let line = json!({
         "id": ids.prefixed("batch_req_"),
         "custom_id": custom_id,
-        "response": {"status_code": status, "request_id": ids.prefixed("req_"), "body": body},
+        "response": response,
         "error": null,
     });
     LineResult {
         line: line.to_string(),
-        ok: status == 200,
+        ok,
         usage,
     }
+}
+
+/// Why a line got no answer: the gateway refused the request, or inference failed.
+#[derive(Debug)]
+enum LineError {
+    Request(ApiError),
+    Inference(InferenceError),
+}
+
+impl From<ApiError> for LineError {
+    fn from(err: ApiError) -> Self {
+        Self::Request(err)
+    }
+}
+
+impl From<InferenceError> for LineError {
+    fn from(err: InferenceError) -> Self {
+        Self::Inference(err)
+    }
+}
+
+/// The `response` of a failed line. When a provider answered with an HTTP error (the last one
+/// tried, after retries and fallback), the line carries what that provider said: its status and
+/// its error body; the gateway's own verdict (the envelope the synchronous API would answer, e.g.
+/// code `provider_error`, "All providers ... failed: p (3 attempts): ...") goes next to it as
+/// `gateway_error`. Any other failure (a timeout, a refused connection, a request the gateway
+/// refused) has no provider status: the gateway's status and envelope.
+fn failed_response(error: LineError, request_id: &str) -> Value {
+    let provider_answer = match &error {
+        LineError::Inference(InferenceError::Routing(routing)) => last_provider_answer(routing),
+        _ => None,
+    };
+    let gateway = match error {
+        LineError::Request(api) => api,
+        LineError::Inference(inference) => ApiError::from(inference),
+    };
+    match provider_answer {
+        Some((status, body)) => json!({
+            "status_code": status,
+            "request_id": request_id,
+            "body": body,
+            "gateway_error": gateway.envelope()["error"].take(),
+        }),
+        None => json!({
+            "status_code": gateway.status.as_u16(),
+            "request_id": request_id,
+            "body": gateway.envelope(),
+        }),
+    }
+}
+
+/// The status and error body of the last provider tried, if it answered with an HTTP error. The
+/// body is kept as sent when it is an OpenAI-style `{"error": {...}}` object, else the envelope is
+/// built around the provider's message. A missing credential is the client's to fix: the gateway's.
+fn last_provider_answer(routing: &RoutingError) -> Option<(u16, Value)> {
+    let RoutingError::AllFailed { failures, .. } = routing else {
+        return None;
+    };
+    if failures
+        .iter()
+        .any(|f| matches!(f.error, ProviderError::MissingCredential(_)))
+    {
+        return None;
+    }
+    let ProviderError::Http {
+        status, message, body, ..
+    } = &failures.last()?.error
+    else {
+        return None;
+    };
+    let body = match body {
+        Some(body) if body.get("error").is_some_and(Value::is_object) => body.clone(),
+        _ => {
+            let kind = if *status >= 500 {
+                "server_error"
+            } else {
+                "invalid_request_error"
+            };
+            json!({"error": {"message": message, "type": kind, "param": null, "code": null}})
+        }
+    };
+    Some((*status, body))
 }
 
 async fn call(
@@ -112,7 +198,7 @@ async fn call(
     endpoint: BatchEndpoint,
     mut body: Map<String, Value>,
     usage: &mut BatchUsage,
-) -> Result<Value, ApiError> {
+) -> Result<Value, LineError> {
     let credentials = take_credentials(&mut body)?;
     let value = match endpoint {
         BatchEndpoint::ChatCompletions => {
@@ -132,13 +218,15 @@ async fn call(
             serde_json::to_value(&response)
         }
     };
-    value.map_err(|e| ApiError::internal(format!("could not encode the answer: {e}")))
+    value.map_err(|e| ApiError::internal(format!("could not encode the answer: {e}")).into())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ports::UuidV7Ids;
+    use crate::providers::router::ProviderFailure;
+    use std::time::Duration;
 
     #[test]
     fn request_line_fields_are_read_without_the_rest() {
@@ -151,6 +239,96 @@ mod tests {
         assert_eq!(body["input"], "x");
         assert_eq!(custom_id_of(b"not json"), None);
         assert!(parse_request_line(br#"{"custom_id": "r", "body": 5}"#).is_none());
+    }
+
+    fn all_failed(errors: Vec<ProviderError>) -> LineError {
+        let failures = errors
+            .into_iter()
+            .enumerate()
+            .map(|(i, error)| ProviderFailure {
+                provider: format!("p{i}"),
+                attempts: 3,
+                error,
+            })
+            .collect();
+        LineError::Inference(InferenceError::Routing(RoutingError::AllFailed {
+            model: "m".into(),
+            failures,
+        }))
+    }
+
+    fn http(status: u16, body: Option<Value>) -> ProviderError {
+        ProviderError::Http {
+            status,
+            message: format!("upstream says {status}"),
+            retry_after: None,
+            body,
+        }
+    }
+
+    fn timeout() -> ProviderError {
+        ProviderError::Timeout {
+            after: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_provider_http_error_keeps_its_status_and_body_next_to_the_gateway_verdict() {
+        let provider_body = json!({"error": {"message": "boom", "type": "server_error", "param": null,
+                                             "code": "upstream_code", "extra": [1, 2]}});
+        let response = failed_response(all_failed(vec![http(500, Some(provider_body.clone()))]), "req_1");
+        assert_eq!(response["status_code"], 500);
+        assert_eq!(response["request_id"], "req_1");
+        assert_eq!(response["body"], provider_body, "the provider's body as sent");
+        let gateway = &response["gateway_error"];
+        assert_eq!(gateway["code"], "provider_error");
+        assert_eq!(gateway["type"], "server_error");
+        let message = gateway["message"].as_str().unwrap();
+        assert!(message.contains("All providers for model `m` failed"), "{message}");
+        assert!(
+            message.contains("p0 (3 attempts)") && message.contains("upstream says 500"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_last_provider_tried_gives_the_status() {
+        // Fallback: the first provider timed out, the last answered 429.
+        let response = failed_response(all_failed(vec![timeout(), http(429, None)]), "r");
+        assert_eq!(response["status_code"], 429);
+        // A body that was not JSON: the envelope around the provider's message.
+        assert_eq!(response["body"]["error"]["message"], "upstream says 429");
+        assert_eq!(response["body"]["error"]["type"], "invalid_request_error");
+        assert!(response["body"]["error"].as_object().unwrap().contains_key("code"));
+        assert_eq!(response["gateway_error"]["code"], "provider_error");
+        // JSON without an OpenAI `error` object is wrapped too, with the provider's message.
+        let response = failed_response(all_failed(vec![http(503, Some(json!({"detail": "x"})))]), "r");
+        assert_eq!(response["status_code"], 503);
+        assert_eq!(response["body"]["error"]["message"], "upstream says 503");
+        assert_eq!(response["body"]["error"]["type"], "server_error");
+    }
+
+    #[test]
+    fn failures_without_a_provider_status_keep_the_gateway_status() {
+        let response = failed_response(all_failed(vec![timeout()]), "r");
+        assert_eq!(response["status_code"], 504);
+        assert_eq!(response["body"]["error"]["code"], "provider_timeout");
+        assert!(response.get("gateway_error").is_none());
+        // The last provider could not be reached: no provider status, whatever came before.
+        let refused = ProviderError::Connection("refused".into());
+        let response = failed_response(all_failed(vec![http(500, None), refused]), "r");
+        assert_eq!(response["status_code"], 502);
+        assert_eq!(response["body"]["error"]["code"], "provider_error");
+        // A missing credential is the client's to fix, whatever the providers answered.
+        let missing = ProviderError::MissingCredential("key".into());
+        let response = failed_response(all_failed(vec![missing, http(500, None)]), "r");
+        assert_eq!(response["status_code"], 400);
+        assert_eq!(response["body"]["error"]["code"], "missing_credential");
+        // A request the gateway refused before any provider.
+        let refused = LineError::Request(ApiError::invalid_request("bad").with_param("messages"));
+        let response = failed_response(refused, "r");
+        assert_eq!(response["status_code"], 400);
+        assert_eq!(response["body"]["error"]["param"], "messages");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 use super::input_validation::ChunkRange;
 use super::BatchesError;
 use crate::openai::batches::{BatchObject, BatchUsage};
+use crate::openai::files::ExpiresAfter;
 use crate::ports::{ListOrder, ListQuery, Record, StateStore, StorageError};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -50,6 +51,9 @@ pub(crate) struct StoredBatch {
     /// Set by the finalizer before it reads the results: no segment is counted after it.
     #[serde(default)]
     pub sealed: bool,
+    /// The create request's `output_expires_after`, applied to the output and error files.
+    #[serde(default)]
+    pub output_expires_after: Option<ExpiresAfter>,
 }
 
 impl StoredBatch {

@@ -2,6 +2,7 @@
 
 use super::FilesError;
 use crate::openai::files::{ExpiresAfter, FilePurpose};
+use crate::user_text::excerpt;
 
 const MIB: u64 = 1024 * 1024;
 /// Batch input files: 200 MB.
@@ -60,6 +61,62 @@ pub(crate) fn too_large(purpose: FilePurpose) -> FilesError {
     }
 }
 
+/// The request field an expiry policy came in, which names the parameter in its errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpiryField {
+    /// `expires_after` of a file or upload (multipart names: `expires_after[anchor]`).
+    FileExpiresAfter,
+    /// `output_expires_after` of a batch: the policy of its output and error files.
+    BatchOutputExpiresAfter,
+}
+
+impl ExpiryField {
+    fn name(self) -> &'static str {
+        match self {
+            Self::FileExpiresAfter => "expires_after",
+            Self::BatchOutputExpiresAfter => "output_expires_after",
+        }
+    }
+
+    fn anchor_param(self) -> &'static str {
+        match self {
+            Self::FileExpiresAfter => "expires_after[anchor]",
+            Self::BatchOutputExpiresAfter => "output_expires_after.anchor",
+        }
+    }
+
+    fn seconds_param(self) -> &'static str {
+        match self {
+            Self::FileExpiresAfter => "expires_after[seconds]",
+            Self::BatchOutputExpiresAfter => "output_expires_after.seconds",
+        }
+    }
+}
+
+/// Check an expiry policy (anchor `created_at`, 3600..=2592000 s): the seconds after the anchor.
+pub fn check_expires_after(after: &ExpiresAfter, field: ExpiryField) -> Result<i64, FilesError> {
+    let name = field.name();
+    if after.anchor != "created_at" {
+        return Err(FilesError::invalid(
+            format!(
+                "Invalid {name} anchor '{}': only 'created_at' is supported.",
+                excerpt(&after.anchor)
+            ),
+            field.anchor_param(),
+        ));
+    }
+    if !(MIN_EXPIRES_AFTER_S..=MAX_EXPIRES_AFTER_S).contains(&after.seconds) {
+        return Err(FilesError::invalid(
+            format!(
+                "Invalid {name} seconds {}: expected {MIN_EXPIRES_AFTER_S} to {MAX_EXPIRES_AFTER_S}.",
+                after.seconds
+            ),
+            field.seconds_param(),
+        ));
+    }
+    Ok(after.seconds)
+}
+
 /// `expires_at` for a new file: `expires_after` if given (anchor `created_at`, 3600..2592000 s),
 /// else 30 days for batch files and never for others.
 pub(crate) fn expires_at(
@@ -68,28 +125,55 @@ pub(crate) fn expires_at(
     expires_after: Option<ExpiresAfter>,
 ) -> Result<Option<i64>, FilesError> {
     match expires_after {
-        Some(after) => {
-            if after.anchor != "created_at" {
-                return Err(FilesError::invalid(
-                    format!(
-                        "Invalid expires_after anchor '{}': only 'created_at' is supported.",
-                        after.anchor
-                    ),
-                    "expires_after[anchor]",
-                ));
-            }
-            if !(MIN_EXPIRES_AFTER_S..=MAX_EXPIRES_AFTER_S).contains(&after.seconds) {
-                return Err(FilesError::invalid(
-                    format!(
-                        "Invalid expires_after seconds {}: expected {MIN_EXPIRES_AFTER_S} to {MAX_EXPIRES_AFTER_S}.",
-                        after.seconds
-                    ),
-                    "expires_after[seconds]",
-                ));
-            }
-            Ok(Some(created_at + after.seconds))
-        }
+        Some(after) => Ok(Some(
+            created_at + check_expires_after(&after, ExpiryField::FileExpiresAfter)?,
+        )),
         None if purpose == FilePurpose::Batch => Ok(Some(created_at + BATCH_FILE_DEFAULT_TTL_S)),
         None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(anchor: &str, seconds: i64) -> ExpiresAfter {
+        ExpiresAfter {
+            anchor: anchor.into(),
+            seconds,
+        }
+    }
+
+    fn param_of(result: Result<i64, FilesError>) -> Option<String> {
+        match result {
+            Err(FilesError::Invalid { param, .. }) => param,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn one_expiry_rule_names_the_field_it_came_in() {
+        for field in [ExpiryField::FileExpiresAfter, ExpiryField::BatchOutputExpiresAfter] {
+            assert_eq!(check_expires_after(&policy("created_at", 3600), field).unwrap(), 3600);
+            assert_eq!(
+                check_expires_after(&policy("created_at", 2_592_000), field).unwrap(),
+                2_592_000
+            );
+        }
+        let batch = ExpiryField::BatchOutputExpiresAfter;
+        for seconds in [3599, 2_592_001, 0, -1] {
+            let param = param_of(check_expires_after(&policy("created_at", seconds), batch));
+            assert_eq!(param.as_deref(), Some("output_expires_after.seconds"), "{seconds}");
+        }
+        let param = param_of(check_expires_after(&policy("last_access", 3600), batch));
+        assert_eq!(param.as_deref(), Some("output_expires_after.anchor"));
+        let param = param_of(check_expires_after(&policy("x", 3600), ExpiryField::FileExpiresAfter));
+        assert_eq!(param.as_deref(), Some("expires_after[anchor]"));
+        // A long anchor is quoted only in part.
+        let long = "a".repeat(10_000);
+        let Err(FilesError::Invalid { message, .. }) = check_expires_after(&policy(&long, 3600), batch) else {
+            panic!("a long anchor is refused");
+        };
+        assert!(message.len() < 300, "{message}");
     }
 }

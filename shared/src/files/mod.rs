@@ -15,7 +15,7 @@ mod upload_ops;
 
 pub use direct::{DirectUploadTarget, DIRECT_UPLOAD_TTL};
 pub use file_ops::{FileContent, FileDraft, FileReservation, ListFiles, NewFile, DOWNLOAD_URL_TTL};
-pub use limits::{max_bytes_for, MAX_FILE_BYTES, MAX_PART_BYTES};
+pub use limits::{check_expires_after, max_bytes_for, ExpiryField, MAX_FILE_BYTES, MAX_PART_BYTES};
 
 use crate::openai::files::FileObject;
 use crate::ports::{BlobStore, Clock, IdSource, Record, SortCursor, StateStore, StorageError};

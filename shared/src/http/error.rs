@@ -274,6 +274,7 @@ mod tests {
                         status: 500,
                         message: "boom".into(),
                         retry_after: None,
+                        body: None,
                     })],
                 },
                 StatusCode::BAD_GATEWAY,
@@ -294,6 +295,7 @@ mod tests {
                         status: 422,
                         message: "bad arg".into(),
                         retry_after: None,
+                        body: None,
                     })],
                 },
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -319,6 +321,7 @@ mod tests {
                 status: 503,
                 message: "overloaded".into(),
                 retry_after: None,
+                body: None,
             })],
         });
         assert!(err.message.contains("overloaded"));

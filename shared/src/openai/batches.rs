@@ -1,5 +1,6 @@
 //! `/v1/batches` wire types.
 
+use super::files::ExpiresAfter;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -126,6 +127,10 @@ pub struct CreateBatchRequest {
     /// Checked by the business layer (string values only), so that its errors name `metadata`.
     #[serde(default)]
     pub metadata: Option<BTreeMap<String, serde_json::Value>>,
+    /// When the batch's output and error files expire, counted from each file's creation.
+    /// Not echoed in the Batch object (OpenAI's does not either).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_expires_after: Option<ExpiresAfter>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

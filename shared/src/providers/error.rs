@@ -11,6 +11,8 @@ pub enum ProviderError {
         message: String,
         /// From `retry-after-ms` / `retry-after`.
         retry_after: Option<Duration>,
+        /// The error body as the provider sent it, when it was JSON (batch error lines keep it).
+        body: Option<serde_json::Value>,
     },
     /// No (complete) answer within the configured timeout.
     #[error("provider timed out after {} ms", .after.as_millis())]

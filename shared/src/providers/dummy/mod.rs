@@ -13,6 +13,7 @@ use crate::openai::chat::ChatCompletion;
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
 use async_trait::async_trait;
 use futures::StreamExt;
+use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,11 +45,22 @@ impl DummyProvider {
             tokio::time::sleep(Duration::from_millis(self.config.latency_ms)).await;
         }
         match self.config.fail_with_status {
-            Some(status) => Err(ProviderError::Http {
-                status,
-                message: format!("dummy provider `{}` failed as configured (HTTP {status})", self.name),
-                retry_after: None,
-            }),
+            Some(status) => {
+                let message = format!("dummy provider `{}` failed as configured (HTTP {status})", self.name);
+                // The body an OpenAI-compatible server sends with an error status.
+                let kind = if status >= 500 {
+                    "server_error"
+                } else {
+                    "invalid_request_error"
+                };
+                let body = json!({"error": {"message": message, "type": kind, "param": null, "code": null}});
+                Err(ProviderError::Http {
+                    status,
+                    message,
+                    retry_after: None,
+                    body: Some(body),
+                })
+            }
             None => Ok(()),
         }
     }

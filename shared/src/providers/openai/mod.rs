@@ -148,13 +148,20 @@ fn error_chain(err: &dyn std::error::Error) -> String {
     message
 }
 
+/// The largest error body kept as JSON (larger ones keep only their message).
+const MAX_KEPT_ERROR_BODY: usize = 64 * 1024;
+
 /// Turn a non-2xx answer into [`ProviderError::Http`], keeping the provider's own message.
 async fn error_from_response(response: reqwest::Response) -> ProviderError {
     let status = response.status().as_u16();
     let retry_after = retry_after_from_headers(response.headers());
     let text = response.text().await.unwrap_or_default();
+    let body = (text.len() <= MAX_KEPT_ERROR_BODY)
+        .then(|| serde_json::from_str::<Value>(&text).ok())
+        .flatten();
     ProviderError::Http {
         status,
+        body,
         message: upstream_error_message(&text).unwrap_or_else(|| {
             if text.trim().is_empty() {
                 format!("HTTP {status} with an empty body")

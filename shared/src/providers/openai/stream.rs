@@ -50,6 +50,7 @@ pub(super) fn parse_chunk(data: &str) -> Result<ChatCompletionChunk, ProviderErr
             status: 502,
             message: upstream_error_message(data).unwrap_or_else(|| "error in upstream stream".to_owned()),
             retry_after: None,
+            body: Some(value),
         });
     }
     serde_json::from_value(value).map_err(|e| ProviderError::InvalidResponse(format!("stream chunk: {e}")))

@@ -152,7 +152,8 @@ async fn upstream_errors_keep_status_message_and_retry_after() {
         ProviderError::Http {
             status: 429,
             message: "slow down".into(),
-            retry_after: Some(Duration::from_secs(1))
+            retry_after: Some(Duration::from_secs(1)),
+            body: Some(json!({"error": {"message": "slow down"}})),
         }
     );
     assert!(err.is_retryable());

@@ -73,6 +73,7 @@ fn http(status: u16) -> ProviderError {
         status,
         message: format!("status {status}"),
         retry_after: None,
+        body: None,
     }
 }
 
@@ -142,6 +143,7 @@ async fn a_long_retry_after_moves_on_instead_of_waiting() {
         status: 429,
         message: "later".into(),
         retry_after: Some(Duration::from_secs(3600)),
+        body: None,
     };
     let a = Scripted::new(vec![Err(slow)]);
     let b = Scripted::new(vec![Ok("b")]);
