@@ -2,7 +2,7 @@
 //! bytes, so deleting or expiring the file removes it from the API at once while the bytes stay
 //! until the last holder lets go.
 //!
-//! One `blob_hold` record per blob key (owner `_holds`) lists the holders. Both sides write first
+//! One `blob_hold` record per blob key (owner: the file id) lists the holders. Both sides write first
 //! and read the other's record after: the deleter removes the file record, then reads the hold;
 //! a holder adds or removes itself, then reads the file record. Single-record reads are strongly
 //! consistent in both adapters, so in every interleaving at least one side sees the other: bytes
@@ -15,7 +15,6 @@ use crate::ports::{Record, StorageError};
 use serde::{Deserialize, Serialize};
 
 pub(crate) const HOLD_KIND: &str = "blob_hold";
-const HOLD_OWNER: &str = "_holds";
 /// Longer than the longest completion window (7 days) plus finalizing: when a held file is deleted,
 /// the janitor removes its bytes this long after at the latest, even if a holder never let go.
 pub const HOLD_BACKSTOP_MS: i64 = 8 * 24 * 3600 * 1000;
@@ -137,7 +136,7 @@ impl FilesService {
     }
 
     /// Add `holder` to the bytes' holders (no change if it is there already).
-    async fn add_holder(&self, blob_key: &str, file_id: &str, holder: &str) -> Result<(), FilesError> {
+    pub(crate) async fn add_holder(&self, blob_key: &str, file_id: &str, holder: &str) -> Result<(), FilesError> {
         for _ in 0..ATTEMPTS {
             let written = match self.state.get(HOLD_KIND, blob_key).await? {
                 None => {
@@ -148,7 +147,7 @@ impl FilesService {
                     let record = Record {
                         kind: HOLD_KIND.to_owned(),
                         id: blob_key.to_owned(),
-                        owner: HOLD_OWNER.to_owned(),
+                        owner: file_id.to_owned(),
                         created_at_ms: self.clock.now_unix_ms(),
                         version: 1,
                         expires_at: None,
