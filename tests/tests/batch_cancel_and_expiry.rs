@@ -10,7 +10,7 @@ use nimbus_integration_tests::batch_assertions::{
 };
 use nimbus_integration_tests::batch_harness::{
     batch_record_with_status, custom_ids, lines_for, settings, slow_settings, BatchResults, Harness, ScriptedProvider,
-    MODEL, PROJECT,
+    MODEL, PROJECT, VISIBILITY,
 };
 use nimbus_shared::batches::JobResult;
 use nimbus_shared::openai::batches::{BatchObject, BatchStatus};
@@ -201,7 +201,7 @@ async fn cancelling_while_validation_is_half_done_lists_lines_consistently() {
 // Dead and stalled workers ------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cancelling_while_a_dead_worker_holds_a_chunk_finishes_after_its_lease() {
+async fn cancelling_while_a_dead_worker_holds_a_chunk_finishes_within_seconds() {
     let provider = ScriptedProvider::new(Duration::from_millis(30));
     let h = Harness::new(slow_settings(), &[(MODEL, Arc::clone(&provider))]);
     let ids = custom_ids(30, Some(4));
@@ -213,19 +213,35 @@ async fn cancelling_while_a_dead_worker_holds_a_chunk_finishes_after_its_lease()
     let saved = usize::try_from(h.lines_done(&created.id, 0).await).unwrap();
     assert!((2..10).contains(&saved), "{saved}");
 
+    let cancelled_at = Instant::now();
     let cancelling = h.service.cancel_batch(PROJECT, &created.id).await.unwrap();
     assert_eq!(cancelling.status, BatchStatus::Cancelling);
     for message in &rest[1..] {
         assert_eq!(h.handle(message).await, JobResult::Done);
     }
-    // The dead run's lease still stands: the poller waits for it.
+    // The dead run's lease (a minute and more) still stands: the cancel's finalize job waits a
+    // few seconds for it to save, then finishes without it.
+    let finalize = h.receive().await.unwrap();
+    assert!(finalize.body.contains("finalize"), "{}", finalize.body);
+    let JobResult::RetryAfter(wait) = h.handle(&finalize).await else {
+        panic!("the finalize job should wait for the leased chunk briefly");
+    };
+    assert!(wait <= Duration::from_secs(3), "{wait:?}");
     h.poller.run_once().await.unwrap();
     assert_eq!(h.batch(&created.id).await.status, BatchStatus::Cancelling);
-    h.clock.advance(Duration::from_secs(100));
-    let report = h.poller.run_once().await.unwrap();
-    assert_eq!(report.finalized, 1);
+    let again = h
+        .queue
+        .receive(1, wait + Duration::from_secs(1), VISIBILITY)
+        .await
+        .unwrap();
+    assert_eq!(h.handle(&again[0]).await, JobResult::Done);
     let batch = h.batch(&created.id).await;
     assert_eq!(batch.status, BatchStatus::Cancelled);
+    assert!(
+        cancelled_at.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        cancelled_at.elapsed()
+    );
     let results = h.results(&batch).await;
     results.assert_each_once(&ids);
     assert_lines_well_formed(&results, "batch_cancelled");

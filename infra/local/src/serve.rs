@@ -1,7 +1,7 @@
 //! `nimbus serve`: the whole gateway in one process on the embedded adapters.
 
 use anyhow::Context;
-use nimbus_shared::adapters::embedded::spawn_queue_workers;
+use nimbus_shared::adapters::embedded::{spawn_queue_workers, DataDirLock, FileBlobStore};
 use nimbus_shared::app::{app_state, batch_service, embedded, inference_service, Adapters, AuthSettings};
 use nimbus_shared::auth::AuthMode;
 use nimbus_shared::batches::{BatchSettings, BatchWorker, Poller};
@@ -132,6 +132,10 @@ fn local_batch_settings(config: &Config, allow_short_windows: bool) -> BatchSett
 /// A key created or revoked while the server runs takes effect within this long.
 const LOCAL_AUTH_CACHE_TTL: Duration = Duration::from_secs(1);
 
+/// Temporary files of blob writes older than this are removed by the schedule (a write in flight
+/// is far younger).
+const STALE_TEMP_FILE_AGE: Duration = Duration::from_secs(3600);
+
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     init(LogFormat::from_env());
     // Purge freed pages on a timer too, not only when the allocator is next called.
@@ -139,8 +143,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!(error = %err, "could not start the allocator's background thread");
     }
     let config = Config::from_path(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
+    // Held until the process ends: no other server (no other worker) uses this directory.
+    let lock = DataDirLock::acquire(&args.data_dir)?;
     let adapters =
         embedded::adapters(&args.data_dir).with_context(|| format!("opening {}", args.data_dir.display()))?;
+    let blobs = embedded::blob_store(&args.data_dir)?;
+    // No writer of a previous process can be alive: its temporary files all go.
+    let removed = blobs.remove_temp_files(Duration::ZERO).await?;
+    if removed > 0 {
+        tracing::info!(removed, "removed temporary files of interrupted blob writes");
+    }
     let mode = if args.bind.is_loopback() {
         AuthMode::OpenWhenNoKeys
     } else {
@@ -160,6 +172,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     )
     .map_err(anyhow::Error::msg)?;
     let keys_exist = adapters.api_keys().any_active().await?;
+    // Before any worker starts: what a previous process left leased or queued resumes at once.
+    let poller = Poller::new(Arc::clone(&state.batches));
+    let takeover = poller.take_over(&lock).await?;
+    if takeover.batches > 0 {
+        tracing::info!(?takeover, "took over unfinished batches");
+    }
     let workers = spawn_queue_workers(
         Arc::clone(&adapters.queue),
         Arc::new(BatchWorker::new(Arc::clone(&state.batches))),
@@ -167,7 +185,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         LOCAL_MAX_RUN + Duration::from_secs(60),
     );
     let poller = tokio::spawn(run_schedule(
-        Poller::new(Arc::clone(&state.batches)),
+        poller,
+        blobs,
         Duration::from_secs(args.schedule_interval_secs.max(1)),
     ));
     let router = nimbus_shared::http::local_router(state);
@@ -205,18 +224,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     for worker in workers {
         worker.abort();
     }
+    drop(lock);
     Ok(())
 }
 
 /// The timer standing in for the scheduled poller: the janitor's due tasks (expired files and
-/// uploads, abandoned direct uploads, orphaned bytes), then batch recovery and finalization.
-async fn run_schedule(poller: Poller, every: Duration) {
+/// uploads, abandoned direct uploads, orphaned bytes), then batch recovery and finalization, and
+/// stale temporary files of blob writes. The first pass runs at once.
+async fn run_schedule(poller: Poller, blobs: FileBlobStore, every: Duration) {
     let mut ticker = tokio::time::interval(every);
     loop {
         ticker.tick().await;
         match poller.run_once().await {
             Ok(report) => tracing::debug!(?report, "scheduled poll"),
             Err(err) => tracing::warn!(error = %err, "scheduled poll failed"),
+        }
+        if let Err(err) = blobs.remove_temp_files(STALE_TEMP_FILE_AGE).await {
+            tracing::warn!(error = %err, "could not remove stale temporary files");
         }
     }
 }

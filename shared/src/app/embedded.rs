@@ -10,10 +10,14 @@ pub fn state_store(data_dir: &Path) -> Result<SqliteStateStore, StorageError> {
     SqliteStateStore::open(&data_dir.join("state.sqlite3"))
 }
 
+pub fn blob_store(data_dir: &Path) -> Result<FileBlobStore, StorageError> {
+    FileBlobStore::open(data_dir.join("blobs"))
+}
+
 pub fn adapters(data_dir: &Path) -> Result<Adapters, StorageError> {
     Ok(Adapters::new(
         Arc::new(state_store(data_dir)?),
-        Arc::new(FileBlobStore::open(data_dir.join("blobs"))?),
+        Arc::new(blob_store(data_dir)?),
         Arc::new(MemoryQueue::new()),
     ))
 }

@@ -122,18 +122,10 @@ impl BatchService {
                 other => other.into(),
             })?;
         }
-        let (_, input_blob_key) =
-            self.files
-                .batch_input(project, &request.input_file_id)
-                .await
-                .map_err(|err| match err {
-                    FilesError::NotFound { what, id } => BatchesError::NotFound {
-                        what,
-                        id,
-                        param: "input_file_id",
-                    },
-                    other => other.into(),
-                })?;
+        self.files
+            .batch_input(project, &request.input_file_id)
+            .await
+            .map_err(input_file_error)?;
 
         let uuid = self.ids.new_uuid();
         let mut id = format!("batch_{}", uuid.simple());
@@ -163,6 +155,13 @@ impl BatchService {
                 }
             }
         }
+        // The batch holds its input's bytes until it ends: deleting the file meanwhile removes it
+        // from the files API, not from under the batch.
+        let (_, input_blob_key) = self
+            .files
+            .hold_batch_input(project, &request.input_file_id, &id)
+            .await
+            .map_err(input_file_error)?;
         let created_ms = id_time_ms(&id).unwrap_or_else(|| self.now_ms());
         let created_at = created_ms.div_euclid(1000);
         let output_expires_after = request.output_expires_after.clone();
@@ -214,7 +213,7 @@ impl BatchService {
         };
         match self.state.create(&marker).await {
             Ok(()) | Err(StorageError::Conflict) => {}
-            Err(err) => return Err(err.into()),
+            Err(err) => return Err(self.abandon_input(&stored, err).await),
         }
         let record = Record {
             kind: BATCH_KIND.to_owned(),
@@ -233,13 +232,30 @@ impl BatchService {
                     return Ok(decode::<StoredBatch>(&existing)?.batch);
                 }
             }
-            Err(err) => return Err(err.into()),
+            Err(err) => return Err(self.abandon_input(&stored, err).await),
         }
         // If this send is lost, the poller enqueues the validation again.
         if let Err(err) = self.enqueue(&JobMessage::Validate { batch_id: id.clone() }).await {
             tracing::warn!(batch = %id, error = %err, "could not enqueue validation; the poller will");
         }
         Ok(batch)
+    }
+
+    /// A batch that could not be created lets go of its input; the error to answer with.
+    async fn abandon_input(&self, stored: &StoredBatch, err: StorageError) -> BatchesError {
+        if let Err(release) = self.release_input(stored).await {
+            tracing::warn!(batch = %stored.batch.id, file = %stored.batch.input_file_id, error = %release, "could not release the input of a batch not created");
+        }
+        err.into()
+    }
+
+    /// The batch no longer reads its input: its hold on the bytes goes, and the bytes with it if
+    /// the file was deleted meanwhile. Idempotent.
+    pub(crate) async fn release_input(&self, stored: &StoredBatch) -> Result<(), BatchesError> {
+        self.files
+            .release_hold(&stored.input_blob_key, &stored.batch.input_file_id, &stored.batch.id)
+            .await?;
+        Ok(())
     }
 
     /// The project's batch record, or 404.
@@ -341,6 +357,18 @@ impl BatchService {
             }
         }
         Ok(loaded.body.batch)
+    }
+}
+
+/// A missing input file is a 404 naming `input_file_id`.
+fn input_file_error(err: FilesError) -> BatchesError {
+    match err {
+        FilesError::NotFound { what, id } => BatchesError::NotFound {
+            what,
+            id,
+            param: "input_file_id",
+        },
+        other => other.into(),
     }
 }
 

@@ -8,6 +8,7 @@ use super::records::{Loaded, StoredBatch, StoredChunk, BATCH_KIND};
 use super::worker::JobResult;
 use super::{BatchEndpoint, BatchService, BatchesError};
 use crate::openai::batches::BatchStatus;
+use crate::ports::StorageError;
 use bytes::Bytes;
 use futures::StreamExt;
 use std::collections::{BTreeSet, HashMap};
@@ -79,33 +80,44 @@ impl BatchService {
                 return Ok(JobResult::RetryAfter(Duration::from_millis(wait_ms)));
             }
         };
-        let input = self
-            .blobs
-            .get_range(&batch.input_blob_key, chunk.body.range.start, chunk.body.range.end)
-            .await?;
-        let lines = request_lines(&input);
-        let total = lines.len() as u64;
-        let skip = usize::try_from(chunk.body.lines_done).unwrap_or(usize::MAX);
-        let pending: Vec<Bytes> = lines.into_iter().skip(skip).collect();
-
-        let limits = match self.take_model_slots(&pending, &token, lease_until_ms).await? {
-            Some(limits) => limits,
-            None => {
-                self.release_chunk(batch_id, index, &token).await?;
-                return Ok(JobResult::RetryAfter(Duration::from_secs(5)));
-            }
-        };
-        let signal = Arc::new(StopSignal {
-            stop: AtomicBool::new(false),
-            status_seen_ms: AtomicI64::new(self.now_ms()),
-        });
-        let watcher = tokio::spawn(self.clone().watch_for_stop(batch_id.to_owned(), Arc::clone(&signal)));
         let run = ChunkRun {
             batch: &batch,
             index,
             token: token.clone(),
             lease_until_ms,
         };
+        let input = match self
+            .blobs
+            .get_range(&batch.input_blob_key, chunk.body.range.start, chunk.body.range.end)
+            .await
+        {
+            Ok(input) => input,
+            Err(StorageError::NotFound) => {
+                return match self.fail_chunk_for_missing_input(&run, chunk).await {
+                    Ok(result) => Ok(result),
+                    Err(err) => Err(self.give_back(&run, err).await),
+                }
+            }
+            Err(err) => return Err(self.give_back(&run, err.into()).await),
+        };
+        let lines = request_lines(&input);
+        let total = lines.len() as u64;
+        let skip = usize::try_from(chunk.body.lines_done).unwrap_or(usize::MAX);
+        let pending: Vec<Bytes> = lines.into_iter().skip(skip).collect();
+
+        let limits = match self.take_model_slots(&pending, &token, lease_until_ms).await {
+            Ok(Some(limits)) => limits,
+            Ok(None) => {
+                self.release_chunk(batch_id, index, &token).await?;
+                return Ok(JobResult::RetryAfter(Duration::from_secs(5)));
+            }
+            Err(err) => return Err(self.give_back(&run, err).await),
+        };
+        let signal = Arc::new(StopSignal {
+            stop: AtomicBool::new(false),
+            status_seen_ms: AtomicI64::new(self.now_ms()),
+        });
+        let watcher = tokio::spawn(self.clone().watch_for_stop(batch_id.to_owned(), Arc::clone(&signal)));
         let progress = Progress { chunk, total };
         let outcome = self
             .run_lines(&run, progress, pending, &limits, &signal, deadline)
@@ -118,13 +130,7 @@ impl BatchService {
         }
         let outcome = match outcome {
             Ok(outcome) => outcome,
-            Err(err) => {
-                // Saved progress stays; the retry must not find the chunk held by this dead run.
-                if let Err(release) = self.release_chunk(batch_id, index, &token).await {
-                    tracing::warn!(batch = %batch_id, chunk = index, error = %release, "could not release the chunk");
-                }
-                return Err(err);
-            }
+            Err(err) => return Err(self.give_back(&run, err).await),
         };
         if !outcome.finished {
             self.release_chunk(batch_id, index, &token).await?;
@@ -143,6 +149,16 @@ impl BatchService {
             // The deadline came first: run the rest in a fresh run.
             Ok(JobResult::RetryAfter(Duration::ZERO))
         }
+    }
+
+    /// A run that fails hands its chunk back (saved progress stays), so the retry does not find
+    /// it held by a run that is over; returns `err` to report.
+    async fn give_back(&self, run: &ChunkRun<'_>, err: BatchesError) -> BatchesError {
+        let batch_id = &run.batch.batch.id;
+        if let Err(release) = self.release_chunk(batch_id, run.index, &run.token).await {
+            tracing::warn!(batch = %batch_id, chunk = run.index, error = %release, "could not release the chunk; its lease expires");
+        }
+        err
     }
 
     /// Slots for every limited model among `lines`: a semaphore per model, or `None` when some

@@ -6,9 +6,11 @@
 
 use super::chunk_run::request_lines;
 use super::line_run::{custom_id_of, not_run_line};
+use super::missing_input::missing_input_lines;
 use super::records::{
     decode, edit, list_all, Edit, Loaded, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND, CHUNK_KIND,
 };
+use super::worker::JobResult;
 use super::{BatchService, BatchesError};
 use crate::files::NewFile;
 use crate::openai::batches::BatchStatus;
@@ -20,6 +22,21 @@ use std::sync::Arc;
 
 /// How long one finalizer may work before another may take over.
 const FINALIZE_LEASE_MS: i64 = 15 * 60 * 1000;
+
+/// How long a cancel waits for chunk runs to save what they finished before it seals the batch:
+/// live runs notice a cancel within their status poll interval.
+const CANCEL_GRACE_MS: i64 = 3000;
+
+/// What one finalization attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FinalizeStep {
+    /// This call finished the batch.
+    Finished,
+    /// Not ready (still running, finished already, or another finalizer works on it).
+    NotReady,
+    /// Ready once running chunks have saved, at the latest at this time (ms).
+    WaitUntil(i64),
+}
 
 const CANCELLED_MESSAGE: &str = "This request was not executed because the batch was cancelled.";
 const EXPIRED_MESSAGE: &str = "This request could not be executed before the completion window expired.";
@@ -43,16 +60,32 @@ impl BatchService {
         }
     }
 
+    /// The `finalize` job (sent by a cancel): tried again while running chunks may still save.
+    pub(crate) async fn finalize_job(&self, batch_id: &str) -> Result<JobResult, BatchesError> {
+        Ok(match self.finalize_step(batch_id).await? {
+            FinalizeStep::WaitUntil(until_ms) => {
+                let wait_ms = u64::try_from(until_ms - self.now_ms()).unwrap_or(0).max(100);
+                JobResult::RetryAfter(std::time::Duration::from_millis(wait_ms))
+            }
+            FinalizeStep::Finished | FinalizeStep::NotReady => JobResult::Done,
+        })
+    }
+
     /// Finish the batch if it is ready. Returns whether this call finished it.
     pub(crate) async fn try_finalize(&self, batch_id: &str) -> Result<bool, BatchesError> {
+        Ok(self.finalize_step(batch_id).await? == FinalizeStep::Finished)
+    }
+
+    /// Finish the batch if it is ready; else say whether it is worth trying again soon.
+    pub(crate) async fn finalize_step(&self, batch_id: &str) -> Result<FinalizeStep, BatchesError> {
         for _ in 0..10 {
             let Some(mut batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
-                return Ok(false);
+                return Ok(FinalizeStep::NotReady);
             };
             let status = batch.body.batch.status;
             if status.is_terminal() {
                 self.clean_up(&batch.body).await?;
-                return Ok(false);
+                return Ok(FinalizeStep::NotReady);
             }
             let all_done = batch.body.chunks > 0 && batch.body.chunks_done >= batch.body.chunks;
             let target = match status {
@@ -60,17 +93,32 @@ impl BatchService {
                 BatchStatus::Finalizing => BatchStatus::Completed,
                 BatchStatus::InProgress if all_done => BatchStatus::Completed,
                 BatchStatus::InProgress if self.is_overdue(&batch.body) => BatchStatus::Expired,
-                _ => return Ok(false),
+                _ => return Ok(FinalizeStep::NotReady),
             };
             let now_ms = self.now_ms();
             if batch.body.finalize_lease_until_ms > now_ms {
-                return Ok(false);
+                return Ok(FinalizeStep::NotReady);
             }
             if target != BatchStatus::Completed && !batch.body.sealed {
-                // Let running chunks save what they finished first.
+                // Let running chunks save what they finished first; a cancel waits only a few
+                // seconds (a chunk may be held by a run that died, or be stuck): after the seal,
+                // what a late run saves is not counted and its lines are listed as never run.
                 let chunks = self.chunks_of(batch_id).await?;
-                if chunks.iter().any(|c| !c.done && c.leased_at(now_ms).is_some()) {
-                    return Ok(false);
+                let held_until = chunks
+                    .iter()
+                    .filter(|c| !c.done)
+                    .filter_map(|c| c.leased_at(now_ms))
+                    .map(|lease| lease.until_ms)
+                    .max();
+                let wait_until = match (held_until, batch.body.batch.cancelling_at) {
+                    (None, _) => None,
+                    (Some(until), Some(cancelling_at)) if target == BatchStatus::Cancelled => {
+                        Some(until.min(cancelling_at.saturating_mul(1000) + CANCEL_GRACE_MS))
+                    }
+                    (Some(until), _) => Some(until),
+                };
+                if let Some(until_ms) = wait_until.filter(|until| *until > now_ms) {
+                    return Ok(FinalizeStep::WaitUntil(until_ms));
                 }
             }
             batch.body.sealed = true;
@@ -93,9 +141,9 @@ impl BatchService {
                 self.drop_finalize_lease(batch_id).await;
                 return Err(err);
             }
-            return Ok(true);
+            return Ok(FinalizeStep::Finished);
         }
-        Ok(false)
+        Ok(FinalizeStep::NotReady)
     }
 
     async fn drop_finalize_lease(&self, batch_id: &str) {
@@ -230,18 +278,21 @@ impl BatchService {
         let blobs = Arc::clone(&self.blobs);
         let ids: Arc<dyn IdSource> = Arc::clone(&self.ids);
         let input = stored.input_blob_key.clone();
+        let input_file_id = stored.batch.input_file_id.clone();
         futures::stream::iter(chunks.into_iter().filter(|c| c.lines_done < c.range.lines))
             .then(move |chunk| {
                 let blobs = Arc::clone(&blobs);
                 let ids = Arc::clone(&ids);
                 let input = input.clone();
+                let input_file_id = input_file_id.clone();
                 async move {
                     let bytes = match blobs.get_range(&input, chunk.range.start, chunk.range.end).await {
                         Ok(bytes) => bytes,
-                        // The input file was deleted meanwhile: its unrun lines cannot be named.
+                        // The input object is gone: its unrun lines cannot be named, only counted.
                         Err(StorageError::NotFound) => {
-                            tracing::warn!(input, chunk = chunk.index, "input gone; never-run lines are not listed");
-                            return Ok(Bytes::new());
+                            tracing::error!(blob = %input, file = %input_file_id, batch = %chunk.batch_id, chunk = chunk.index, "the batch's input object is missing; never-run lines are listed without custom_id");
+                            let lines = missing_input_lines(ids.as_ref(), &input_file_id, &chunk.range, chunk.lines_done);
+                            return Ok(Bytes::from(lines));
                         }
                         Err(err) => return Err(err),
                     };
@@ -258,13 +309,15 @@ impl BatchService {
             .boxed()
     }
 
-    /// Remove what only a running batch needs: segment results, chunk records, the active marker.
-    /// Idempotent; the poller calls it again for a terminal batch whose marker is still there.
+    /// Remove what only a running batch needs: segment results, chunk records, the hold on the
+    /// input's bytes, the active marker. Idempotent; the poller calls it again for a terminal
+    /// batch whose marker is still there.
     pub(crate) async fn clean_up(&self, stored: &StoredBatch) -> Result<(), BatchesError> {
         self.blobs.delete_prefix(&stored.results_prefix()).await?;
         for record in list_all(self.state.as_ref(), CHUNK_KIND, &stored.batch.id).await? {
             self.state.delete(CHUNK_KIND, &record.id, None).await?;
         }
+        self.release_input(stored).await?;
         self.state.delete(ACTIVE_KIND, &stored.batch.id, None).await?;
         Ok(())
     }

@@ -9,17 +9,21 @@
 //!   chunk record and the batch's counters move together in one conditional write, so a redelivered
 //!   or half-done chunk never counts, loses or duplicates a line and resumes after its last segment.
 //! - `finalize.rs` assembles the output and error files; [`Poller`] recovers what is stuck and
-//!   expires what is overdue.
+//!   expires what is overdue. At start-up the local server, the only worker of its data
+//!   directory, takes over what a previous process left running (`takeover.rs`).
 
 mod api;
 mod chunk_run;
 mod finalize;
 pub mod input_validation;
 mod line_run;
+mod missing_input;
 mod poller;
 mod progress;
 mod records;
 mod slots;
+#[cfg(feature = "embedded")]
+mod takeover;
 mod validate_job;
 mod worker;
 
@@ -27,6 +31,8 @@ pub use api::ListBatches;
 pub use input_validation::{BatchEndpoint, ChunkRange, MAX_REQUESTS};
 pub use poller::{PollReport, Poller};
 pub use records::JobMessage;
+#[cfg(feature = "embedded")]
+pub use takeover::TakeoverReport;
 pub use worker::{BatchWorker, JobResult};
 
 use crate::files::{FilesError, FilesService};

@@ -25,7 +25,7 @@ pub struct PollReport {
 
 #[derive(Clone)]
 pub struct Poller {
-    service: Arc<BatchService>,
+    pub(super) service: Arc<BatchService>,
 }
 
 impl Poller {

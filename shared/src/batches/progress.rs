@@ -164,18 +164,18 @@ impl BatchService {
                     .await?
                 {
                     Some(chunk) => chunk,
-                    None => return Ok(None),
+                    None => return Ok(self.discard_segment(&segment).await),
                 },
             };
             if chunk.body.lease.as_ref().is_none_or(|lease| &lease.token != token) || chunk.body.done {
-                return Ok(None);
+                return Ok(self.discard_segment(&segment).await);
             }
             let Some(mut current) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
-                return Ok(None);
+                return Ok(self.discard_segment(&segment).await);
             };
             if current.body.sealed {
                 // The finalizer has read the results already: these lines count as never run.
-                return Ok(None);
+                return Ok(self.discard_segment(&segment).await);
             }
             chunk.body.lines_done += segment.lines;
             chunk.body.segments.push(segment.clone());
@@ -211,5 +211,16 @@ impl BatchService {
             }
         }
         Err(StorageError::Conflict.into())
+    }
+
+    /// A segment that was not counted (the run lost its lease, or the batch was sealed or is
+    /// gone): its result blobs go, so nothing is left under a finished batch. Always `None`.
+    async fn discard_segment(&self, segment: &Segment) -> Option<StoredBatch> {
+        for key in [&segment.output_key, &segment.error_key].into_iter().flatten() {
+            if let Err(err) = self.blobs.delete(key).await {
+                tracing::warn!(blob = %key, error = %err, "could not delete an uncounted segment");
+            }
+        }
+        None
     }
 }

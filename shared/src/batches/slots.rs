@@ -95,4 +95,24 @@ impl BatchService {
         .await?;
         Ok(())
     }
+
+    /// Drop the slot leases of every run, of every model; how many. Only for a worker that knows
+    /// no other run is alive (see `takeover.rs`).
+    #[cfg(feature = "embedded")]
+    pub(crate) async fn clear_slot_leases(&self) -> Result<u64, BatchesError> {
+        let mut cleared = 0;
+        for record in super::records::list_all(self.state.as_ref(), KIND, OWNER).await? {
+            let edited = edit(self.state.as_ref(), KIND, &record.id, |slots: &mut ModelSlots| {
+                if slots.leases.is_empty() {
+                    return Edit::Keep(0);
+                }
+                let count = slots.leases.len() as u64;
+                slots.leases.clear();
+                Edit::Save(count)
+            })
+            .await?;
+            cleared += edited.map_or(0, |(count, _)| count);
+        }
+        Ok(cleared)
+    }
 }

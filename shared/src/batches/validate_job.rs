@@ -50,6 +50,7 @@ impl BatchService {
         let report = match report {
             Ok(report) => report,
             Err(StorageError::NotFound) => {
+                tracing::error!(batch = %batch_id, file = %batch.body.batch.input_file_id, blob = %batch.body.input_blob_key, "the batch's input object is missing; the batch fails");
                 let missing = LineError {
                     code: "file_not_found",
                     message: format!("The input file {} no longer exists.", batch.body.batch.input_file_id),

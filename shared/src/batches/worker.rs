@@ -41,7 +41,7 @@ impl BatchWorker {
         let result = match &job {
             JobMessage::Validate { batch_id } => self.service.run_validation(batch_id).await.map(|()| JobResult::Done),
             JobMessage::Chunk { batch_id, chunk } => self.service.run_chunk(batch_id, *chunk, deadline).await,
-            JobMessage::Finalize { batch_id } => self.service.try_finalize(batch_id).await.map(|_| JobResult::Done),
+            JobMessage::Finalize { batch_id } => self.service.finalize_job(batch_id).await,
         };
         match result {
             Ok(result) => result,

@@ -348,13 +348,14 @@ impl FilesService {
         })
     }
 
-    /// Delete the metadata, then the bytes. Of concurrent deletes one wins; the others see 404.
+    /// Delete the metadata, then the bytes unless a running batch still holds them (they go when
+    /// it ends). Of concurrent deletes one wins; the others see 404.
     pub async fn delete_file(&self, project: &str, id: &str) -> Result<FileDeleted, FilesError> {
         for _ in 0..5 {
             let (record, stored) = self.live_file(project, id).await?;
             match self.state.delete(FILE_KIND, id, Some(record.version)).await {
                 Ok(true) => {
-                    self.blobs.delete(&stored.blob_key).await?;
+                    self.delete_unheld_bytes(id, &stored.blob_key).await?;
                     return Ok(FileDeleted {
                         id: id.to_owned(),
                         object: "file",

@@ -4,10 +4,12 @@
 //! Keys: blobs under `projects/{project}/files/{file_id}` and
 //! `uploads/{project}/{upload_id}/parts/{part_id}`; records of kind `file`, `upload`
 //! (owner: the project) and `upload_part` (owner: the upload id). Janitor markers (kind `janitor`)
-//! make expiry and crash clean-up sweepable in due-time order: see [`sweep`].
+//! make expiry and crash clean-up sweepable in due-time order: see [`sweep`]. Holds (kind
+//! `blob_hold`) keep a deleted file's bytes while a running batch still reads them (`holds.rs`).
 
 mod direct;
 mod file_ops;
+mod holds;
 mod limits;
 mod streams;
 pub mod sweep;
@@ -15,6 +17,7 @@ mod upload_ops;
 
 pub use direct::{DirectUploadTarget, DIRECT_UPLOAD_TTL};
 pub use file_ops::{FileContent, FileDraft, FileReservation, ListFiles, NewFile, DOWNLOAD_URL_TTL};
+pub use holds::HOLD_BACKSTOP_MS;
 pub use limits::{check_expires_after, max_bytes_for, ExpiryField, MAX_FILE_BYTES, MAX_PART_BYTES};
 
 use crate::openai::files::FileObject;

@@ -24,6 +24,8 @@ pub enum JanitorTask {
     DirectUploadDeadline { project: String, file_id: String },
     /// Delete `blob_key` unless the record `kind`/`id` exists.
     BlobGuard { kind: String, id: String, blob_key: String },
+    /// Delete the bytes of a deleted file that a holder (a batch) kept past the longest window.
+    DeleteHeldBytes { file_id: String, blob_key: String },
 }
 
 /// What one sweep did.
@@ -136,7 +138,7 @@ impl FilesService {
                         Ok(_) | Err(StorageError::Conflict) => {}
                         Err(err) => return Err(err.into()),
                     }
-                    self.blobs.delete(&stored.blob_key).await?;
+                    self.delete_unheld_bytes(&file_id, &stored.blob_key).await?;
                 }
                 Ok(())
             }
@@ -152,6 +154,7 @@ impl FilesService {
                 }
                 Ok(())
             }
+            JanitorTask::DeleteHeldBytes { file_id, blob_key } => self.delete_held_bytes(&file_id, &blob_key).await,
             JanitorTask::BlobGuard { kind, id, blob_key } => {
                 if self.state.get(&kind, &id).await?.is_none() {
                     self.blobs.delete(&blob_key).await?;

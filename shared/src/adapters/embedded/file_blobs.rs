@@ -26,6 +26,37 @@ impl FileBlobStore {
         Ok(Self { root })
     }
 
+    /// Remove temporary files of interrupted writes that are older than `older_than` (every one
+    /// with zero: only when no writer can be alive, e.g. under the data directory's lock).
+    /// Returns how many were removed.
+    pub async fn remove_temp_files(&self, older_than: Duration) -> Result<u64, StorageError> {
+        let mut entries = match tokio::fs::read_dir(self.root.join(".tmp")).await {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(err) => return Err(io_error(err)),
+        };
+        let now = std::time::SystemTime::now();
+        let mut removed = 0;
+        while let Some(entry) = entries.next_entry().await.map_err(io_error)? {
+            let Ok(meta) = entry.metadata().await else {
+                continue;
+            };
+            let age = meta
+                .modified()
+                .ok()
+                .and_then(|modified| now.duration_since(modified).ok())
+                .unwrap_or(Duration::ZERO);
+            if meta.is_file() && (older_than.is_zero() || age >= older_than) {
+                match tokio::fs::remove_file(entry.path()).await {
+                    Ok(()) => removed += 1,
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(err) => return Err(io_error(err)),
+                }
+            }
+        }
+        Ok(removed)
+    }
+
     fn path_of(&self, key: &str) -> Result<PathBuf, StorageError> {
         validate_key(key)?;
         Ok(self.root.join("objects").join(key))
@@ -188,4 +219,37 @@ async fn count_files(dir: &Path) -> Result<u64, StorageError> {
         }
     }
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_file(store_root: &Path, name: &str, age: Duration) -> PathBuf {
+        let path = store_root.join(".tmp").join(name);
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_modified(std::time::SystemTime::now() - age).unwrap();
+        path
+    }
+
+    #[tokio::test]
+    async fn temp_files_of_interrupted_writes_are_removed_by_age_or_all_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileBlobStore::open(dir.path()).unwrap();
+        store
+            .put("projects/p/files/f1", Bytes::from_static(b"kept"))
+            .await
+            .unwrap();
+        let old = temp_file(dir.path(), "old", Duration::from_secs(2 * 3600));
+        let fresh = temp_file(dir.path(), "fresh", Duration::ZERO);
+
+        assert_eq!(store.remove_temp_files(Duration::from_secs(3600)).await.unwrap(), 1);
+        assert!(!old.exists() && fresh.exists());
+        assert_eq!(store.remove_temp_files(Duration::ZERO).await.unwrap(), 1);
+        assert!(!fresh.exists());
+        assert_eq!(
+            store.get("projects/p/files/f1").await.unwrap(),
+            Bytes::from_static(b"kept")
+        );
+    }
 }

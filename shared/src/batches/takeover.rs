@@ -1,0 +1,119 @@
+//! Taking over at start-up, for the local server only. It is the only worker of its data
+//! directory (it holds the directory's lock), so every lease found at start-up belongs to a
+//! process that is gone: chunk leases, finalize leases and model slots are broken at once and
+//! every unfinished job is enqueued again (the in-process queue died with that process), instead
+//! of waiting minutes for leases to expire and for the poller's requeue delay. Saved progress
+//! stays, so nothing is lost or run twice. Lambda never does this: there many workers share the
+//! storage and a lease may belong to a live one.
+
+use super::records::{
+    decode, edit, list_all, Edit, StoredBatch, StoredChunk, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND, CHUNK_KIND,
+};
+use super::{BatchService, BatchesError, JobMessage, Poller};
+use crate::adapters::embedded::DataDirLock;
+use crate::openai::batches::BatchStatus;
+use crate::ports::StorageError;
+use serde::Serialize;
+
+/// What a takeover found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TakeoverReport {
+    /// Unfinished batches taken over.
+    pub batches: u64,
+    pub chunk_leases_broken: u64,
+    pub finalize_leases_broken: u64,
+    pub slot_leases_broken: u64,
+    pub jobs_enqueued: u64,
+}
+
+impl Poller {
+    /// Take over every unfinished batch of the storage. `_lock` proves this process is its only
+    /// worker; run it before this process starts any job.
+    pub async fn take_over(&self, _lock: &DataDirLock) -> Result<TakeoverReport, BatchesError> {
+        let service = &self.service;
+        let mut report = TakeoverReport {
+            slot_leases_broken: service.clear_slot_leases().await?,
+            ..TakeoverReport::default()
+        };
+        for marker in list_all(service.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER).await? {
+            service.take_over_batch(&marker.id, &mut report).await?;
+        }
+        Ok(report)
+    }
+}
+
+impl BatchService {
+    async fn take_over_batch(&self, batch_id: &str, report: &mut TakeoverReport) -> Result<(), BatchesError> {
+        let now_ms = self.now_ms();
+        let mut broke_finalize_lease = false;
+        let edited = edit(self.state.as_ref(), BATCH_KIND, batch_id, |batch: &mut StoredBatch| {
+            if batch.batch.status.is_terminal() {
+                // Finished: the poller tidies it up.
+                return Edit::Keep(None);
+            }
+            broke_finalize_lease = batch.finalize_lease_until_ms > now_ms;
+            batch.finalize_lease_until_ms = 0;
+            batch.enqueued_at_ms = now_ms;
+            Edit::Save(Some(batch.batch.status))
+        })
+        .await?;
+        let Some((Some(status), batch)) = edited else {
+            return Ok(());
+        };
+        report.batches += 1;
+        report.finalize_leases_broken += u64::from(broke_finalize_lease);
+        let batch = batch.body;
+
+        let mut jobs = Vec::new();
+        let mut all_done = batch.chunks > 0;
+        for record in list_all(self.state.as_ref(), CHUNK_KIND, batch_id).await? {
+            let chunk: StoredChunk = decode(&record)?;
+            if chunk.done {
+                continue;
+            }
+            if chunk.index < batch.chunks {
+                all_done = false;
+            }
+            let mut broke_lease = false;
+            edit(
+                self.state.as_ref(),
+                CHUNK_KIND,
+                &record.id,
+                |chunk: &mut StoredChunk| {
+                    broke_lease = chunk.leased_at(now_ms).is_some();
+                    chunk.lease = None;
+                    chunk.enqueued_at_ms = now_ms;
+                    Edit::Save(())
+                },
+            )
+            .await?;
+            report.chunk_leases_broken += u64::from(broke_lease);
+            if status == BatchStatus::InProgress && chunk.index < batch.chunks {
+                jobs.push(JobMessage::Chunk {
+                    batch_id: batch_id.to_owned(),
+                    chunk: chunk.index,
+                });
+            }
+        }
+        let finalize = JobMessage::Finalize {
+            batch_id: batch_id.to_owned(),
+        };
+        match status {
+            BatchStatus::Validating => jobs.push(JobMessage::Validate {
+                batch_id: batch_id.to_owned(),
+            }),
+            BatchStatus::InProgress if all_done || self.is_overdue(&batch) => jobs.push(finalize),
+            BatchStatus::Cancelling | BatchStatus::Finalizing => jobs.push(finalize),
+            _ => {}
+        }
+        let bodies = jobs
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StorageError::Invalid(e.to_string()))?;
+        self.queue.send_all(&bodies).await?;
+        report.jobs_enqueued += bodies.len() as u64;
+        tracing::info!(batch = %batch_id, status = status.as_str(), jobs = bodies.len(), "took over an unfinished batch");
+        Ok(())
+    }
+}
