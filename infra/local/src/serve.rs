@@ -6,7 +6,7 @@ use nimbus_shared::app::{app_state, batch_service, embedded, inference_service, 
 use nimbus_shared::auth::AuthMode;
 use nimbus_shared::batches::{BatchSettings, BatchWorker, Poller};
 use nimbus_shared::config::Config;
-use nimbus_shared::http::HttpSettings;
+use nimbus_shared::http::{HttpSettings, PublicBaseUrl};
 use nimbus_shared::ports::{Clock, OffsetClock, SystemClock};
 use nimbus_shared::telemetry::{init, LogFormat};
 use std::net::{IpAddr, SocketAddr};
@@ -30,6 +30,10 @@ pub struct ServeArgs {
     /// Seconds between runs of the poller (its schedule in AWS): files sweep and batch recovery.
     #[arg(long, env = "NIMBUS_SCHEDULE_INTERVAL_SECS", default_value_t = 60)]
     schedule_interval_secs: u64,
+    /// The URL clients reach this server at, for absolute URLs in responses (a direct upload's
+    /// `upload_url`); default `http://<bound address>`.
+    #[arg(long, env = "NIMBUS_PUBLIC_URL")]
+    public_url: Option<String>,
     /// In-process queue workers (the SQS-triggered worker Lambdas in AWS).
     #[arg(long, env = "NIMBUS_BATCH_WORKERS", default_value_t = 4)]
     batch_workers: usize,
@@ -153,6 +157,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if removed > 0 {
         tracing::info!(removed, "removed temporary files of interrupted blob writes");
     }
+    let address = SocketAddr::new(args.bind, args.port);
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("binding {address}"))?;
+    let address = listener.local_addr()?;
+    let public_url = match args.public_url.as_deref().map(str::trim).filter(|url| !url.is_empty()) {
+        Some(url) => PublicBaseUrl::parse(url).context("NIMBUS_PUBLIC_URL")?,
+        None => PublicBaseUrl::for_listener(address),
+    };
     let mode = if args.bind.is_loopback() {
         AuthMode::OpenWhenNoKeys
     } else {
@@ -167,6 +180,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         },
         HttpSettings {
             inline_content_limit: u64::MAX,
+            public_url: Some(public_url),
         },
         local_batch_settings(&config, args.allow_short_completion_windows),
     )
@@ -190,12 +204,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Duration::from_secs(args.schedule_interval_secs.max(1)),
     ));
     let router = nimbus_shared::http::local_router(state);
-
-    let address = SocketAddr::new(args.bind, args.port);
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .with_context(|| format!("binding {address}"))?;
-    let address = listener.local_addr()?;
     let auth_note = match (mode, keys_exist) {
         (AuthMode::OpenWhenNoKeys, false) => {
             "auth: OPEN (bound to loopback and no API keys exist; `nimbus keys create --project NAME` turns auth on)"

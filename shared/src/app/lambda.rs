@@ -1,5 +1,5 @@
 //! Wiring for the Lambda functions: AWS adapters, configuration from `NIMBUS_CONFIG_SOURCE`,
-//! keys always required.
+//! keys always required, the public URL from `NIMBUS_PUBLIC_URL` or API Gateway's request context.
 
 use super::config_source::ConfigSource;
 use super::{app_state, batch_service, inference_service, Adapters, AuthSettings};
@@ -7,8 +7,12 @@ use crate::adapters::aws::load_sdk_config;
 use crate::auth::AuthMode;
 use crate::batches::{BatchService, BatchSettings, BatchWorker, Poller};
 use crate::config::Config;
-use crate::http::{AppState, HttpSettings};
+use crate::http::{AppState, HttpSettings, PublicBaseUrl};
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::Router;
+use lambda_http::request::RequestContext;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +51,44 @@ async fn lambda_stack() -> Result<(Config, Adapters), String> {
     Ok((config, adapters))
 }
 
+/// `NIMBUS_PUBLIC_URL` when set (e.g. a custom domain in front of API Gateway), checked.
+pub fn public_url_from_env() -> Result<Option<PublicBaseUrl>, String> {
+    match std::env::var("NIMBUS_PUBLIC_URL") {
+        Ok(url) if !url.trim().is_empty() => PublicBaseUrl::parse(url.trim())
+            .map(Some)
+            .map_err(|e| format!("NIMBUS_PUBLIC_URL: {e}")),
+        _ => Ok(None),
+    }
+}
+
+/// The URL the request came in on, from the request context API Gateway wrote (its domain and
+/// stage; never a client header).
+fn public_url_of(context: &RequestContext) -> Option<PublicBaseUrl> {
+    match context {
+        RequestContext::ApiGatewayV2(context) => {
+            PublicBaseUrl::for_api_gateway(context.domain_name.as_deref()?, context.stage.as_deref())
+        }
+        RequestContext::ApiGatewayV1(context) => {
+            PublicBaseUrl::for_api_gateway(context.domain_name.as_deref()?, context.stage.as_deref())
+        }
+        _ => None,
+    }
+}
+
+/// Hand handlers the request's public URL (see [`public_url_of`]) as an extension.
+async fn add_request_public_url(mut request: Request, next: Next) -> Response {
+    let url = request.extensions().get::<RequestContext>().and_then(public_url_of);
+    if let Some(url) = url {
+        request.extensions_mut().insert(url);
+    }
+    next.run(request).await
+}
+
+/// A function's router with the request-context public URL layer.
+fn with_request_public_url(router: Router) -> Router {
+    router.layer(axum::middleware::from_fn(add_request_public_url))
+}
+
 async fn lambda_state() -> Result<AppState, String> {
     let (config, adapters) = lambda_stack().await?;
     app_state(
@@ -58,6 +100,7 @@ async fn lambda_state() -> Result<AppState, String> {
         },
         HttpSettings {
             inline_content_limit: LAMBDA_INLINE_CONTENT_LIMIT,
+            public_url: public_url_from_env()?,
         },
         lambda_batch_settings(&config),
     )
@@ -71,17 +114,23 @@ async fn lambda_batch_service() -> Result<Arc<BatchService>, String> {
 
 /// The inference function's router.
 pub async fn inference_router() -> Result<Router, String> {
-    Ok(crate::http::inference_router(lambda_state().await?))
+    Ok(with_request_public_url(crate::http::inference_router(
+        lambda_state().await?,
+    )))
 }
 
 /// The files function's router.
 pub async fn files_router() -> Result<Router, String> {
-    Ok(crate::http::files_router(lambda_state().await?))
+    Ok(with_request_public_url(crate::http::files_router(
+        lambda_state().await?,
+    )))
 }
 
 /// The batches function's router.
 pub async fn batches_router() -> Result<Router, String> {
-    Ok(crate::http::batches_router(lambda_state().await?))
+    Ok(with_request_public_url(crate::http::batches_router(
+        lambda_state().await?,
+    )))
 }
 
 /// The SQS-triggered worker.
@@ -92,4 +141,55 @@ pub async fn batch_worker() -> Result<BatchWorker, String> {
 /// The scheduled poller.
 pub async fn poller() -> Result<Poller, String> {
     Ok(Poller::new(lambda_batch_service().await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::routing::get;
+    use axum::Extension;
+    use lambda_http::aws_lambda_events::apigw::{ApiGatewayProxyRequestContext, ApiGatewayV2httpRequestContext};
+    use tower::ServiceExt;
+
+    async fn seen_url(context: Option<RequestContext>) -> String {
+        let router = with_request_public_url(Router::new().route(
+            "/",
+            get(|url: Option<Extension<PublicBaseUrl>>| async move {
+                url.map(|Extension(url)| url.as_str().to_owned()).unwrap_or_default()
+            }),
+        ));
+        let mut request = axum::http::Request::get("/")
+            .header("host", "evil.example")
+            .body(Body::empty())
+            .unwrap();
+        if let Some(context) = context {
+            request.extensions_mut().insert(context);
+        }
+        let response = router.oneshot(request).await.unwrap();
+        let bytes = axum::body::to_bytes(response.into_body(), 1024).await.unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_public_url_comes_from_the_request_context_never_the_host_header() {
+        let mut http_api = ApiGatewayV2httpRequestContext::default();
+        http_api.domain_name = Some("abc.execute-api.eu-west-1.amazonaws.com".into());
+        http_api.stage = Some("$default".into());
+        assert_eq!(
+            seen_url(Some(RequestContext::ApiGatewayV2(http_api))).await,
+            "https://abc.execute-api.eu-west-1.amazonaws.com"
+        );
+        let mut rest_api = ApiGatewayProxyRequestContext::default();
+        rest_api.domain_name = Some("def.execute-api.eu-west-1.amazonaws.com".into());
+        rest_api.stage = Some("prod".into());
+        assert_eq!(
+            seen_url(Some(RequestContext::ApiGatewayV1(rest_api))).await,
+            "https://def.execute-api.eu-west-1.amazonaws.com/prod"
+        );
+        let mut poisoned = ApiGatewayV2httpRequestContext::default();
+        poisoned.domain_name = Some("evil.example/steal?x=".into());
+        assert_eq!(seen_url(Some(RequestContext::ApiGatewayV2(poisoned))).await, "");
+        assert_eq!(seen_url(None).await, "");
+    }
 }

@@ -6,6 +6,7 @@ use crate::files::{check_expires_after, ExpiryField, FilesError};
 use crate::idempotency::{fingerprint, Reservation};
 use crate::openai::batches::{BatchList, BatchObject, BatchStatus, BatchUsage, CreateBatchRequest, RequestCounts};
 use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
+use crate::user_text::excerpt;
 use serde_json::json;
 use std::collections::BTreeMap;
 use uuid::Uuid;
@@ -36,7 +37,10 @@ fn batch_not_found(id: &str) -> BatchesError {
 fn window_seconds(window: &str, allow_seconds: bool) -> Result<i64, BatchesError> {
     let invalid = || {
         BatchesError::invalid(
-            format!("Invalid 'completion_window': '{window}'. Supported: '24h', or up to '168h'."),
+            format!(
+                "Invalid 'completion_window': '{}'. Supported: '24h', or up to '168h'.",
+                excerpt(window)
+            ),
             "completion_window",
             "invalid_value",
         )
@@ -72,17 +76,20 @@ fn check_metadata(request: &CreateBatchRequest) -> Result<Option<BTreeMap<String
     for (key, value) in metadata {
         let Some(value) = value.as_str() else {
             return Err(invalid(format!(
-                "Invalid 'metadata': the value of '{key}' must be a string."
+                "Invalid 'metadata': the value of '{}' must be a string.",
+                excerpt(key)
             )));
         };
         if key.chars().count() > MAX_METADATA_KEY {
             return Err(invalid(format!(
-                "Invalid 'metadata': key '{key}' is longer than {MAX_METADATA_KEY} characters."
+                "Invalid 'metadata': key '{}' is longer than {MAX_METADATA_KEY} characters.",
+                excerpt(key)
             )));
         }
         if value.chars().count() > MAX_METADATA_VALUE {
             return Err(invalid(format!(
-                "Invalid 'metadata': the value of '{key}' is longer than {MAX_METADATA_VALUE} characters."
+                "Invalid 'metadata': the value of '{}' is longer than {MAX_METADATA_VALUE} characters.",
+                excerpt(key)
             )));
         }
         pairs.insert(key.clone(), value.to_owned());
@@ -103,7 +110,7 @@ impl BatchService {
             BatchesError::invalid(
                 format!(
                     "Invalid 'endpoint': '{}'. Supported: '/v1/chat/completions', '/v1/embeddings'.",
-                    request.endpoint
+                    excerpt(&request.endpoint)
                 ),
                 "endpoint",
                 "invalid_value",
@@ -289,7 +296,7 @@ impl BatchService {
                     })
                     .ok_or_else(|| {
                         BatchesError::invalid(
-                            format!("Invalid 'after': '{id}' is not a batch id."),
+                            format!("Invalid 'after': '{}' is not a batch id.", excerpt(id)),
                             "after",
                             "invalid_value",
                         )

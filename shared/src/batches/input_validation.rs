@@ -160,7 +160,10 @@ impl Validator<'_> {
         if !self.seen_ids.insert(custom_id.to_owned()) {
             self.error(
                 "duplicate_custom_id",
-                format!("The custom_id '{custom_id}' is used by an earlier line; every custom_id must be unique."),
+                format!(
+                    "The custom_id '{}' is used by an earlier line; every custom_id must be unique.",
+                    crate::user_text::excerpt(custom_id)
+                ),
                 Some("custom_id"),
             );
             return;
@@ -217,7 +220,10 @@ impl Validator<'_> {
         if !(self.model_exists)(model) {
             self.error(
                 "model_not_found",
-                format!("The model '{model}' does not exist or you do not have access to it."),
+                format!(
+                    "The model '{}' does not exist or you do not have access to it.",
+                    crate::user_text::excerpt(model)
+                ),
                 Some("body.model"),
             );
         }

@@ -46,7 +46,7 @@ use std::time::Duration;
 /// Why a batch call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BatchesError {
-    #[error("No such {what} object: {id}")]
+    #[error("No such {what} object: {}", crate::user_text::excerpt(.id))]
     NotFound {
         what: &'static str,
         id: String,

@@ -7,6 +7,7 @@ use super::{cursor_for_id, decode, encode, project_prefix, FilesError, FilesServ
 use crate::idempotency::{IdempotencyKeys, Reservation};
 use crate::openai::files::{ExpiresAfter, FileDeleted, FileList, FileObject, FilePurpose};
 use crate::ports::{ByteStream, ListOrder, ListQuery, Record};
+use crate::user_text::excerpt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,8 +86,8 @@ impl FilesService {
     /// Like [`FilesService::start_file`] for an id minted earlier by this layer (an idempotent
     /// create's retry, a batch's reserved result file).
     pub async fn start_file_with_id(&self, project: &str, id: &str) -> Result<FileDraft, FilesError> {
-        let cursor =
-            cursor_for_id("file-", id).ok_or_else(|| FilesError::invalid(format!("'{id}' is not a file id."), "id"))?;
+        let cursor = cursor_for_id("file-", id)
+            .ok_or_else(|| FilesError::invalid(format!("'{}' is not a file id.", excerpt(id)), "id"))?;
         let blob_key = format!("{}/files/{id}", project_prefix(project));
         let guard = Janitor::new(self).guard_blob(FILE_KIND, id, &blob_key).await?;
         Ok(FileDraft {
@@ -300,13 +301,12 @@ impl FilesService {
                 param: Some("limit".to_owned()),
             });
         }
-        let mut after =
-            match &query.after {
-                None => None,
-                Some(id) => Some(cursor_for_id("file-", id).ok_or_else(|| {
-                    FilesError::invalid(format!("Invalid 'after': '{id}' is not a file id."), "after")
-                })?),
-            };
+        let mut after = match &query.after {
+            None => None,
+            Some(id) => Some(cursor_for_id("file-", id).ok_or_else(|| {
+                FilesError::invalid(format!("Invalid 'after': '{}' is not a file id.", excerpt(id)), "after")
+            })?),
+        };
         let now = self.now_s();
         let mut data = Vec::new();
         let mut has_more = false;

@@ -28,7 +28,11 @@ pub fn max_bytes_for(purpose: FilePurpose) -> u64 {
 pub(crate) fn parse_purpose(text: &str) -> Result<FilePurpose, FilesError> {
     FilePurpose::parse_uploadable(text).ok_or_else(|| {
         FilesError::invalid(
-            format!("'{text}' is not one of [{}] - 'purpose'", FilePurpose::UPLOADABLE),
+            format!(
+                "'{}' is not one of [{}] - 'purpose'",
+                crate::user_text::excerpt(text),
+                FilePurpose::UPLOADABLE
+            ),
             "purpose",
         )
     })

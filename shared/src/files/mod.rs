@@ -29,7 +29,7 @@ use uuid::Uuid;
 /// Why a files or uploads call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum FilesError {
-    #[error("No such {what} object: {id}")]
+    #[error("No such {what} object: {}", crate::user_text::excerpt(.id))]
     NotFound { what: &'static str, id: String },
     #[error("{message}")]
     Invalid { message: String, param: Option<String> },

@@ -178,7 +178,7 @@ impl FilesService {
         for part_id in part_ids {
             if !seen.insert(part_id.as_str()) {
                 return Err(FilesError::invalid(
-                    format!("Part {part_id} is listed twice."),
+                    format!("Part {} is listed twice.", crate::user_text::excerpt(part_id)),
                     "part_ids",
                 ));
             }
@@ -189,7 +189,10 @@ impl FilesService {
                 .filter(|r| r.owner == upload_id)
                 .ok_or_else(|| {
                     FilesError::invalid(
-                        format!("Part {part_id} is not a part of upload {upload_id}."),
+                        format!(
+                            "Part {} is not a part of upload {upload_id}.",
+                            crate::user_text::excerpt(part_id)
+                        ),
                         "part_ids",
                     )
                 })?;

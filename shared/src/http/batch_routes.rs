@@ -1,16 +1,18 @@
 //! `/v1/batches`.
 
 use super::error::ApiError;
+use super::extract::{ApiExtension, ApiPath, ApiQuery};
 use super::json_body::JsonBody;
 use super::AppState;
 use crate::auth::Principal;
 use crate::batches::ListBatches;
 use crate::openai::batches::CreateBatchRequest;
-use axum::extract::{Path, Query, State};
+use crate::user_text::excerpt;
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 use serde::Deserialize;
 
 pub(super) fn routes() -> Router<AppState> {
@@ -37,7 +39,7 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
 
 async fn create_batch(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
+    ApiExtension(principal): ApiExtension<Principal>,
     headers: HeaderMap,
     body: JsonBody<CreateBatchRequest>,
 ) -> Result<Response, ApiError> {
@@ -57,13 +59,14 @@ struct ListParams {
 
 async fn list_batches(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Query(params): Query<ListParams>,
+    ApiExtension(principal): ApiExtension<Principal>,
+    ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Response, ApiError> {
     let limit = match params.limit.as_deref() {
         None => 20,
         Some(text) => text.trim().parse::<usize>().map_err(|_| {
-            ApiError::invalid_request(format!("Invalid 'limit': '{text}' is not an integer.")).with_param("limit")
+            ApiError::invalid_request(format!("Invalid 'limit': '{}' is not an integer.", excerpt(text)))
+                .with_param("limit")
         })?,
     };
     let list = state
@@ -81,16 +84,16 @@ async fn list_batches(
 
 async fn get_batch(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(id): Path<String>,
+    ApiExtension(principal): ApiExtension<Principal>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     Ok(Json(state.batches.get_batch(&principal.project, &id).await?).into_response())
 }
 
 async fn cancel_batch(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(id): Path<String>,
+    ApiExtension(principal): ApiExtension<Principal>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     Ok(Json(state.batches.cancel_batch(&principal.project, &id).await?).into_response())
 }

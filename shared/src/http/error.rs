@@ -7,6 +7,9 @@ use crate::files::FilesError;
 use crate::inference::InferenceError;
 use crate::providers::router::{ProviderFailure, RoutingError};
 use crate::providers::ProviderError;
+use crate::user_text::excerpt;
+use axum::extract::path::ErrorKind as PathErrorKind;
+use axum::extract::rejection::{ExtensionRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
@@ -79,6 +82,54 @@ impl IntoResponse for ApiError {
                 .insert("x-should-retry", HeaderValue::from_static("false"));
         }
         response
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        let PathRejection::FailedToDeserializePathParams(failed) = rejection else {
+            tracing::error!(%rejection, "a route has no path parameters");
+            return Self::internal("The request could not be routed.");
+        };
+        let in_path = |key: &str, problem: String| {
+            Self::invalid_request(format!("Invalid '{}' in the URL path: {problem}", excerpt(key)))
+                .with_param(excerpt(key))
+                .with_code("invalid_path_parameter")
+        };
+        match failed.into_kind() {
+            PathErrorKind::InvalidUtf8InPathParam { key } => {
+                in_path(&key, "it is not valid UTF-8 once percent-decoded.".to_owned())
+            }
+            PathErrorKind::ParseErrorAtKey {
+                key,
+                value,
+                expected_type,
+            } => in_path(&key, format!("'{}' is not a valid {expected_type}.", excerpt(&value))),
+            PathErrorKind::DeserializeError { key, value, .. } => {
+                in_path(&key, format!("'{}' is not valid here.", excerpt(&value)))
+            }
+            kind @ (PathErrorKind::WrongNumberOfParameters { .. } | PathErrorKind::UnsupportedType { .. }) => {
+                tracing::error!(%kind, "a route's path parameters do not fit its handler");
+                Self::internal("The request could not be routed.")
+            }
+            _ => Self::invalid_request("Invalid URL path: a path parameter could not be read.")
+                .with_code("invalid_path_parameter"),
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        tracing::debug!(%rejection, "query string rejected");
+        Self::invalid_request("Invalid query string: it could not be read as name=value pairs.")
+            .with_code("invalid_query_string")
+    }
+}
+
+impl From<ExtensionRejection> for ApiError {
+    fn from(rejection: ExtensionRejection) -> Self {
+        tracing::error!(%rejection, "a request extension is missing");
+        Self::internal("The request could not be completed; try again.")
     }
 }
 
@@ -157,15 +208,17 @@ impl From<RoutingError> for ApiError {
     fn from(err: RoutingError) -> Self {
         match err {
             RoutingError::ModelNotFound(model) => Self::not_found(format!(
-                "The model `{model}` does not exist or you do not have access to it."
+                "The model `{}` does not exist or you do not have access to it.",
+                excerpt(&model)
             ))
             .with_param("model")
             .with_code("model_not_found"),
-            RoutingError::Unsupported { model, capability } => {
-                Self::invalid_request(format!("The model `{model}` does not support {capability}."))
-                    .with_param("model")
-                    .with_code("model_not_supported")
-            }
+            RoutingError::Unsupported { model, capability } => Self::invalid_request(format!(
+                "The model `{}` does not support {capability}.",
+                excerpt(&model)
+            ))
+            .with_param("model")
+            .with_code("model_not_supported"),
             RoutingError::AllFailed { model, failures } => from_failures(&model, &failures),
         }
     }
@@ -190,6 +243,7 @@ fn from_failures(model: &str, failures: &[ProviderFailure]) -> ApiError {
         ProviderError::MissingCredential(name) => Some(name.clone()),
         _ => None,
     }) {
+        let (name, model) = (excerpt(&name), excerpt(model));
         return ApiError::invalid_request(format!(
             "Missing credential `{name}` for model `{model}`: pass it in the request body as `credentials: {{\"{name}\": \"...\"}}`."
         ))
@@ -216,7 +270,7 @@ fn from_failures(model: &str, failures: &[ProviderFailure]) -> ApiError {
     let mut error = ApiError::new(
         status,
         "server_error",
-        format!("All providers for model `{model}` failed: {detail}"),
+        format!("All providers for model `{}` failed: {detail}", excerpt(model)),
     )
     .with_code(code);
     error.no_client_retry = true;

@@ -1,16 +1,18 @@
 //! `/v1/files` and direct uploads.
 
 use super::error::ApiError;
+use super::extract::{ApiExtension, ApiPath, ApiQuery};
 use super::json_body::JsonBody;
-use super::multipart_stream::{multipart_error, multipart_rejection, stream_field};
-use super::AppState;
+use super::multipart_stream::{multipart_error, multipart_rejection, read_text_field, stream_field};
+use super::{AppState, PublicBaseUrl};
 use crate::auth::Principal;
 use crate::files::{FileContent, FileReservation, ListFiles, NewFile, MAX_FILE_BYTES};
 use crate::openai::files::{CreateDirectUploadRequest, DirectUpload, ExpiresAfter, FilePurpose};
 use crate::ports::ListOrder;
+use crate::user_text::excerpt;
 use axum::body::Body;
 use axum::extract::multipart::MultipartRejection;
-use axum::extract::{Multipart, Path, Query, Request, State};
+use axum::extract::{Multipart, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -29,7 +31,8 @@ pub(super) fn routes() -> Router<AppState> {
 fn purpose_of(text: &str) -> Result<FilePurpose, ApiError> {
     FilePurpose::parse_uploadable(text).ok_or_else(|| {
         ApiError::invalid_request(format!(
-            "'{text}' is not one of [{}] - 'purpose'",
+            "'{}' is not one of [{}] - 'purpose'",
+            excerpt(text),
             FilePurpose::UPLOADABLE
         ))
         .with_param("purpose")
@@ -38,14 +41,17 @@ fn purpose_of(text: &str) -> Result<FilePurpose, ApiError> {
 
 fn parse_seconds(text: &str) -> Result<i64, ApiError> {
     text.trim().parse().map_err(|_| {
-        ApiError::invalid_request(format!("Invalid 'expires_after[seconds]': '{text}' is not an integer."))
-            .with_param("expires_after[seconds]")
+        ApiError::invalid_request(format!(
+            "Invalid 'expires_after[seconds]': '{}' is not an integer.",
+            excerpt(text)
+        ))
+        .with_param("expires_after[seconds]")
     })
 }
 
 async fn create_file(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
+    ApiExtension(principal): ApiExtension<Principal>,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Response, ApiError> {
@@ -67,11 +73,9 @@ async fn create_file(
     let outcome: Result<(), ApiError> = async {
         while let Some(field) = multipart.next_field().await.map_err(|e| multipart_error(&e))? {
             match field.name().unwrap_or_default() {
-                "purpose" => purpose = Some(field.text().await.map_err(|e| multipart_error(&e))?),
-                "expires_after[anchor]" => anchor = Some(field.text().await.map_err(|e| multipart_error(&e))?),
-                "expires_after[seconds]" => {
-                    seconds = Some(parse_seconds(&field.text().await.map_err(|e| multipart_error(&e))?)?)
-                }
+                "purpose" => purpose = Some(read_text_field(field).await?),
+                "expires_after[anchor]" => anchor = Some(read_text_field(field).await?),
+                "expires_after[seconds]" => seconds = Some(parse_seconds(&read_text_field(field).await?)?),
                 "file" if draft.is_none() => {
                     filename = Some(field.file_name().unwrap_or_default().to_owned());
                     // The limit of the purpose when it came first, else the largest; checked again at the end.
@@ -96,8 +100,8 @@ async fn create_file(
                     draft = Some(new_draft);
                 }
                 _ => {
-                    // Unknown fields are read and ignored.
-                    let _ = field.bytes().await.map_err(|e| multipart_error(&e))?;
+                    // Unknown fields are read (within the text field limit) and ignored.
+                    read_text_field(field).await?;
                 }
             }
         }
@@ -163,7 +167,7 @@ struct ListParams {
 fn parse_limit(text: Option<&str>, max: usize, default: usize) -> Result<usize, ApiError> {
     let Some(text) = text else { return Ok(default) };
     let limit: i64 = text.trim().parse().map_err(|_| {
-        ApiError::invalid_request(format!("Invalid 'limit': '{text}' is not an integer."))
+        ApiError::invalid_request(format!("Invalid 'limit': '{}' is not an integer.", excerpt(text)))
             .with_param("limit")
             .with_code("invalid_type")
     })?;
@@ -189,18 +193,19 @@ pub(super) fn parse_order(text: Option<&str>) -> Result<ListOrder, ApiError> {
     match text {
         None | Some("desc") => Ok(ListOrder::Desc),
         Some("asc") => Ok(ListOrder::Asc),
-        Some(other) => Err(
-            ApiError::invalid_request(format!("Invalid 'order': '{other}'. Expected 'asc' or 'desc'."))
-                .with_param("order")
-                .with_code("invalid_value"),
-        ),
+        Some(other) => Err(ApiError::invalid_request(format!(
+            "Invalid 'order': '{}'. Expected 'asc' or 'desc'.",
+            excerpt(other)
+        ))
+        .with_param("order")
+        .with_code("invalid_value")),
     }
 }
 
 async fn list_files(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Query(params): Query<ListParams>,
+    ApiExtension(principal): ApiExtension<Principal>,
+    ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Response, ApiError> {
     let query = ListFiles {
         after: params.after.filter(|a| !a.is_empty()),
@@ -217,24 +222,24 @@ async fn list_files(
 
 async fn get_file(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(id): Path<String>,
+    ApiExtension(principal): ApiExtension<Principal>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     Ok(Json(state.files.get_file(&principal.project, &id).await?).into_response())
 }
 
 async fn delete_file(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(id): Path<String>,
+    ApiExtension(principal): ApiExtension<Principal>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     Ok(Json(state.files.delete_file(&principal.project, &id).await?).into_response())
 }
 
 async fn file_content(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(id): Path<String>,
+    ApiExtension(principal): ApiExtension<Principal>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     match state
         .files
@@ -262,8 +267,8 @@ async fn file_content(
 
 async fn put_direct_content(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(id): Path<String>,
+    ApiExtension(principal): ApiExtension<Principal>,
+    ApiPath(id): ApiPath<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
     let body = request
@@ -276,8 +281,8 @@ async fn put_direct_content(
 
 async fn create_direct_upload(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    headers: HeaderMap,
+    ApiExtension(principal): ApiExtension<Principal>,
+    request_base_url: Option<Extension<PublicBaseUrl>>,
     body: JsonBody<CreateDirectUploadRequest>,
 ) -> Result<Response, ApiError> {
     let request = body.typed;
@@ -294,12 +299,19 @@ async fn create_direct_upload(
         .await?;
     let upload_url = match target.upload_url {
         Some(url) => url,
+        // The gateway's own PUT route, at its configured (or host-given) address: never one
+        // built from request headers.
         None => {
-            let host = headers
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .unwrap_or("127.0.0.1");
-            format!("http://{host}/v1/files/{}/content", target.file.id)
+            let base = state
+                .settings
+                .public_url
+                .clone()
+                .or(request_base_url.map(|Extension(url)| url))
+                .ok_or_else(|| {
+                    tracing::error!("no public URL is configured for direct upload URLs");
+                    ApiError::internal("The upload URL could not be built: the gateway has no public URL configured.")
+                })?;
+            base.join(&format!("/v1/files/{}/content", target.file.id))
         }
     };
     Ok(Json(DirectUpload {

@@ -1,13 +1,15 @@
 //! `/v1/chat/completions`, `/v1/embeddings`, `/v1/models`, `/health`.
 
 use super::error::ApiError;
+use super::extract::ApiPath;
 use super::json_body::JsonBody;
 use super::sse::sse_response;
 use super::AppState;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::embeddings::EmbeddingRequest;
 use crate::providers::ChatRequest;
-use axum::extract::{Path, State};
+use crate::user_text::excerpt;
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -35,8 +37,8 @@ pub(crate) fn take_credentials(raw: &mut Map<String, Value>) -> Result<HashMap<S
             .map(|(name, value)| match value {
                 Value::String(key) => Ok((name, key)),
                 _ => Err(
-                    ApiError::invalid_request(format!("Credential `{name}` must be a string."))
-                        .with_param(format!("credentials.{name}")),
+                    ApiError::invalid_request(format!("Credential `{}` must be a string.", excerpt(&name)))
+                        .with_param(format!("credentials.{}", excerpt(&name))),
                 ),
             })
             .collect(),
@@ -73,6 +75,6 @@ async fn list_models(State(state): State<AppState>) -> Response {
     Json(state.inference.list_models()).into_response()
 }
 
-async fn get_model(State(state): State<AppState>, Path(model): Path<String>) -> Result<Response, ApiError> {
+async fn get_model(State(state): State<AppState>, ApiPath(model): ApiPath<String>) -> Result<Response, ApiError> {
     Ok(Json(state.inference.get_model(&model)?).into_response())
 }

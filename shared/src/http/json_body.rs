@@ -3,6 +3,7 @@
 
 use super::body_budget::{self, BodyPermit};
 use super::error::ApiError;
+use crate::user_text::excerpt;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use serde::de::DeserializeOwned;
@@ -75,11 +76,16 @@ pub fn parse_json_object<T: DeserializeOwned>(raw: Map<String, Value>) -> Result
             } else {
                 format!("{path}.{field}")
             };
-            ApiError::invalid_request(format!("Missing required parameter: '{param}'."))
-                .with_param(param)
+            ApiError::invalid_request(format!("Missing required parameter: '{}'.", excerpt(&param)))
+                .with_param(excerpt(&param))
                 .with_code("missing_required_parameter")
         } else {
-            let param = if path == "." { None } else { Some(path) };
+            let param = if path == "." {
+                None
+            } else {
+                Some(excerpt(&path).into_owned())
+            };
+            let inner = bounded_serde_message(&inner);
             let message = match &param {
                 Some(p) => format!("Invalid value for '{p}': {inner}."),
                 None => format!("Invalid request body: {inner}."),
@@ -101,6 +107,41 @@ pub fn parse_json_object<T: DeserializeOwned>(raw: Map<String, Value>) -> Result
     })
 }
 
+/// The most characters of a deserializer's message quoted (it lists expected values, which may be many).
+const MAX_SERDE_MESSAGE_CHARS: usize = 512;
+
+/// A deserializer's message with every quoted client value (`string "…"`, `` `…` ``) cut to a short
+/// prefix, and the whole bounded: serde quotes what it could not accept, whatever its size.
+pub(crate) fn bounded_serde_message(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(MAX_SERDE_MESSAGE_CHARS + 16));
+    let mut chars = message.char_indices();
+    while let Some((_, quote)) = chars.next() {
+        out.push(quote);
+        if quote != '"' && quote != '`' {
+            continue;
+        }
+        // The quoted value runs to the matching quote; inside `"…"`, `\"` does not end it.
+        let start = chars.clone().next().map_or(message.len(), |(i, _)| i);
+        let mut end = message.len();
+        let mut escaped = false;
+        for (i, c) in chars.by_ref() {
+            if c == quote && !escaped {
+                end = i;
+                break;
+            }
+            escaped = quote == '"' && c == '\\' && !escaped;
+        }
+        out.push_str(&excerpt(&message[start..end]));
+        if end < message.len() {
+            out.push(quote);
+        }
+    }
+    match out.char_indices().nth(MAX_SERDE_MESSAGE_CHARS) {
+        None => out,
+        Some((cut, _)) => format!("{}…", &out[..cut]),
+    }
+}
+
 /// `x` from serde's "missing field `x`".
 fn missing_field(message: &str) -> Option<&str> {
     let rest = message.strip_prefix("missing field `")?;
@@ -111,6 +152,7 @@ fn missing_field(message: &str) -> Option<&str> {
 mod tests {
     use super::*;
     use crate::openai::chat::ChatCompletionRequest;
+    use serde_json::json;
 
     fn error_of(body: &str) -> ApiError {
         match parse_json_body::<ChatCompletionRequest>(body.as_bytes()) {
@@ -141,6 +183,39 @@ mod tests {
         for body in ["{", "", "[1]", "null"] {
             assert_eq!(error_of(body).status, axum::http::StatusCode::BAD_REQUEST, "{body}");
         }
+    }
+
+    #[test]
+    fn oversized_values_are_quoted_short() {
+        let huge = "x".repeat(1_000_000);
+        let bodies = [
+            json!({"model": "dummy", "messages": [], "temperature": huge}),
+            json!({"model": "dummy", "messages": [{"role": huge, "content": "hi"}]}),
+            json!({"model": huge.clone(), "messages": "no"}),
+        ];
+        for body in bodies {
+            let err = error_of(&body.to_string());
+            assert!(err.message.len() < 1024, "{}", err.message.len());
+            assert!(err.param.is_some(), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn serde_messages_keep_short_quotes_and_cut_long_ones() {
+        assert_eq!(
+            bounded_serde_message("unknown variant `x`, expected `a` or `b`"),
+            "unknown variant `x`, expected `a` or `b`"
+        );
+        let long = format!(
+            "invalid type: string \"{}\\\"{}\", expected f64",
+            "a".repeat(100),
+            "b".repeat(100)
+        );
+        let bounded = bounded_serde_message(&long);
+        assert!(bounded.starts_with("invalid type: string \"aaaa"), "{bounded}");
+        assert!(bounded.ends_with("\", expected f64"), "{bounded}");
+        assert!(bounded.len() < 150, "{bounded}");
+        assert!(bounded_serde_message(&"`".repeat(10_000)).chars().count() <= 513);
     }
 
     #[test]

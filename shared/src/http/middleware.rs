@@ -1,12 +1,13 @@
-//! Cross-cutting layers: request ids, authentication, unknown routes.
+//! Cross-cutting layers: request ids, authentication, unknown routes, an envelope for every error.
 
 use super::error::ApiError;
 use super::AppState;
 use crate::auth::Principal;
+use crate::user_text::excerpt;
 use axum::extract::{Request, State};
-use axum::http::{HeaderName, Method, Uri};
+use axum::http::{header, HeaderName, Method, StatusCode, Uri};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
@@ -62,10 +63,63 @@ pub async fn require_auth(
 }
 
 pub async fn unknown_route(method: Method, uri: Uri) -> ApiError {
-    ApiError::not_found(format!("Unknown request URL: {method} {}.", uri.path())).with_code("unknown_url")
+    ApiError::not_found(format!(
+        "Unknown request URL: {} {}.",
+        excerpt(method.as_str()),
+        excerpt(uri.path())
+    ))
+    .with_code("unknown_url")
 }
 
 pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
-    ApiError::method_not_allowed(format!("Method {method} is not allowed for {}.", uri.path()))
-        .with_code("method_not_allowed")
+    ApiError::method_not_allowed(format!(
+        "Method {} is not allowed for {}.",
+        excerpt(method.as_str()),
+        excerpt(uri.path())
+    ))
+    .with_code("method_not_allowed")
+}
+
+/// The most of a non-JSON error body read to quote it.
+const MAX_PLAIN_ERROR_BYTES: usize = 4096;
+
+/// A safety net: an error response that is not JSON (a framework rejection no handler mapped)
+/// becomes the OpenAI envelope, quoting a short prefix of its text.
+pub async fn envelope_every_error(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_PLAIN_ERROR_BYTES)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    let reason = status.canonical_reason().unwrap_or("Error");
+    let message = if text.is_empty() {
+        format!("{reason}.")
+    } else {
+        format!("{reason}: {}", excerpt(&text))
+    };
+    let mut error = match status {
+        StatusCode::NOT_FOUND => ApiError::not_found(message),
+        StatusCode::METHOD_NOT_ALLOWED => ApiError::method_not_allowed(message),
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::payload_too_large(message),
+        status if status.is_server_error() => ApiError::internal(message),
+        _ => ApiError::invalid_request(message),
+    };
+    error.status = status;
+    let mut enveloped = error.into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            enveloped.headers_mut().append(name, value.clone());
+        }
+    }
+    enveloped
 }

@@ -3,16 +3,20 @@
 
 mod batch_routes;
 pub mod body_budget;
+mod body_drain;
 pub mod error;
+mod extract;
 mod files_routes;
 pub(crate) mod inference_routes;
 pub mod json_body;
 mod middleware;
 mod multipart_stream;
+pub mod public_url;
 pub mod sse;
 mod upload_routes;
 
 pub use error::ApiError;
+pub use public_url::PublicBaseUrl;
 
 use crate::auth::Authenticator;
 use crate::batches::BatchService;
@@ -34,11 +38,15 @@ pub struct AppState {
 }
 
 /// Host-specific choices.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct HttpSettings {
     /// File content larger than this is answered with a redirect to a presigned URL when the blob
     /// store offers one (a Lambda response must stay under 6 MB); smaller content streams through.
     pub inline_content_limit: u64,
+    /// Where clients reach the gateway, for absolute URLs in responses (a direct upload's
+    /// `upload_url` when the blob store cannot presign). `None` in Lambda unless configured: the
+    /// Lambda host then supplies it per request from API Gateway's request context.
+    pub public_url: Option<PublicBaseUrl>,
 }
 
 /// Largest JSON body accepted (API Gateway's own limit is 10 MB).
@@ -93,14 +101,18 @@ fn host_router(state: AppState, routes: Router<AppState>) -> Router {
     with_common_layers(router)
 }
 
-/// Request ids, tracing, and OpenAI-style 404/405 for every router.
+/// Request ids, tracing, OpenAI-style 404/405 and an envelope for every error, `Host` checked,
+/// and unread request bodies drained so keep-alive connections survive early rejections.
 pub fn with_common_layers(router: Router) -> Router {
-    middleware::add_request_id_layers(
-        router
-            .fallback(middleware::unknown_route)
-            .method_not_allowed_fallback(middleware::method_not_allowed),
-    )
+    let router = router
+        .fallback(middleware::unknown_route)
+        .method_not_allowed_fallback(middleware::method_not_allowed)
+        .layer(axum::middleware::from_fn(middleware::envelope_every_error))
+        .layer(axum::middleware::from_fn(public_url::reject_unusual_host));
+    middleware::add_request_id_layers(router).layer(axum::middleware::from_fn(body_drain::drain_unread_body))
 }
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,10 @@
 //! Feeding a multipart field into a `'static` byte stream without buffering it: the field's
-//! chunks are pumped through a small channel while the consumer writes them to storage.
+//! chunks are pumped through a small channel while the consumer writes them to storage. Text
+//! fields are read up to [`MAX_TEXT_FIELD_BYTES`] and no further.
 
 use super::error::ApiError;
 use crate::ports::{ByteStream, StorageError};
+use crate::user_text::excerpt;
 use axum::extract::multipart::{Field, MultipartError, MultipartRejection};
 use futures::{Future, StreamExt};
 use tokio_stream::wrappers::ReceiverStream;
@@ -12,6 +14,31 @@ pub(crate) fn multipart_error(err: &MultipartError) -> ApiError {
         return ApiError::payload_too_large(format!("The upload is too large: {}", err.body_text()));
     }
     ApiError::invalid_request(format!("Malformed multipart body: {}", err.body_text())).with_code("invalid_multipart")
+}
+
+/// The longest multipart text field accepted (`purpose`, `expires_after[…]`, unknown fields).
+pub(crate) const MAX_TEXT_FIELD_BYTES: usize = 64 * 1024;
+
+/// The field's value as text, read chunk by chunk and refused (400 naming the field) as soon as
+/// it passes [`MAX_TEXT_FIELD_BYTES`] or if it is not UTF-8.
+pub(crate) async fn read_text_field(mut field: Field<'_>) -> Result<String, ApiError> {
+    let name = field.name().unwrap_or_default().to_owned();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = field.chunk().await.map_err(|e| multipart_error(&e))? {
+        if bytes.len() + chunk.len() > MAX_TEXT_FIELD_BYTES {
+            return Err(ApiError::invalid_request(format!(
+                "The multipart field '{}' is too long: at most {MAX_TEXT_FIELD_BYTES} bytes.",
+                excerpt(&name)
+            ))
+            .with_param(excerpt(&name))
+            .with_code("field_too_long"));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        ApiError::invalid_request(format!("The multipart field '{}' is not valid UTF-8.", excerpt(&name)))
+            .with_param(excerpt(&name))
+    })
 }
 
 /// A request that is not `multipart/form-data` (or lacks a boundary): a 400 naming `param`.

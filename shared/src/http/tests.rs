@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use tower::ServiceExt;
 
-const CONFIG: &str = r#"
+pub(super) const CONFIG: &str = r#"
 [gateway.retries]
 max_retries = 1
 initial_backoff_ms = 1
@@ -32,7 +32,7 @@ type = "dummy"
 fail_with_status = 503
 "#;
 
-fn adapters(dir: &std::path::Path) -> Adapters {
+pub(super) fn adapters(dir: &std::path::Path) -> Adapters {
     Adapters::new(
         Arc::new(SqliteStateStore::in_memory().unwrap()),
         Arc::new(FileBlobStore::open(dir).unwrap()),
@@ -51,6 +51,7 @@ fn router_with(adapters: &Adapters, mode: AuthMode) -> Router {
         },
         HttpSettings {
             inline_content_limit: u64::MAX,
+            public_url: Some(PublicBaseUrl::parse("http://gateway.test:3000").unwrap()),
         },
         crate::batches::BatchSettings::from_config(&config),
     )

@@ -1,16 +1,17 @@
 //! `/v1/uploads`: create, add parts (multipart field `data`), complete, cancel.
 
 use super::error::ApiError;
+use super::extract::{ApiExtension, ApiPath};
 use super::json_body::JsonBody;
-use super::multipart_stream::{multipart_error, multipart_rejection, stream_field};
+use super::multipart_stream::{multipart_error, multipart_rejection, read_text_field, stream_field};
 use super::AppState;
 use crate::auth::Principal;
 use crate::openai::files::{CompleteUploadRequest, CreateUploadRequest};
 use axum::extract::multipart::MultipartRejection;
-use axum::extract::{Multipart, Path, State};
+use axum::extract::{Multipart, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Extension, Json, Router};
+use axum::{Json, Router};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -22,7 +23,7 @@ pub(super) fn routes() -> Router<AppState> {
 
 async fn create_upload(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
+    ApiExtension(principal): ApiExtension<Principal>,
     body: JsonBody<CreateUploadRequest>,
 ) -> Result<Response, ApiError> {
     Ok(Json(state.files.create_upload(&principal.project, body.typed).await?).into_response())
@@ -30,8 +31,8 @@ async fn create_upload(
 
 async fn add_part(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(id): Path<String>,
+    ApiExtension(principal): ApiExtension<Principal>,
+    ApiPath(id): ApiPath<String>,
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<Response, ApiError> {
     let mut multipart = multipart.map_err(|rejection| multipart_rejection(&rejection, "data"))?;
@@ -41,15 +42,16 @@ async fn add_part(
             let part = stream_field(field, |data| files.add_upload_part(&principal.project, &id, data)).await??;
             return Ok(Json(part).into_response());
         }
-        let _ = field.bytes().await.map_err(|e| multipart_error(&e))?;
+        // Other fields are read (within the text field limit) and ignored.
+        read_text_field(field).await?;
     }
     Err(ApiError::invalid_request("Missing required parameter: 'data'.").with_param("data"))
 }
 
 async fn complete_upload(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(id): Path<String>,
+    ApiExtension(principal): ApiExtension<Principal>,
+    ApiPath(id): ApiPath<String>,
     body: JsonBody<CompleteUploadRequest>,
 ) -> Result<Response, ApiError> {
     let request = body.typed;
@@ -62,8 +64,8 @@ async fn complete_upload(
 
 async fn cancel_upload(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(id): Path<String>,
+    ApiExtension(principal): ApiExtension<Principal>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     Ok(Json(state.files.cancel_upload(&principal.project, &id).await?).into_response())
 }

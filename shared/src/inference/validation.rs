@@ -69,7 +69,7 @@ pub fn validate_chat(request: &ChatCompletionRequest) -> Result<(), InferenceErr
             return Err(InferenceError::invalid(
                 format!(
                     "Tool choice '{}' is not one of the provided tools.",
-                    named.function.name
+                    crate::user_text::excerpt(&named.function.name)
                 ),
                 "tool_choice",
             ));
