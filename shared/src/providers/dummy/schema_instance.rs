@@ -11,7 +11,9 @@
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use regex_syntax::hir::{Hir, HirKind};
 use serde_json::{Map, Number, Value};
+use std::cell::Cell;
 
 /// `$ref`s followed on one path before the generator answers minimal values.
 const FULL_REF_DEPTH: u32 = 3;
@@ -19,10 +21,23 @@ const FULL_REF_DEPTH: u32 = 3;
 const MAX_DEPTH: u32 = 64;
 /// Items in an array when the schema leaves the count free.
 const DEFAULT_ITEMS: u64 = 2;
+/// Values generated for one instance at most: a hostile schema (wide and recursive, or asking
+/// for millions of items) gets a bounded answer, valid or not.
+const MAX_VALUES: u32 = 20_000;
+/// The longest string generated (a larger `minLength` is not met).
+const MAX_STRING_CHARS: u64 = 65_536;
+/// The longest match a `pattern` may have for the generator to use it.
+const MAX_PATTERN_MATCH: u64 = 10_000;
+/// Extra repetitions of an unbounded `*`, `+` or `{n,}` in a pattern.
+const REPEAT: u32 = 8;
 
 /// A value valid against `schema`, varied by `seed` where the schema leaves a choice.
 pub fn instance_for(schema: &Value, seed: u64) -> Value {
-    Generator { root: schema }.value(schema, Place::root(seed))
+    let generator = Generator {
+        root: schema,
+        budget: Cell::new(MAX_VALUES),
+    };
+    generator.value(schema, Place::root(seed))
 }
 
 /// Where in the instance the generator is.
@@ -77,10 +92,16 @@ impl<'a> Place<'a> {
 
 struct Generator<'r> {
     root: &'r Value,
+    /// Values that may still be generated.
+    budget: Cell<u32>,
 }
 
 impl Generator<'_> {
     fn value(&self, schema: &Value, place: Place<'_>) -> Value {
+        let Some(budget) = self.budget.get().checked_sub(1) else {
+            return Value::Null;
+        };
+        self.budget.set(budget);
         if place.depth > MAX_DEPTH {
             return Value::Null;
         }
@@ -197,6 +218,9 @@ impl Generator<'_> {
         let unique = schema.get("uniqueItems") == Some(&Value::Bool(true));
         let mut items: Vec<Value> = Vec::new();
         for index in 0..count {
+            if self.budget.get() == 0 {
+                break;
+            }
             let item_schema = usize::try_from(index)
                 .ok()
                 .and_then(|i| prefix.get(i))
@@ -250,7 +274,7 @@ impl Generator<'_> {
         let min = unsigned(schema, "minProperties").unwrap_or(0);
         if let Some(extra_schema) = extra_schema {
             let mut index = 0;
-            while (object.len() as u64) < min && index < min + 16 {
+            while (object.len() as u64) < min && index < min + 16 && self.budget.get() > 0 {
                 let name = format!("extra_{index}");
                 index += 1;
                 if !object.contains_key(&name) {
@@ -417,7 +441,7 @@ fn number(schema: &Map<String, Value>, place: Place<'_>) -> Value {
 }
 
 fn string(schema: &Map<String, Value>, place: Place<'_>) -> String {
-    let min = unsigned(schema, "minLength").unwrap_or(0);
+    let min = unsigned(schema, "minLength").unwrap_or(0).min(MAX_STRING_CHARS);
     let max = unsigned(schema, "maxLength");
     let fits = |text: &str| {
         let length = text.chars().count() as u64;
@@ -451,13 +475,37 @@ fn readable(place: Place<'_>) -> String {
     format!("{name}-{:04x}", place.seed & 0xffff)
 }
 
-/// A string matching `pattern` whose length `fits`, when the pattern is one the generator knows.
+/// A string matching `pattern` whose length `fits`, when the pattern is one the generator knows
+/// and its matches are not huge.
 fn matching(pattern: &str, seed: u64, fits: &dyn Fn(&str) -> bool) -> Option<String> {
-    let generator = rand_regex::Regex::compile(&ascii_classes(unanchored(pattern)), 8).ok()?;
+    let hir = regex_syntax::Parser::new()
+        .parse(&ascii_classes(unanchored(pattern)))
+        .ok()?;
+    if size_bound(&hir) > MAX_PATTERN_MATCH {
+        return None;
+    }
+    let generator = rand_regex::Regex::with_hir(hir, REPEAT).ok()?;
     let mut rng = StdRng::seed_from_u64(seed);
     (0..32)
         .map(|_| rand::Rng::sample::<String, _>(&mut rng, &generator))
         .find(|text| fits(text))
+}
+
+/// An upper bound of the length a generated match can have, every part counting at least 1 (so
+/// the bound also caps the repetition counts the generator multiplies).
+fn size_bound(hir: &Hir) -> u64 {
+    match hir.kind() {
+        HirKind::Empty | HirKind::Look(_) => 1,
+        HirKind::Literal(literal) => (literal.0.len() as u64).max(1),
+        HirKind::Class(_) => 4,
+        HirKind::Repetition(repetition) => {
+            let upper = repetition.max.unwrap_or(repetition.min.saturating_add(REPEAT));
+            u64::from(upper.max(1)).saturating_mul(size_bound(&repetition.sub))
+        }
+        HirKind::Capture(capture) => size_bound(&capture.sub),
+        HirKind::Concat(parts) => parts.iter().map(size_bound).fold(0, u64::saturating_add),
+        HirKind::Alternation(parts) => parts.iter().map(size_bound).max().unwrap_or(1),
+    }
 }
 
 /// `\d`, `\w` and `\s` spelled as the ASCII sets they are in JSON Schema's (ECMA-262) patterns;

@@ -268,3 +268,27 @@ fn mixing_is_stable() {
     assert_ne!(mix(1, b"abc"), mix(1, b"abd"));
     assert_ne!(mix(1, b""), mix(1, b"\0"));
 }
+
+#[test]
+fn hostile_schemas_get_a_bounded_answer_quickly() {
+    let wide: serde_json::Map<String, Value> = (0..50).map(|i| (format!("p{i}"), json!({"$ref": "#"}))).collect();
+    let names: Vec<String> = wide.keys().cloned().collect();
+    let wide_recursive = json!({"type": "object", "properties": wide, "required": names});
+    for schema in [
+        wide_recursive,
+        json!({"type": "array", "items": {"type": "string"}, "minItems": 1_000_000_000u64}),
+        json!({"type": "string", "minLength": 1_000_000_000u64}),
+        json!({"type": "object", "minProperties": 1_000_000_000u64}),
+        json!({"type": "string", "pattern": "(a{1000}){1000}"}),
+        json!({"type": "string", "pattern": "((((){1000}){1000}){1000}){1000}"}),
+        json!({"type": "string", "pattern": "a{4294967295}"}),
+        json!({"type": "string", "pattern": "(a*){4294967295}"}),
+        json!({"type": "string", "pattern": "(?=lookahead)x"}),
+        json!({"type": "string", "pattern": "[unclosed"}),
+    ] {
+        let started = std::time::Instant::now();
+        let instance = instance_for(&schema, 3);
+        assert!(instance.to_string().len() < 2_000_000, "{schema}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{schema}");
+    }
+}
