@@ -274,8 +274,12 @@ fn hostile_schemas_get_a_bounded_answer_quickly() {
     let wide: serde_json::Map<String, Value> = (0..50).map(|i| (format!("p{i}"), json!({"$ref": "#"}))).collect();
     let names: Vec<String> = wide.keys().cloned().collect();
     let wide_recursive = json!({"type": "object", "properties": wide, "required": names});
+    let huge: serde_json::Map<String, Value> = (0..20_000).map(|i| (format!("p{i}"), json!({"$ref": "#"}))).collect();
+    let huge_names: Vec<String> = huge.keys().cloned().collect();
+    let huge_recursive = json!({"type": "object", "properties": huge, "required": huge_names});
     for schema in [
         wide_recursive,
+        huge_recursive,
         json!({"type": "array", "items": {"type": "string"}, "minItems": 1_000_000_000u64}),
         json!({"type": "string", "minLength": 1_000_000_000u64}),
         json!({"type": "object", "minProperties": 1_000_000_000u64}),
