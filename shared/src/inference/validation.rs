@@ -139,7 +139,7 @@ fn check_metadata(request: &ChatCompletionRequest) -> Result<(), InferenceError>
         string_at_most("metadata", key_named(key), key, MAX_METADATA_KEY_CHARS)?;
         string_at_most(
             "metadata",
-            format!("the value of '{key}'"),
+            format!("the value of '{}'", excerpt(key)),
             value,
             MAX_METADATA_VALUE_CHARS,
         )?;

@@ -28,10 +28,13 @@ pub(super) fn integer_in(name: &str, value: i64, min: i64, max: Option<i64>) -> 
 }
 
 pub(super) fn decimal_in(name: &str, value: f64, min: f64, max: f64) -> Result<(), InferenceError> {
+    // A float prints without exponent (1e300 is 301 digits): quote a prefix.
+    let shown = value.to_string();
+    let value_shown = excerpt(&shown);
     if value < min {
         return Err(InferenceError::invalid(
             format!(
-                "Invalid '{name}': decimal below minimum value. Expected a value >= {min}, but got {value} instead."
+                "Invalid '{name}': decimal below minimum value. Expected a value >= {min}, but got {value_shown} instead."
             ),
             name,
             "decimal_below_min_value",
@@ -40,7 +43,7 @@ pub(super) fn decimal_in(name: &str, value: f64, min: f64, max: f64) -> Result<(
     if value > max {
         return Err(InferenceError::invalid(
             format!(
-                "Invalid '{name}': decimal above maximum value. Expected a value <= {max}, but got {value} instead."
+                "Invalid '{name}': decimal above maximum value. Expected a value <= {max}, but got {value_shown} instead."
             ),
             name,
             "decimal_above_max_value",

@@ -132,4 +132,6 @@ fn messages_quote_at_most_a_prefix_of_client_keys() {
     assert!(message.len() < 300, "{}", message.len());
     let (_, _, message) = rejection(json!({"metadata": {"k".repeat(100_000): "v"}}));
     assert!(message.len() < 300, "{}", message.len());
+    let (_, _, message) = rejection(json!({"presence_penalty": 1e300}));
+    assert!(message.len() < 300, "{message}");
 }
