@@ -267,11 +267,3 @@ def test_raw_response_has_request_id(client: openai.OpenAI) -> None:
     assert content_of(raw.parse())
     again = client.chat.completions.with_raw_response.create(model="dummy", messages=user("hi"))
     assert again.headers.get("x-request-id") not in (None, first)
-
-
-def test_n_greater_than_one_is_rejected(client: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError) as raised:
-        chat(client, user("Two answers please."), n=2)
-    assert raised.value.status_code == 400
-    assert raised.value.param == "n"
-    kit.error_envelope(raised.value.response)

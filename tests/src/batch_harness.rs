@@ -130,12 +130,7 @@ impl ScriptedProvider {
     }
 
     pub fn handle(self: &Arc<Self>, name: &str) -> ProviderHandle {
-        ProviderHandle {
-            name: name.to_owned(),
-            chat: Some(Arc::clone(self) as Arc<dyn ChatProvider>),
-            chat_stream: None,
-            embeddings: None,
-        }
+        ProviderHandle::chat_only(name, Arc::clone(self) as Arc<dyn ChatProvider>)
     }
 }
 

@@ -192,12 +192,11 @@ impl From<BatchesError> for ApiError {
 impl From<InferenceError> for ApiError {
     fn from(err: InferenceError) -> Self {
         match err {
-            InferenceError::InvalidRequest { message, param } => {
-                let error = Self::invalid_request(message);
-                match param {
-                    Some(param) => error.with_param(param),
-                    None => error,
-                }
+            InferenceError::InvalidRequest { message, param, code } => {
+                let mut error = Self::invalid_request(message);
+                error.param = param;
+                error.code = code.map(str::to_owned);
+                error
             }
             InferenceError::Routing(routing) => routing.into(),
         }

@@ -86,6 +86,13 @@ pub fn parse_json_object<T: DeserializeOwned>(raw: Map<String, Value>) -> Result
                 Some(excerpt(&path).into_owned())
             };
             let inner = bounded_serde_message(&inner);
+            if let (Some(p), Some((expected, got))) = (&param, wrong_type(&inner)) {
+                return ApiError::invalid_request(format!(
+                    "Invalid type for '{p}': expected {expected}, but got {got} instead."
+                ))
+                .with_param(p.clone())
+                .with_code("invalid_type");
+            }
             let message = match &param {
                 Some(p) => format!("Invalid value for '{p}': {inner}."),
                 None => format!("Invalid request body: {inner}."),
@@ -142,6 +149,35 @@ pub(crate) fn bounded_serde_message(message: &str) -> String {
     }
 }
 
+/// What was expected and what came, in JSON words, from serde's
+/// "invalid type: floating point `1.5`, expected i64" (the value itself is not repeated).
+fn wrong_type(message: &str) -> Option<(&'static str, &'static str)> {
+    let (got, expected) = message.strip_prefix("invalid type: ")?.rsplit_once(", expected ")?;
+    let got = [
+        ("floating point", "a decimal number"),
+        ("integer", "an integer"),
+        ("string", "a string"),
+        ("boolean", "a boolean"),
+        ("map", "an object"),
+        ("sequence", "an array"),
+        ("unit", "null"),
+        ("null", "null"),
+    ]
+    .into_iter()
+    .find_map(|(prefix, words)| got.starts_with(prefix).then_some(words))?;
+    let expected = match expected {
+        "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" | "usize" => "an integer",
+        "f32" | "f64" => "a number",
+        "a string" | "string" => "a string",
+        "a boolean" | "bool" => "a boolean",
+        "a sequence" => "an array",
+        "a map" => "an object",
+        other if other.starts_with("struct ") => "an object",
+        _ => return None,
+    };
+    Some((expected, got))
+}
+
 /// `x` from serde's "missing field `x`".
 fn missing_field(message: &str) -> Option<&str> {
     let rest = message.strip_prefix("missing field `")?;
@@ -176,6 +212,49 @@ mod tests {
         assert!(err.param.as_deref().unwrap().starts_with("messages[0]"), "{err:?}");
         let err = error_of(r#"{"model": "dummy", "messages": [], "temperature": "hot"}"#);
         assert_eq!(err.param.as_deref(), Some("temperature"));
+    }
+
+    #[test]
+    fn wrong_json_types_are_invalid_type_naming_the_field_without_echoing_it() {
+        for (body, param, words) in [
+            (
+                r#"{"model": "m", "messages": [], "seed": 1.5}"#,
+                "seed",
+                "expected an integer, but got a decimal number",
+            ),
+            (
+                r#"{"model": "m", "messages": [], "seed": "42"}"#,
+                "seed",
+                "expected an integer, but got a string",
+            ),
+            (
+                r#"{"model": "m", "messages": [], "n": true}"#,
+                "n",
+                "expected an integer, but got a boolean",
+            ),
+            (
+                r#"{"model": "m", "messages": [], "max_tokens": [1]}"#,
+                "max_tokens",
+                "expected an integer, but got an array",
+            ),
+            (
+                r#"{"model": "m", "messages": [], "temperature": "hot"}"#,
+                "temperature",
+                "expected a number, but got a string",
+            ),
+            (
+                r#"{"model": "m", "messages": [], "metadata": {"k": 5}}"#,
+                "metadata.k",
+                "expected a string, but got an integer",
+            ),
+        ] {
+            let err = error_of(body);
+            assert_eq!(err.param.as_deref(), Some(param), "{body}");
+            assert_eq!(err.code.as_deref(), Some("invalid_type"), "{body}");
+            assert!(err.message.contains(words), "{body}: {}", err.message);
+        }
+        let long = format!(r#"{{"model": "m", "messages": [], "seed": "{}"}}"#, "9".repeat(10_000));
+        assert!(error_of(&long).message.len() < 200);
     }
 
     #[test]

@@ -20,16 +20,22 @@ pub use validation::{validate_chat, validate_embeddings};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum InferenceError {
     #[error("{message}")]
-    InvalidRequest { message: String, param: Option<String> },
+    InvalidRequest {
+        message: String,
+        param: Option<String>,
+        /// OpenAI's code for the problem, e.g. `integer_above_max_value`.
+        code: Option<&'static str>,
+    },
     #[error("routing failed: {0:?}")]
     Routing(RoutingError),
 }
 
 impl InferenceError {
-    pub fn invalid(message: impl Into<String>, param: impl Into<String>) -> Self {
+    pub fn invalid(message: impl Into<String>, param: impl Into<String>, code: &'static str) -> Self {
         Self::InvalidRequest {
             message: message.into(),
             param: Some(param.into()),
+            code: Some(code),
         }
     }
 }

@@ -84,7 +84,7 @@ async fn invalid_requests_name_the_parameter() {
     for (body, param) in [
         (json!({"model": "dummy", "messages": []}), "messages"),
         (
-            json!({"model": "dummy", "n": 2, "messages": [{"role": "user", "content": "x"}]}),
+            json!({"model": "dummy", "n": 129, "messages": [{"role": "user", "content": "x"}]}),
             "n",
         ),
         (
@@ -104,6 +104,37 @@ async fn invalid_requests_name_the_parameter() {
             other => panic!("expected invalid request for {param}, got {other:?}"),
         }
     }
+}
+
+#[tokio::test]
+async fn n_choices_come_back_numbered_with_usage_for_all_of_them() {
+    let svc = service();
+    let none = HashMap::new();
+    let body = |n: u32| json!({"model": "dummy", "n": n, "messages": [{"role": "user", "content": "one two three"}]});
+    let one = svc.chat(&chat(body(1)), &none).await.unwrap();
+    let three = svc.chat(&chat(body(3)), &none).await.unwrap();
+    let indexes: Vec<u32> = three.choices.iter().map(|c| c.index).collect();
+    assert_eq!(indexes, vec![0, 1, 2]);
+    let contents: std::collections::HashSet<_> = three.choices.iter().map(|c| c.message.content.clone()).collect();
+    assert_eq!(contents.len(), 3, "each choice differs");
+    assert_eq!(
+        three.choices[0], one.choices[0],
+        "the first choice does not depend on n"
+    );
+    assert_eq!(three.usage.prompt_tokens, one.usage.prompt_tokens);
+    assert_eq!(three.usage.completion_tokens, 3 * one.usage.completion_tokens);
+
+    let mut streamed = body(2);
+    streamed["stream"] = json!(true);
+    let chunks: Vec<_> = svc.chat_stream(&chat(streamed), &none).await.unwrap().collect().await;
+    let mut texts = [String::new(), String::new()];
+    for chunk in chunks {
+        for choice in chunk.unwrap().choices {
+            texts[choice.index as usize].push_str(choice.delta.content.as_deref().unwrap_or_default());
+        }
+    }
+    assert_eq!(texts[0], three.choices[0].message.content.clone().unwrap());
+    assert_eq!(texts[1], three.choices[1].message.content.clone().unwrap());
 }
 
 #[tokio::test]

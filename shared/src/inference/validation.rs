@@ -1,52 +1,35 @@
-//! Request checks beyond the JSON shape, each naming the offending parameter.
+//! Request checks beyond the JSON shape, each naming the offending parameter and giving
+//! OpenAI's error code.
+
+mod bounds;
 
 use super::InferenceError;
-use crate::openai::chat::{ChatCompletionRequest, ChatMessage, ToolChoice};
+use crate::openai::chat::{ChatCompletionRequest, ChatMessage, StopSequences, ToolChoice};
 use crate::openai::embeddings::{EmbeddingInput, EmbeddingRequest};
+use crate::user_text::excerpt;
+use bounds::{array_at_most, array_not_empty, decimal_in, integer_in, key_named, object_at_most, string_at_most};
+
+/// OpenAI's limits on chat completion parameters.
+pub const MAX_STOP_SEQUENCES: usize = 4;
+pub const MAX_CHOICES: i64 = 128;
+pub const MAX_TOP_LOGPROBS: i64 = 20;
+pub const MAX_LOGIT_BIAS_ENTRIES: usize = 300;
+pub const MAX_LOGIT_BIAS: f64 = 100.0;
+pub const MAX_METADATA_PAIRS: usize = 16;
+pub const MAX_METADATA_KEY_CHARS: usize = 64;
+pub const MAX_METADATA_VALUE_CHARS: usize = 512;
 
 pub fn validate_chat(request: &ChatCompletionRequest) -> Result<(), InferenceError> {
-    if request.messages.is_empty() {
-        return Err(InferenceError::invalid(
-            "Invalid 'messages': empty array. Expected an array with minimum length 1.",
-            "messages",
-        ));
-    }
-    if let Some(n) = request.n {
-        if n != 1 {
-            return Err(InferenceError::invalid("Only n=1 is supported.", "n"));
-        }
-    }
-    if let Some(t) = request.temperature {
-        if !(0.0..=2.0).contains(&t) {
-            return Err(InferenceError::invalid(
-                format!("Invalid 'temperature': {t}. Expected a value between 0 and 2."),
-                "temperature",
-            ));
-        }
-    }
-    if let Some(p) = request.top_p {
-        if !(0.0..=1.0).contains(&p) {
-            return Err(InferenceError::invalid(
-                format!("Invalid 'top_p': {p}. Expected a value between 0 and 1."),
-                "top_p",
-            ));
-        }
-    }
-    for (name, value) in [
-        ("max_tokens", request.max_tokens),
-        ("max_completion_tokens", request.max_completion_tokens),
-    ] {
-        if value == Some(0) {
-            return Err(InferenceError::invalid(
-                format!("Invalid '{name}': must be at least 1."),
-                name,
-            ));
-        }
-    }
+    array_not_empty("messages", request.messages.len())?;
+    check_sampling(request)?;
+    check_output_limits(request)?;
+    check_logit_bias(request)?;
+    check_metadata(request)?;
     if request.stream_options.is_some() && !request.wants_stream() {
         return Err(InferenceError::invalid(
             "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
             "stream_options",
+            "invalid_value",
         ));
     }
     for (index, message) in request.messages.iter().enumerate() {
@@ -55,6 +38,7 @@ pub fn validate_chat(request: &ChatCompletionRequest) -> Result<(), InferenceErr
                 return Err(InferenceError::invalid(
                     "Tool messages need a non-empty 'tool_call_id'.",
                     format!("messages[{index}].tool_call_id"),
+                    "invalid_value",
                 ));
             }
         }
@@ -69,11 +53,96 @@ pub fn validate_chat(request: &ChatCompletionRequest) -> Result<(), InferenceErr
             return Err(InferenceError::invalid(
                 format!(
                     "Tool choice '{}' is not one of the provided tools.",
-                    crate::user_text::excerpt(&named.function.name)
+                    excerpt(&named.function.name)
                 ),
                 "tool_choice",
+                "invalid_value",
             ));
         }
+    }
+    Ok(())
+}
+
+/// `temperature`, `top_p`, the penalties, `n`, `logprobs`/`top_logprobs`.
+fn check_sampling(request: &ChatCompletionRequest) -> Result<(), InferenceError> {
+    for (name, value, min, max) in [
+        ("temperature", request.temperature, 0.0, 2.0),
+        ("top_p", request.top_p, 0.0, 1.0),
+        ("presence_penalty", request.presence_penalty, -2.0, 2.0),
+        ("frequency_penalty", request.frequency_penalty, -2.0, 2.0),
+    ] {
+        if let Some(value) = value {
+            decimal_in(name, value, min, max)?;
+        }
+    }
+    if let Some(n) = request.n {
+        integer_in("n", n, 1, Some(MAX_CHOICES))?;
+    }
+    if let Some(top) = request.top_logprobs {
+        integer_in("top_logprobs", top, 0, Some(MAX_TOP_LOGPROBS))?;
+        if request.logprobs != Some(true) {
+            return Err(InferenceError::invalid(
+                "Invalid value for 'top_logprobs': 'logprobs' must be true when 'top_logprobs' is given.",
+                "top_logprobs",
+                "invalid_value",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `max_tokens` / `max_completion_tokens` and `stop`.
+fn check_output_limits(request: &ChatCompletionRequest) -> Result<(), InferenceError> {
+    for (name, value) in [
+        ("max_tokens", request.max_tokens),
+        ("max_completion_tokens", request.max_completion_tokens),
+    ] {
+        if let Some(value) = value {
+            integer_in(name, value, 1, None)?;
+        }
+    }
+    if let Some(StopSequences::Many(stops)) = &request.stop {
+        array_at_most("stop", stops.len(), MAX_STOP_SEQUENCES)?;
+    }
+    Ok(())
+}
+
+/// At most 300 token ids, each mapped to a bias in -100..=100.
+fn check_logit_bias(request: &ChatCompletionRequest) -> Result<(), InferenceError> {
+    let Some(biases) = &request.logit_bias else {
+        return Ok(());
+    };
+    object_at_most("logit_bias", biases.len(), MAX_LOGIT_BIAS_ENTRIES)?;
+    for (token, bias) in biases {
+        if token.parse::<u32>().is_err() {
+            return Err(InferenceError::invalid(
+                format!(
+                    "Invalid 'logit_bias': the key '{}' is not a token id. Keys must be token ids (non-negative integers).",
+                    excerpt(token)
+                ),
+                "logit_bias",
+                "invalid_value",
+            ));
+        }
+        decimal_in("logit_bias", *bias, -MAX_LOGIT_BIAS, MAX_LOGIT_BIAS)?;
+    }
+    Ok(())
+}
+
+/// At most 16 pairs, keys of at most 64 characters, values of at most 512.
+fn check_metadata(request: &ChatCompletionRequest) -> Result<(), InferenceError> {
+    let Some(metadata) = &request.metadata else {
+        return Ok(());
+    };
+    object_at_most("metadata", metadata.len(), MAX_METADATA_PAIRS)?;
+    for (key, value) in metadata {
+        string_at_most("metadata", key_named(key), key, MAX_METADATA_KEY_CHARS)?;
+        string_at_most(
+            "metadata",
+            format!("the value of '{}'", excerpt(key)),
+            value,
+            MAX_METADATA_VALUE_CHARS,
+        )?;
     }
     Ok(())
 }
@@ -89,18 +158,15 @@ pub fn validate_embeddings(request: &EmbeddingRequest) -> Result<(), InferenceEr
         return Err(InferenceError::invalid(
             "'input' must not be empty or contain empty items.",
             "input",
+            "invalid_value",
         ));
     }
-    if request.input.len() > 2048 {
-        return Err(InferenceError::invalid("'input' may hold at most 2048 items.", "input"));
-    }
+    array_at_most("input", request.input.len(), 2048)?;
     if let Some(dimensions) = request.dimensions {
-        if dimensions == 0 || dimensions > 8192 {
-            return Err(InferenceError::invalid(
-                "'dimensions' must be between 1 and 8192.",
-                "dimensions",
-            ));
-        }
+        integer_in("dimensions", i64::from(dimensions), 1, Some(8192))?;
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

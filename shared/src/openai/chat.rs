@@ -2,10 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
-/// The typed view of a chat completion request. Fields the gateway does not interpret (e.g.
-/// `frequency_penalty`, `logprobs`, `user`) are kept in the raw body that OpenAI-compatible
-/// providers receive, so nothing the client sent is lost.
+/// The typed view of a chat completion request: what the gateway interprets or validates. Every
+/// field the client sent (typed here or not, e.g. `user`) is kept in the raw body that
+/// OpenAI-compatible providers receive, so nothing the client sent is lost.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 pub struct ChatCompletionRequest {
     pub model: String,
@@ -24,24 +25,47 @@ pub struct ChatCompletionRequest {
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
+    /// Signed, so that a negative value is a range error naming the field (checked by the
+    /// inference layer), not a type error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u32>,
+    pub max_tokens: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_completion_tokens: Option<u32>,
+    pub max_completion_tokens: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<StopSequences>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<i64>,
+    /// How many choices to answer (1..=128).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub n: Option<u32>,
+    pub n: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_logprobs: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f64>,
+    /// Token id (as a string) → bias.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logit_bias: Option<BTreeMap<String, f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
 }
 
 impl ChatCompletionRequest {
     /// The output token cap, whichever of the two spellings was used.
-    pub fn max_output_tokens(&self) -> Option<u32> {
-        self.max_completion_tokens.or(self.max_tokens)
+    pub fn max_output_tokens(&self) -> Option<u64> {
+        self.max_completion_tokens
+            .or(self.max_tokens)
+            .map(|max| u64::try_from(max).unwrap_or(0))
+    }
+
+    /// How many choices the client asked for (validated to 1..=128).
+    pub fn choice_count(&self) -> u32 {
+        self.n.and_then(|n| u32::try_from(n).ok()).unwrap_or(1).max(1)
     }
 
     pub fn wants_stream(&self) -> bool {

@@ -1,8 +1,10 @@
 //! Model providers. Each capability is its own trait: a provider implements the ones it supports
 //! (chat, streaming chat, embeddings) and registers them in a [`ProviderHandle`]; nothing has an
-//! "unsupported" stub. The router tries a model's providers in order with retries and fallback.
+//! "unsupported" stub. The router tries a model's providers in order with retries and fallback,
+//! and asks a provider without native `n` support once per choice.
 
 mod chat_request;
+pub mod choices;
 pub mod dummy;
 mod error;
 pub mod openai;
@@ -55,6 +57,15 @@ pub trait EmbeddingProvider: Send + Sync {
     async fn embed(&self, request: &EmbeddingRequest, ctx: CallContext<'_>) -> Result<Embeddings, ProviderError>;
 }
 
+/// How a provider answers a request for `n` choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChoiceSupport {
+    /// It honours `n` itself: one call answers every choice (OpenAI-compatible servers, the dummy).
+    Native,
+    /// It answers one choice per call: the router calls it `n` times and joins the answers.
+    OnePerCall,
+}
+
 /// One configured provider of one model and the capabilities it has.
 #[derive(Clone)]
 pub struct ProviderHandle {
@@ -62,6 +73,7 @@ pub struct ProviderHandle {
     pub chat: Option<Arc<dyn ChatProvider>>,
     pub chat_stream: Option<Arc<dyn ChatStreamProvider>>,
     pub embeddings: Option<Arc<dyn EmbeddingProvider>>,
+    pub choices: ChoiceSupport,
 }
 
 impl std::fmt::Debug for ProviderHandle {
@@ -71,6 +83,7 @@ impl std::fmt::Debug for ProviderHandle {
             .field("chat", &self.chat.is_some())
             .field("chat_stream", &self.chat_stream.is_some())
             .field("embeddings", &self.embeddings.is_some())
+            .field("choices", &self.choices)
             .finish()
     }
 }
@@ -86,6 +99,24 @@ impl ProviderHandle {
             chat: Some(provider.clone()),
             chat_stream: Some(provider.clone()),
             embeddings: Some(provider),
+            choices: ChoiceSupport::OnePerCall,
         }
+    }
+
+    /// A handle offering only non-streamed chat, one choice per call.
+    pub fn chat_only(name: impl Into<String>, provider: Arc<dyn ChatProvider>) -> Self {
+        Self {
+            name: name.into(),
+            chat: Some(provider),
+            chat_stream: None,
+            embeddings: None,
+            choices: ChoiceSupport::OnePerCall,
+        }
+    }
+
+    /// The provider answers `n` choices in one call.
+    pub fn with_native_choices(mut self) -> Self {
+        self.choices = ChoiceSupport::Native;
+        self
     }
 }

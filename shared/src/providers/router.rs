@@ -4,13 +4,17 @@ use super::dummy::DummyProvider;
 use super::openai::OpenAiProvider;
 use super::retry::{RetryDecision, RetryPolicy};
 use super::synthetic_stream::stream_from_completion;
-use super::{CallContext, ChatRequest, ChunkStream, Embeddings, ProviderError, ProviderHandle};
+use super::{
+    choices, CallContext, ChatProvider, ChatRequest, ChoiceSupport, ChunkStream, Embeddings, ProviderError,
+    ProviderHandle,
+};
 use crate::config::{Config, ProviderConfig};
 use crate::openai::chat::ChatCompletion;
 use crate::openai::embeddings::EmbeddingRequest;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A model and its providers in fallback order.
 #[derive(Debug, Clone)]
@@ -98,25 +102,31 @@ impl ModelRouter {
             .ok_or_else(|| RoutingError::ModelNotFound(name.to_owned()))
     }
 
+    /// Non-streamed chat; `n` choices from one call, or from `n` calls to a provider that
+    /// answers one choice per call.
     pub async fn chat(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChatCompletion, RoutingError> {
         let model = self.model(&request.typed.model)?;
         self.with_fallback(model, "chat completions", |provider| {
-            let chat = provider.chat.clone()?;
-            Some(async move { chat.chat(request, ctx).await }.boxed())
+            Some(complete(provider.chat.clone()?, provider.choices, request, ctx))
         })
         .await
     }
 
     /// Streamed chat. Fallback happens until a provider starts streaming; providers without
-    /// native streaming are streamed from their complete answer.
+    /// native streaming are streamed from their complete answer. With `n > 1` every chunk's
+    /// choice carries its `index`.
     pub async fn chat_stream(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChunkStream, RoutingError> {
         let model = self.model(&request.typed.model)?;
+        let n = request.typed.choice_count();
         self.with_fallback(model, "chat completions", |provider| {
             if let Some(streaming) = provider.chat_stream.clone() {
+                if n > 1 && provider.choices == ChoiceSupport::OnePerCall {
+                    return Some(choices::stream_n_times(streaming, request, ctx, n).boxed());
+                }
                 return Some(async move { streaming.chat_stream(request, ctx).await }.boxed());
             }
-            let chat = provider.chat.clone()?;
-            Some(async move { Ok(stream_from_completion(&chat.chat(request, ctx).await?, true)) }.boxed())
+            let completion = complete(provider.chat.clone()?, provider.choices, request, ctx);
+            Some(async move { Ok(stream_from_completion(&completion.await?, true)) }.boxed())
         })
         .await
     }
@@ -178,6 +188,20 @@ impl ModelRouter {
             failures,
         })
     }
+}
+
+/// One complete answer with every requested choice.
+fn complete<'a>(
+    chat: Arc<dyn ChatProvider>,
+    support: ChoiceSupport,
+    request: &'a ChatRequest,
+    ctx: CallContext<'a>,
+) -> BoxFuture<'a, Result<ChatCompletion, ProviderError>> {
+    let n = request.typed.choice_count();
+    if n > 1 && support == ChoiceSupport::OnePerCall {
+        return choices::chat_n_times(chat, request, ctx, n).boxed();
+    }
+    async move { chat.chat(request, ctx).await }.boxed()
 }
 
 #[cfg(test)]

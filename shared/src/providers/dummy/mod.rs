@@ -1,7 +1,9 @@
 //! The deterministic `dummy` provider: answers derived from the input, no network, no keys.
-//! It supports chat, streaming and embeddings; latency and failure are configurable.
+//! It supports chat (`n` choices, JSON answers valid against a requested schema), streaming and
+//! embeddings; latency and failure are configurable.
 
 mod reply;
+mod schema_instance;
 mod vectors;
 
 use super::{
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use reply::{count_tokens, reply_for};
+pub use schema_instance::instance_for;
 pub use vectors::embedding_for;
 
 #[derive(Debug, Clone)]
@@ -34,10 +37,10 @@ impl DummyProvider {
         }
     }
 
-    /// Register every capability.
+    /// Register every capability; it answers `n` choices itself.
     pub fn handle(self) -> ProviderHandle {
         let name = self.name.clone();
-        ProviderHandle::full(name, Arc::new(self))
+        ProviderHandle::full(name, Arc::new(self)).with_native_choices()
     }
 
     async fn wait_and_maybe_fail(&self) -> Result<(), ProviderError> {

@@ -1,10 +1,11 @@
 //! Deterministic chat replies: the same request gives the same answer, different inputs differ.
 
+use super::schema_instance::{instance_for, mix};
 use crate::openai::chat::{
     AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, FunctionCall, ResponseFormat, Tool, ToolCall,
     ToolChoice, ToolChoiceMode, Usage,
 };
-use serde_json::{json, Map, Value};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 /// Whitespace-separated words: the dummy's token count.
@@ -12,7 +13,8 @@ pub fn count_tokens(text: &str) -> u64 {
     u64::try_from(text.split_whitespace().count()).unwrap_or(u64::MAX)
 }
 
-fn digest_of(request: &ChatCompletionRequest) -> String {
+/// A digest of everything that shapes the answer.
+fn digest_of(request: &ChatCompletionRequest) -> u64 {
     let mut hasher = Sha256::new();
     for message in &request.messages {
         hasher.update(serde_json::to_vec(message).unwrap_or_default());
@@ -27,7 +29,9 @@ fn digest_of(request: &ChatCompletionRequest) -> String {
         hasher.update(part);
         hasher.update([0]);
     }
-    hex::encode(&hasher.finalize()[..8])
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hasher.finalize()[..8]);
+    u64::from_be_bytes(first)
 }
 
 fn last_user_text(request: &ChatCompletionRequest) -> String {
@@ -39,30 +43,6 @@ fn last_user_text(request: &ChatCompletionRequest) -> String {
         .or(request.messages.last())
         .map(|m| m.text())
         .unwrap_or_default()
-}
-
-/// A value that fits a JSON schema's declared type (required properties filled in).
-fn example_for_schema(schema: Option<&Value>) -> Value {
-    let Some(schema) = schema else {
-        return json!({});
-    };
-    match schema.get("type").and_then(Value::as_str) {
-        Some("string") => json!("dummy"),
-        Some("integer") | Some("number") => json!(0),
-        Some("boolean") => json!(false),
-        Some("array") => json!([]),
-        Some("null") => Value::Null,
-        _ => {
-            let mut object = Map::new();
-            let properties = schema.get("properties").and_then(Value::as_object);
-            let required = schema.get("required").and_then(Value::as_array);
-            for name in required.into_iter().flatten().filter_map(Value::as_str) {
-                let property = properties.and_then(|p| p.get(name));
-                object.insert(name.to_owned(), example_for_schema(property));
-            }
-            Value::Object(object)
-        }
-    }
 }
 
 fn forced_tool(request: &ChatCompletionRequest) -> Option<&Tool> {
@@ -89,7 +69,8 @@ fn truncate_words(text: &str, max_words: usize) -> String {
     out.trim_end().to_owned()
 }
 
-/// The dummy model's answer to `request`.
+/// The dummy model's answer to `request`: `n` choices (choice 0 is the same whatever `n`),
+/// usage counting the prompt once and every choice's completion.
 pub fn reply_for(request: &ChatCompletionRequest) -> ChatCompletion {
     let digest = digest_of(request);
     let prompt_tokens: u64 = request
@@ -98,30 +79,52 @@ pub fn reply_for(request: &ChatCompletionRequest) -> ChatCompletion {
         .map(|m| count_tokens(&m.text()))
         .sum::<u64>()
         .max(1);
+    let choices: Vec<Choice> = (0..request.choice_count())
+        .map(|index| choice_for(request, variant(digest, index), index))
+        .collect();
+    let completion_tokens = choices.iter().map(|c| completion_tokens(&c.message)).sum();
+    ChatCompletion {
+        id: format!("chatcmpl-dummy-{digest:016x}"),
+        object: "chat.completion".to_owned(),
+        created: 0,
+        model: request.model.clone(),
+        choices,
+        usage: Usage::new(prompt_tokens, completion_tokens),
+        system_fingerprint: None,
+    }
+}
+
+/// The digest of choice `index`: the request's own for the first choice.
+fn variant(digest: u64, index: u32) -> u64 {
+    if index == 0 {
+        digest
+    } else {
+        mix(digest, &index.to_le_bytes())
+    }
+}
+
+fn choice_for(request: &ChatCompletionRequest, digest: u64, index: u32) -> Choice {
     let (message, finish_reason) = if let Some(tool) = forced_tool(request) {
-        let arguments = example_for_schema(tool.function.parameters.as_ref()).to_string();
+        let arguments = match tool.function.parameters.as_ref() {
+            Some(schema) => instance_for(schema, digest),
+            None => json!({}),
+        };
         let message = AssistantMessage {
             role: "assistant".to_owned(),
             content: None,
             tool_calls: Some(vec![ToolCall {
-                id: format!("call_{digest}"),
+                id: format!("call_{digest:016x}"),
                 kind: "function".to_owned(),
                 function: FunctionCall {
                     name: tool.function.name.clone(),
-                    arguments,
+                    arguments: arguments.to_string(),
                 },
             }]),
             refusal: None,
         };
         (message, "tool_calls")
     } else {
-        let echo: String = truncate_words(&last_user_text(request), 12);
-        let mut content = match &request.response_format {
-            Some(ResponseFormat::JsonObject) | Some(ResponseFormat::JsonSchema { .. }) => {
-                json!({"digest": digest, "echo": echo}).to_string()
-            }
-            _ => format!("Dummy reply {digest} to: {echo}"),
-        };
+        let mut content = content_for(request, digest);
         let mut finish = "stop";
         for stop in request.stop_sequences().into_iter().filter(|s| !s.is_empty()) {
             if let Some(position) = content.find(stop) {
@@ -143,31 +146,42 @@ pub fn reply_for(request: &ChatCompletionRequest) -> ChatCompletion {
         };
         (message, finish)
     };
-    let completion_tokens = message.content.as_deref().map(count_tokens).unwrap_or_else(|| {
-        message
-            .tool_calls
-            .as_ref()
-            .map_or(0, |c| u64::try_from(c.len()).unwrap_or(0))
-    });
-    ChatCompletion {
-        id: format!("chatcmpl-dummy-{digest}"),
-        object: "chat.completion".to_owned(),
-        created: 0,
-        model: request.model.clone(),
-        choices: vec![Choice {
-            index: 0,
-            message,
-            logprobs: None,
-            finish_reason: Some(finish_reason.to_owned()),
-        }],
-        usage: Usage::new(prompt_tokens, completion_tokens),
-        system_fingerprint: None,
+    Choice {
+        index,
+        message,
+        logprobs: None,
+        finish_reason: Some(finish_reason.to_owned()),
+    }
+}
+
+/// Text, or JSON for the JSON response formats (an instance of the schema for `json_schema`).
+fn content_for(request: &ChatCompletionRequest, digest: u64) -> String {
+    let echo: String = truncate_words(&last_user_text(request), 12);
+    let schema = match &request.response_format {
+        Some(ResponseFormat::JsonSchema { json_schema }) => json_schema.get("schema"),
+        _ => None,
+    };
+    match (&request.response_format, schema) {
+        (_, Some(schema)) => instance_for(schema, digest).to_string(),
+        (Some(ResponseFormat::JsonObject) | Some(ResponseFormat::JsonSchema { .. }), None) => {
+            json!({"digest": format!("{digest:016x}"), "echo": echo}).to_string()
+        }
+        _ => format!("Dummy reply {digest:016x} to: {echo}"),
+    }
+}
+
+fn completion_tokens(message: &AssistantMessage) -> u64 {
+    match (&message.content, &message.tool_calls) {
+        (Some(content), _) => count_tokens(content),
+        (None, Some(calls)) => u64::try_from(calls.len()).unwrap_or(0),
+        (None, None) => 0,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn request(body: Value) -> ChatCompletionRequest {
         serde_json::from_value(body).unwrap()
@@ -211,7 +225,7 @@ mod tests {
         let call = &reply.choices[0].message.tool_calls.as_ref().unwrap()[0];
         assert_eq!(call.function.name, "get_weather");
         let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
-        assert_eq!(args, json!({"city": "dummy", "days": 0}));
+        assert!(args["city"].is_string() && args["days"].is_i64(), "{args}");
         assert_eq!(reply.choices[0].finish_reason.as_deref(), Some("tool_calls"));
     }
 
@@ -221,6 +235,75 @@ mod tests {
             "messages": [{"role": "user", "content": "x"}]}));
         let parsed: Value = serde_json::from_str(&content(&reply_for(&r))).unwrap();
         assert_eq!(parsed["echo"], "x");
+    }
+
+    fn assert_valid(schema: &Value, instance: &Value) {
+        let validator = jsonschema::validator_for(schema).unwrap();
+        let errors: Vec<String> = validator.iter_errors(instance).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{instance} against {schema}: {errors:?}");
+    }
+
+    fn weather_schema() -> Value {
+        json!({
+            "type": "object", "additionalProperties": false,
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 14},
+                "hourly": {"type": ["boolean", "null"]}
+            },
+            "required": ["city", "unit"]
+        })
+    }
+
+    #[test]
+    fn json_schema_answers_are_instances_of_the_schema() {
+        let r = request(
+            json!({"model": "dummy", "messages": [{"role": "user", "content": "weather?"}],
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "w", "strict": true, "schema": weather_schema()}}}),
+        );
+        let answer: Value = serde_json::from_str(&content(&reply_for(&r))).unwrap();
+        assert_valid(&weather_schema(), &answer);
+        assert!(
+            answer.get("days").is_some() && answer.get("hourly").is_some(),
+            "{answer}"
+        );
+        assert_eq!(reply_for(&r), reply_for(&r));
+    }
+
+    #[test]
+    fn tool_arguments_are_instances_of_the_parameters() {
+        let r = request(json!({
+            "model": "dummy",
+            "messages": [{"role": "user", "content": "weather in Oslo"}],
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": weather_schema()}}],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}}
+        }));
+        let reply = reply_for(&r);
+        let call = &reply.choices[0].message.tool_calls.as_ref().unwrap()[0];
+        let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
+        assert_valid(&weather_schema(), &args);
+        assert!(args.get("days").is_some(), "optional properties are filled: {args}");
+    }
+
+    #[test]
+    fn n_choices_differ_and_the_first_is_the_single_answer() {
+        let body = json!({"model": "dummy", "messages": [{"role": "user", "content": "a b"}]});
+        let mut with_n = body.clone();
+        with_n["n"] = json!(4);
+        let single = reply_for(&request(body));
+        let many = reply_for(&request(with_n));
+        assert_eq!(many.choices.len(), 4);
+        assert_eq!(many.choices[0], single.choices[0]);
+        let distinct: std::collections::HashSet<String> = many
+            .choices
+            .iter()
+            .map(|c| c.message.content.clone().unwrap())
+            .collect();
+        assert_eq!(distinct.len(), 4);
+        assert_eq!(many.usage.prompt_tokens, single.usage.prompt_tokens);
+        assert_eq!(many.usage.completion_tokens, 4 * single.usage.completion_tokens);
     }
 
     #[test]

@@ -52,9 +52,10 @@ impl OpenAiProvider {
         })
     }
 
+    /// Every capability; `n` is passed through, so the upstream answers all choices at once.
     pub fn handle(self) -> ProviderHandle {
         let name = self.name.clone();
-        ProviderHandle::full(name, Arc::new(self))
+        ProviderHandle::full(name, Arc::new(self)).with_native_choices()
     }
 
     fn url(&self, path: &str) -> String {

@@ -38,25 +38,31 @@ async fn chat(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(bod
         )
             .into_response();
     }
+    // Like OpenAI: `n` choices, streamed interleaved, each carrying its index.
+    let n = body["n"].as_u64().unwrap_or(1);
     if body["stream"] == true {
-        let chunk = |content: &str| {
+        let chunk = |content: &str, index: u64| {
             json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "up",
-                   "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]})
+                   "choices": [{"index": index, "delta": {"content": content}, "finish_reason": null}]})
         };
         let usage = json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "up",
-                           "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}});
-        let sse = format!(
-            "data: {}\n\ndata: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
-            chunk("Hel"),
-            chunk("lo"),
-            usage
-        );
+                           "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2 * n, "total_tokens": 1 + 2 * n}});
+        let mut sse = String::new();
+        for piece in ["Hel", "lo"] {
+            for index in 0..n {
+                sse.push_str(&format!("data: {}\n\n", chunk(piece, index)));
+            }
+        }
+        sse.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
         return ([("content-type", "text/event-stream")], sse).into_response();
     }
+    let choices: Vec<Value> = (0..n)
+        .map(|index| json!({"index": index, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}))
+        .collect();
     Json(json!({
         "id": "up-1", "object": "chat.completion", "created": 1, "model": "up",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "choices": choices,
+        "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": 1 + n},
         "some_vendor_field": true
     }))
     .into_response()
@@ -183,6 +189,53 @@ async fn streams_chunks_until_done_and_asks_for_usage() {
     assert_eq!(text, "Hello");
     assert_eq!(chunks[2].as_ref().unwrap().usage.as_ref().unwrap().total_tokens, 3);
     assert_eq!(seen.lock().unwrap().bodies[0]["stream_options"]["include_usage"], true);
+}
+
+#[tokio::test]
+async fn n_is_passed_through_and_every_choice_comes_back_streamed_or_not() {
+    let (base, seen) = start_mock().await;
+    let provider = provider(base, CredentialLocation::None);
+    let none = HashMap::new();
+    let mut request = chat_request("hi");
+    request.raw.insert("n".into(), json!(3));
+    request.typed.n = Some(3);
+    let completion = provider
+        .chat(&request, CallContext { credentials: &none })
+        .await
+        .unwrap();
+    assert_eq!(
+        completion.choices.iter().map(|c| c.index).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    assert_eq!(completion.usage.completion_tokens, 3);
+    let chunks: Vec<_> = provider
+        .chat_stream(&request, CallContext { credentials: &none })
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let mut texts = vec![String::new(); 3];
+    for chunk in &chunks {
+        for choice in &chunk.as_ref().unwrap().choices {
+            texts[choice.index as usize].push_str(choice.delta.content.as_deref().unwrap_or_default());
+        }
+    }
+    assert_eq!(texts, vec!["Hello"; 3]);
+    assert_eq!(
+        chunks
+            .last()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .usage
+            .as_ref()
+            .unwrap()
+            .completion_tokens,
+        6
+    );
+    let seen = seen.lock().unwrap();
+    assert!(seen.bodies.iter().all(|body| body["n"] == 3), "{:?}", seen.bodies);
+    assert_eq!(provider.handle().choices, crate::providers::ChoiceSupport::Native);
 }
 
 #[tokio::test]

@@ -38,12 +38,7 @@ impl ChatProvider for Scripted {
 }
 
 fn chat_only(name: &str, provider: Arc<Scripted>) -> ProviderHandle {
-    ProviderHandle {
-        name: name.into(),
-        chat: Some(provider),
-        chat_stream: None,
-        embeddings: None,
-    }
+    ProviderHandle::chat_only(name, provider)
 }
 
 fn router(providers: Vec<ProviderHandle>, max_retries: u32) -> ModelRouter {

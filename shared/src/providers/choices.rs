@@ -1,0 +1,152 @@
+//! `n` choices from a provider that answers one choice per call ([`ChoiceSupport::OnePerCall`]):
+//! the request is sent `n` times without `n`, and the answers are joined: choices numbered
+//! `0..n` in call order, usage summed over the calls (each call's prompt counts, since each was
+//! billed).
+//!
+//! [`ChoiceSupport::OnePerCall`]: super::ChoiceSupport::OnePerCall
+
+use super::{CallContext, ChatProvider, ChatRequest, ChatStreamProvider, ChunkStream, ProviderError};
+use crate::openai::chat::{ChatCompletion, ChatCompletionChunk, Usage};
+use futures::stream::SelectAll;
+use futures::{StreamExt, TryStreamExt};
+use std::sync::Arc;
+
+/// Calls to one provider in flight at once for one request.
+const CONCURRENT_CALLS: usize = 8;
+
+/// The request as one call of the `n` sends it: without `n`.
+pub fn one_choice_request(request: &ChatRequest) -> ChatRequest {
+    let mut single = request.clone();
+    single.typed.n = None;
+    single.raw.remove("n");
+    single
+}
+
+/// `n` non-streamed answers joined into one completion with `n` choices.
+pub async fn chat_n_times(
+    chat: Arc<dyn ChatProvider>,
+    request: &ChatRequest,
+    ctx: CallContext<'_>,
+    n: u32,
+) -> Result<ChatCompletion, ProviderError> {
+    let single = one_choice_request(request);
+    let answers: Vec<ChatCompletion> = futures::stream::iter(0..n)
+        .map(|_| chat.chat(&single, ctx))
+        .buffered(CONCURRENT_CALLS)
+        .try_collect()
+        .await?;
+    joined(answers).ok_or_else(|| ProviderError::InvalidResponse("no choices were answered".to_owned()))
+}
+
+/// One completion from several: the first answer's fields, each answer's first choice numbered
+/// in order, usage summed.
+pub fn joined(answers: Vec<ChatCompletion>) -> Option<ChatCompletion> {
+    let mut answers = answers.into_iter();
+    let mut first = answers.next()?;
+    first.choices.truncate(1);
+    for answer in answers {
+        first.usage = summed(&first.usage, &answer.usage);
+        first.choices.extend(answer.choices.into_iter().take(1));
+    }
+    for (index, choice) in first.choices.iter_mut().enumerate() {
+        choice.index = u32::try_from(index).unwrap_or(u32::MAX);
+    }
+    Some(first)
+}
+
+/// `n` streams of one choice each, merged as they come into one stream of `n` choices.
+pub async fn stream_n_times(
+    streaming: Arc<dyn ChatStreamProvider>,
+    request: &ChatRequest,
+    ctx: CallContext<'_>,
+    n: u32,
+) -> Result<ChunkStream, ProviderError> {
+    let single = one_choice_request(request);
+    let streams: Vec<ChunkStream> = futures::stream::iter(0..n)
+        .map(|_| streaming.chat_stream(&single, ctx))
+        .buffered(CONCURRENT_CALLS)
+        .try_collect()
+        .await?;
+    Ok(merged_streams(streams))
+}
+
+/// Chunks of every stream as they arrive, the `i`-th stream's choices carrying index `i`; the
+/// streams' usage is summed into one usage chunk at the end. An error ends the merged stream.
+pub fn merged_streams(streams: Vec<ChunkStream>) -> ChunkStream {
+    let indexed = streams.into_iter().enumerate().map(|(index, stream)| {
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        stream
+            .map(move |item| {
+                item.map(|mut chunk| {
+                    for choice in &mut chunk.choices {
+                        choice.index = index;
+                    }
+                    chunk
+                })
+            })
+            .boxed()
+    });
+    let state = Merge {
+        streams: futures::stream::select_all(indexed),
+        usage: None,
+        ended: false,
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        if state.ended {
+            return None;
+        }
+        loop {
+            match state.streams.next().await {
+                Some(Ok(mut chunk)) => {
+                    if let Some(usage) = chunk.usage.take() {
+                        state.usage = Some(match &state.usage {
+                            Some(total) => summed(total, &usage),
+                            None => usage,
+                        });
+                    }
+                    if !chunk.choices.is_empty() {
+                        return Some((Ok(chunk), state));
+                    }
+                }
+                Some(Err(err)) => {
+                    state.ended = true;
+                    return Some((Err(err), state));
+                }
+                None => {
+                    state.ended = true;
+                    let usage = state.usage.take()?;
+                    return Some((Ok(usage_chunk(usage)), state));
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+struct Merge {
+    streams: SelectAll<ChunkStream>,
+    usage: Option<Usage>,
+    ended: bool,
+}
+
+fn usage_chunk(usage: Usage) -> ChatCompletionChunk {
+    ChatCompletionChunk {
+        id: String::new(),
+        object: "chat.completion.chunk".to_owned(),
+        created: 0,
+        model: String::new(),
+        choices: Vec::new(),
+        usage: Some(usage),
+        system_fingerprint: None,
+    }
+}
+
+fn summed(a: &Usage, b: &Usage) -> Usage {
+    Usage::new(
+        a.prompt_tokens + b.prompt_tokens,
+        a.completion_tokens + b.completion_tokens,
+    )
+}
+
+#[cfg(test)]
+mod tests;

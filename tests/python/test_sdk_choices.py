@@ -1,0 +1,191 @@
+"""`n` choices through the OpenAI SDK: the dummy answers `n` distinct choices itself; an
+OpenAI-compatible upstream receives `n` and every choice it answers reaches the client, streamed
+or not; a batch line with `n` gets every choice too."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+import openai
+import pytest
+
+import nimbus_testkit as kit
+
+user = kit.user
+
+
+def test_n_choices_are_numbered_and_distinct(client: openai.OpenAI) -> None:
+    completion = client.chat.completions.create(model="dummy", messages=user("Three answers, please."), n=3)
+    assert [choice.index for choice in completion.choices] == [0, 1, 2]
+    contents = [choice.message.content for choice in completion.choices]
+    assert len(set(contents)) == 3, contents
+    assert all(choice.finish_reason == "stop" for choice in completion.choices)
+    single = client.chat.completions.create(model="dummy", messages=user("Three answers, please."))
+    assert contents[0] == single.choices[0].message.content
+    words = sum(len(content.split()) for content in contents)
+    assert completion.usage.completion_tokens == words
+    assert completion.usage.prompt_tokens == single.usage.prompt_tokens
+
+
+def test_streamed_choices_accumulate_by_index(client: openai.OpenAI) -> None:
+    whole = client.chat.completions.create(model="dummy", messages=user("Two streamed answers."), n=2)
+    texts: dict[int, str] = {}
+    finishes: dict[int, str] = {}
+    usage = None
+    with client.chat.completions.create(
+        model="dummy", messages=user("Two streamed answers."), n=2, stream=True, stream_options={"include_usage": True}
+    ) as stream:
+        for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for choice in chunk.choices:
+                texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+                if choice.finish_reason:
+                    finishes[choice.index] = choice.finish_reason
+    assert texts == {c.index: c.message.content for c in whole.choices}
+    assert finishes == {0: "stop", 1: "stop"}
+    assert usage is not None and usage.total_tokens == whole.usage.total_tokens
+
+
+def test_forced_tool_calls_come_in_every_choice(client: openai.OpenAI) -> None:
+    completion = client.chat.completions.create(
+        model="dummy", messages=user("Weather?"), n=2, tools=[kit.WEATHER_TOOL], tool_choice="required"
+    )
+    calls = [choice.message.tool_calls[0] for choice in completion.choices]
+    assert len({call.id for call in calls}) == 2
+    assert all(call.function.name == "get_weather" for call in calls)
+
+
+def test_a_batch_line_with_n_gets_every_choice(client: openai.OpenAI) -> None:
+    lines = [kit.chat_line("two", "Two answers in a batch.", n=2), kit.chat_line("one", "One answer.")]
+    batch_input = kit.upload_batch_input(client, lines)
+    batch = client.batches.create(input_file_id=batch_input.id, endpoint="/v1/chat/completions", completion_window="24h")
+    batch = kit.wait_for_batch(client, batch.id)
+    assert batch.status == "completed", batch
+    output, errors = kit.batch_results(client, batch)
+    assert errors == []
+    bodies = {line["custom_id"]: line["response"]["body"] for line in output}
+    assert [choice["index"] for choice in bodies["two"]["choices"]] == [0, 1]
+    assert len(bodies["one"]["choices"]) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# An OpenAI-compatible upstream
+# --------------------------------------------------------------------------------------------
+
+
+class MockUpstream:
+    """A minimal OpenAI-compatible `/v1/chat/completions` that answers `n` choices (streamed
+    interleaved, like OpenAI) and records every request body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                upstream.bodies.append(body)
+                n = int(body.get("n", 1))
+                base = {"id": "chatcmpl-up", "created": 1, "model": "mock-model"}
+                if body.get("stream"):
+                    events = []
+                    for piece in ("Hello ", "from choice "):
+                        for index in range(n):
+                            delta = {"index": index, "delta": {"content": piece}, "finish_reason": None}
+                            events.append({**base, "object": "chat.completion.chunk", "choices": [delta]})
+                    for index in range(n):
+                        delta = {"index": index, "delta": {"content": str(index)}, "finish_reason": "stop"}
+                        events.append({**base, "object": "chat.completion.chunk", "choices": [delta]})
+                    usage = {"prompt_tokens": 4, "completion_tokens": 4 * n, "total_tokens": 4 + 4 * n}
+                    events.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+                    payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+                    self._send("text/event-stream", payload.encode())
+                    return
+                choices = [
+                    {"index": i, "message": {"role": "assistant", "content": f"Hello from choice {i}"}, "finish_reason": "stop"}
+                    for i in range(n)
+                ]
+                usage = {"prompt_tokens": 4, "completion_tokens": 4 * n, "total_tokens": 4 + 4 * n}
+                answer = {**base, "object": "chat.completion", "choices": choices, "usage": usage}
+                self._send("application/json", json.dumps(answer).encode())
+
+            def _send(self, content_type: str, payload: bytes) -> None:
+                self.send_response(200)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[MockUpstream]:
+    mock = MockUpstream()
+    try:
+        yield mock
+    finally:
+        mock.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: MockUpstream, server_factory: Callable[..., kit.NimbusServer], tmp_path_factory) -> Iterator[openai.OpenAI]:
+    config: Path = tmp_path_factory.mktemp("upstream-config") / "nimbus.toml"
+    config.write_text(
+        "[models.upstream]\n"
+        'routing = ["mock"]\n\n'
+        "[models.upstream.providers.mock]\n"
+        'type = "openai"\n'
+        'model_name = "mock-model"\n'
+        f'api_base = "{upstream.api_base}"\n'
+        'api_key_location = "none"\n'
+    )
+    server = server_factory("nimbus-upstream", config=config)
+    sdk = kit.make_client(server.api_base)
+    try:
+        yield sdk
+    finally:
+        sdk.close()
+
+
+def test_the_upstream_receives_n_and_every_choice_comes_back(gateway: openai.OpenAI, upstream: MockUpstream) -> None:
+    completion = gateway.chat.completions.create(model="upstream", messages=user("Hi"), n=3)
+    assert upstream.bodies[-1]["n"] == 3
+    assert upstream.bodies[-1]["model"] == "mock-model"
+    assert [c.index for c in completion.choices] == [0, 1, 2]
+    assert [c.message.content for c in completion.choices] == [f"Hello from choice {i}" for i in range(3)]
+    assert completion.usage.completion_tokens == 12
+
+
+def test_an_upstream_stream_keeps_each_choice_index(gateway: openai.OpenAI, upstream: MockUpstream) -> None:
+    texts: dict[int, str] = {}
+    usage = None
+    with gateway.chat.completions.create(
+        model="upstream", messages=user("Hi"), n=2, stream=True, stream_options={"include_usage": True}
+    ) as stream:
+        for chunk in stream:
+            usage = chunk.usage or usage
+            for choice in chunk.choices:
+                texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+    assert upstream.bodies[-1]["n"] == 2 and upstream.bodies[-1]["stream"] is True
+    assert texts == {0: "Hello from choice 0", 1: "Hello from choice 1"}
+    assert usage is not None and usage.completion_tokens == 8
