@@ -21,7 +21,7 @@ export SAM_CLI_TELEMETRY := 0
 
 PORT ?= 3000
 
-.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches fmt clean
+.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory fmt clean
 
 help:
 	@echo "make run        start the gateway locally on http://127.0.0.1:$(PORT) (embedded stack in .data/)"
@@ -29,6 +29,7 @@ help:
 	@echo "make sam-build  build the Lambda functions with SAM (release, cargo-lambda)"
 	@echo "make bench      run the benchmarks and rewrite docs/benchmarks.md"
 	@echo "make bench-batches  run only the batch benchmarks (their section of docs/benchmarks.md)"
+	@echo "make bench-memory   the local server's memory across repeated hostile runs (its section of docs/benchmarks.md)"
 
 run:
 	cargo build -p nimbus-local
@@ -75,6 +76,11 @@ bench: test-deps
 bench-batches: test-deps
 	cargo build --release -p nimbus-local -p nimbus-inference -p nimbus-bench -p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller
 	$(VENV)/bin/python infra/bench/batch_bench.py --bin-dir $(CARGO_TARGET_DIR)/release
+
+# The local server's memory across repeated hostile runs (the debug build `make run` starts).
+bench-memory: test-deps
+	cargo build -p nimbus-local
+	$(VENV)/bin/python infra/bench/hostile_memory.py --nimbus $(CARGO_TARGET_DIR)/debug/nimbus --runs 5 --settle 12 --doc docs/benchmarks.md
 
 fmt:
 	cargo fmt --all

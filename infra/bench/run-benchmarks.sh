@@ -354,6 +354,11 @@ if [[ "${BENCH_SKIP_BATCHES:-0}" != 1 ]]; then
 elif [[ -f "$WORK/previous-benchmarks.md" ]]; then
   python3 infra/bench/batch_bench.py --splice-from "$WORK/previous-benchmarks.md" --doc "$BENCH_OUT"
 fi
+
+# --- 5. memory under hostile load -------------------------------------------------------------------
+log "memory of the local server across repeated hostile runs"
+"$VENV/bin/python" infra/bench/hostile_memory.py --nimbus "$GATEWAY" --runs 5 --settle 12 --doc "$BENCH_OUT"
+
 # Never let an empty variable turn these paths into "/" (a copy of the whole machine).
 : "${NIMBUS_CACHE:?}" "${RESULTS:?}" "${WORK:?}"
 KEEP="$NIMBUS_CACHE/bench/latest"
