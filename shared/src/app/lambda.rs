@@ -171,25 +171,38 @@ mod tests {
         String::from_utf8(bytes.to_vec()).unwrap()
     }
 
+    /// An HTTP API (v2) context, as API Gateway fills it.
+    fn http_api(domain: &str, stage: Option<&str>) -> RequestContext {
+        let mut context = ApiGatewayV2httpRequestContext::default();
+        context.domain_name = Some(domain.into());
+        context.stage = stage.map(Into::into);
+        RequestContext::ApiGatewayV2(context)
+    }
+
+    /// A REST API (v1) context, as API Gateway fills it.
+    fn rest_api(domain: &str, stage: &str) -> RequestContext {
+        let mut context = ApiGatewayProxyRequestContext::default();
+        context.domain_name = Some(domain.into());
+        context.stage = Some(stage.into());
+        RequestContext::ApiGatewayV1(context)
+    }
+
     #[tokio::test]
     async fn the_public_url_comes_from_the_request_context_never_the_host_header() {
-        let mut http_api = ApiGatewayV2httpRequestContext::default();
-        http_api.domain_name = Some("abc.execute-api.eu-west-1.amazonaws.com".into());
-        http_api.stage = Some("$default".into());
-        assert_eq!(
-            seen_url(Some(RequestContext::ApiGatewayV2(http_api))).await,
-            "https://abc.execute-api.eu-west-1.amazonaws.com"
-        );
-        let mut rest_api = ApiGatewayProxyRequestContext::default();
-        rest_api.domain_name = Some("def.execute-api.eu-west-1.amazonaws.com".into());
-        rest_api.stage = Some("prod".into());
-        assert_eq!(
-            seen_url(Some(RequestContext::ApiGatewayV1(rest_api))).await,
-            "https://def.execute-api.eu-west-1.amazonaws.com/prod"
-        );
-        let mut poisoned = ApiGatewayV2httpRequestContext::default();
-        poisoned.domain_name = Some("evil.example/steal?x=".into());
-        assert_eq!(seen_url(Some(RequestContext::ApiGatewayV2(poisoned))).await, "");
-        assert_eq!(seen_url(None).await, "");
+        let cases = [
+            (
+                Some(http_api("abc.execute-api.eu-west-1.amazonaws.com", Some("$default"))),
+                "https://abc.execute-api.eu-west-1.amazonaws.com",
+            ),
+            (
+                Some(rest_api("def.execute-api.eu-west-1.amazonaws.com", "prod")),
+                "https://def.execute-api.eu-west-1.amazonaws.com/prod",
+            ),
+            (Some(http_api("evil.example/steal?x=", None)), ""),
+            (None, ""),
+        ];
+        for (context, expected) in cases {
+            assert_eq!(seen_url(context).await, expected);
+        }
     }
 }

@@ -5,15 +5,13 @@ use super::{BatchEndpoint, BatchService, BatchesError, JobMessage};
 use crate::files::{check_expires_after, ExpiryField, FilesError};
 use crate::idempotency::{fingerprint, Reservation};
 use crate::openai::batches::{BatchList, BatchObject, BatchStatus, BatchUsage, CreateBatchRequest, RequestCounts};
+use crate::openai::metadata::{self, MetadataProblem, MAX_KEY_CHARS, MAX_PAIRS, MAX_VALUE_CHARS};
 use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
 use crate::user_text::excerpt;
 use serde_json::json;
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
-const MAX_METADATA_PAIRS: usize = 16;
-const MAX_METADATA_KEY: usize = 64;
-const MAX_METADATA_VALUE: usize = 512;
 /// Completion windows: 24 hours (OpenAI's only one) up to 7 days.
 const MIN_WINDOW_S: i64 = 24 * 3600;
 const MAX_WINDOW_S: i64 = 7 * 24 * 3600;
@@ -60,41 +58,43 @@ fn window_seconds(window: &str, allow_seconds: bool) -> Result<i64, BatchesError
     }
 }
 
-/// The metadata as string pairs within OpenAI's limits.
+/// The metadata as string pairs within OpenAI's limits (`openai::metadata`), all problems coded
+/// `invalid_value`.
 fn check_metadata(request: &CreateBatchRequest) -> Result<Option<BTreeMap<String, String>>, BatchesError> {
-    let Some(metadata) = &request.metadata else {
+    let Some(pairs) = &request.metadata else {
         return Ok(None);
     };
-    let invalid = |message: String| BatchesError::invalid(message, "metadata", "invalid_value");
-    if metadata.len() > MAX_METADATA_PAIRS {
-        return Err(invalid(format!(
-            "Invalid 'metadata': at most {MAX_METADATA_PAIRS} pairs, got {}.",
-            metadata.len()
-        )));
-    }
-    let mut pairs = BTreeMap::new();
-    for (key, value) in metadata {
+    let invalid = |message: String| BatchesError::invalid(message, metadata::PARAM, "invalid_value");
+    metadata::check_pair_count(pairs.len()).map_err(|problem| invalid(metadata_message(&problem)))?;
+    let mut strings = BTreeMap::new();
+    for (key, value) in pairs {
         let Some(value) = value.as_str() else {
             return Err(invalid(format!(
                 "Invalid 'metadata': the value of '{}' must be a string.",
                 excerpt(key)
             )));
         };
-        if key.chars().count() > MAX_METADATA_KEY {
-            return Err(invalid(format!(
-                "Invalid 'metadata': key '{}' is longer than {MAX_METADATA_KEY} characters.",
-                excerpt(key)
-            )));
-        }
-        if value.chars().count() > MAX_METADATA_VALUE {
-            return Err(invalid(format!(
-                "Invalid 'metadata': the value of '{}' is longer than {MAX_METADATA_VALUE} characters.",
-                excerpt(key)
-            )));
-        }
-        pairs.insert(key.clone(), value.to_owned());
+        metadata::check_pair(key, value).map_err(|problem| invalid(metadata_message(&problem)))?;
+        strings.insert(key.clone(), value.to_owned());
     }
-    Ok(Some(pairs))
+    Ok(Some(strings))
+}
+
+/// The Batch API's wording of a metadata problem.
+fn metadata_message(problem: &MetadataProblem<'_>) -> String {
+    match problem {
+        MetadataProblem::TooManyPairs { count } => {
+            format!("Invalid 'metadata': at most {MAX_PAIRS} pairs, got {count}.")
+        }
+        MetadataProblem::KeyTooLong { key, .. } => format!(
+            "Invalid 'metadata': key '{}' is longer than {MAX_KEY_CHARS} characters.",
+            excerpt(key)
+        ),
+        MetadataProblem::ValueTooLong { key, .. } => format!(
+            "Invalid 'metadata': the value of '{}' is longer than {MAX_VALUE_CHARS} characters.",
+            excerpt(key)
+        ),
+    }
 }
 
 impl BatchService {
@@ -427,6 +427,30 @@ mod tests {
             let err = check_metadata(&bad).unwrap_err();
             assert!(matches!(&err, BatchesError::Invalid { param: Some(p), .. } if p == "metadata"));
         }
+    }
+
+    #[test]
+    fn metadata_messages_keep_the_batch_wording() {
+        let message = |pairs: Vec<(String, String)>| match check_metadata(&request(pairs)) {
+            Err(BatchesError::Invalid { message, code, .. }) => {
+                assert_eq!(code, Some("invalid_value"));
+                message
+            }
+            other => panic!("expected a rejection, got {other:?}"),
+        };
+        let too_many: Vec<_> = (0..17).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert_eq!(message(too_many), "Invalid 'metadata': at most 16 pairs, got 17.");
+        assert_eq!(
+            message(vec![("k".repeat(65), "v".repeat(513))]),
+            format!(
+                "Invalid 'metadata': key '{}' is longer than 64 characters.",
+                excerpt(&"k".repeat(65))
+            )
+        );
+        assert_eq!(
+            message(vec![("key".into(), "v".repeat(513))]),
+            "Invalid 'metadata': the value of 'key' is longer than 512 characters."
+        );
     }
 
     #[test]

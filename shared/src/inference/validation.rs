@@ -6,8 +6,12 @@ mod bounds;
 use super::InferenceError;
 use crate::openai::chat::{ChatCompletionRequest, ChatMessage, StopSequences, ToolChoice};
 use crate::openai::embeddings::{EmbeddingInput, EmbeddingRequest};
+use crate::openai::metadata::{self, MetadataProblem};
 use crate::user_text::excerpt;
-use bounds::{array_at_most, array_not_empty, decimal_in, integer_in, key_named, object_at_most, string_at_most};
+use bounds::{
+    array_at_most, array_not_empty, decimal_in, integer_in, key_named, object_at_most, string_too_long,
+    too_many_properties,
+};
 
 /// OpenAI's limits on chat completion parameters.
 pub const MAX_STOP_SEQUENCES: usize = 4;
@@ -15,9 +19,6 @@ pub const MAX_CHOICES: i64 = 128;
 pub const MAX_TOP_LOGPROBS: i64 = 20;
 pub const MAX_LOGIT_BIAS_ENTRIES: usize = 300;
 pub const MAX_LOGIT_BIAS: f64 = 100.0;
-pub const MAX_METADATA_PAIRS: usize = 16;
-pub const MAX_METADATA_KEY_CHARS: usize = 64;
-pub const MAX_METADATA_VALUE_CHARS: usize = 512;
 
 pub fn validate_chat(request: &ChatCompletionRequest) -> Result<(), InferenceError> {
     array_not_empty("messages", request.messages.len())?;
@@ -129,22 +130,25 @@ fn check_logit_bias(request: &ChatCompletionRequest) -> Result<(), InferenceErro
     Ok(())
 }
 
-/// At most 16 pairs, keys of at most 64 characters, values of at most 512.
+/// OpenAI's metadata limits (`openai::metadata`), worded with the chat codes
+/// (`object_above_max_properties`, `string_above_max_length`).
 fn check_metadata(request: &ChatCompletionRequest) -> Result<(), InferenceError> {
-    let Some(metadata) = &request.metadata else {
+    let Some(pairs) = &request.metadata else {
         return Ok(());
     };
-    object_at_most("metadata", metadata.len(), MAX_METADATA_PAIRS)?;
-    for (key, value) in metadata {
-        string_at_most("metadata", key_named(key), key, MAX_METADATA_KEY_CHARS)?;
-        string_at_most(
-            "metadata",
+    let checked = metadata::check_pairs(pairs.iter().map(|(key, value)| (key.as_str(), value.as_str())));
+    checked.map_err(|problem| match problem {
+        MetadataProblem::TooManyPairs { count } => too_many_properties(metadata::PARAM, count, metadata::MAX_PAIRS),
+        MetadataProblem::KeyTooLong { key, length } => {
+            string_too_long(metadata::PARAM, key_named(key), length, metadata::MAX_KEY_CHARS)
+        }
+        MetadataProblem::ValueTooLong { key, length } => string_too_long(
+            metadata::PARAM,
             format!("the value of '{}'", excerpt(key)),
-            value,
-            MAX_METADATA_VALUE_CHARS,
-        )?;
-    }
-    Ok(())
+            length,
+            metadata::MAX_VALUE_CHARS,
+        ),
+    })
 }
 
 pub fn validate_embeddings(request: &EmbeddingRequest) -> Result<(), InferenceError> {

@@ -4,4 +4,5 @@ pub mod batches;
 pub mod chat;
 pub mod embeddings;
 pub mod files;
+pub mod metadata;
 pub mod models;

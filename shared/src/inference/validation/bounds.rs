@@ -78,30 +78,31 @@ pub(super) fn array_not_empty(name: &str, length: usize) -> Result<(), Inference
 
 pub(super) fn object_at_most(name: &str, properties: usize, max: usize) -> Result<(), InferenceError> {
     if properties > max {
-        return Err(InferenceError::invalid(
-            format!(
-                "Invalid '{name}': too many properties. Expected an object with at most {max} properties, but got {properties} instead."
-            ),
-            name,
-            "object_above_max_properties",
-        ));
+        return Err(too_many_properties(name, properties, max));
     }
     Ok(())
 }
 
-/// A string of at most `max` characters; `what` says which string (e.g. "the key 'x'").
-pub(super) fn string_at_most(name: &str, what: impl Display, text: &str, max: usize) -> Result<(), InferenceError> {
-    let length = text.chars().count();
-    if length > max {
-        return Err(InferenceError::invalid(
-            format!(
-                "Invalid '{name}': string too long. Expected {what} to have at most {max} characters, but it has {length}."
-            ),
-            name,
-            "string_above_max_length",
-        ));
-    }
-    Ok(())
+/// `object_above_max_properties`: the object `name` has more than `max` properties.
+pub(super) fn too_many_properties(name: &str, properties: usize, max: usize) -> InferenceError {
+    InferenceError::invalid(
+        format!(
+            "Invalid '{name}': too many properties. Expected an object with at most {max} properties, but got {properties} instead."
+        ),
+        name,
+        "object_above_max_properties",
+    )
+}
+
+/// `string_above_max_length`: `what` (within `name`) has `length` characters, more than `max`.
+pub(super) fn string_too_long(name: &str, what: impl Display, length: usize, max: usize) -> InferenceError {
+    InferenceError::invalid(
+        format!(
+            "Invalid '{name}': string too long. Expected {what} to have at most {max} characters, but it has {length}."
+        ),
+        name,
+        "string_above_max_length",
+    )
 }
 
 /// `"the key 'k'"`, quoting at most a prefix of the client's key.
