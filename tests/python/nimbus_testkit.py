@@ -868,6 +868,26 @@ class ApiGatewayRelay:
 # What a server that runs batches in tests needs: the poller every second (expiry, recovery) and
 # completion windows in seconds (e.g. "3s") so expiry can be tested.
 BATCH_SERVER_ENV = {"NIMBUS_SCHEDULE_INTERVAL_SECS": "1", "NIMBUS_ALLOW_SHORT_COMPLETION_WINDOWS": "1"}
+
+
+def batch_server_fixtures(name: str) -> tuple[Any, Any]:
+    """A module's `server` (`nimbus serve` named `name`, with `BATCH_SERVER_ENV`) and `sdk` (the real
+    OpenAI SDK on it) fixtures, both module-scoped. Bind both at module level:
+    `server, sdk = kit.batch_server_fixtures("nimbus-…")`."""
+    import pytest  # noqa: PLC0415
+
+    @pytest.fixture(scope="module", name="server")
+    def server(server_factory: Callable[..., NimbusServer]) -> NimbusServer:
+        return server_factory(name, extra_env=BATCH_SERVER_ENV)
+
+    @pytest.fixture(scope="module", name="sdk")
+    def sdk(server: NimbusServer) -> Any:
+        with make_client(server.api_base) as client:
+            yield client
+
+    return server, sdk
+
+
 BATCH_TERMINAL_STATUSES = frozenset({"completed", "failed", "expired", "cancelled"})
 BATCH_KEYS = {
     "id",

@@ -23,15 +23,7 @@ MISSING_FILE = "file-00000000000070008000000000000000"
 MISSING_BATCH = "batch_00000000000070008000000000000000"
 
 
-@pytest.fixture(scope="module")
-def server(server_factory: Callable[..., kit.NimbusServer]) -> kit.NimbusServer:
-    return server_factory("nimbus-batches-api", extra_env=kit.BATCH_SERVER_ENV)
-
-
-@pytest.fixture(scope="module")
-def sdk(server: kit.NimbusServer) -> Iterator[openai.OpenAI]:
-    with kit.make_client(server.api_base) as client:
-        yield client
+server, sdk = kit.batch_server_fixtures("nimbus-batches-api")
 
 
 @pytest.fixture(scope="module")

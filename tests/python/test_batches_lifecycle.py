@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import openai
@@ -27,15 +26,7 @@ EMBEDDINGS = "/v1/embeddings"
 ERROR_KEYS = {"message", "type", "param", "code"}
 
 
-@pytest.fixture(scope="module")
-def server(server_factory: Callable[..., kit.NimbusServer]) -> kit.NimbusServer:
-    return server_factory("nimbus-batches-run", extra_env=kit.BATCH_SERVER_ENV)
-
-
-@pytest.fixture(scope="module")
-def sdk(server: kit.NimbusServer) -> Iterator[openai.OpenAI]:
-    with kit.make_client(server.api_base) as client:
-        yield client
+server, sdk = kit.batch_server_fixtures("nimbus-batches-run")
 
 
 def start_batch(

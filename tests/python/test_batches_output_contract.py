@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import openai
@@ -23,15 +22,7 @@ ERROR_KEYS = {"message", "type", "param", "code"}
 DUMMY_ERROR_MESSAGE = "dummy provider `failing` failed as configured (HTTP 500)"
 
 
-@pytest.fixture(scope="module")
-def server(server_factory: Callable[..., kit.NimbusServer]) -> kit.NimbusServer:
-    return server_factory("nimbus-batch-output", extra_env=kit.BATCH_SERVER_ENV)
-
-
-@pytest.fixture(scope="module")
-def sdk(server: kit.NimbusServer) -> Iterator[openai.OpenAI]:
-    with kit.make_client(server.api_base) as client:
-        yield client
+server, sdk = kit.batch_server_fixtures("nimbus-batch-output")
 
 
 def run_batch(sdk: openai.OpenAI, lines: list[dict[str, Any]], **create: Any) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
@@ -17,6 +17,21 @@ import pytest
 import nimbus_testkit as kit
 
 user = kit.user
+
+
+def accumulate_choices(stream: Iterable[Any]) -> tuple[dict[int, str], dict[int, str], Any]:
+    """A chat stream's text and finish reason per choice index, and the usage of its usage chunk."""
+    texts: dict[int, str] = {}
+    finishes: dict[int, str] = {}
+    usage = None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+    return texts, finishes, usage
 
 
 def test_n_choices_are_numbered_and_distinct(client: openai.OpenAI) -> None:
@@ -34,19 +49,10 @@ def test_n_choices_are_numbered_and_distinct(client: openai.OpenAI) -> None:
 
 def test_streamed_choices_accumulate_by_index(client: openai.OpenAI) -> None:
     whole = client.chat.completions.create(model="dummy", messages=user("Two streamed answers."), n=2)
-    texts: dict[int, str] = {}
-    finishes: dict[int, str] = {}
-    usage = None
     with client.chat.completions.create(
         model="dummy", messages=user("Two streamed answers."), n=2, stream=True, stream_options={"include_usage": True}
     ) as stream:
-        for chunk in stream:
-            if chunk.usage is not None:
-                usage = chunk.usage
-            for choice in chunk.choices:
-                texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
-                if choice.finish_reason:
-                    finishes[choice.index] = choice.finish_reason
+        texts, finishes, usage = accumulate_choices(stream)
     assert texts == {c.index: c.message.content for c in whole.choices}
     assert finishes == {0: "stop", 1: "stop"}
     assert usage is not None and usage.total_tokens == whole.usage.total_tokens
@@ -177,15 +183,10 @@ def test_the_upstream_receives_n_and_every_choice_comes_back(gateway: openai.Ope
 
 
 def test_an_upstream_stream_keeps_each_choice_index(gateway: openai.OpenAI, upstream: MockUpstream) -> None:
-    texts: dict[int, str] = {}
-    usage = None
     with gateway.chat.completions.create(
         model="upstream", messages=user("Hi"), n=2, stream=True, stream_options={"include_usage": True}
     ) as stream:
-        for chunk in stream:
-            usage = chunk.usage or usage
-            for choice in chunk.choices:
-                texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+        texts, _, usage = accumulate_choices(stream)
     assert upstream.bodies[-1]["n"] == 2 and upstream.bodies[-1]["stream"] is True
     assert texts == {0: "Hello from choice 0", 1: "Hello from choice 1"}
     assert usage is not None and usage.completion_tokens == 8

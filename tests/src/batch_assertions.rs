@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::batch_harness::{tokens_for, BatchResults, Harness, ScriptedProvider};
-use nimbus_shared::openai::batches::{BatchObject, RequestCounts};
+use nimbus_shared::openai::batches::{BatchObject, BatchStatus, RequestCounts};
 
 fn is_failing(id: &str) -> bool {
     id.starts_with("fail-")
@@ -119,11 +119,41 @@ pub fn each_called_once(provider: &ScriptedProvider, ids: &[String]) {
 /// exactly once (one provider call per line).
 pub async fn run_to_end_exactly_once(h: &Harness, batch_id: &str, ids: &[String], provider: &ScriptedProvider) {
     let batch = h.run_to_end(batch_id).await;
-    assert_eq!(batch.status, nimbus_shared::openai::batches::BatchStatus::Completed);
+    assert_eq!(batch.status, BatchStatus::Completed);
     assert_counts_and_usage(&batch, ids, ids);
     let results = h.results(&batch).await;
     results.assert_each_once(ids);
     assert_lines_well_formed(&results, "none");
     each_called_once(provider, ids);
     assert_result_files(h, &batch).await;
+}
+
+/// A batch that completed with every line of `ids` answered once, counted, written to the files it
+/// names, and nothing left behind.
+pub async fn assert_completed_cleanly(h: &Harness, batch: &BatchObject, ids: &[String]) {
+    assert_eq!(batch.status, BatchStatus::Completed);
+    assert_counts_and_usage(batch, ids, ids);
+    let results = h.results(batch).await;
+    results.assert_each_once(ids);
+    assert_lines_well_formed(&results, "none");
+    assert_result_files(h, batch).await;
+    assert_cleaned_up(h, &batch.id).await;
+}
+
+/// A batch stopped before its end (cancelled, expired): every line of `ids` is in the results once,
+/// exactly the lines of `ran` ran and are counted, the others carry `not_run_code`. Returns the
+/// results for further checks.
+pub async fn assert_stopped_after(
+    h: &Harness,
+    batch: &BatchObject,
+    ids: &[String],
+    ran: &[String],
+    not_run_code: &str,
+) -> BatchResults {
+    let results = h.results(batch).await;
+    results.assert_each_once(ids);
+    assert_lines_well_formed(&results, not_run_code);
+    assert_eq!(ran_ids(&results), sorted(ran), "the lines that ran");
+    assert_counts_and_usage(batch, ids, ran);
+    results
 }

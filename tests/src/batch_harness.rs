@@ -356,6 +356,13 @@ impl Harness {
         }
     }
 
+    /// An engine with one model, [`MODEL`], answered by a fresh scripted provider of `latency`.
+    pub fn with_model(settings: BatchSettings, latency: Duration) -> (Self, Arc<ScriptedProvider>) {
+        let provider = ScriptedProvider::new(latency);
+        let harness = Self::new(settings, &[(MODEL, Arc::clone(&provider))]);
+        (harness, provider)
+    }
+
     /// Upload `lines` as a batch input file.
     pub async fn upload(&self, lines: &[String]) -> FileObject {
         let mut text = lines.join("\n");

@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use nimbus_integration_tests::batch_assertions::{
-    assert_cleaned_up, assert_counts_and_usage, assert_lines_well_formed, assert_result_files, each_called_once,
-    ran_ids, sorted,
+    assert_cleaned_up, assert_counts_and_usage, assert_lines_well_formed, assert_result_files, assert_stopped_after,
+    each_called_once, ran_ids, sorted,
 };
 use nimbus_integration_tests::batch_harness::{
     batch_record_with_status, custom_ids, lines_for, settings, slow_settings, BatchResults, Harness, ScriptedProvider,
@@ -15,7 +15,6 @@ use nimbus_integration_tests::batch_harness::{
 use nimbus_shared::batches::JobResult;
 use nimbus_shared::openai::batches::{BatchObject, BatchStatus};
 use nimbus_shared::ports::JobQueue;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -71,8 +70,7 @@ fn assert_stopped_early(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancelling_mid_run_keeps_what_ran_and_lists_the_rest_as_cancelled() {
-    let provider = ScriptedProvider::new(Duration::from_millis(30));
-    let h = Harness::new(slow_settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(slow_settings(), Duration::from_millis(30));
     let ids = custom_ids(30, Some(4));
     let (created, rest, run) = start_slow_batch(&h, &ids).await;
 
@@ -101,8 +99,7 @@ async fn cancelling_mid_run_keeps_what_ran_and_lists_the_rest_as_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn expiring_mid_run_keeps_what_ran_and_lists_the_rest_as_expired() {
-    let provider = ScriptedProvider::new(Duration::from_millis(30));
-    let h = Harness::new(slow_settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(slow_settings(), Duration::from_millis(30));
     let ids = custom_ids(30, Some(4));
     let (created, rest, run) = start_slow_batch(&h, &ids).await;
 
@@ -125,8 +122,7 @@ async fn expiring_mid_run_keeps_what_ran_and_lists_the_rest_as_expired() {
 
 #[tokio::test]
 async fn the_poller_expires_an_overdue_batch_nobody_is_running() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(30, Some(4));
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     h.validate().await;
@@ -141,12 +137,8 @@ async fn the_poller_expires_an_overdue_batch_nobody_is_running() {
     // The chunks still queued find the batch finished and run nothing.
     h.drain(Duration::from_secs(5)).await;
     assert_eq!(h.batch(&created.id).await, batch);
-    let results = h.results(&batch).await;
-    results.assert_each_once(&ids);
-    assert_lines_well_formed(&results, "batch_expired");
-    assert_eq!(ran_ids(&results), sorted(&ids[..10]));
+    let results = assert_stopped_after(&h, &batch, &ids, &ids[..10], "batch_expired").await;
     assert_eq!(results.not_run_with("batch_expired").len(), 20);
-    assert_counts_and_usage(&batch, &ids, &ids[..10]);
     assert_eq!(provider.total_calls(), 10);
     assert_result_files(&h, &batch).await;
     assert_cleaned_up(&h, &batch.id).await;
@@ -156,8 +148,7 @@ async fn the_poller_expires_an_overdue_batch_nobody_is_running() {
 
 #[tokio::test]
 async fn cancelling_while_validation_is_half_done_lists_lines_consistently() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(20, None);
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     // The validation dies after planning chunk 0 and before chunk 1 (its write fails).
@@ -202,8 +193,7 @@ async fn cancelling_while_validation_is_half_done_lists_lines_consistently() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancelling_while_a_dead_worker_holds_a_chunk_finishes_within_seconds() {
-    let provider = ScriptedProvider::new(Duration::from_millis(30));
-    let h = Harness::new(slow_settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(slow_settings(), Duration::from_millis(30));
     let ids = custom_ids(30, Some(4));
     let (created, rest, run) = start_slow_batch(&h, &ids).await;
     run.abort();
@@ -242,16 +232,9 @@ async fn cancelling_while_a_dead_worker_holds_a_chunk_finishes_within_seconds() 
         "{:?}",
         cancelled_at.elapsed()
     );
-    let results = h.results(&batch).await;
-    results.assert_each_once(&ids);
-    assert_lines_well_formed(&results, "batch_cancelled");
-    assert_eq!(
-        ran_ids(&results),
-        sorted(&ids[..saved]),
-        "what was saved before the kill ran"
-    );
+    // What was saved before the kill ran; nothing else.
+    let results = assert_stopped_after(&h, &batch, &ids, &ids[..saved], "batch_cancelled").await;
     assert_eq!(results.not_run_with("batch_cancelled").len(), 30 - saved);
-    assert_counts_and_usage(&batch, &ids, &ids[..saved]);
     each_called_once(&provider, &ids[..saved]);
     assert_result_files(&h, &batch).await;
     assert_cleaned_up(&h, &batch.id).await;
@@ -259,8 +242,7 @@ async fn cancelling_while_a_dead_worker_holds_a_chunk_finishes_within_seconds() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_outliving_its_lease_cannot_add_to_a_cancelled_batch() {
-    let provider = ScriptedProvider::new(Duration::from_millis(30));
-    let h = Harness::new(slow_settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(slow_settings(), Duration::from_millis(30));
     let ids = custom_ids(30, Some(4));
     let (created, rest, stalled) = start_slow_batch(&h, &ids).await;
     // Its lease runs out while it still runs; the cancel's finalization does not wait for it.
@@ -295,8 +277,7 @@ async fn a_worker_outliving_its_lease_cannot_add_to_a_cancelled_batch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stalled_worker_cannot_count_lines_into_a_sealed_batch() {
     // Lines take long enough that the stalled run's next save comes after the finalizer sealed.
-    let provider = ScriptedProvider::new(Duration::from_millis(400));
-    let h = Harness::new(slow_settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(slow_settings(), Duration::from_millis(400));
     let ids = custom_ids(30, Some(4));
     let (created, rest, stalled) = start_slow_batch(&h, &ids).await;
     // The finalizer seals, writes the files, and dies before recording `cancelled`.

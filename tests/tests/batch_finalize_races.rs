@@ -5,7 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use nimbus_integration_tests::batch_assertions::{
-    assert_cleaned_up, assert_counts_and_usage, assert_lines_well_formed, assert_result_files, each_called_once,
+    assert_cleaned_up, assert_completed_cleanly, assert_counts_and_usage, assert_lines_well_formed,
+    assert_result_files, each_called_once,
 };
 use nimbus_integration_tests::batch_harness::{
     batch_record_with_status, custom_ids, lines_for, settings, Harness, ScriptedProvider, MODEL,
@@ -20,8 +21,7 @@ use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_pollers_finalizing_at_once_write_one_set_of_files() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(25, Some(6));
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     // The worker that saves the last chunk cannot finalize (as if it died right after the save).
@@ -47,21 +47,14 @@ async fn two_pollers_finalizing_at_once_write_one_set_of_files() {
     assert_eq!(a.errors + b.errors, 0);
 
     let batch = h.batch(&created.id).await;
-    assert_eq!(batch.status, BatchStatus::Completed);
-    assert_counts_and_usage(&batch, &ids, &ids);
-    let results = h.results(&batch).await;
-    results.assert_each_once(&ids);
-    assert_lines_well_formed(&results, "none");
     assert!(batch.output_file_id.is_some() && batch.error_file_id.is_some());
-    assert_result_files(&h, &batch).await;
-    assert_cleaned_up(&h, &batch.id).await;
+    assert_completed_cleanly(&h, &batch, &ids).await;
     each_called_once(&provider, &ids);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pollers_racing_the_last_chunk_write_one_set_of_files() {
-    let provider = ScriptedProvider::new(Duration::from_millis(10));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(10));
     let ids = custom_ids(20, Some(6));
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     h.validate().await;
@@ -90,13 +83,7 @@ async fn pollers_racing_the_last_chunk_write_one_set_of_files() {
     assert_eq!(result, JobResult::Done);
 
     let batch = h.batch(&created.id).await;
-    assert_eq!(batch.status, BatchStatus::Completed);
-    assert_counts_and_usage(&batch, &ids, &ids);
-    let results = h.results(&batch).await;
-    results.assert_each_once(&ids);
-    assert_lines_well_formed(&results, "none");
-    assert_result_files(&h, &batch).await;
-    assert_cleaned_up(&h, &batch.id).await;
+    assert_completed_cleanly(&h, &batch, &ids).await;
     each_called_once(&provider, &ids);
 }
 
@@ -105,8 +92,7 @@ async fn pollers_racing_the_last_chunk_write_one_set_of_files() {
 /// Run a batch whose finalizer writes the result files and then fails to record the final
 /// status (`crash`: nor can it hand its finalize lease back, as when the process dies).
 async fn finalize_with_lost_status_write(crash: bool) -> (Harness, Arc<ScriptedProvider>, Vec<String>, String) {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(15, Some(4));
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     h.state.fail_writes(u32::MAX, move |r| {

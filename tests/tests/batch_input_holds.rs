@@ -5,14 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use nimbus_integration_tests::batch_assertions::{assert_cleaned_up, run_to_end_exactly_once};
-use nimbus_integration_tests::batch_harness::{
-    custom_ids, lines_for, settings, Harness, ScriptedProvider, MODEL, PROJECT,
-};
+use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, settings, Harness, MODEL, PROJECT};
 use nimbus_shared::batches::JobResult;
 use nimbus_shared::files::{FilesError, HOLD_BACKSTOP_MS};
 use nimbus_shared::openai::batches::BatchStatus;
 use nimbus_shared::ports::{BlobStore, QueueMessage};
-use std::sync::Arc;
 use std::time::Duration;
 
 fn blob_key(file_id: &str) -> String {
@@ -30,8 +27,7 @@ async fn assert_file_gone_from_the_api(h: &Harness, file_id: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deleting_the_input_of_a_running_batch_keeps_its_bytes_until_the_batch_ends() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(30, None);
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     let file_id = created.input_file_id.clone();
@@ -62,8 +58,7 @@ async fn deleting_the_input_of_a_running_batch_keeps_its_bytes_until_the_batch_e
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deleting_the_input_before_validation_still_runs_every_line() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, _provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(25, Some(6));
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     h.files.delete_file(PROJECT, &created.input_file_id).await.unwrap();
@@ -77,8 +72,7 @@ async fn deleting_the_input_before_validation_still_runs_every_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bytes_held_by_two_batches_go_when_the_second_ends() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, _provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(15, None);
     let file = h.upload(&lines_for(MODEL, &ids)).await;
     let first = h
@@ -125,8 +119,7 @@ async fn bytes_held_by_two_batches_go_when_the_second_ends() {
 
 #[tokio::test]
 async fn a_batch_cannot_be_created_from_a_deleted_file_and_holds_nothing() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, _provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let file = h.upload(&lines_for(MODEL, &custom_ids(3, None))).await;
     h.files.delete_file(PROJECT, &file.id).await.unwrap();
     let err = h
@@ -150,8 +143,7 @@ async fn a_batch_cannot_be_created_from_a_deleted_file_and_holds_nothing() {
 
 #[tokio::test]
 async fn the_janitor_deletes_held_bytes_of_a_deleted_file_after_the_longest_window() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, _provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let created = h.create_batch(&lines_for(MODEL, &custom_ids(3, None))).await;
     let file_id = created.input_file_id.clone();
     h.files.delete_file(PROJECT, &file_id).await.unwrap();
@@ -168,8 +160,7 @@ async fn the_janitor_deletes_held_bytes_of_a_deleted_file_after_the_longest_wind
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_batch_whose_input_object_vanished_fails_those_requests_instead_of_retrying() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(30, None);
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     h.validate().await;

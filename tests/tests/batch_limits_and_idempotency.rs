@@ -110,8 +110,7 @@ async fn a_killed_workers_model_slots_expire_with_its_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn creating_with_an_idempotency_key_creates_one_batch() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(5, None);
     let file = h.upload(&lines_for(MODEL, &ids)).await;
     let request = Harness::create_request(&file.id);

@@ -4,14 +4,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use nimbus_integration_tests::batch_harness::{
-    custom_ids, lines_for, settings, Harness, ScriptedProvider, MODEL, PROJECT,
-};
+use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, settings, Harness, MODEL, PROJECT};
 use nimbus_shared::files::FilesError;
 use nimbus_shared::openai::batches::{BatchObject, BatchStatus};
 use nimbus_shared::openai::files::ExpiresAfter;
 use nimbus_shared::ports::BlobStore;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Run a batch of six lines (two fail, so both result files exist) with this policy.
@@ -39,8 +36,7 @@ fn blob_key(file_id: &str) -> String {
 
 #[tokio::test]
 async fn result_files_expire_as_the_batch_asked_and_the_sweep_deletes_their_bytes() {
-    let provider = ScriptedProvider::new(Duration::ZERO);
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, _provider) = Harness::with_model(settings(), Duration::ZERO);
     let policy = ExpiresAfter {
         anchor: "created_at".to_owned(),
         seconds: 3600,
@@ -93,8 +89,7 @@ async fn result_files_expire_as_the_batch_asked_and_the_sweep_deletes_their_byte
 
 #[tokio::test]
 async fn an_out_of_range_policy_is_refused_before_the_batch_exists() {
-    let provider = ScriptedProvider::new(Duration::ZERO);
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, _provider) = Harness::with_model(settings(), Duration::ZERO);
     let file = h.upload(&lines_for(MODEL, &custom_ids(1, None))).await;
     for (anchor, seconds, param) in [
         ("created_at", 3599, "output_expires_after.seconds"),

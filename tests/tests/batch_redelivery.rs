@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use nimbus_integration_tests::batch_assertions::{
-    assert_cleaned_up, assert_counts_and_usage, assert_lines_well_formed, assert_result_files, each_called_once,
-    run_to_end_exactly_once,
+    assert_cleaned_up, assert_completed_cleanly, assert_counts_and_usage, assert_lines_well_formed,
+    assert_result_files, each_called_once, run_to_end_exactly_once,
 };
 use nimbus_integration_tests::batch_harness::{
     custom_ids, lines_for, settings, slow_settings, Harness, ScriptedProvider, MODEL, VISIBILITY,
@@ -22,8 +22,7 @@ use tokio::time::Instant;
 
 #[tokio::test]
 async fn happy_path_every_line_once_with_exact_counts_and_usage() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(35, Some(7));
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     assert_eq!(created.status, BatchStatus::Validating);
@@ -61,8 +60,7 @@ async fn happy_path_every_line_once_with_exact_counts_and_usage() {
 
 #[tokio::test]
 async fn a_chunk_delivered_twice_in_sequence_counts_once() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(20, Some(4));
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     let validate = h.receive().await.unwrap();
@@ -118,8 +116,7 @@ async fn a_chunk_delivered_twice_in_sequence_counts_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_chunk_delivered_twice_at_once_runs_once() {
-    let provider = ScriptedProvider::new(Duration::from_millis(20));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(20));
     let ids = custom_ids(20, Some(4));
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
 
@@ -158,8 +155,7 @@ async fn a_chunk_delivered_twice_at_once_runs_once() {
 
 #[tokio::test]
 async fn lost_queue_messages_are_enqueued_again_by_the_poller() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(25, Some(5));
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
 
@@ -238,13 +234,7 @@ async fn a_worker_killed_mid_chunk_is_recovered_without_rerunning_saved_lines() 
     assert_eq!(report.chunks_requeued, 0, "not enqueued again right away");
 
     let batch = h.run_to_end(&created.id).await;
-    assert_eq!(batch.status, BatchStatus::Completed);
-    assert_counts_and_usage(&batch, &ids, &ids);
-    let results = h.results(&batch).await;
-    results.assert_each_once(&ids);
-    assert_lines_well_formed(&results, "none");
-    assert_result_files(&h, &batch).await;
-    assert_cleaned_up(&h, &batch.id).await;
+    assert_completed_cleanly(&h, &batch, &ids).await;
 
     // Lines saved before the kill ran once. Lines after them (finished but not yet saved, or in
     // flight at the kill) ran once or twice, never more.
@@ -259,8 +249,7 @@ async fn a_worker_killed_mid_chunk_is_recovered_without_rerunning_saved_lines() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_outliving_its_lease_cannot_save_over_its_successor() {
-    let provider = ScriptedProvider::new(Duration::from_millis(30));
-    let h = Harness::new(slow_settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(slow_settings(), Duration::from_millis(30));
     let ids = custom_ids(10, Some(4));
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     h.validate().await;
@@ -279,13 +268,7 @@ async fn a_worker_outliving_its_lease_cannot_save_over_its_successor() {
     h.settle(&chunk0, JobResult::Done).await;
 
     let batch = h.batch(&created.id).await;
-    assert_eq!(batch.status, BatchStatus::Completed);
-    assert_counts_and_usage(&batch, &ids, &ids);
-    let results = h.results(&batch).await;
-    results.assert_each_once(&ids);
-    assert_lines_well_formed(&results, "none");
-    assert_result_files(&h, &batch).await;
-    assert_cleaned_up(&h, &batch.id).await;
+    assert_completed_cleanly(&h, &batch, &ids).await;
     for id in &ids {
         assert!((1..=2).contains(&provider.calls_for(id)), "{id}");
     }
@@ -329,8 +312,7 @@ async fn a_run_reaching_its_deadline_hands_over_and_the_next_run_finishes() {
 
 #[tokio::test]
 async fn a_run_too_close_to_its_deadline_starts_nothing() {
-    let provider = ScriptedProvider::new(Duration::from_millis(2));
-    let h = Harness::new(settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(10, None);
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     h.validate().await;
@@ -381,13 +363,7 @@ async fn a_segment_whose_save_fails_is_run_again_and_counted_once() {
     h.clock.advance(Duration::from_secs(100));
     h.settle(&chunk0, JobResult::RetryAfter(Duration::ZERO)).await;
     let batch = h.run_to_end(&created.id).await;
-    assert_eq!(batch.status, BatchStatus::Completed);
-    assert_counts_and_usage(&batch, &ids, &ids);
-    let results = h.results(&batch).await;
-    results.assert_each_once(&ids);
-    assert_lines_well_formed(&results, "none");
-    assert_result_files(&h, &batch).await;
-    assert_cleaned_up(&h, &batch.id).await;
+    assert_completed_cleanly(&h, &batch, &ids).await;
     // Lines of the lost segment ran again; the others once.
     for id in &ids {
         assert!((1..=2).contains(&provider.calls_for(id)), "{id}");

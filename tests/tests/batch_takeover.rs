@@ -5,8 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use nimbus_integration_tests::batch_assertions::{
-    assert_cleaned_up, assert_counts_and_usage, assert_lines_well_formed, assert_result_files, each_called_once,
-    ran_ids, sorted,
+    assert_cleaned_up, assert_completed_cleanly, assert_stopped_after, each_called_once,
 };
 use nimbus_integration_tests::batch_harness::{
     custom_ids, lines_for, slow_settings, Harness, ScriptedProvider, MODEL, PROJECT, VISIBILITY,
@@ -73,13 +72,7 @@ async fn a_takeover_resumes_a_killed_processs_batch_at_once() {
         "the runs waited for the dead run"
     );
     let batch = h.batch(&batch_id).await;
-    assert_eq!(batch.status, BatchStatus::Completed);
-    assert_counts_and_usage(&batch, &ids, &ids);
-    let results = h.results(&batch).await;
-    results.assert_each_once(&ids);
-    assert_lines_well_formed(&results, "none");
-    assert_result_files(&h, &batch).await;
-    assert_cleaned_up(&h, &batch_id).await;
+    assert_completed_cleanly(&h, &batch, &ids).await;
     // What was saved before the kill did not run again.
     each_called_once(&provider, &ids[..saved]);
     each_called_once(&provider, &ids[10..]);
@@ -87,8 +80,7 @@ async fn a_takeover_resumes_a_killed_processs_batch_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_takeover_finishes_a_cancel_the_killed_process_left_unfinished() {
-    let provider = ScriptedProvider::new(Duration::from_millis(30));
-    let h = Harness::new(slow_settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, _provider) = Harness::with_model(slow_settings(), Duration::from_millis(30));
     let ids = custom_ids(30, Some(4));
     let (batch_id, saved) = kill_mid_chunk(&h, &ids).await;
     let cancelling = h.service.cancel_batch(PROJECT, &batch_id).await.unwrap();
@@ -103,18 +95,13 @@ async fn a_takeover_finishes_a_cancel_the_killed_process_left_unfinished() {
     assert_eq!(h.handle(&finalize).await, JobResult::Done);
     let batch = h.batch(&batch_id).await;
     assert_eq!(batch.status, BatchStatus::Cancelled);
-    let results = h.results(&batch).await;
-    results.assert_each_once(&ids);
-    assert_lines_well_formed(&results, "batch_cancelled");
-    assert_eq!(ran_ids(&results), sorted(&ids[..saved]));
-    assert_counts_and_usage(&batch, &ids, &ids[..saved]);
+    assert_stopped_after(&h, &batch, &ids, &ids[..saved], "batch_cancelled").await;
     assert_cleaned_up(&h, &batch_id).await;
 }
 
 #[tokio::test]
 async fn a_takeover_validates_again_a_batch_whose_validation_was_lost() {
-    let provider = ScriptedProvider::new(Duration::from_millis(1));
-    let h = Harness::new(slow_settings(), &[(MODEL, Arc::clone(&provider))]);
+    let (h, _provider) = Harness::with_model(slow_settings(), Duration::from_millis(1));
     let ids = custom_ids(12, None);
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     lose_the_queue(&h).await;
