@@ -4,4 +4,6 @@ pub mod batches;
 pub mod chat;
 pub mod embeddings;
 pub mod files;
+pub mod from_model;
 pub mod models;
+pub mod to_model;

@@ -1,0 +1,498 @@
+//! OpenAI chat request ⇄ [`ModelRequest`]: IN for the OpenAI routes and batch lines, OUT for
+//! OpenAI-compatible providers. Parameters the gateway does not model travel in
+//! [`OpenAiPassThrough`] and come out as top-level body fields.
+
+use super::chat::{
+    ChatCompletionRequest, ChatMessage, ContentPart, MessageContent, ResponseFormat, Tool,
+    ToolChoice as WireToolChoice, ToolChoiceMode,
+};
+use crate::model::{
+    ContentBlock, FileData, Message, ModelRequest, OpenAiPassThrough, OutputMode, Role, SamplingParams, StreamOptions,
+    ToolChoice, ToolDefinition,
+};
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+
+/// Body fields that the neutral request models (or the gateway consumes): never passed through.
+const MODELLED_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "credentials",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "user",
+];
+
+/// The neutral request for a (validated) OpenAI chat request and the raw body it came from.
+pub fn chat_request_to_model(typed: &ChatCompletionRequest, raw: &Map<String, Value>) -> ModelRequest {
+    let mut fields: Map<String, Value> = raw
+        .iter()
+        .filter(|(key, _)| !MODELLED_FIELDS.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let user = match raw.get("user") {
+        Some(Value::String(user)) => Some(user.clone()),
+        Some(Value::Null) | None => None,
+        Some(other) => {
+            fields.insert("user".to_owned(), other.clone());
+            None
+        }
+    };
+    let (system, system_is_developer, rest) = leading_system(&typed.messages);
+    ModelRequest {
+        model: typed.model.clone(),
+        system,
+        system_is_developer,
+        messages: messages_to_model(rest),
+        tools: typed.tools.iter().flatten().map(tool_to_model).collect(),
+        tool_choice: typed.tool_choice.as_ref().map(tool_choice_to_model),
+        parallel_tool_calls: typed.parallel_tool_calls,
+        output: typed.response_format.as_ref().map(output_to_model).unwrap_or_default(),
+        params: SamplingParams {
+            temperature: typed.temperature,
+            top_p: typed.top_p,
+            max_tokens: typed.max_output_tokens(),
+            presence_penalty: typed.presence_penalty,
+            frequency_penalty: typed.frequency_penalty,
+            seed: typed.seed,
+            stop_sequences: typed.stop_sequences().into_iter().map(str::to_owned).collect(),
+            n: typed.n.and_then(|n| u32::try_from(n).ok()),
+            logprobs: typed.logprobs,
+            top_logprobs: typed.top_logprobs.and_then(|n| u32::try_from(n).ok()),
+            logit_bias: typed.logit_bias.clone(),
+            user,
+        },
+        stream: typed.wants_stream().then(|| StreamOptions {
+            include_usage: typed.wants_stream_usage(),
+        }),
+        extra_body: Vec::new(),
+        extra_headers: Vec::new(),
+        openai_pass_through: OpenAiPassThrough {
+            fields,
+            max_completion_tokens_spelling: typed.max_completion_tokens.is_some(),
+        },
+    }
+}
+
+/// A first `system`/`developer` message without a name becomes the request's instructions.
+fn leading_system(messages: &[ChatMessage]) -> (Option<String>, bool, &[ChatMessage]) {
+    match messages.split_first() {
+        Some((ChatMessage::System { content, name: None }, rest)) => (Some(content.text()), false, rest),
+        Some((ChatMessage::Developer { content, name: None }, rest)) => (Some(content.text()), true, rest),
+        _ => (None, false, messages),
+    }
+}
+
+fn messages_to_model(messages: &[ChatMessage]) -> Vec<Message> {
+    let mut tool_names: HashMap<&str, &str> = HashMap::new();
+    let mut out = Vec::with_capacity(messages.len());
+    for message in messages {
+        out.push(match message {
+            ChatMessage::System { content, name } | ChatMessage::Developer { content, name } => Message {
+                role: Role::System,
+                content: content_to_model(content),
+                name: name.clone(),
+                developer: matches!(message, ChatMessage::Developer { .. }),
+            },
+            ChatMessage::User { content, name } => Message {
+                name: name.clone(),
+                ..Message::new(Role::User, content_to_model(content))
+            },
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+                refusal,
+                name,
+            } => {
+                let mut blocks = content.as_ref().map(content_to_model).unwrap_or_default();
+                if let Some(refusal) = refusal {
+                    blocks.push(ContentBlock::Refusal { text: refusal.clone() });
+                }
+                for call in tool_calls.iter().flatten() {
+                    tool_names.insert(&call.id, &call.function.name);
+                    blocks.push(ContentBlock::ToolCall {
+                        id: call.id.clone(),
+                        name: call.function.name.clone(),
+                        arguments: call.function.arguments.clone(),
+                    });
+                }
+                Message {
+                    name: name.clone(),
+                    ..Message::new(Role::Assistant, blocks)
+                }
+            }
+            ChatMessage::Tool { content, tool_call_id } => Message::new(
+                Role::User,
+                vec![ContentBlock::ToolResult {
+                    id: tool_call_id.clone(),
+                    name: tool_names
+                        .get(tool_call_id.as_str())
+                        .copied()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    result: content.text(),
+                }],
+            ),
+        });
+    }
+    out
+}
+
+fn content_to_model(content: &MessageContent) -> Vec<ContentBlock> {
+    match content {
+        MessageContent::Text(text) => vec![ContentBlock::text_block(text.clone())],
+        MessageContent::Parts(parts) => parts.iter().map(part_to_model).collect(),
+    }
+}
+
+/// `data:MIME;base64,DATA` → (MIME, DATA).
+fn split_data_url(url: &str) -> Option<(&str, &str)> {
+    let rest = url.strip_prefix("data:")?;
+    let (mime, data) = rest.split_once(";base64,")?;
+    Some((mime, data))
+}
+
+fn string_field(value: &Value, key: &str) -> Option<String> {
+    value.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+fn part_to_model(part: &ContentPart) -> ContentBlock {
+    let unknown = || ContentBlock::Unknown {
+        data: serde_json::to_value(part).unwrap_or(Value::Null),
+    };
+    match part {
+        ContentPart::Text { text } => ContentBlock::text_block(text.clone()),
+        ContentPart::Refusal { refusal } => ContentBlock::Refusal { text: refusal.clone() },
+        ContentPart::ImageUrl { image_url } => {
+            let Some(url) = image_url.get("url").and_then(Value::as_str) else {
+                return unknown();
+            };
+            let (data, mime_type) = match split_data_url(url) {
+                Some((mime, data)) => (FileData::Base64 { data: data.to_owned() }, Some(mime.to_owned())),
+                None => (FileData::Url { url: url.to_owned() }, None),
+            };
+            ContentBlock::File {
+                data,
+                mime_type,
+                filename: None,
+                detail: string_field(image_url, "detail"),
+            }
+        }
+        ContentPart::InputAudio { input_audio } => {
+            match (string_field(input_audio, "data"), string_field(input_audio, "format")) {
+                (Some(data), Some(format)) => ContentBlock::File {
+                    data: FileData::Base64 { data },
+                    mime_type: Some(format!("audio/{format}")),
+                    filename: None,
+                    detail: None,
+                },
+                _ => unknown(),
+            }
+        }
+        ContentPart::File { file } => {
+            let filename = string_field(file, "filename");
+            if let Some(id) = string_field(file, "file_id") {
+                return ContentBlock::File {
+                    data: FileData::ProviderFileId { id },
+                    mime_type: None,
+                    filename,
+                    detail: None,
+                };
+            }
+            match file.get("file_data").and_then(Value::as_str).and_then(split_data_url) {
+                Some((mime, data)) => ContentBlock::File {
+                    data: FileData::Base64 { data: data.to_owned() },
+                    mime_type: Some(mime.to_owned()),
+                    filename,
+                    detail: None,
+                },
+                None => unknown(),
+            }
+        }
+    }
+}
+
+fn tool_to_model(tool: &Tool) -> ToolDefinition {
+    ToolDefinition {
+        name: tool.function.name.clone(),
+        description: tool.function.description.clone(),
+        parameters: tool.function.parameters.clone(),
+        strict: tool.function.strict,
+    }
+}
+
+fn tool_choice_to_model(choice: &WireToolChoice) -> ToolChoice {
+    match choice {
+        WireToolChoice::Mode(ToolChoiceMode::None) => ToolChoice::None,
+        WireToolChoice::Mode(ToolChoiceMode::Auto) => ToolChoice::Auto,
+        WireToolChoice::Mode(ToolChoiceMode::Required) => ToolChoice::Required,
+        WireToolChoice::Named(named) => ToolChoice::Specific(named.function.name.clone()),
+    }
+}
+
+fn output_to_model(format: &ResponseFormat) -> OutputMode {
+    match format {
+        ResponseFormat::Text => OutputMode::Text,
+        ResponseFormat::JsonObject => OutputMode::JsonObject,
+        ResponseFormat::JsonSchema { json_schema } => OutputMode::JsonSchema {
+            name: string_field(json_schema, "name").unwrap_or_default(),
+            description: string_field(json_schema, "description"),
+            schema: json_schema.get("schema").cloned(),
+            strict: json_schema.get("strict").and_then(Value::as_bool),
+        },
+    }
+}
+
+/// The OpenAI chat body for `request`, naming `upstream_model`. Streaming fields are left to the
+/// caller; `extra_body` is not applied here.
+pub fn model_to_chat_body(request: &ModelRequest, upstream_model: &str) -> Map<String, Value> {
+    let mut body = request.openai_pass_through.fields.clone();
+    body.insert("model".into(), json!(upstream_model));
+    body.insert("messages".into(), Value::Array(messages_to_wire(request)));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request.tools.iter().map(tool_to_wire).collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(choice) = &request.tool_choice {
+        body.insert("tool_choice".into(), tool_choice_to_wire(choice));
+    }
+    let mut put = |key: &str, value: Option<Value>| {
+        if let Some(value) = value {
+            body.insert(key.to_owned(), value);
+        }
+    };
+    put("parallel_tool_calls", request.parallel_tool_calls.map(Value::Bool));
+    put("response_format", output_to_wire(&request.output));
+    let params = &request.params;
+    put("temperature", params.temperature.map(|v| json!(v)));
+    put("top_p", params.top_p.map(|v| json!(v)));
+    let cap_key = if request.openai_pass_through.max_completion_tokens_spelling {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
+    put(cap_key, params.max_tokens.map(|v| json!(v)));
+    put("presence_penalty", params.presence_penalty.map(|v| json!(v)));
+    put("frequency_penalty", params.frequency_penalty.map(|v| json!(v)));
+    put("seed", params.seed.map(|v| json!(v)));
+    put(
+        "stop",
+        match params.stop_sequences.as_slice() {
+            [] => None,
+            [one] => Some(json!(one)),
+            many => Some(json!(many)),
+        },
+    );
+    put("n", params.n.map(|v| json!(v)));
+    put("logprobs", params.logprobs.map(Value::Bool));
+    put("top_logprobs", params.top_logprobs.map(|v| json!(v)));
+    put("logit_bias", params.logit_bias.as_ref().map(|v| json!(v)));
+    put("user", params.user.as_ref().map(|v| json!(v)));
+    body
+}
+
+fn messages_to_wire(request: &ModelRequest) -> Vec<Value> {
+    let mut out = Vec::with_capacity(request.messages.len() + 1);
+    if let Some(system) = &request.system {
+        let role = if request.system_is_developer {
+            "developer"
+        } else {
+            "system"
+        };
+        out.push(json!({"role": role, "content": system}));
+    }
+    for message in &request.messages {
+        match message.role {
+            Role::System => {
+                let role = if message.developer { "developer" } else { "system" };
+                out.push(with_name(
+                    json!({"role": role, "content": content_to_wire(&message.content)}),
+                    message,
+                ));
+            }
+            Role::User => {
+                let (results, others): (Vec<&ContentBlock>, Vec<&ContentBlock>) = message
+                    .content
+                    .iter()
+                    .partition(|block| matches!(block, ContentBlock::ToolResult { .. }));
+                for block in results {
+                    if let ContentBlock::ToolResult { id, result, .. } = block {
+                        out.push(json!({"role": "tool", "tool_call_id": id, "content": result}));
+                    }
+                }
+                if !others.is_empty() || message.content.is_empty() {
+                    let others: Vec<ContentBlock> = others.into_iter().cloned().collect();
+                    out.push(with_name(
+                        json!({"role": "user", "content": content_to_wire(&others)}),
+                        message,
+                    ));
+                }
+            }
+            Role::Assistant => out.push(with_name(assistant_to_wire(&message.content), message)),
+        }
+    }
+    out
+}
+
+fn with_name(mut value: Value, message: &Message) -> Value {
+    if let Some(name) = &message.name {
+        value["name"] = json!(name);
+    }
+    value
+}
+
+fn assistant_to_wire(blocks: &[ContentBlock]) -> Value {
+    let mut message = json!({"role": "assistant"});
+    let mut content: Vec<ContentBlock> = Vec::new();
+    let mut calls = Vec::new();
+    for block in blocks {
+        match block {
+            ContentBlock::Refusal { text } => message["refusal"] = json!(text),
+            ContentBlock::ToolCall { id, name, arguments } => calls.push(json!({
+                "id": id, "type": "function", "function": {"name": name, "arguments": arguments}
+            })),
+            ContentBlock::Thought { .. } => {}
+            other => content.push(other.clone()),
+        }
+    }
+    message["content"] = if content.is_empty() {
+        Value::Null
+    } else {
+        content_to_wire(&content)
+    };
+    if !calls.is_empty() {
+        message["tool_calls"] = Value::Array(calls);
+    }
+    message
+}
+
+/// A lone text block is sent as a string; anything else as a list of parts.
+fn content_to_wire(blocks: &[ContentBlock]) -> Value {
+    if let [ContentBlock::Text { text }] = blocks {
+        return json!(text);
+    }
+    Value::Array(blocks.iter().filter_map(part_to_wire).collect())
+}
+
+fn data_url(mime: Option<&str>, data: &str) -> String {
+    format!("data:{};base64,{data}", mime.unwrap_or("application/octet-stream"))
+}
+
+fn part_to_wire(block: &ContentBlock) -> Option<Value> {
+    Some(match block {
+        ContentBlock::Text { text } => json!({"type": "text", "text": text}),
+        ContentBlock::Refusal { text } => json!({"type": "refusal", "refusal": text}),
+        ContentBlock::ToolResult { result, .. } => json!({"type": "text", "text": result}),
+        ContentBlock::ToolCall { name, arguments, .. } => {
+            json!({"type": "text", "text": format!("{name} {arguments}")})
+        }
+        ContentBlock::Thought { .. } => return None,
+        ContentBlock::Unknown { data } => data.clone(),
+        ContentBlock::File {
+            data,
+            mime_type,
+            filename,
+            detail,
+        } => {
+            let mime = mime_type.as_deref();
+            let is_image = mime.is_none_or(|m| m.starts_with("image/"));
+            match data {
+                FileData::Url { url } => image_part(url.clone(), detail),
+                FileData::Base64 { data } if is_image => image_part(data_url(mime, data), detail),
+                FileData::Base64 { data } if mime.is_some_and(|m| m.starts_with("audio/")) => {
+                    let format = mime.and_then(|m| m.strip_prefix("audio/")).unwrap_or_default();
+                    json!({"type": "input_audio", "input_audio": {"data": data, "format": format}})
+                }
+                FileData::Base64 { data } => {
+                    let mut file = json!({"file_data": data_url(mime, data)});
+                    if let Some(filename) = filename {
+                        file["filename"] = json!(filename);
+                    }
+                    json!({"type": "file", "file": file})
+                }
+                FileData::ProviderFileId { id } => {
+                    let mut file = json!({"file_id": id});
+                    if let Some(filename) = filename {
+                        file["filename"] = json!(filename);
+                    }
+                    json!({"type": "file", "file": file})
+                }
+            }
+        }
+    })
+}
+
+fn image_part(url: String, detail: &Option<String>) -> Value {
+    let mut image_url = json!({"url": url});
+    if let Some(detail) = detail {
+        image_url["detail"] = json!(detail);
+    }
+    json!({"type": "image_url", "image_url": image_url})
+}
+
+fn tool_to_wire(tool: &ToolDefinition) -> Value {
+    let mut function = json!({"name": tool.name});
+    if let Some(description) = &tool.description {
+        function["description"] = json!(description);
+    }
+    if let Some(parameters) = &tool.parameters {
+        function["parameters"] = parameters.clone();
+    }
+    if let Some(strict) = tool.strict {
+        function["strict"] = json!(strict);
+    }
+    json!({"type": "function", "function": function})
+}
+
+fn tool_choice_to_wire(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::None => json!("none"),
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::Specific(name) => json!({"type": "function", "function": {"name": name}}),
+    }
+}
+
+fn output_to_wire(output: &OutputMode) -> Option<Value> {
+    Some(match output {
+        OutputMode::Text => return None,
+        OutputMode::JsonObject => json!({"type": "json_object"}),
+        OutputMode::JsonSchema {
+            name,
+            description,
+            schema,
+            strict,
+        } => {
+            let mut json_schema = json!({"name": name});
+            if let Some(description) = description {
+                json_schema["description"] = json!(description);
+            }
+            if let Some(schema) = schema {
+                json_schema["schema"] = schema.clone();
+            }
+            if let Some(strict) = strict {
+                json_schema["strict"] = json!(strict);
+            }
+            json!({"type": "json_schema", "json_schema": json_schema})
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;
