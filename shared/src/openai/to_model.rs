@@ -39,6 +39,30 @@ const MODELLED_FIELDS: &[&str] = &[
     "user",
 ];
 
+/// An OpenAI chat request as received: the typed view the gateway validates, and the raw JSON
+/// object it came from (minus gateway-only fields such as `credentials`), whose unmodelled fields
+/// reach OpenAI-compatible upstreams through [`OpenAiPassThrough`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenAiChatRequest {
+    pub typed: ChatCompletionRequest,
+    pub raw: Map<String, Value>,
+}
+
+impl OpenAiChatRequest {
+    /// From a typed request alone (the raw body is its serialization).
+    pub fn from_typed(typed: ChatCompletionRequest) -> Self {
+        let raw = match serde_json::to_value(&typed) {
+            Ok(Value::Object(map)) => map,
+            _ => Map::new(),
+        };
+        Self { typed, raw }
+    }
+
+    pub fn to_model(&self) -> ModelRequest {
+        chat_request_to_model(&self.typed, &self.raw)
+    }
+}
+
 /// The neutral request for a (validated) OpenAI chat request and the raw body it came from.
 pub fn chat_request_to_model(typed: &ChatCompletionRequest, raw: &Map<String, Value>) -> ModelRequest {
     let mut fields: Map<String, Value> = raw
