@@ -2,6 +2,7 @@
 
 pub mod batches;
 pub mod chat;
+pub mod chat_body;
 pub mod embeddings;
 pub mod files;
 pub mod from_model;

@@ -1,5 +1,6 @@
 use super::*;
 use crate::model::{ExtraBodyEntry, ExtraEdit};
+use crate::openai::chat_body::model_to_chat_body;
 use serde_json::json;
 
 fn parse(body: Value) -> (ChatCompletionRequest, Map<String, Value>) {

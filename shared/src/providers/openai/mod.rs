@@ -11,9 +11,9 @@ use super::{
 use crate::config::{CredentialLocation, OpenAiProviderConfig};
 use crate::model::{apply_extra_body, ExtraHeaderEntry, ModelRequest, ModelResponse};
 use crate::openai::chat::ChatCompletion;
+use crate::openai::chat_body::model_to_chat_body;
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
 use crate::openai::from_model::completion_to_model;
-use crate::openai::to_model::model_to_chat_body;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
