@@ -10,6 +10,7 @@ pub mod files;
 pub mod http;
 pub mod idempotency;
 pub mod inference;
+pub mod model;
 pub mod openai;
 pub mod ports;
 pub mod providers;

@@ -12,16 +12,18 @@ use nimbus_shared::app::{batch_service, Adapters};
 use nimbus_shared::batches::{BatchService, BatchSettings, BatchWorker, JobResult, Poller};
 use nimbus_shared::files::{FileContent, FilesService, ListFiles, NewFile};
 use nimbus_shared::inference::InferenceService;
+use nimbus_shared::model::{ModelRequest, ModelResponse};
 use nimbus_shared::openai::batches::{BatchObject, CreateBatchRequest};
 use nimbus_shared::openai::chat::ChatCompletion;
 use nimbus_shared::openai::files::{FileObject, FilePurpose};
+use nimbus_shared::openai::from_model::completion_to_model;
 use nimbus_shared::ports::{
     BlobStore, Clock, IdSource, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record, StateStore, StorageError,
     SystemClock, UuidV7Ids,
 };
 use nimbus_shared::providers::retry::RetryPolicy;
 use nimbus_shared::providers::router::{ModelRouter, RoutedModel};
-use nimbus_shared::providers::{CallContext, ChatProvider, ChatRequest, ProviderError, ProviderHandle};
+use nimbus_shared::providers::{CallContext, ChatProvider, ProviderError, ProviderHandle};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
@@ -141,11 +143,13 @@ pub fn tokens_for(content: &str) -> (u64, u64) {
 
 #[async_trait]
 impl ChatProvider for ScriptedProvider {
-    async fn chat(&self, request: &ChatRequest, _ctx: CallContext<'_>) -> Result<ChatCompletion, ProviderError> {
-        let content = request.raw["messages"][0]["content"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+    async fn chat(&self, request: &ModelRequest, _ctx: CallContext<'_>) -> Result<ModelResponse, ProviderError> {
+        // The first message's text (instructions included).
+        let content = request
+            .system
+            .clone()
+            .or_else(|| request.messages.first().map(|m| m.text()))
+            .unwrap_or_default();
         *self.calls.lock().unwrap().entry(content.clone()).or_default() += 1;
         self.total_calls.fetch_add(1, Ordering::SeqCst);
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -161,13 +165,14 @@ impl ChatProvider for ScriptedProvider {
             });
         }
         let (prompt, completion) = tokens_for(&content);
-        Ok(serde_json::from_value(json!({
+        let answer: ChatCompletion = serde_json::from_value(json!({
             "id": "upstream",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("echo:{content}")},
                          "finish_reason": "stop"}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
         }))
-        .unwrap())
+        .unwrap();
+        Ok(completion_to_model(answer, None))
     }
 }
 

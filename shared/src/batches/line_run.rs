@@ -9,9 +9,10 @@ use crate::inference::{InferenceError, InferenceService};
 use crate::openai::batches::BatchUsage;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::embeddings::EmbeddingRequest;
+use crate::openai::to_model::OpenAiChatRequest;
 use crate::ports::IdSource;
 use crate::providers::router::RoutingError;
-use crate::providers::{ChatRequest, ProviderError};
+use crate::providers::ProviderError;
 use serde_json::{json, Map, Value};
 
 /// What became of one line.
@@ -203,7 +204,7 @@ async fn call(
     let value = match endpoint {
         BatchEndpoint::ChatCompletions => {
             let parsed = parse_json_object::<ChatCompletionRequest>(body)?;
-            let request = ChatRequest {
+            let request = OpenAiChatRequest {
                 typed: parsed.typed,
                 raw: parsed.raw,
             };

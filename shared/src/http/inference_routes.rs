@@ -7,7 +7,7 @@ use super::sse::sse_response;
 use super::AppState;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::embeddings::EmbeddingRequest;
-use crate::providers::ChatRequest;
+use crate::openai::to_model::OpenAiChatRequest;
 use crate::user_text::excerpt;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -54,7 +54,7 @@ async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let JsonBody { typed, mut raw, .. } = body;
     let credentials = take_credentials(&mut raw)?;
-    let request = ChatRequest { typed, raw };
+    let request = OpenAiChatRequest { typed, raw };
     if request.typed.wants_stream() {
         let chunks = state.inference.chat_stream(&request, &credentials).await?;
         Ok(sse_response(chunks))

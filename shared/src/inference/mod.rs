@@ -1,16 +1,18 @@
-//! The inference business layer: validates requests, routes them to providers, and mints the id,
-//! timestamp and model name of every answer.
+//! The inference business layer: validates requests, translates them into the provider-neutral
+//! [`ModelRequest`], routes them to providers, and mints the id, timestamp and model name of every
+//! answer.
 
+mod openai_chat;
 mod validation;
 
-use crate::openai::chat::{ChatCompletion, ChatCompletionChunk};
+use crate::model::{ModelRequest, ModelResponse};
+use crate::openai::chat::ChatCompletionChunk;
 use crate::openai::embeddings::{EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingVector, EncodingFormat};
 use crate::openai::models::{ModelList, ModelObject};
 use crate::ports::{Clock, IdSource};
 use crate::providers::router::{ModelRouter, RoutingError};
-use crate::providers::{CallContext, ChatRequest, ProviderError};
+use crate::providers::{CallContext, ChunkStream, ProviderError};
 use futures::stream::BoxStream;
-use futures::StreamExt;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -92,54 +94,22 @@ impl InferenceService {
         }
     }
 
-    pub async fn chat(
+    /// A neutral request routed to the model's providers (entry points validate first).
+    pub async fn model_chat(
         &self,
-        request: &ChatRequest,
+        request: &ModelRequest,
         credentials: &HashMap<String, String>,
-    ) -> Result<ChatCompletion, InferenceError> {
-        validate_chat(&request.typed)?;
-        let mut completion = self.router.chat(request, CallContext { credentials }).await?;
-        completion.id = self.ids.prefixed("chatcmpl-");
-        completion.object = "chat.completion".to_owned();
-        completion.created = self.clock.now_unix_s();
-        completion.model = request.typed.model.clone();
-        Ok(completion)
+    ) -> Result<ModelResponse, InferenceError> {
+        Ok(self.router.chat(request, CallContext { credentials }).await?)
     }
 
-    /// A stream of chunks sharing one minted id; the usage chunk only when the client asked.
-    pub async fn chat_stream(
+    /// A neutral request streamed from the model's providers.
+    pub async fn model_chat_stream(
         &self,
-        request: &ChatRequest,
+        request: &ModelRequest,
         credentials: &HashMap<String, String>,
-    ) -> Result<ClientChunkStream, InferenceError> {
-        validate_chat(&request.typed)?;
-        let upstream = self.router.chat_stream(request, CallContext { credentials }).await?;
-        let id = self.ids.prefixed("chatcmpl-");
-        let created = self.clock.now_unix_s();
-        let model = request.typed.model.clone();
-        let include_usage = request.typed.wants_stream_usage();
-        let stream = upstream.filter_map(move |item| {
-            let item = match item {
-                Err(err) => Some(Err(err)),
-                Ok(mut chunk) => {
-                    let usage_only = chunk.choices.is_empty();
-                    if !include_usage {
-                        chunk.usage = None;
-                    }
-                    if usage_only && chunk.usage.is_none() {
-                        None
-                    } else {
-                        chunk.id = id.clone();
-                        chunk.object = "chat.completion.chunk".to_owned();
-                        chunk.created = created;
-                        chunk.model = model.clone();
-                        Some(Ok(chunk))
-                    }
-                }
-            };
-            futures::future::ready(item)
-        });
-        Ok(stream.boxed())
+    ) -> Result<ChunkStream, InferenceError> {
+        Ok(self.router.chat_stream(request, CallContext { credentials }).await?)
     }
 
     pub async fn embed(

@@ -1,10 +1,12 @@
 use super::*;
 use crate::config::DummyProviderConfig;
 use crate::openai::chat::ChatCompletionRequest;
+use crate::openai::to_model::OpenAiChatRequest;
 use crate::ports::{SystemClock, UuidV7Ids};
 use crate::providers::dummy::DummyProvider;
 use crate::providers::retry::RetryPolicy;
 use crate::providers::router::RoutedModel;
+use futures::StreamExt;
 use serde_json::json;
 use std::time::Duration;
 
@@ -32,9 +34,9 @@ fn service() -> InferenceService {
     InferenceService::new(router, Arc::new(SystemClock), Arc::new(UuidV7Ids))
 }
 
-fn chat(body: serde_json::Value) -> ChatRequest {
+fn chat(body: serde_json::Value) -> OpenAiChatRequest {
     let typed: ChatCompletionRequest = serde_json::from_value(body).unwrap();
-    ChatRequest::from_typed(typed)
+    OpenAiChatRequest::from_typed(typed)
 }
 
 #[tokio::test]

@@ -5,8 +5,8 @@
 //!
 //! [`ChoiceSupport::OnePerCall`]: super::ChoiceSupport::OnePerCall
 
-use super::{CallContext, ChatProvider, ChatRequest, ChatStreamProvider, ChunkStream, ProviderError};
-use crate::openai::chat::{ChatCompletion, ChatCompletionChunk, Usage};
+use super::{CallContext, ChatProvider, ChatStreamProvider, ChunkStream, ProviderError};
+use crate::model::{ModelChunk, ModelRequest, ModelResponse, ModelUsage};
 use futures::stream::SelectAll;
 use futures::{StreamExt, TryStreamExt};
 use std::sync::Arc;
@@ -15,22 +15,21 @@ use std::sync::Arc;
 const CONCURRENT_CALLS: usize = 8;
 
 /// The request as one call of the `n` sends it: without `n`.
-pub fn one_choice_request(request: &ChatRequest) -> ChatRequest {
+pub fn one_choice_request(request: &ModelRequest) -> ModelRequest {
     let mut single = request.clone();
-    single.typed.n = None;
-    single.raw.remove("n");
+    single.params.n = None;
     single
 }
 
 /// `n` non-streamed answers joined into one completion with `n` choices.
 pub async fn chat_n_times(
     chat: Arc<dyn ChatProvider>,
-    request: &ChatRequest,
+    request: &ModelRequest,
     ctx: CallContext<'_>,
     n: u32,
-) -> Result<ChatCompletion, ProviderError> {
+) -> Result<ModelResponse, ProviderError> {
     let single = one_choice_request(request);
-    let answers: Vec<ChatCompletion> = futures::stream::iter(0..n)
+    let answers: Vec<ModelResponse> = futures::stream::iter(0..n)
         .map(|_| chat.chat(&single, ctx))
         .buffered(CONCURRENT_CALLS)
         .try_collect()
@@ -40,12 +39,12 @@ pub async fn chat_n_times(
 
 /// One completion from several: the first answer's fields, each answer's first choice numbered
 /// in order, usage summed.
-pub fn joined(answers: Vec<ChatCompletion>) -> Option<ChatCompletion> {
+pub fn joined(answers: Vec<ModelResponse>) -> Option<ModelResponse> {
     let mut answers = answers.into_iter();
     let mut first = answers.next()?;
     first.choices.truncate(1);
     for answer in answers {
-        first.usage = summed(&first.usage, &answer.usage);
+        first.usage = first.usage.summed(&answer.usage);
         first.choices.extend(answer.choices.into_iter().take(1));
     }
     for (index, choice) in first.choices.iter_mut().enumerate() {
@@ -57,7 +56,7 @@ pub fn joined(answers: Vec<ChatCompletion>) -> Option<ChatCompletion> {
 /// `n` streams of one choice each, merged as they come into one stream of `n` choices.
 pub async fn stream_n_times(
     streaming: Arc<dyn ChatStreamProvider>,
-    request: &ChatRequest,
+    request: &ModelRequest,
     ctx: CallContext<'_>,
     n: u32,
 ) -> Result<ChunkStream, ProviderError> {
@@ -100,7 +99,7 @@ pub fn merged_streams(streams: Vec<ChunkStream>) -> ChunkStream {
                 Some(Ok(mut chunk)) => {
                     if let Some(usage) = chunk.usage.take() {
                         state.usage = Some(match &state.usage {
-                            Some(total) => summed(total, &usage),
+                            Some(total) => total.summed(&usage),
                             None => usage,
                         });
                     }
@@ -125,27 +124,15 @@ pub fn merged_streams(streams: Vec<ChunkStream>) -> ChunkStream {
 
 struct Merge {
     streams: SelectAll<ChunkStream>,
-    usage: Option<Usage>,
+    usage: Option<ModelUsage>,
     ended: bool,
 }
 
-fn usage_chunk(usage: Usage) -> ChatCompletionChunk {
-    ChatCompletionChunk {
-        id: String::new(),
-        object: "chat.completion.chunk".to_owned(),
-        created: 0,
-        model: String::new(),
-        choices: Vec::new(),
+fn usage_chunk(usage: ModelUsage) -> ModelChunk {
+    ModelChunk {
         usage: Some(usage),
-        system_fingerprint: None,
+        ..ModelChunk::default()
     }
-}
-
-fn summed(a: &Usage, b: &Usage) -> Usage {
-    Usage::new(
-        a.prompt_tokens + b.prompt_tokens,
-        a.completion_tokens + b.completion_tokens,
-    )
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
-//! Model providers. Each capability is its own trait: a provider implements the ones it supports
+//! Model providers. Every provider receives the provider-neutral [`ModelRequest`] and answers a
+//! [`ModelResponse`] or [`ModelChunk`]s, translating to and from its own wire format. Each capability is its own trait: a provider implements the ones it supports
 //! (chat, streaming chat, embeddings) and registers them in a [`ProviderHandle`]; nothing has an
 //! "unsupported" stub. The router tries a model's providers in order with retries and fallback,
 //! and asks a provider without native `n` support once per choice.
 
-mod chat_request;
 pub mod choices;
 pub mod dummy;
 mod error;
@@ -12,10 +12,9 @@ pub mod retry;
 pub mod router;
 pub mod synthetic_stream;
 
-pub use chat_request::ChatRequest;
 pub use error::ProviderError;
 
-use crate::openai::chat::{ChatCompletion, ChatCompletionChunk};
+use crate::model::{ModelChunk, ModelRequest, ModelResponse};
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -23,9 +22,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Chunks of a streamed answer; an `Err` item ends the stream.
-pub type ChunkStream = BoxStream<'static, Result<ChatCompletionChunk, ProviderError>>;
+pub type ChunkStream = BoxStream<'static, Result<ModelChunk, ProviderError>>;
 
-/// Per-call inputs that are not part of the OpenAI request.
+/// Per-call inputs that are not part of the model request.
 #[derive(Debug, Clone, Copy)]
 pub struct CallContext<'a> {
     /// `dynamic::NAME` credentials supplied with this request.
@@ -35,13 +34,13 @@ pub struct CallContext<'a> {
 /// Non-streamed chat.
 #[async_trait]
 pub trait ChatProvider: Send + Sync {
-    async fn chat(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChatCompletion, ProviderError>;
+    async fn chat(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelResponse, ProviderError>;
 }
 
 /// Streamed chat. Providers without it are streamed by splitting their complete answer.
 #[async_trait]
 pub trait ChatStreamProvider: Send + Sync {
-    async fn chat_stream(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError>;
+    async fn chat_stream(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError>;
 }
 
 /// Vectors for each input, in input order.

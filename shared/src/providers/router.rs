@@ -3,13 +3,12 @@
 use super::dummy::DummyProvider;
 use super::openai::OpenAiProvider;
 use super::retry::{RetryDecision, RetryPolicy};
-use super::synthetic_stream::stream_from_completion;
+use super::synthetic_stream::stream_from_response;
 use super::{
-    choices, CallContext, ChatProvider, ChatRequest, ChoiceSupport, ChunkStream, Embeddings, ProviderError,
-    ProviderHandle,
+    choices, CallContext, ChatProvider, ChoiceSupport, ChunkStream, Embeddings, ProviderError, ProviderHandle,
 };
 use crate::config::{Config, ProviderConfig};
-use crate::openai::chat::ChatCompletion;
+use crate::model::{ModelRequest, ModelResponse};
 use crate::openai::embeddings::EmbeddingRequest;
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -104,8 +103,8 @@ impl ModelRouter {
 
     /// Non-streamed chat; `n` choices from one call, or from `n` calls to a provider that
     /// answers one choice per call.
-    pub async fn chat(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChatCompletion, RoutingError> {
-        let model = self.model(&request.typed.model)?;
+    pub async fn chat(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelResponse, RoutingError> {
+        let model = self.model(&request.model)?;
         self.with_fallback(model, "chat completions", |provider| {
             Some(complete(provider.chat.clone()?, provider.choices, request, ctx))
         })
@@ -115,9 +114,9 @@ impl ModelRouter {
     /// Streamed chat. Fallback happens until a provider starts streaming; providers without
     /// native streaming are streamed from their complete answer. With `n > 1` every chunk's
     /// choice carries its `index`.
-    pub async fn chat_stream(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChunkStream, RoutingError> {
-        let model = self.model(&request.typed.model)?;
-        let n = request.typed.choice_count();
+    pub async fn chat_stream(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ChunkStream, RoutingError> {
+        let model = self.model(&request.model)?;
+        let n = request.choice_count();
         self.with_fallback(model, "chat completions", |provider| {
             if let Some(streaming) = provider.chat_stream.clone() {
                 if n > 1 && provider.choices == ChoiceSupport::OnePerCall {
@@ -126,7 +125,7 @@ impl ModelRouter {
                 return Some(async move { streaming.chat_stream(request, ctx).await }.boxed());
             }
             let completion = complete(provider.chat.clone()?, provider.choices, request, ctx);
-            Some(async move { Ok(stream_from_completion(&completion.await?, true)) }.boxed())
+            Some(async move { Ok(stream_from_response(&completion.await?, true)) }.boxed())
         })
         .await
     }
@@ -194,10 +193,10 @@ impl ModelRouter {
 fn complete<'a>(
     chat: Arc<dyn ChatProvider>,
     support: ChoiceSupport,
-    request: &'a ChatRequest,
+    request: &'a ModelRequest,
     ctx: CallContext<'a>,
-) -> BoxFuture<'a, Result<ChatCompletion, ProviderError>> {
-    let n = request.typed.choice_count();
+) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
+    let n = request.choice_count();
     if n > 1 && support == ChoiceSupport::OnePerCall {
         return choices::chat_n_times(chat, request, ctx, n).boxed();
     }

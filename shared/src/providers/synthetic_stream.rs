@@ -1,85 +1,76 @@
 //! Streaming for providers that only answer whole: split a complete answer into chunks.
 
 use super::ChunkStream;
-use crate::openai::chat::{
-    ChatCompletion, ChatCompletionChunk, ChunkChoice, ChunkDelta, FunctionCallDelta, ToolCallDelta,
-};
+use crate::model::{ChunkBlock, ChunkChoice, ContentBlock, FinishReason, ModelChunk, ModelResponse};
 use futures::StreamExt;
 
-/// Split a completion into OpenAI-style chunks: a role chunk, content pieces of about
-/// `piece_chars` characters (on word boundaries), tool calls, then the finish chunk and — when
-/// `include_usage` — a usage chunk with no choices.
-pub fn chunks_from_completion(
-    completion: &ChatCompletion,
-    piece_chars: usize,
-    include_usage: bool,
-) -> Vec<ChatCompletionChunk> {
-    let chunk = |choices: Vec<ChunkChoice>| ChatCompletionChunk {
-        id: completion.id.clone(),
-        object: "chat.completion.chunk".to_owned(),
-        created: completion.created,
-        model: completion.model.clone(),
-        choices,
-        usage: None,
-        system_fingerprint: completion.system_fingerprint.clone(),
-    };
-    let delta_choice = |index: u32, delta: ChunkDelta, finish: Option<String>| ChunkChoice {
-        index,
-        delta,
-        logprobs: None,
-        finish_reason: finish,
+/// Split a response into chunks: a chunk starting each choice's message, text pieces of about
+/// `piece_chars` characters (on word boundaries), the refusal, tool calls, then the finish chunk
+/// and — when `include_usage` — a usage chunk with no choices.
+pub fn chunks_from_response(response: &ModelResponse, piece_chars: usize, include_usage: bool) -> Vec<ModelChunk> {
+    let chunk = |choice: ChunkChoice| ModelChunk {
+        choices: vec![choice],
+        system_fingerprint: response.system_fingerprint.clone(),
+        ..ModelChunk::default()
     };
     let mut chunks = Vec::new();
-    for choice in &completion.choices {
-        let role = ChunkDelta {
-            role: Some("assistant".to_owned()),
-            content: Some(String::new()),
-            ..ChunkDelta::default()
+    for choice in &response.choices {
+        let piece = |content: Vec<ChunkBlock>| ChunkChoice {
+            index: choice.index,
+            content,
+            ..ChunkChoice::default()
         };
-        chunks.push(chunk(vec![delta_choice(choice.index, role, None)]));
-        if let Some(content) = &choice.message.content {
-            for piece in split_text(content, piece_chars) {
-                let delta = ChunkDelta {
-                    content: Some(piece),
-                    ..ChunkDelta::default()
-                };
-                chunks.push(chunk(vec![delta_choice(choice.index, delta, None)]));
+        chunks.push(chunk(ChunkChoice {
+            starts_message: true,
+            ..piece(vec![ChunkBlock::Text { text: String::new() }])
+        }));
+        let text: String = choice
+            .content
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        for text in split_text(&text, piece_chars) {
+            chunks.push(chunk(piece(vec![ChunkBlock::Text { text }])));
+        }
+        let mut calls = 0;
+        for block in &choice.content {
+            match block {
+                ContentBlock::Refusal { text } => {
+                    chunks.push(chunk(piece(vec![ChunkBlock::Refusal { text: text.clone() }])));
+                }
+                ContentBlock::ToolCall { id, name, arguments } => {
+                    chunks.push(chunk(piece(vec![ChunkBlock::ToolCall {
+                        index: calls,
+                        id: Some(id.clone()),
+                        name: Some(name.clone()),
+                        arguments: Some(arguments.clone()),
+                    }])));
+                    calls += 1;
+                }
+                _ => {}
             }
         }
-        for (position, call) in choice.message.tool_calls.iter().flatten().enumerate() {
-            let delta = ChunkDelta {
-                tool_calls: Some(vec![ToolCallDelta {
-                    index: u32::try_from(position).unwrap_or(u32::MAX),
-                    id: Some(call.id.clone()),
-                    kind: Some("function".to_owned()),
-                    function: Some(FunctionCallDelta {
-                        name: Some(call.function.name.clone()),
-                        arguments: Some(call.function.arguments.clone()),
-                    }),
-                }]),
-                ..ChunkDelta::default()
-            };
-            chunks.push(chunk(vec![delta_choice(choice.index, delta, None)]));
-        }
-        let finish = choice.finish_reason.clone().or_else(|| Some("stop".to_owned()));
-        chunks.push(chunk(vec![delta_choice(choice.index, ChunkDelta::default(), finish)]));
+        chunks.push(chunk(ChunkChoice {
+            finish_reason: Some(choice.finish_reason.unwrap_or(FinishReason::Stop)),
+            ..piece(Vec::new())
+        }));
     }
     if include_usage {
-        let mut usage_chunk = chunk(Vec::new());
-        usage_chunk.usage = Some(completion.usage.clone());
-        chunks.push(usage_chunk);
+        chunks.push(ModelChunk {
+            usage: Some(response.usage.clone()),
+            system_fingerprint: response.system_fingerprint.clone(),
+            ..ModelChunk::default()
+        });
     }
     chunks
 }
 
 /// The same chunks as a stream.
-pub fn stream_from_completion(completion: &ChatCompletion, include_usage: bool) -> ChunkStream {
-    futures::stream::iter(
-        chunks_from_completion(completion, 16, include_usage)
-            .into_iter()
-            .map(Ok),
-    )
-    .boxed()
+pub fn stream_from_response(response: &ModelResponse, include_usage: bool) -> ChunkStream {
+    futures::stream::iter(chunks_from_response(response, 16, include_usage).into_iter().map(Ok)).boxed()
 }
 
 /// Split text into pieces of at least `target` characters ending on whitespace; concatenating the
@@ -102,28 +93,32 @@ pub fn split_text(text: &str, target: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::openai::chat::{AssistantMessage, Choice, Usage};
+    use crate::model::{ModelChoice, ModelUsage};
 
-    fn completion(content: &str) -> ChatCompletion {
-        ChatCompletion {
+    fn response(content: Vec<ContentBlock>) -> ModelResponse {
+        ModelResponse {
             id: "chatcmpl-1".into(),
-            object: "chat.completion".into(),
-            created: 7,
-            model: "m".into(),
-            choices: vec![Choice {
+            choices: vec![ModelChoice {
                 index: 0,
-                message: AssistantMessage {
-                    role: "assistant".into(),
-                    content: Some(content.into()),
-                    tool_calls: None,
-                    refusal: None,
-                },
+                content,
+                finish_reason: Some(FinishReason::Length),
                 logprobs: None,
-                finish_reason: Some("length".into()),
             }],
-            usage: Usage::new(2, 3),
+            usage: ModelUsage::new(2, 3),
             system_fingerprint: None,
+            raw_response: None,
         }
+    }
+
+    fn texts(chunks: &[ModelChunk]) -> String {
+        chunks
+            .iter()
+            .flat_map(|c| c.choices.iter().flat_map(|choice| choice.content.iter()))
+            .filter_map(|block| match block {
+                ChunkBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
     }
 
     #[test]
@@ -136,20 +131,35 @@ mod tests {
     }
 
     #[test]
-    fn chunks_carry_role_content_finish_and_usage() {
-        let chunks = chunks_from_completion(&completion("alpha beta gamma delta"), 5, true);
-        assert_eq!(chunks[0].choices[0].delta.role.as_deref(), Some("assistant"));
-        let text: String = chunks
-            .iter()
-            .flat_map(|c| c.choices.iter())
-            .filter_map(|c| c.delta.content.clone())
-            .collect();
-        assert_eq!(text, "alpha beta gamma delta");
+    fn chunks_carry_start_content_finish_and_usage() {
+        let answer = response(vec![ContentBlock::text_block("alpha beta gamma delta")]);
+        let chunks = chunks_from_response(&answer, 5, true);
+        assert!(chunks[0].choices[0].starts_message);
+        assert_eq!(texts(&chunks), "alpha beta gamma delta");
         let finish = &chunks[chunks.len() - 2];
-        assert_eq!(finish.choices[0].finish_reason.as_deref(), Some("length"));
+        assert_eq!(finish.choices[0].finish_reason, Some(FinishReason::Length));
         let last = chunks.last().unwrap();
         assert!(last.choices.is_empty());
-        assert_eq!(last.usage.as_ref().unwrap().total_tokens, 5);
-        assert!(chunks.iter().all(|c| c.id == "chatcmpl-1"));
+        assert_eq!(last.usage, Some(ModelUsage::new(2, 3)));
+    }
+
+    #[test]
+    fn tool_calls_are_numbered_per_choice() {
+        let call = |id: &str| ContentBlock::ToolCall {
+            id: id.into(),
+            name: "f".into(),
+            arguments: "{}".into(),
+        };
+        let chunks = chunks_from_response(&response(vec![call("a"), call("b")]), 5, false);
+        let indexes: Vec<u32> = chunks
+            .iter()
+            .flat_map(|c| c.choices.iter().flat_map(|choice| choice.content.iter()))
+            .filter_map(|block| match block {
+                ChunkBlock::ToolCall { index, .. } => Some(*index),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(indexes, vec![0, 1]);
+        assert!(chunks.iter().all(|c| c.usage.is_none()));
     }
 }

@@ -2,13 +2,12 @@
 //! that answers them all natively.
 
 use super::*;
-use crate::openai::chat::ChatCompletionRequest;
+use crate::model::{ChunkBlock, ContentBlock, Message, Role, SamplingParams};
 use crate::providers::retry::RetryPolicy;
 use crate::providers::router::{ModelRouter, RoutedModel};
-use crate::providers::synthetic_stream::chunks_from_completion;
+use crate::providers::synthetic_stream::chunks_from_response;
 use crate::providers::{ChatStreamProvider, ChoiceSupport, ProviderHandle};
 use async_trait::async_trait;
-use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -16,32 +15,46 @@ use std::time::Duration;
 /// Answers one choice per call, numbering its answers, and records the `n` each call carried.
 #[derive(Default)]
 struct OneAtATime {
-    seen_n: Mutex<Vec<(Option<i64>, Option<serde_json::Value>)>>,
+    seen_n: Mutex<Vec<Option<u32>>>,
 }
 
 impl OneAtATime {
-    fn answer(&self, request: &ChatRequest) -> ChatCompletion {
+    fn answer(&self, request: &ModelRequest) -> ModelResponse {
         let mut seen = self.seen_n.lock().unwrap();
-        seen.push((request.typed.n, request.raw.get("n").cloned()));
-        let mut completion = crate::providers::dummy::reply_for(&request.typed);
+        seen.push(request.params.n);
+        let mut completion = crate::providers::dummy::reply_for(request);
         completion.choices.truncate(1);
-        completion.choices[0].message.content = Some(format!("answer {}", seen.len()));
-        completion.usage = Usage::new(5, 2);
+        completion.choices[0].content = vec![ContentBlock::text_block(format!("answer {}", seen.len()))];
+        completion.usage = ModelUsage::new(5, 2);
         completion
     }
 }
 
+fn text_of(content: &[ContentBlock]) -> String {
+    content.iter().filter_map(ContentBlock::text).collect()
+}
+
+fn chunk_text(content: &[ChunkBlock]) -> String {
+    content
+        .iter()
+        .filter_map(|block| match block {
+            ChunkBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 #[async_trait]
 impl ChatProvider for OneAtATime {
-    async fn chat(&self, request: &ChatRequest, _ctx: CallContext<'_>) -> Result<ChatCompletion, ProviderError> {
+    async fn chat(&self, request: &ModelRequest, _ctx: CallContext<'_>) -> Result<ModelResponse, ProviderError> {
         Ok(self.answer(request))
     }
 }
 
 #[async_trait]
 impl ChatStreamProvider for OneAtATime {
-    async fn chat_stream(&self, request: &ChatRequest, _ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError> {
-        let chunks = chunks_from_completion(&self.answer(request), 1, true);
+    async fn chat_stream(&self, request: &ModelRequest, _ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError> {
+        let chunks = chunks_from_response(&self.answer(request), 1, true);
         Ok(futures::stream::iter(chunks.into_iter().map(Ok)).boxed())
     }
 }
@@ -62,10 +75,16 @@ fn router(handle: ProviderHandle) -> ModelRouter {
     )
 }
 
-fn request(n: u32) -> ChatRequest {
-    let typed: ChatCompletionRequest =
-        serde_json::from_value(json!({"model": "m", "n": n, "messages": [{"role": "user", "content": "hi"}]})).unwrap();
-    ChatRequest::from_typed(typed)
+fn request(n: u32) -> ModelRequest {
+    ModelRequest {
+        model: "m".into(),
+        messages: vec![Message::new(Role::User, vec![ContentBlock::text_block("hi")])],
+        params: SamplingParams {
+            n: Some(n),
+            ..SamplingParams::default()
+        },
+        ..ModelRequest::default()
+    }
 }
 
 fn streaming_handle(provider: &Arc<OneAtATime>) -> ProviderHandle {
@@ -89,15 +108,11 @@ async fn a_one_per_call_provider_is_called_n_times_without_n() {
         .unwrap();
     let indexes: Vec<u32> = answer.choices.iter().map(|c| c.index).collect();
     assert_eq!(indexes, vec![0, 1, 2]);
-    let mut contents: Vec<String> = answer
-        .choices
-        .iter()
-        .filter_map(|c| c.message.content.clone())
-        .collect();
+    let mut contents: Vec<String> = answer.choices.iter().map(|c| text_of(&c.content)).collect();
     contents.sort();
     assert_eq!(contents, vec!["answer 1", "answer 2", "answer 3"]);
-    assert_eq!(answer.usage, Usage::new(15, 6), "usage of every call");
-    assert_eq!(*provider.seen_n.lock().unwrap(), vec![(None, None); 3]);
+    assert_eq!(answer.usage, ModelUsage::new(15, 6), "usage of every call");
+    assert_eq!(*provider.seen_n.lock().unwrap(), vec![None; 3]);
 }
 
 #[tokio::test]
@@ -109,14 +124,14 @@ async fn a_native_provider_is_called_once_with_n() {
         .chat(&request(3), CallContext { credentials: &none })
         .await
         .unwrap();
-    assert_eq!(*provider.seen_n.lock().unwrap(), vec![(Some(3), Some(json!(3)))]);
+    assert_eq!(*provider.seen_n.lock().unwrap(), vec![Some(3)]);
 }
 
 #[tokio::test]
 async fn one_per_call_streams_are_merged_with_each_choice_index_and_one_usage_chunk() {
     let provider = Arc::new(OneAtATime::default());
     let none = HashMap::new();
-    let chunks: Vec<ChatCompletionChunk> = router(streaming_handle(&provider))
+    let chunks: Vec<ModelChunk> = router(streaming_handle(&provider))
         .chat_stream(&request(2), CallContext { credentials: &none })
         .await
         .unwrap()
@@ -127,15 +142,15 @@ async fn one_per_call_streams_are_merged_with_each_choice_index_and_one_usage_ch
     let mut finishes = 0;
     for chunk in &chunks {
         for choice in &chunk.choices {
-            texts[choice.index as usize].push_str(choice.delta.content.as_deref().unwrap_or_default());
+            texts[choice.index as usize].push_str(&chunk_text(&choice.content));
             finishes += usize::from(choice.finish_reason.is_some());
         }
     }
     texts.sort();
     assert_eq!(texts, ["answer 1".to_owned(), "answer 2".to_owned()]);
     assert_eq!(finishes, 2);
-    let usage: Vec<&Usage> = chunks.iter().filter_map(|c| c.usage.as_ref()).collect();
-    assert_eq!(usage, vec![&Usage::new(10, 4)], "one summed usage chunk");
+    let usage: Vec<&ModelUsage> = chunks.iter().filter_map(|c| c.usage.as_ref()).collect();
+    assert_eq!(usage, vec![&ModelUsage::new(10, 4)], "one summed usage chunk");
     assert!(chunks.last().unwrap().choices.is_empty());
     assert_eq!(provider.seen_n.lock().unwrap().len(), 2);
 }
@@ -144,7 +159,7 @@ async fn one_per_call_streams_are_merged_with_each_choice_index_and_one_usage_ch
 async fn a_chat_only_provider_streams_n_choices_through_the_synthetic_stream() {
     let provider = Arc::new(OneAtATime::default());
     let none = HashMap::new();
-    let chunks: Vec<ChatCompletionChunk> = router(ProviderHandle::chat_only("one", provider))
+    let chunks: Vec<ModelChunk> = router(ProviderHandle::chat_only("one", provider))
         .chat_stream(&request(3), CallContext { credentials: &none })
         .await
         .unwrap()
@@ -156,7 +171,7 @@ async fn a_chat_only_provider_streams_n_choices_through_the_synthetic_stream() {
         .flat_map(|c| c.choices.iter().map(|choice| choice.index))
         .collect();
     assert_eq!(indexes.into_iter().collect::<Vec<_>>(), vec![0, 1, 2]);
-    assert_eq!(chunks.last().unwrap().usage, Some(Usage::new(15, 6)));
+    assert_eq!(chunks.last().unwrap().usage, Some(ModelUsage::new(15, 6)));
 }
 
 #[tokio::test]

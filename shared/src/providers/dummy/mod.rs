@@ -7,11 +7,11 @@ mod schema_instance;
 mod vectors;
 
 use super::{
-    CallContext, ChatProvider, ChatRequest, ChatStreamProvider, ChunkStream, EmbeddingProvider, Embeddings,
-    ProviderError, ProviderHandle,
+    CallContext, ChatProvider, ChatStreamProvider, ChunkStream, EmbeddingProvider, Embeddings, ProviderError,
+    ProviderHandle,
 };
 use crate::config::DummyProviderConfig;
-use crate::openai::chat::ChatCompletion;
+use crate::model::{ModelRequest, ModelResponse};
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -71,19 +71,19 @@ impl DummyProvider {
 
 #[async_trait]
 impl ChatProvider for DummyProvider {
-    async fn chat(&self, request: &ChatRequest, _ctx: CallContext<'_>) -> Result<ChatCompletion, ProviderError> {
+    async fn chat(&self, request: &ModelRequest, _ctx: CallContext<'_>) -> Result<ModelResponse, ProviderError> {
         self.wait_and_maybe_fail().await?;
-        Ok(reply_for(&request.typed))
+        Ok(reply_for(request))
     }
 }
 
 #[async_trait]
 impl ChatStreamProvider for DummyProvider {
-    async fn chat_stream(&self, request: &ChatRequest, _ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError> {
+    async fn chat_stream(&self, request: &ModelRequest, _ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError> {
         self.wait_and_maybe_fail().await?;
-        let completion = reply_for(&request.typed);
+        let completion = reply_for(request);
         // One word per chunk, so clients see a real multi-chunk stream.
-        let chunks = super::synthetic_stream::chunks_from_completion(&completion, 1, true);
+        let chunks = super::synthetic_stream::chunks_from_response(&completion, 1, true);
         Ok(futures::stream::iter(chunks.into_iter().map(Ok)).boxed())
     }
 }

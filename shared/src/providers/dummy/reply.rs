@@ -1,9 +1,9 @@
 //! Deterministic chat replies: the same request gives the same answer, different inputs differ.
 
 use super::schema_instance::{instance_for, mix};
-use crate::openai::chat::{
-    AssistantMessage, ChatCompletion, ChatCompletionRequest, Choice, FunctionCall, ResponseFormat, Tool, ToolCall,
-    ToolChoice, ToolChoiceMode, Usage,
+use crate::model::{
+    ContentBlock, FinishReason, ModelChoice, ModelRequest, ModelResponse, ModelUsage, OutputMode, Role, ToolChoice,
+    ToolDefinition,
 };
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -14,8 +14,10 @@ pub fn count_tokens(text: &str) -> u64 {
 }
 
 /// A digest of everything that shapes the answer.
-fn digest_of(request: &ChatCompletionRequest) -> u64 {
+fn digest_of(request: &ModelRequest) -> u64 {
     let mut hasher = Sha256::new();
+    hasher.update(serde_json::to_vec(&request.system).unwrap_or_default());
+    hasher.update([0]);
     for message in &request.messages {
         hasher.update(serde_json::to_vec(message).unwrap_or_default());
         hasher.update([0]);
@@ -23,8 +25,8 @@ fn digest_of(request: &ChatCompletionRequest) -> u64 {
     for part in [
         serde_json::to_vec(&request.tools).unwrap_or_default(),
         serde_json::to_vec(&request.tool_choice).unwrap_or_default(),
-        serde_json::to_vec(&request.response_format).unwrap_or_default(),
-        serde_json::to_vec(&request.seed).unwrap_or_default(),
+        serde_json::to_vec(&request.output).unwrap_or_default(),
+        serde_json::to_vec(&request.params.seed).unwrap_or_default(),
     ] {
         hasher.update(part);
         hasher.update([0]);
@@ -34,23 +36,30 @@ fn digest_of(request: &ChatCompletionRequest) -> u64 {
     u64::from_be_bytes(first)
 }
 
-fn last_user_text(request: &ChatCompletionRequest) -> String {
+/// The text of the last user message that is not only tool results (else the last message, else
+/// the instructions).
+fn last_user_text(request: &ModelRequest) -> String {
     request
         .messages
         .iter()
         .rev()
-        .find(|m| matches!(m, crate::openai::chat::ChatMessage::User { .. }))
+        .find(|m| {
+            m.role == Role::User
+                && m.content
+                    .iter()
+                    .any(|block| !matches!(block, ContentBlock::ToolResult { .. }))
+        })
         .or(request.messages.last())
         .map(|m| m.text())
+        .or_else(|| request.system.clone())
         .unwrap_or_default()
 }
 
-fn forced_tool(request: &ChatCompletionRequest) -> Option<&Tool> {
-    let tools = request.tools.as_ref()?;
+fn forced_tool(request: &ModelRequest) -> Option<&ToolDefinition> {
     match request.tool_choice.as_ref()? {
-        ToolChoice::Mode(ToolChoiceMode::Required) => tools.first(),
-        ToolChoice::Named(named) => tools.iter().find(|t| t.function.name == named.function.name),
-        ToolChoice::Mode(_) => None,
+        ToolChoice::Required => request.tools.first(),
+        ToolChoice::Specific(name) => request.tools.iter().find(|t| &t.name == name),
+        ToolChoice::None | ToolChoice::Auto => None,
     }
 }
 
@@ -71,26 +80,21 @@ fn truncate_words(text: &str, max_words: usize) -> String {
 
 /// The dummy model's answer to `request`: `n` choices (choice 0 is the same whatever `n`),
 /// usage counting the prompt once and every choice's completion.
-pub fn reply_for(request: &ChatCompletionRequest) -> ChatCompletion {
+pub fn reply_for(request: &ModelRequest) -> ModelResponse {
     let digest = digest_of(request);
-    let prompt_tokens: u64 = request
-        .messages
-        .iter()
-        .map(|m| count_tokens(&m.text()))
-        .sum::<u64>()
-        .max(1);
-    let choices: Vec<Choice> = (0..request.choice_count())
+    let instructions = request.system.as_deref().map(count_tokens).unwrap_or(0);
+    let prompt_tokens: u64 =
+        (instructions + request.messages.iter().map(|m| count_tokens(&m.text())).sum::<u64>()).max(1);
+    let choices: Vec<ModelChoice> = (0..request.choice_count())
         .map(|index| choice_for(request, variant(digest, index), index))
         .collect();
-    let completion_tokens = choices.iter().map(|c| completion_tokens(&c.message)).sum();
-    ChatCompletion {
+    let completion_tokens = choices.iter().map(|c| completion_tokens(&c.content)).sum();
+    ModelResponse {
         id: format!("chatcmpl-dummy-{digest:016x}"),
-        object: "chat.completion".to_owned(),
-        created: 0,
-        model: request.model.clone(),
         choices,
-        usage: Usage::new(prompt_tokens, completion_tokens),
+        usage: ModelUsage::new(prompt_tokens, completion_tokens),
         system_fingerprint: None,
+        raw_response: None,
     }
 }
 
@@ -103,79 +107,66 @@ fn variant(digest: u64, index: u32) -> u64 {
     }
 }
 
-fn choice_for(request: &ChatCompletionRequest, digest: u64, index: u32) -> Choice {
-    let (message, finish_reason) = if let Some(tool) = forced_tool(request) {
-        let arguments = match tool.function.parameters.as_ref() {
+fn choice_for(request: &ModelRequest, digest: u64, index: u32) -> ModelChoice {
+    let (content, finish_reason) = if let Some(tool) = forced_tool(request) {
+        let arguments = match tool.parameters.as_ref() {
             Some(schema) => instance_for(schema, digest),
             None => json!({}),
         };
-        let message = AssistantMessage {
-            role: "assistant".to_owned(),
-            content: None,
-            tool_calls: Some(vec![ToolCall {
-                id: format!("call_{digest:016x}"),
-                kind: "function".to_owned(),
-                function: FunctionCall {
-                    name: tool.function.name.clone(),
-                    arguments: arguments.to_string(),
-                },
-            }]),
-            refusal: None,
+        let call = ContentBlock::ToolCall {
+            id: format!("call_{digest:016x}"),
+            name: tool.name.clone(),
+            arguments: arguments.to_string(),
         };
-        (message, "tool_calls")
+        (call, FinishReason::ToolCall)
     } else {
         let mut content = content_for(request, digest);
-        let mut finish = "stop";
-        for stop in request.stop_sequences().into_iter().filter(|s| !s.is_empty()) {
-            if let Some(position) = content.find(stop) {
+        let mut finish = FinishReason::Stop;
+        for stop in request.params.stop_sequences.iter().filter(|s| !s.is_empty()) {
+            if let Some(position) = content.find(stop.as_str()) {
                 content.truncate(position);
+                finish = FinishReason::StopSequence;
             }
         }
-        if let Some(max) = request.max_output_tokens() {
+        if let Some(max) = request.params.max_tokens {
             let max = usize::try_from(max).unwrap_or(usize::MAX);
             if content.split_whitespace().count() > max {
                 content = truncate_words(&content, max);
-                finish = "length";
+                finish = FinishReason::Length;
             }
         }
-        let message = AssistantMessage {
-            role: "assistant".to_owned(),
-            content: Some(content),
-            tool_calls: None,
-            refusal: None,
-        };
-        (message, finish)
+        (ContentBlock::Text { text: content }, finish)
     };
-    Choice {
+    ModelChoice {
         index,
-        message,
+        content: vec![content],
+        finish_reason: Some(finish_reason),
         logprobs: None,
-        finish_reason: Some(finish_reason.to_owned()),
     }
 }
 
-/// Text, or JSON for the JSON response formats (an instance of the schema for `json_schema`).
-fn content_for(request: &ChatCompletionRequest, digest: u64) -> String {
+/// Text, or JSON for the JSON output modes (an instance of the schema for `json_schema`).
+fn content_for(request: &ModelRequest, digest: u64) -> String {
     let echo: String = truncate_words(&last_user_text(request), 12);
-    let schema = match &request.response_format {
-        Some(ResponseFormat::JsonSchema { json_schema }) => json_schema.get("schema"),
-        _ => None,
-    };
-    match (&request.response_format, schema) {
-        (_, Some(schema)) => instance_for(schema, digest).to_string(),
-        (Some(ResponseFormat::JsonObject) | Some(ResponseFormat::JsonSchema { .. }), None) => {
+    match &request.output {
+        OutputMode::JsonSchema {
+            schema: Some(schema), ..
+        } => instance_for(schema, digest).to_string(),
+        OutputMode::JsonObject | OutputMode::JsonSchema { schema: None, .. } => {
             json!({"digest": format!("{digest:016x}"), "echo": echo}).to_string()
         }
-        _ => format!("Dummy reply {digest:016x} to: {echo}"),
+        OutputMode::Text => format!("Dummy reply {digest:016x} to: {echo}"),
     }
 }
 
-fn completion_tokens(message: &AssistantMessage) -> u64 {
-    match (&message.content, &message.tool_calls) {
-        (Some(content), _) => count_tokens(content),
-        (None, Some(calls)) => u64::try_from(calls.len()).unwrap_or(0),
-        (None, None) => 0,
-    }
+fn completion_tokens(content: &[ContentBlock]) -> u64 {
+    content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text { text } => count_tokens(text),
+            _ => 1,
+        })
+        .sum()
 }
 
 #[cfg(test)]
@@ -183,12 +174,29 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
-    fn request(body: Value) -> ChatCompletionRequest {
-        serde_json::from_value(body).unwrap()
+    fn request(body: Value) -> ModelRequest {
+        let typed = serde_json::from_value(body.clone()).unwrap();
+        let Value::Object(raw) = body else { unreachable!() };
+        crate::openai::to_model::chat_request_to_model(&typed, &raw)
     }
 
-    fn content(c: &ChatCompletion) -> String {
-        c.choices[0].message.content.clone().unwrap_or_default()
+    fn text_of(choice: &ModelChoice) -> Option<String> {
+        match choice.content.first() {
+            Some(ContentBlock::Text { text }) => Some(text.clone()),
+            _ => None,
+        }
+    }
+
+    /// The first choice's tool call: (name, arguments).
+    fn call_of(reply: &ModelResponse) -> (String, String) {
+        match reply.choices[0].content.first() {
+            Some(ContentBlock::ToolCall { name, arguments, .. }) => (name.clone(), arguments.clone()),
+            other => panic!("not a tool call: {other:?}"),
+        }
+    }
+
+    fn content(c: &ModelResponse) -> String {
+        text_of(&c.choices[0]).unwrap_or_default()
     }
 
     #[test]
@@ -198,8 +206,7 @@ mod tests {
         assert_eq!(reply_for(&a), reply_for(&a));
         assert_ne!(content(&reply_for(&a)), content(&reply_for(&b)));
         let usage = reply_for(&a).usage;
-        assert_eq!(usage.prompt_tokens, 2);
-        assert_eq!(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+        assert_eq!(usage.input_tokens, 2);
     }
 
     #[test]
@@ -207,8 +214,8 @@ mod tests {
         let r =
             request(json!({"model": "dummy", "max_tokens": 2, "messages": [{"role": "user", "content": "a b c d"}]}));
         let reply = reply_for(&r);
-        assert_eq!(reply.usage.completion_tokens, 2);
-        assert_eq!(reply.choices[0].finish_reason.as_deref(), Some("length"));
+        assert_eq!(reply.usage.output_tokens, 2);
+        assert_eq!(reply.choices[0].finish_reason, Some(FinishReason::Length));
     }
 
     #[test]
@@ -222,11 +229,11 @@ mod tests {
             "tool_choice": "required"
         }));
         let reply = reply_for(&r);
-        let call = &reply.choices[0].message.tool_calls.as_ref().unwrap()[0];
-        assert_eq!(call.function.name, "get_weather");
-        let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
+        let (name, arguments) = call_of(&reply);
+        assert_eq!(name, "get_weather");
+        let args: Value = serde_json::from_str(&arguments).unwrap();
         assert!(args["city"].is_string() && args["days"].is_i64(), "{args}");
-        assert_eq!(reply.choices[0].finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(reply.choices[0].finish_reason, Some(FinishReason::ToolCall));
     }
 
     #[test]
@@ -281,8 +288,7 @@ mod tests {
             "tool_choice": {"type": "function", "function": {"name": "get_weather"}}
         }));
         let reply = reply_for(&r);
-        let call = &reply.choices[0].message.tool_calls.as_ref().unwrap()[0];
-        let args: Value = serde_json::from_str(&call.function.arguments).unwrap();
+        let args: Value = serde_json::from_str(&call_of(&reply).1).unwrap();
         assert_valid(&weather_schema(), &args);
         assert!(args.get("days").is_some(), "optional properties are filled: {args}");
     }
@@ -296,19 +302,30 @@ mod tests {
         let many = reply_for(&request(with_n));
         assert_eq!(many.choices.len(), 4);
         assert_eq!(many.choices[0], single.choices[0]);
-        let distinct: std::collections::HashSet<String> = many
-            .choices
-            .iter()
-            .map(|c| c.message.content.clone().unwrap())
-            .collect();
+        let distinct: std::collections::HashSet<String> = many.choices.iter().map(|c| text_of(c).unwrap()).collect();
         assert_eq!(distinct.len(), 4);
-        assert_eq!(many.usage.prompt_tokens, single.usage.prompt_tokens);
-        assert_eq!(many.usage.completion_tokens, 4 * single.usage.completion_tokens);
+        assert_eq!(many.usage.input_tokens, single.usage.input_tokens);
+        assert_eq!(many.usage.output_tokens, 4 * single.usage.output_tokens);
     }
 
     #[test]
     fn stop_sequences_cut_the_answer() {
         let r = request(json!({"model": "dummy", "stop": "to:", "messages": [{"role": "user", "content": "x"}]}));
-        assert!(!content(&reply_for(&r)).contains("to:"));
+        let reply = reply_for(&r);
+        assert!(!content(&reply).contains("to:"));
+        assert_eq!(reply.choices[0].finish_reason, Some(FinishReason::StopSequence));
+    }
+
+    #[test]
+    fn instructions_and_tool_results_count_and_the_last_user_words_are_echoed() {
+        let r = request(json!({"model": "dummy", "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "weather in Oslo"},
+            {"role": "assistant", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]}));
+        let reply = reply_for(&r);
+        assert!(content(&reply).ends_with("to: weather in Oslo"), "{}", content(&reply));
+        assert_eq!(reply.usage.input_tokens, 2 + 3 + 2 + 1);
     }
 }

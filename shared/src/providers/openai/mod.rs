@@ -5,12 +5,15 @@ mod stream;
 
 use super::retry::retry_after_from_headers;
 use super::{
-    CallContext, ChatProvider, ChatRequest, ChatStreamProvider, ChunkStream, EmbeddingProvider, Embeddings,
-    ProviderError, ProviderHandle,
+    CallContext, ChatProvider, ChatStreamProvider, ChunkStream, EmbeddingProvider, Embeddings, ProviderError,
+    ProviderHandle,
 };
 use crate::config::{CredentialLocation, OpenAiProviderConfig};
+use crate::model::{apply_extra_body, ExtraHeaderEntry, ModelRequest, ModelResponse};
 use crate::openai::chat::ChatCompletion;
+use crate::openai::chat_body::model_to_chat_body;
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
+use crate::openai::from_model::completion_to_model;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -88,6 +91,19 @@ impl OpenAiProvider {
         ctx: CallContext<'_>,
         timeout: Option<Duration>,
     ) -> Result<reqwest::RequestBuilder, ProviderError> {
+        self.post_with_headers(path, body, ctx, timeout, &[])
+    }
+
+    /// A POST with the configured headers, then the request's `extra_headers` (which win; a
+    /// header without a value removes a configured one).
+    fn post_with_headers(
+        &self,
+        path: &str,
+        body: &Value,
+        ctx: CallContext<'_>,
+        timeout: Option<Duration>,
+        extra_headers: &[ExtraHeaderEntry],
+    ) -> Result<reqwest::RequestBuilder, ProviderError> {
         let mut request = self.client.post(self.url(path)).json(body);
         if let Some(timeout) = timeout {
             request = request.timeout(timeout);
@@ -95,8 +111,20 @@ impl OpenAiProvider {
         if let Some(key) = self.api_key(ctx)? {
             request = request.bearer_auth(key);
         }
+        let removed = |name: &str| {
+            extra_headers
+                .iter()
+                .any(|h| h.value.is_none() && h.name.eq_ignore_ascii_case(name))
+        };
         for (name, value) in &self.config.extra_headers {
-            request = request.header(name, value);
+            if !removed(name) {
+                request = request.header(name, value);
+            }
+        }
+        for header in extra_headers {
+            if let Some(value) = &header.value {
+                request = request.header(&header.name, value);
+            }
         }
         Ok(request)
     }
@@ -121,11 +149,10 @@ impl OpenAiProvider {
         }
     }
 
-    /// The client's body with the upstream model name and gateway-only fields removed.
-    fn chat_body(&self, request: &ChatRequest, stream: bool) -> Value {
-        let mut body = request.raw.clone();
-        body.insert("model".into(), Value::String(self.config.model_name.clone()));
-        body.remove("credentials");
+    /// The OpenAI body for `request`: its modelled fields and OpenAI pass-through fields, the
+    /// upstream model name, the stream fields, then the request's `extra_body` edits.
+    fn chat_body(&self, request: &ModelRequest, stream: bool) -> Result<Value, ProviderError> {
+        let mut body = model_to_chat_body(request, &self.config.model_name);
         if stream {
             body.insert("stream".into(), Value::Bool(true));
             // Always ask for usage; the gateway drops the usage chunk if the client did not ask.
@@ -134,7 +161,20 @@ impl OpenAiProvider {
             body.remove("stream");
             body.remove("stream_options");
         }
-        Value::Object(body)
+        let mut body = Value::Object(body);
+        apply_extra_body(&mut body, &request.extra_body).map_err(|e| ProviderError::Misconfigured(e.to_string()))?;
+        Ok(body)
+    }
+
+    fn post_chat(
+        &self,
+        request: &ModelRequest,
+        stream: bool,
+        ctx: CallContext<'_>,
+    ) -> Result<reqwest::RequestBuilder, ProviderError> {
+        let timeout = (!stream).then(|| self.timeout());
+        let body = self.chat_body(request, stream)?;
+        self.post_with_headers("chat/completions", &body, ctx, timeout, &request.extra_headers)
     }
 }
 
@@ -187,23 +227,21 @@ pub(crate) fn upstream_error_message(text: &str) -> Option<String> {
 
 #[async_trait]
 impl ChatProvider for OpenAiProvider {
-    async fn chat(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChatCompletion, ProviderError> {
-        let http = self.post(
-            "chat/completions",
-            &self.chat_body(request, false),
-            ctx,
-            Some(self.timeout()),
-        )?;
+    async fn chat(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelResponse, ProviderError> {
+        let http = self.post_chat(request, false, ctx)?;
         let response = self.send(http).await?;
         let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
-        serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse(format!("chat completion: {e}")))
+        let completion: ChatCompletion = serde_json::from_slice(&bytes)
+            .map_err(|e| ProviderError::InvalidResponse(format!("chat completion: {e}")))?;
+        let raw = String::from_utf8_lossy(&bytes).into_owned();
+        Ok(completion_to_model(completion, Some(raw)))
     }
 }
 
 #[async_trait]
 impl ChatStreamProvider for OpenAiProvider {
-    async fn chat_stream(&self, request: &ChatRequest, ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError> {
-        let http = self.post("chat/completions", &self.chat_body(request, true), ctx, None)?;
+    async fn chat_stream(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError> {
+        let http = self.post_chat(request, true, ctx)?;
         let timeout = self.timeout();
         let response = tokio::time::timeout(timeout, self.send(http))
             .await

@@ -1,7 +1,9 @@
 //! Reading an upstream SSE stream of chat completion chunks.
 
 use super::upstream_error_message;
+use crate::model::ModelChunk;
 use crate::openai::chat::ChatCompletionChunk;
+use crate::openai::from_model::chunk_to_model;
 use crate::providers::{ChunkStream, ProviderError};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -42,7 +44,7 @@ pub(super) fn chunk_stream(response: reqwest::Response, idle_timeout: Duration) 
 }
 
 /// One `data:` payload: a chunk, or an error object sent mid-stream.
-pub(super) fn parse_chunk(data: &str) -> Result<ChatCompletionChunk, ProviderError> {
+pub(super) fn parse_chunk(data: &str) -> Result<ModelChunk, ProviderError> {
     let value: serde_json::Value = serde_json::from_str(data)
         .map_err(|e| ProviderError::InvalidResponse(format!("stream chunk is not JSON: {e}")))?;
     if value.get("error").is_some_and(|e| !e.is_null()) {
@@ -53,5 +55,7 @@ pub(super) fn parse_chunk(data: &str) -> Result<ChatCompletionChunk, ProviderErr
             body: Some(value),
         });
     }
-    serde_json::from_value(value).map_err(|e| ProviderError::InvalidResponse(format!("stream chunk: {e}")))
+    let chunk: ChatCompletionChunk =
+        serde_json::from_value(value).map_err(|e| ProviderError::InvalidResponse(format!("stream chunk: {e}")))?;
+    Ok(chunk_to_model(chunk, Some(data.to_owned())))
 }

@@ -1,7 +1,9 @@
 //! The OpenAI-compatible provider against a local mock upstream.
 
 use super::*;
+use crate::model::{ChunkBlock, ContentBlock, ExtraBodyEntry, ExtraEdit, ModelChunk};
 use crate::openai::chat::ChatCompletionRequest;
+use crate::openai::to_model::OpenAiChatRequest;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -16,6 +18,7 @@ struct Seen {
     bodies: Vec<Value>,
     auth: Vec<Option<String>>,
     team: Vec<Option<String>>,
+    trace: Vec<Option<String>>,
 }
 
 async fn chat(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(body): Json<Value>) -> Response {
@@ -25,6 +28,8 @@ async fn chat(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, Json(bod
             .push(headers.get("authorization").map(|v| v.to_str().unwrap().to_owned()));
         seen.team
             .push(headers.get("x-team").map(|v| v.to_str().unwrap().to_owned()));
+        seen.trace
+            .push(headers.get("x-trace").map(|v| v.to_str().unwrap().to_owned()));
         seen.bodies.push(body.clone());
     }
     if body["messages"][0]["content"] == "sleep" {
@@ -105,12 +110,43 @@ fn provider_with_timeout(api_base: String, location: CredentialLocation, timeout
     OpenAiProvider::new("openai", config).unwrap()
 }
 
-fn chat_request(content: &str) -> ChatRequest {
-    let raw = json!({"model": "alias", "messages": [{"role": "user", "content": content}],
-                     "frequency_penalty": 0.5, "credentials": {"k": "secret"}});
+fn openai_request(raw: Value) -> ModelRequest {
     let typed: ChatCompletionRequest = serde_json::from_value(raw.clone()).unwrap();
     let Value::Object(raw) = raw else { unreachable!() };
-    ChatRequest { typed, raw }
+    OpenAiChatRequest { typed, raw }.to_model()
+}
+
+fn chat_request(content: &str) -> ModelRequest {
+    openai_request(
+        json!({"model": "alias", "messages": [{"role": "user", "content": content}],
+                          "frequency_penalty": 0.5, "credentials": {"k": "secret"}}),
+    )
+}
+
+fn first_text(response: &ModelResponse) -> Option<&str> {
+    response.choices[0].content.iter().find_map(|block| match block {
+        ContentBlock::Text { text } => Some(text.as_str()),
+        _ => None,
+    })
+}
+
+/// Text of every choice in a chunk, by choice index.
+fn chunk_texts(chunk: &ModelChunk) -> Vec<(u32, String)> {
+    chunk
+        .choices
+        .iter()
+        .map(|choice| {
+            let text = choice
+                .content
+                .iter()
+                .filter_map(|block| match block {
+                    ChunkBlock::Text { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect();
+            (choice.index, text)
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -122,7 +158,12 @@ async fn forwards_the_raw_body_with_the_upstream_model_and_dynamic_key() {
         credentials: &credentials,
     };
     let completion = provider.chat(&chat_request("hi"), ctx).await.unwrap();
-    assert_eq!(completion.choices[0].message.content.as_deref(), Some("Hello"));
+    assert_eq!(first_text(&completion), Some("Hello"));
+    assert!(completion
+        .raw_response
+        .as_deref()
+        .unwrap()
+        .contains("some_vendor_field"));
     let seen = seen.lock().unwrap();
     let body = &seen.bodies[0];
     assert_eq!(body["model"], "upstream-model");
@@ -178,16 +219,12 @@ async fn streams_chunks_until_done_and_asks_for_usage() {
     assert_eq!(chunks.len(), 3);
     let text: String = chunks
         .iter()
-        .filter_map(|c| {
-            c.as_ref()
-                .unwrap()
-                .choices
-                .first()
-                .and_then(|c| c.delta.content.clone())
-        })
+        .flat_map(|c| chunk_texts(c.as_ref().unwrap()))
+        .map(|(_, text)| text)
         .collect();
     assert_eq!(text, "Hello");
-    assert_eq!(chunks[2].as_ref().unwrap().usage.as_ref().unwrap().total_tokens, 3);
+    let usage = chunks[2].as_ref().unwrap().usage.clone().unwrap();
+    assert_eq!(usage.input_tokens + usage.output_tokens, 3);
     assert_eq!(seen.lock().unwrap().bodies[0]["stream_options"]["include_usage"], true);
 }
 
@@ -197,8 +234,7 @@ async fn n_is_passed_through_and_every_choice_comes_back_streamed_or_not() {
     let provider = provider(base, CredentialLocation::None);
     let none = HashMap::new();
     let mut request = chat_request("hi");
-    request.raw.insert("n".into(), json!(3));
-    request.typed.n = Some(3);
+    request.params.n = Some(3);
     let completion = provider
         .chat(&request, CallContext { credentials: &none })
         .await
@@ -207,7 +243,7 @@ async fn n_is_passed_through_and_every_choice_comes_back_streamed_or_not() {
         completion.choices.iter().map(|c| c.index).collect::<Vec<_>>(),
         vec![0, 1, 2]
     );
-    assert_eq!(completion.usage.completion_tokens, 3);
+    assert_eq!(completion.usage.output_tokens, 3);
     let chunks: Vec<_> = provider
         .chat_stream(&request, CallContext { credentials: &none })
         .await
@@ -216,8 +252,8 @@ async fn n_is_passed_through_and_every_choice_comes_back_streamed_or_not() {
         .await;
     let mut texts = vec![String::new(); 3];
     for chunk in &chunks {
-        for choice in &chunk.as_ref().unwrap().choices {
-            texts[choice.index as usize].push_str(choice.delta.content.as_deref().unwrap_or_default());
+        for (index, text) in chunk_texts(chunk.as_ref().unwrap()) {
+            texts[index as usize].push_str(&text);
         }
     }
     assert_eq!(texts, vec!["Hello"; 3]);
@@ -230,7 +266,7 @@ async fn n_is_passed_through_and_every_choice_comes_back_streamed_or_not() {
             .usage
             .as_ref()
             .unwrap()
-            .completion_tokens,
+            .output_tokens,
         6
     );
     let seen = seen.lock().unwrap();
@@ -304,4 +340,74 @@ async fn env_credentials_that_are_not_set_are_a_clear_error() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("NIMBUS_TEST_SURELY_UNSET_VAR"), "{err}");
+}
+
+#[tokio::test]
+async fn unmodelled_client_parameters_reach_the_upstream() {
+    let (base, seen) = start_mock().await;
+    let provider = provider(base, CredentialLocation::None);
+    let none = HashMap::new();
+    let request = openai_request(
+        json!({"model": "alias", "messages": [{"role": "user", "content": "hi"}],
+        "top_k": 7, "store": true, "metadata": {"k": "v"}, "chat_template_kwargs": {"enable_thinking": false},
+        "max_completion_tokens": 9, "user": "u-1"}),
+    );
+    provider
+        .chat(&request, CallContext { credentials: &none })
+        .await
+        .unwrap();
+    let seen = seen.lock().unwrap();
+    let body = &seen.bodies[0];
+    assert_eq!(body["top_k"], 7);
+    assert_eq!(body["store"], true);
+    assert_eq!(body["metadata"], json!({"k": "v"}));
+    assert_eq!(body["chat_template_kwargs"], json!({"enable_thinking": false}));
+    assert_eq!(body["max_completion_tokens"], 9);
+    assert_eq!(body["user"], "u-1");
+    assert!(body.get("max_tokens").is_none());
+}
+
+#[tokio::test]
+async fn extra_body_and_extra_headers_are_applied_last() {
+    let (base, seen) = start_mock().await;
+    let provider = provider(base, CredentialLocation::None);
+    let none = HashMap::new();
+    let mut request = chat_request("hi");
+    request.extra_body = vec![
+        ExtraBodyEntry {
+            pointer: "/frequency_penalty".into(),
+            edit: ExtraEdit::Delete,
+        },
+        ExtraBodyEntry {
+            pointer: "/vendor/option".into(),
+            edit: ExtraEdit::Set(json!(1)),
+        },
+    ];
+    request.extra_headers = vec![
+        crate::model::ExtraHeaderEntry {
+            name: "x-trace".into(),
+            value: Some("t-1".into()),
+        },
+        crate::model::ExtraHeaderEntry {
+            name: "X-Team".into(),
+            value: None,
+        },
+    ];
+    let chunks: Vec<_> = provider
+        .chat_stream(&request, CallContext { credentials: &none })
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert!(chunks.iter().all(Result::is_ok));
+    let seen = seen.lock().unwrap();
+    let body = &seen.bodies[0];
+    assert!(body.get("frequency_penalty").is_none(), "{body}");
+    assert_eq!(body["vendor"], json!({"option": 1}));
+    assert_eq!(body["stream"], true);
+    assert_eq!(seen.trace[0].as_deref(), Some("t-1"));
+    assert_eq!(
+        seen.team[0], None,
+        "a header without a value removes the configured one"
+    );
 }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::openai::chat::ChatCompletionRequest;
+use crate::model::{ChunkBlock, ContentBlock, Message, Role};
 use crate::providers::ChatProvider;
 use async_trait::async_trait;
 use serde_json::json;
@@ -27,12 +27,12 @@ impl Scripted {
 
 #[async_trait]
 impl ChatProvider for Scripted {
-    async fn chat(&self, request: &ChatRequest, _ctx: CallContext<'_>) -> Result<ChatCompletion, ProviderError> {
+    async fn chat(&self, request: &ModelRequest, _ctx: CallContext<'_>) -> Result<ModelResponse, ProviderError> {
         *self.calls.lock().unwrap() += 1;
         let next = self.script.lock().unwrap().pop_front().unwrap_or(Ok("default"));
         let text = next?;
-        let mut completion = crate::providers::dummy::reply_for(&request.typed);
-        completion.choices[0].message.content = Some(text.to_owned());
+        let mut completion = crate::providers::dummy::reply_for(request);
+        completion.choices[0].content = vec![ContentBlock::text_block(text)];
         Ok(completion)
     }
 }
@@ -57,10 +57,12 @@ fn router(providers: Vec<ProviderHandle>, max_retries: u32) -> ModelRouter {
     )
 }
 
-fn request() -> ChatRequest {
-    let typed: ChatCompletionRequest =
-        serde_json::from_value(json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})).unwrap();
-    ChatRequest::from_typed(typed)
+fn request() -> ModelRequest {
+    ModelRequest {
+        model: "m".into(),
+        messages: vec![Message::new(Role::User, vec![ContentBlock::text_block("hi")])],
+        ..ModelRequest::default()
+    }
 }
 
 fn http(status: u16) -> ProviderError {
@@ -72,8 +74,8 @@ fn http(status: u16) -> ProviderError {
     }
 }
 
-fn content(c: &ChatCompletion) -> &str {
-    c.choices[0].message.content.as_deref().unwrap()
+fn content(c: &ModelResponse) -> String {
+    c.choices[0].content.iter().filter_map(ContentBlock::text).collect()
 }
 
 #[tokio::test]
@@ -162,7 +164,7 @@ async fn missing_capability_and_model_are_distinct_errors() {
         Err(RoutingError::Unsupported { .. })
     ));
     let mut other = request();
-    other.typed.model = "nope".into();
+    other.model = "nope".into();
     assert_eq!(
         router
             .chat(&other, CallContext { credentials: &none })
@@ -185,12 +187,16 @@ async fn chat_only_providers_still_stream() {
         .await;
     let text: String = chunks
         .iter()
-        .filter_map(|c| {
+        .flat_map(|c| {
             c.as_ref()
                 .unwrap()
                 .choices
-                .first()
-                .and_then(|c| c.delta.content.clone())
+                .iter()
+                .flat_map(|choice| choice.content.iter())
+        })
+        .filter_map(|block| match block {
+            ChunkBlock::Text { text } => Some(text.as_str()),
+            _ => None,
         })
         .collect();
     assert_eq!(text, "streamed words here");
