@@ -102,6 +102,21 @@ def test_recursive_models_parse(client: openai.OpenAI, model: type[BaseModel]) -
     assert isinstance(parsed, model)
 
 
+class Price(BaseModel):
+    # Fractional steps where no whole number fits the bounds.
+    amount: float = Field(ge=0.1, le=0.2, multiple_of=0.05)
+    share: float = Field(gt=0, lt=1, multiple_of=0.5)
+    rate: float = Field(ge=0.25, le=0.35, multiple_of=0.1)
+    quarter_hours: float = Field(ge=3, le=4, multiple_of=0.25)
+
+
+@pytest.mark.parametrize("question", [f"Price {i}?" for i in range(5)])
+def test_fractional_multiples_within_bounds_parse(client: openai.OpenAI, question: str) -> None:
+    parsed = parse(client, Price, question).choices[0].message.parsed
+    assert isinstance(parsed, Price)
+    assert 0.1 <= parsed.amount <= 0.2 and parsed.share == 0.5
+
+
 def test_every_choice_parses_with_n(client: openai.OpenAI) -> None:
     completion = parse(client, Person, n=3)
     assert [choice.index for choice in completion.choices] == [0, 1, 2]

@@ -66,17 +66,24 @@ pub(super) fn integer(schema: &Map<String, Value>, seed: u64) -> Value {
         if low.is_some_and(|low| value < low) {
             value += step;
         }
+    } else if let Some(multiple) = multiple_within(lower, upper, step, seed, true) {
+        value = multiple.round() as i128;
     }
     let value = i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX });
     Value::Number(Number::from(value))
 }
 
 pub(super) fn number(schema: &Map<String, Value>, seed: u64) -> Value {
-    if schema.get("multipleOf").is_some() {
-        // A whole multiple is exact in binary floating point; fractional steps are not.
-        return integer(schema, seed);
-    }
     let (lower, upper) = bounds(schema);
+    if let Some(step) = schema.get("multipleOf").and_then(Value::as_f64) {
+        // A whole multiple is exact in binary floating point: prefer one when it fits the bounds.
+        let whole = multiple_within(lower, upper, step, seed, true);
+        return match whole.or_else(|| multiple_within(lower, upper, step, seed, false)) {
+            Some(value) if value.fract() == 0.0 => integer(schema, seed),
+            Some(value) => Number::from_f64(value).map_or(Value::Null, Value::Number),
+            None => integer(schema, seed),
+        };
+    }
     let fraction = (seed % 7 + 1) as f64 / 8.0;
     let value = match (lower, upper) {
         (Some((low, _)), Some((high, _))) if high > low => low + (high - low) * fraction,
@@ -86,6 +93,65 @@ pub(super) fn number(schema: &Map<String, Value>, seed: u64) -> Value {
         (None, None) => (seed % 1000) as f64 / 10.0 + 0.5,
     };
     Number::from_f64(value).map_or(Value::Null, Value::Number)
+}
+
+/// How many multiples of `step` are tried when looking for a whole one.
+const MULTIPLE_SEARCH: i64 = 1000;
+
+/// A multiple of `step` within the bounds (a whole number when `whole`), written with no more
+/// decimals than `step` has, so validators that divide (`0.15 / 0.05`) see the decimal the schema
+/// means; `None` when no such multiple exists (or none is found near the bounds).
+fn multiple_within(lower: Bound, upper: Bound, step: f64, seed: u64, whole: bool) -> Option<f64> {
+    if !(step.is_finite() && step > 0.0) {
+        return None;
+    }
+    let decimals = decimals_of(step);
+    let at = |k: i64| round_to(k as f64 * step, decimals);
+    let first = lower.map(|(v, exclusive)| {
+        let k = (v / step).ceil() as i64;
+        if at(k) < v || (exclusive && at(k) <= v) {
+            k + 1
+        } else {
+            k
+        }
+    });
+    let last = upper.map(|(v, exclusive)| {
+        let k = (v / step).floor() as i64;
+        if at(k) > v || (exclusive && at(k) >= v) {
+            k - 1
+        } else {
+            k
+        }
+    });
+    let spread = (seed % 10) as i64;
+    let start = match (first, last) {
+        (Some(first), Some(last)) if first > last => return None,
+        (Some(first), Some(last)) => first + spread.min(last - first),
+        (Some(first), None) => first + spread,
+        (None, Some(last)) => last - spread,
+        (None, None) => spread,
+    };
+    let fits = |k: i64| first.is_none_or(|f| k >= f) && last.is_none_or(|l| k <= l);
+    let is_whole = |value: f64| (value - value.round()).abs() < 1e-9;
+    (0..MULTIPLE_SEARCH)
+        .flat_map(|offset| [start + offset, start - offset])
+        .filter(|k| fits(*k))
+        .map(at)
+        .find(|value| !whole || is_whole(*value))
+}
+
+/// The decimals in the shortest decimal form of `value` (at most 15).
+fn decimals_of(value: f64) -> i32 {
+    let text = format!("{value}");
+    match text.split_once('.') {
+        Some((_, fraction)) => i32::try_from(fraction.len()).unwrap_or(15).min(15),
+        None => 0,
+    }
+}
+
+fn round_to(value: f64, decimals: i32) -> f64 {
+    let scale = 10f64.powi(decimals);
+    (value * scale).round() / scale
 }
 
 pub(super) fn string(schema: &Map<String, Value>, name: &str, seed: u64) -> String {

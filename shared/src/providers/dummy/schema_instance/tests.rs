@@ -138,6 +138,12 @@ fn numbers_honour_bounds_and_multiples() {
         json!({"type": "number", "exclusiveMinimum": 1.5}),
         json!({"type": "number", "maximum": -100.25}),
         json!({"type": "number", "multipleOf": 5, "minimum": 12}),
+        // Fractional steps where no whole number fits the bounds (pydantic's `multiple_of=0.05`).
+        json!({"type": "number", "minimum": 0.1, "maximum": 0.2, "multipleOf": 0.05}),
+        json!({"type": "number", "minimum": 0.25, "maximum": 0.35, "multipleOf": 0.1}),
+        json!({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "multipleOf": 0.5}),
+        json!({"type": "number", "minimum": 3, "maximum": 4, "multipleOf": 0.25}),
+        json!({"type": "integer", "minimum": 1, "maximum": 5, "multipleOf": 2.5}),
         json!({"minimum": 3, "maximum": 4}),
         json!({"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer",
                "minimum": 0, "exclusiveMinimum": true, "maximum": 2, "exclusiveMaximum": true}),
