@@ -17,7 +17,11 @@ fn files_under(dir: &Path, relative: &str, out: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir.join(relative)).unwrap() {
         let entry = entry.unwrap();
         let name = entry.file_name().to_string_lossy().into_owned();
-        let path = if relative.is_empty() { name } else { format!("{relative}/{name}") };
+        let path = if relative.is_empty() {
+            name
+        } else {
+            format!("{relative}/{name}")
+        };
         if entry.file_type().unwrap().is_dir() {
             files_under(dir, &path, out);
         } else {
@@ -37,7 +41,10 @@ async fn the_config_directory_loads_from_an_s3_prefix() {
     assert!(files.iter().any(|f| f.ends_with(".minijinja")), "{files:?}");
     for file in &files {
         let body = std::fs::read(config_dir().join(file)).unwrap();
-        blobs.put(&format!("deploy/v1/{file}"), Bytes::from(body)).await.unwrap();
+        blobs
+            .put(&format!("deploy/v1/{file}"), Bytes::from(body))
+            .await
+            .unwrap();
     }
 
     let from_s3 = ConfigSource::parse("s3://nimbus-config/deploy/v1/nimbus.toml")
@@ -60,7 +67,10 @@ async fn the_config_directory_loads_from_an_s3_prefix() {
             })),
         )
         .unwrap();
-    assert!(rendered.contains("Ada") && rendered.contains("the launch"), "{rendered}");
+    assert!(
+        rendered.contains("Ada") && rendered.contains("the launch"),
+        "{rendered}"
+    );
 
     // A referenced file missing from the prefix stops the load, naming the key and the object.
     blobs

@@ -12,11 +12,11 @@ pub fn summary(loaded: &LoadedConfig) -> String {
         let _ = writeln!(out, "tool {name}: {}", tool.parameters);
     }
     for (name, metric) in &loaded.config.metrics {
-        let _ = writeln!(
-            out,
-            "metric {name}: {:?} per {:?}, optimize {:?}",
+        let described = format!(
+            "{:?} per {:?}, optimize {:?}",
             metric.kind, metric.level, metric.optimize
         );
+        let _ = writeln!(out, "metric {name}: {}", described.to_lowercase());
     }
     for function in loaded.functions.functions() {
         let kind = format!("{:?}", function.config.kind).to_lowercase();
@@ -36,4 +36,29 @@ pub fn summary(loaded: &LoadedConfig) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary;
+    use nimbus_shared::config::load_local_config;
+    use std::path::Path;
+
+    #[tokio::test]
+    async fn the_default_config_lists_functions_and_variants() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/nimbus.toml");
+        let text = summary(&load_local_config(&path).await.unwrap());
+        for line in [
+            "model dummy: routing dummy",
+            "tool get_weather: tools/get_weather.json",
+            "metric email_sent: boolean per episode, optimize max",
+            "function draft_email (chat)",
+            "  variant formal: model dummy (candidate, weight 0.7)",
+            "  variant careful: model dummy-fallback (fallback)",
+            "function extract_contact (json)",
+            "  variant backup: model dummy-slow (fallback)",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
+        }
+    }
 }
