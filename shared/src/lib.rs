@@ -7,6 +7,7 @@ pub mod auth;
 pub mod batches;
 pub mod config;
 pub mod files;
+pub mod functions;
 pub mod http;
 pub mod idempotency;
 pub mod inference;

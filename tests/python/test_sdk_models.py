@@ -26,7 +26,11 @@ def test_lists_every_configured_model(client: openai.OpenAI) -> None:
 def test_model_list_matches_the_config_file(client: openai.OpenAI, nimbus_server: kit.NimbusServer) -> None:
     """The served list is exactly what `nimbus check-config` reads from the same config file."""
     result = nimbus_server.cli.run("check-config", "--config", str(nimbus_server.config))
-    configured = {line.split(":", 1)[0].strip() for line in result.stdout.splitlines() if ":" in line}
+    configured = {
+        line.removeprefix("model ").split(":", 1)[0].strip()
+        for line in result.stdout.splitlines()
+        if line.startswith("model ")
+    }
     assert configured, result.stdout
     assert {model.id for model in client.models.list().data} == configured
 

@@ -1,5 +1,6 @@
 //! `nimbus`: the local gateway (`nimbus serve`) and API key administration (`nimbus keys …`).
 
+mod check_config;
 mod keys;
 mod serve;
 
@@ -52,10 +53,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Sweep(args) => serve::sweep_once(args).await,
         Command::Poll(args) => serve::poll_once(args).await,
         Command::CheckConfig { config } => {
-            let config = nimbus_shared::config::Config::from_path(&config)?;
-            for (name, model) in &config.models {
-                println!("{name}: routing {}", model.routing.join(" -> "));
-            }
+            let loaded = nimbus_shared::config::load_local_config(&config).await?;
+            print!("{}", check_config::summary(&loaded));
             Ok(())
         }
     }

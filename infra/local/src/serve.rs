@@ -5,7 +5,7 @@ use nimbus_shared::adapters::embedded::{spawn_queue_workers, DataDirLock, FileBl
 use nimbus_shared::app::{app_state, batch_service, embedded, inference_service, Adapters, AuthSettings};
 use nimbus_shared::auth::AuthMode;
 use nimbus_shared::batches::{BatchSettings, BatchWorker, Poller};
-use nimbus_shared::config::Config;
+use nimbus_shared::config::{load_local_config, Config};
 use nimbus_shared::http::{HttpSettings, PublicBaseUrl};
 use nimbus_shared::ports::{Clock, OffsetClock, SystemClock};
 use nimbus_shared::telemetry::{init, LogFormat};
@@ -94,7 +94,10 @@ pub async fn sweep_once(args: SweepArgs) -> anyhow::Result<()> {
 /// `nimbus poll`: one pass of the poller (files sweep, batch recovery), printed as JSON. Jobs it
 /// enqueues go to the running server's queue only when run inside it; here they are run at once.
 pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
-    let config = Config::from_path(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
+    let config = load_local_config(&args.config)
+        .await
+        .with_context(|| format!("loading {}", args.config.display()))?
+        .config;
     let adapters = embedded_adapters(&args.data_dir, args.as_of)?;
     let settings = local_batch_settings(&config, false);
     let inference = inference_service(&config, &adapters).map_err(anyhow::Error::msg)?;
@@ -146,7 +149,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Err(err) = tikv_jemalloc_ctl::background_thread::write(true) {
         tracing::warn!(error = %err, "could not start the allocator's background thread");
     }
-    let config = Config::from_path(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
+    let config = load_local_config(&args.config)
+        .await
+        .with_context(|| format!("loading {}", args.config.display()))?
+        .config;
     // Held until the process ends: no other server (no other worker) uses this directory.
     let lock = DataDirLock::acquire(&args.data_dir)?;
     let adapters =

@@ -1,11 +1,14 @@
 //! Where a Lambda function reads its configuration: `NIMBUS_CONFIG_SOURCE` is `bundled` (the
-//! default config compiled into the binary, i.e. the deployment package), a file path, or
-//! `s3://bucket/key` (read once at init).
+//! default config directory compiled into the binary, i.e. the deployment package), a file path,
+//! or `s3://bucket/prefix/nimbus.toml` (read once at init). Templates and schemas the TOML
+//! references are read from the same directory (or key prefix).
 
-use crate::config::Config;
+use crate::adapters::aws::S3BlobStore;
+use crate::config::{load_config, load_local_config, BlobConfigFiles, BundledConfigFiles, LoadedConfig};
+use std::sync::Arc;
 
-/// The default configuration, as shipped in `infra/config/nimbus.toml`.
-pub const BUNDLED_CONFIG: &str = include_str!("../../../infra/config/nimbus.toml");
+/// The TOML file's name in the bundled config directory (`infra/config/`).
+pub const BUNDLED_CONFIG_FILE: &str = "nimbus.toml";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigSource {
@@ -22,7 +25,7 @@ impl ConfigSource {
         }
         if let Some(rest) = text.strip_prefix("s3://") {
             return match rest.split_once('/') {
-                Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() => Ok(Self::S3 {
+                Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() && !key.ends_with('/') => Ok(Self::S3 {
                     bucket: bucket.to_owned(),
                     key: key.to_owned(),
                 }),
@@ -36,30 +39,22 @@ impl ConfigSource {
         Self::parse(&std::env::var("NIMBUS_CONFIG_SOURCE").unwrap_or_default())
     }
 
-    /// Read and validate the configuration.
-    pub async fn load(&self, sdk_config: &aws_config::SdkConfig) -> Result<Config, String> {
-        match self {
-            Self::Bundled => Config::from_toml(BUNDLED_CONFIG).map_err(|e| e.to_string()),
-            Self::File(path) => Config::from_path(std::path::Path::new(path)).map_err(|e| e.to_string()),
+    /// Read and validate the configuration and compile its functions.
+    pub async fn load(&self, sdk_config: &aws_config::SdkConfig) -> Result<LoadedConfig, String> {
+        let loaded = match self {
+            Self::Bundled => load_config(&BundledConfigFiles::default(), BUNDLED_CONFIG_FILE).await,
+            Self::File(path) => load_local_config(std::path::Path::new(path)).await,
             Self::S3 { bucket, key } => {
-                let client = aws_sdk_s3::Client::new(sdk_config);
-                let object = client.get_object().bucket(bucket).key(key).send().await.map_err(|e| {
-                    format!(
-                        "cannot read config s3://{bucket}/{key}: {}",
-                        crate::adapters::aws::describe_sdk_error(&e)
-                    )
-                })?;
-                let bytes = object
-                    .body
-                    .collect()
-                    .await
-                    .map_err(|e| format!("cannot read config s3://{bucket}/{key}: {e}"))?
-                    .into_bytes();
-                let text = String::from_utf8(bytes.to_vec())
-                    .map_err(|_| format!("config s3://{bucket}/{key} is not UTF-8"))?;
-                Config::from_toml(&text).map_err(|e| e.to_string())
+                let (prefix, name) = match key.rsplit_once('/') {
+                    Some((dir, name)) => (format!("{dir}/"), name),
+                    None => (String::new(), key.as_str()),
+                };
+                let store = Arc::new(S3BlobStore::new(sdk_config, bucket.clone()));
+                let files = BlobConfigFiles::new(store, prefix, format!("s3://{bucket}/"));
+                load_config(&files, name).await
             }
-        }
+        };
+        loaded.map_err(|e| e.to_string())
     }
 }
 
@@ -79,9 +74,18 @@ mod tests {
             }
         );
         assert!(ConfigSource::parse("s3://bucket-only").is_err());
+        assert!(ConfigSource::parse("s3://bucket/prefix/").is_err());
         assert_eq!(
             ConfigSource::parse("/opt/nimbus.toml").unwrap(),
             ConfigSource::File("/opt/nimbus.toml".into())
         );
+    }
+
+    #[tokio::test]
+    async fn the_bundled_config_loads_with_its_functions() {
+        let sdk_config = aws_config::SdkConfig::builder().build();
+        let loaded = ConfigSource::Bundled.load(&sdk_config).await.unwrap();
+        assert_eq!(loaded.functions.functions().count(), 3);
+        assert!(loaded.config.functions.contains_key("draft_email"));
     }
 }

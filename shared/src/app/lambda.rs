@@ -46,7 +46,7 @@ fn lambda_batch_settings(config: &Config) -> BatchSettings {
 
 async fn lambda_stack() -> Result<(Config, Adapters), String> {
     let sdk_config = load_sdk_config().await;
-    let config = ConfigSource::from_env()?.load(&sdk_config).await?;
+    let config = ConfigSource::from_env()?.load(&sdk_config).await?.config;
     let adapters = super::aws::adapters(&sdk_config).await?;
     Ok((config, adapters))
 }

@@ -13,23 +13,39 @@
 //! api_key_location = "env::OPENAI_API_KEY"
 //! ```
 //!
-//! Sections are separate modules so later ones (`[functions.*]` with variants, templates and
-//! tools) slot in beside `[models.*]` without touching the rest. Unknown keys are rejected with
-//! the key's name and position; references are checked after parsing.
+//! Sections are separate modules: `[functions.*]` (TensorZero-style functions with variants,
+//! templates and schemas), `[tools.*]` and `[metrics.*]` sit beside `[models.*]`. Unknown keys are
+//! rejected with the key's path and position; references are checked after parsing. Files that
+//! functions and tools reference (templates, schemas) are read through [`ConfigFiles`] and
+//! compiled by [`load_config`] into a [`crate::functions::FunctionSet`].
 
 mod batches;
 mod credentials;
+mod files;
+mod function_checks;
+pub mod functions;
 mod gateway;
+mod load;
+mod metrics;
 mod models;
+mod shorthand;
+mod tools;
 
 pub use batches::BatchesConfig;
 pub use credentials::CredentialLocation;
+pub use files::{
+    normalise_config_path, BlobConfigFiles, BundledConfigFiles, ConfigFiles, LocalConfigFiles, BUNDLED_CONFIG_DIR,
+};
+pub use functions::{FunctionConfig, FunctionKind, VariantConfig};
 pub use gateway::{GatewayConfig, RetryConfig};
+pub use load::{load_config, load_local_config, LoadedConfig};
+pub use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};
 pub use models::{DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
+pub use shorthand::{ModelLookupError, SHORTHAND_PROVIDERS};
+pub use tools::ToolConfig;
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -41,6 +57,12 @@ pub struct Config {
     pub batches: BatchesConfig,
     #[serde(default)]
     pub models: BTreeMap<String, ModelConfig>,
+    #[serde(default)]
+    pub functions: BTreeMap<String, FunctionConfig>,
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolConfig>,
+    #[serde(default)]
+    pub metrics: BTreeMap<String, MetricConfig>,
 }
 
 /// Why a configuration was rejected.
@@ -50,6 +72,8 @@ pub enum ConfigError {
     Read { path: String, message: String },
     #[error("invalid config: {0}")]
     Parse(String),
+    #[error("invalid config at `{key}`: {message}")]
+    Syntax { key: String, message: String },
     #[error("invalid config at `{key}`: {message}")]
     Invalid { key: String, message: String },
 }
@@ -64,20 +88,20 @@ impl ConfigError {
 }
 
 impl Config {
-    /// Parse and validate TOML text.
+    /// Parse and validate TOML text (files it references are not read: see [`load_config`]).
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let deserializer = toml::Deserializer::parse(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let config: Config = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let key = e.path().to_string();
+            let message = e.into_inner().to_string();
+            if key.is_empty() || key == "." {
+                ConfigError::Parse(message)
+            } else {
+                ConfigError::Syntax { key, message }
+            }
+        })?;
         config.validate()?;
         Ok(config)
-    }
-
-    /// Read, parse and validate a file.
-    pub fn from_path(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        Self::from_toml(&text)
     }
 
     /// Check every cross-reference and value range.
@@ -87,9 +111,25 @@ impl Config {
         for (name, model) in &self.models {
             model.validate(name)?;
         }
+        for (name, tool) in &self.tools {
+            tool.validate(name)?;
+        }
+        for name in self.metrics.keys() {
+            metrics::validate_metric_name(name)?;
+        }
+        let context = function_checks::FunctionContext {
+            models: &self.models,
+            tools: &self.tools,
+        };
+        for (name, function) in &self.functions {
+            function.validate(name, &context)?;
+        }
         Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod function_tests;

@@ -45,6 +45,20 @@ pub struct OpenAiProviderConfig {
     pub extra_headers: BTreeMap<String, String>,
 }
 
+impl OpenAiProviderConfig {
+    /// OpenAI itself with every default: what the `openai::MODEL` shorthand stands for.
+    pub fn for_model(model_name: &str) -> Self {
+        Self {
+            model_name: model_name.to_owned(),
+            api_base: default_api_base(),
+            api_key_location: default_openai_key(),
+            timeout_ms: default_timeout_ms(),
+            connect_timeout_ms: default_connect_timeout_ms(),
+            extra_headers: BTreeMap::new(),
+        }
+    }
+}
+
 fn default_api_base() -> String {
     "https://api.openai.com/v1".to_owned()
 }
@@ -70,6 +84,17 @@ pub struct DummyProviderConfig {
     /// Vector length when the request gives no `dimensions`.
     #[serde(default = "default_dimensions")]
     pub embedding_dimensions: usize,
+}
+
+impl DummyProviderConfig {
+    /// No latency, no failure, default dimensions: what the `dummy::MODEL` shorthand stands for.
+    pub fn standard() -> Self {
+        Self {
+            latency_ms: 0,
+            fail_with_status: None,
+            embedding_dimensions: default_dimensions(),
+        }
+    }
 }
 
 fn default_dimensions() -> usize {

@@ -1,0 +1,82 @@
+//! Loading a whole configuration: the TOML, then every file it references, then compiling the
+//! functions (templates, schemas) — all at start-up, so that a bad file stops the process with
+//! the key that names it.
+
+use super::files::{normalise_config_path, ConfigFiles, LocalConfigFiles};
+use super::{Config, ConfigError};
+use crate::functions::FunctionSet;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A validated configuration and its compiled functions.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    pub config: Config,
+    pub functions: Arc<FunctionSet>,
+}
+
+/// Read `toml_name` from `files`, then every file it references (relative to the same
+/// directory), and compile the functions.
+pub async fn load_config(files: &dyn ConfigFiles, toml_name: &str) -> Result<LoadedConfig, ConfigError> {
+    let text = read_text(files, toml_name).await?;
+    let config = Config::from_toml(&text)?;
+    let mut contents = BTreeMap::new();
+    for (key, path) in config.referenced_files() {
+        let path = normalise_config_path(&key, &path)?;
+        if let std::collections::btree_map::Entry::Vacant(entry) = contents.entry(path) {
+            let text = read_text(files, entry.key())
+                .await
+                .map_err(|e| ConfigError::invalid(&key, e.to_string()))?;
+            entry.insert(text);
+        }
+    }
+    let functions = FunctionSet::compile(&config, &contents)?;
+    Ok(LoadedConfig {
+        config,
+        functions: Arc::new(functions),
+    })
+}
+
+/// [`load_config`] for a TOML file on disk; referenced files resolve against its directory.
+pub async fn load_local_config(path: &Path) -> Result<LoadedConfig, ConfigError> {
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    load_config(&LocalConfigFiles::new(dir), &name).await
+}
+
+async fn read_text(files: &dyn ConfigFiles, path: &str) -> Result<String, ConfigError> {
+    let bytes = files.read(path).await?;
+    String::from_utf8(bytes).map_err(|_| ConfigError::Read {
+        path: path.to_owned(),
+        message: "not UTF-8".to_owned(),
+    })
+}
+
+impl Config {
+    /// Every file the config references: `(key path, path as written)`.
+    pub fn referenced_files(&self) -> Vec<(String, String)> {
+        let mut files = Vec::new();
+        for (name, tool) in &self.tools {
+            files.push((format!("tools.{name}.parameters"), tool.parameters.clone()));
+        }
+        for (name, function) in &self.functions {
+            let key = format!("functions.{name}");
+            for (_, suffix, path) in function.schema_paths() {
+                files.push((format!("{key}.{suffix}"), path.to_owned()));
+            }
+            if let Some(path) = &function.output_schema {
+                files.push((format!("{key}.output_schema"), path.clone()));
+            }
+            for (variant_name, variant) in &function.variants {
+                for (_, suffix, path) in variant.chat_completion().template_paths() {
+                    files.push((format!("{key}.variants.{variant_name}.{suffix}"), path.to_owned()));
+                }
+            }
+        }
+        files
+    }
+}

@@ -1,0 +1,223 @@
+//! The TensorZero-style function layer's compiled configuration: functions with their schemas
+//! and variants, tools, templates, and the variant sampler. Built once at start-up by
+//! [`crate::config::load_config`]; the `/inference` endpoint reads it.
+
+mod sampler;
+mod schemas;
+mod templates;
+
+pub use sampler::{episode_draw, VariantPolicy};
+pub use schemas::{CompiledSchema, SchemaCompileError, SchemaViolation};
+pub use templates::{TemplateError, TemplateInput, TemplateSet};
+
+use crate::config::functions::{ChatCompletionConfig, FunctionConfig, FunctionKind, JsonMode};
+use crate::config::{normalise_config_path, Config, ConfigError, ToolConfig};
+use crate::user_text::excerpt;
+use std::collections::{BTreeMap, BTreeSet};
+use uuid::Uuid;
+
+/// Every function and tool of a configuration, compiled.
+#[derive(Debug, Default)]
+pub struct FunctionSet {
+    functions: BTreeMap<String, Function>,
+    tools: BTreeMap<String, Tool>,
+    templates: TemplateSet,
+}
+
+/// One function, its compiled schemas and its variants.
+#[derive(Debug)]
+pub struct Function {
+    pub name: String,
+    pub config: FunctionConfig,
+    schemas: BTreeMap<String, CompiledSchema>,
+    output_schema: Option<CompiledSchema>,
+    variants: BTreeMap<String, Variant>,
+    policy: VariantPolicy,
+}
+
+/// One `chat_completion` variant.
+#[derive(Debug)]
+pub struct Variant {
+    pub name: String,
+    pub config: ChatCompletionConfig,
+    /// The effective json mode: the configured one, `strict` by default for json functions,
+    /// `None` for chat functions.
+    pub json_mode: Option<JsonMode>,
+}
+
+/// One `[tools.T]`, its parameters schema compiled.
+#[derive(Debug)]
+pub struct Tool {
+    pub name: String,
+    pub config: ToolConfig,
+    pub parameters: CompiledSchema,
+}
+
+/// Lookups a request can fail (mapped to 404 by the endpoint).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FunctionLookupError {
+    #[error("unknown function `{}`", excerpt(.0))]
+    UnknownFunction(String),
+    #[error("unknown variant `{}` of function `{function}`", excerpt(.variant))]
+    UnknownVariant { function: String, variant: String },
+}
+
+/// Looks up the text of a referenced file by the key that names it.
+struct Files<'a>(&'a BTreeMap<String, String>);
+
+impl Files<'_> {
+    fn text(&self, key: &str, path: &str) -> Result<&str, ConfigError> {
+        let path = normalise_config_path(key, path)?;
+        self.0
+            .get(&path)
+            .map(String::as_str)
+            .ok_or_else(|| ConfigError::invalid(key, format!("file `{path}` was not loaded")))
+    }
+
+    fn schema(&self, key: &str, path: &str) -> Result<CompiledSchema, ConfigError> {
+        CompiledSchema::from_json_text(self.text(key, path)?)
+            .map_err(|e| ConfigError::invalid(key, format!("`{path}`: {e}")))
+    }
+}
+
+impl FunctionSet {
+    /// Compile the functions and tools of a validated `config`; `files` maps each normalised
+    /// referenced path ([`Config::referenced_files`]) to its text.
+    pub fn compile(config: &Config, files: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let files = Files(files);
+        let mut set = FunctionSet::default();
+        for (name, tool) in &config.tools {
+            let parameters = files.schema(&format!("tools.{name}.parameters"), &tool.parameters)?;
+            let tool = Tool {
+                name: name.clone(),
+                config: tool.clone(),
+                parameters,
+            };
+            set.tools.insert(name.clone(), tool);
+        }
+        for (name, function) in &config.functions {
+            let compiled = set.compile_function(name, function, &files)?;
+            set.functions.insert(name.clone(), compiled);
+        }
+        Ok(set)
+    }
+
+    fn compile_function(
+        &mut self,
+        name: &str,
+        config: &FunctionConfig,
+        files: &Files<'_>,
+    ) -> Result<Function, ConfigError> {
+        let key = format!("functions.{name}");
+        let mut schemas = BTreeMap::new();
+        for (schema, suffix, path) in config.schema_paths() {
+            schemas.insert(schema, files.schema(&format!("{key}.{suffix}"), path)?);
+        }
+        let output_schema = match (config.kind, &config.output_schema) {
+            (FunctionKind::Json, Some(path)) => Some(files.schema(&format!("{key}.output_schema"), path)?),
+            (FunctionKind::Json, None) => Some(
+                CompiledSchema::compile(serde_json::json!({}))
+                    .map_err(|e| ConfigError::invalid(format!("{key}.output_schema"), e.to_string()))?,
+            ),
+            (FunctionKind::Chat, _) => None,
+        };
+        let mut variants = BTreeMap::new();
+        for (variant_name, variant) in &config.variants {
+            let variant = variant.chat_completion();
+            for (template, suffix, path) in variant.template_paths() {
+                let template_key = format!("{key}.variants.{variant_name}.{suffix}");
+                let source = files.text(&template_key, path)?.to_owned();
+                self.templates
+                    .add(name, variant_name, &template, source)
+                    .map_err(|e| ConfigError::invalid(&template_key, format!("`{path}`: {e}")))?;
+            }
+            let json_mode = match config.kind {
+                FunctionKind::Json => Some(variant.json_mode.unwrap_or(JsonMode::Strict)),
+                FunctionKind::Chat => None,
+            };
+            let compiled = Variant {
+                name: variant_name.clone(),
+                config: variant.clone(),
+                json_mode,
+            };
+            variants.insert(variant_name.clone(), compiled);
+        }
+        Ok(Function {
+            name: name.to_owned(),
+            config: config.clone(),
+            schemas,
+            output_schema,
+            variants,
+            policy: VariantPolicy::from_function(config),
+        })
+    }
+
+    pub fn function(&self, name: &str) -> Result<&Function, FunctionLookupError> {
+        self.functions
+            .get(name)
+            .ok_or_else(|| FunctionLookupError::UnknownFunction(name.to_owned()))
+    }
+
+    pub fn functions(&self) -> impl Iterator<Item = &Function> {
+        self.functions.values()
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.get(name)
+    }
+
+    /// Render template `template` of `variant` of `function`.
+    pub fn render(
+        &self,
+        function: &str,
+        variant: &str,
+        template: &str,
+        input: TemplateInput<'_>,
+    ) -> Result<String, TemplateError> {
+        self.templates.render(function, variant, template, input)
+    }
+
+    pub fn has_template(&self, function: &str, variant: &str, template: &str) -> bool {
+        self.templates.contains(function, variant, template)
+    }
+}
+
+impl Function {
+    /// The variant `name` (a pin: no sampling, no fallback).
+    pub fn variant(&self, name: &str) -> Result<&Variant, FunctionLookupError> {
+        self.variants
+            .get(name)
+            .ok_or_else(|| FunctionLookupError::UnknownVariant {
+                function: self.name.clone(),
+                variant: name.to_owned(),
+            })
+    }
+
+    pub fn variants(&self) -> impl Iterator<Item = &Variant> {
+        self.variants.values()
+    }
+
+    pub fn policy(&self) -> &VariantPolicy {
+        &self.policy
+    }
+
+    /// The variant to try for `episode_id` once the variants in `failed` have failed; `None`
+    /// when none is left.
+    pub fn choose_variant(&self, episode_id: Uuid, failed: &BTreeSet<String>) -> Option<&Variant> {
+        let name = self.policy.choose(&self.name, episode_id, failed)?;
+        self.variants.get(name)
+    }
+
+    /// The schema `name` (`system`, `user`, `assistant` or a named one), if the function has it.
+    pub fn schema(&self, name: &str) -> Option<&CompiledSchema> {
+        self.schemas.get(name)
+    }
+
+    /// json functions: the output schema (`{}` when none is configured).
+    pub fn output_schema(&self) -> Option<&CompiledSchema> {
+        self.output_schema.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests;
