@@ -2,6 +2,8 @@
 //! TOML. Paths to templates and schemas are kept as written (relative to the config file); the
 //! function layer (`crate::functions`) reads and compiles them.
 
+/// `none`, `auto`, `required` or `{ specific = "tool" }`: the model request's own type.
+pub use crate::model::ToolChoice;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -53,16 +55,6 @@ pub enum FunctionKind {
 #[serde(deny_unknown_fields)]
 pub struct PathEntry {
     pub path: String,
-}
-
-/// `none`, `auto`, `required` or `{ specific = "tool" }`.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolChoice {
-    None,
-    Auto,
-    Required,
-    Specific(String),
 }
 
 /// A variant; `type` selects the kind (only `chat_completion` today).
