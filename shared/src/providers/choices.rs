@@ -29,11 +29,7 @@ pub async fn chat_n_times(
     n: u32,
 ) -> Result<ModelResponse, ProviderError> {
     let single = one_choice_request(request);
-    let answers: Vec<ModelResponse> = futures::stream::iter(0..n)
-        .map(|_| chat.chat(&single, ctx))
-        .buffered(CONCURRENT_CALLS)
-        .try_collect()
-        .await?;
+    let answers = n_calls(n, || chat.chat(&single, ctx)).await?;
     joined(answers).ok_or_else(|| ProviderError::InvalidResponse("no choices were answered".to_owned()))
 }
 
@@ -61,12 +57,20 @@ pub async fn stream_n_times(
     n: u32,
 ) -> Result<ChunkStream, ProviderError> {
     let single = one_choice_request(request);
-    let streams: Vec<ChunkStream> = futures::stream::iter(0..n)
-        .map(|_| streaming.chat_stream(&single, ctx))
+    let streams = n_calls(n, || streaming.chat_stream(&single, ctx)).await?;
+    Ok(merged_streams(streams))
+}
+
+/// `call` made `n` times, at most [`CONCURRENT_CALLS`] at once; the answers in call order.
+async fn n_calls<T, Call>(n: u32, call: impl Fn() -> Call) -> Result<Vec<T>, ProviderError>
+where
+    Call: std::future::Future<Output = Result<T, ProviderError>>,
+{
+    futures::stream::iter(0..n)
+        .map(|_| call())
         .buffered(CONCURRENT_CALLS)
         .try_collect()
-        .await?;
-    Ok(merged_streams(streams))
+        .await
 }
 
 /// Chunks of every stream as they arrive, the `i`-th stream's choices carrying index `i`; the
