@@ -21,16 +21,20 @@ pub struct LoadedConfig {
 pub async fn load_config(files: &dyn ConfigFiles, toml_name: &str) -> Result<LoadedConfig, ConfigError> {
     let text = read_text(files, toml_name).await?;
     let config = Config::from_toml(&text)?;
-    let mut contents = BTreeMap::new();
+    // Each file once, under the first key that names it; read concurrently (from S3, each read is
+    // a round trip in the Lambda's init).
+    let mut wanted = BTreeMap::new();
     for (key, path) in config.referenced_files() {
         let path = normalise_config_path(&key, &path)?;
-        if let std::collections::btree_map::Entry::Vacant(entry) = contents.entry(path) {
-            let text = read_text(files, entry.key())
-                .await
-                .map_err(|e| ConfigError::invalid(&key, e.to_string()))?;
-            entry.insert(text);
-        }
+        wanted.entry(path).or_insert(key);
     }
+    let reads = wanted.into_iter().map(|(path, key)| async move {
+        let text = read_text(files, &path)
+            .await
+            .map_err(|e| ConfigError::invalid(&key, e.to_string()))?;
+        Ok::<_, ConfigError>((path, text))
+    });
+    let contents: BTreeMap<String, String> = futures::future::try_join_all(reads).await?.into_iter().collect();
     let functions = FunctionSet::compile(&config, &contents)?;
     Ok(LoadedConfig {
         config,
