@@ -3,7 +3,7 @@
 use super::error::ApiError;
 use super::extract::{ApiExtension, ApiPath, ApiQuery};
 use super::json_body::JsonBody;
-use super::multipart_stream::{multipart_error, multipart_rejection, read_text_field, stream_field};
+use super::multipart_stream::{multipart_error, multipart_rejection, read_text_field, skip_field, stream_field};
 use super::{AppState, PublicBaseUrl};
 use crate::auth::Principal;
 use crate::files::{FileContent, FileReservation, ListFiles, NewFile, MAX_FILE_BYTES};
@@ -101,7 +101,7 @@ async fn create_file(
                 }
                 _ => {
                     // Unknown fields are read (within the text field limit) and ignored.
-                    read_text_field(field).await?;
+                    skip_field(field).await?;
                 }
             }
         }

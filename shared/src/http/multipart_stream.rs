@@ -21,11 +21,28 @@ pub(crate) const MAX_TEXT_FIELD_BYTES: usize = 64 * 1024;
 
 /// The field's value as text, read chunk by chunk and refused (400 naming the field) as soon as
 /// it passes [`MAX_TEXT_FIELD_BYTES`] or if it is not UTF-8.
-pub(crate) async fn read_text_field(mut field: Field<'_>) -> Result<String, ApiError> {
+pub(crate) async fn read_text_field(field: Field<'_>) -> Result<String, ApiError> {
     let name = field.name().unwrap_or_default().to_owned();
     let mut bytes = Vec::new();
+    read_capped(field, |chunk| bytes.extend_from_slice(chunk)).await?;
+    String::from_utf8(bytes).map_err(|_| {
+        ApiError::invalid_request(format!("The multipart field '{}' is not valid UTF-8.", excerpt(&name)))
+            .with_param(excerpt(&name))
+    })
+}
+
+/// Read and discard a field the route does not use (within the same limit as a text field).
+pub(crate) async fn skip_field(field: Field<'_>) -> Result<(), ApiError> {
+    read_capped(field, |_| {}).await
+}
+
+/// Hand each chunk of `field` to `keep`, refusing a field longer than [`MAX_TEXT_FIELD_BYTES`].
+async fn read_capped(mut field: Field<'_>, mut keep: impl FnMut(&[u8])) -> Result<(), ApiError> {
+    let name = field.name().unwrap_or_default().to_owned();
+    let mut read = 0;
     while let Some(chunk) = field.chunk().await.map_err(|e| multipart_error(&e))? {
-        if bytes.len() + chunk.len() > MAX_TEXT_FIELD_BYTES {
+        read += chunk.len();
+        if read > MAX_TEXT_FIELD_BYTES {
             return Err(ApiError::invalid_request(format!(
                 "The multipart field '{}' is too long: at most {MAX_TEXT_FIELD_BYTES} bytes.",
                 excerpt(&name)
@@ -33,12 +50,9 @@ pub(crate) async fn read_text_field(mut field: Field<'_>) -> Result<String, ApiE
             .with_param(excerpt(&name))
             .with_code("field_too_long"));
         }
-        bytes.extend_from_slice(&chunk);
+        keep(&chunk);
     }
-    String::from_utf8(bytes).map_err(|_| {
-        ApiError::invalid_request(format!("The multipart field '{}' is not valid UTF-8.", excerpt(&name)))
-            .with_param(excerpt(&name))
-    })
+    Ok(())
 }
 
 /// A request that is not `multipart/form-data` (or lacks a boundary): a 400 naming `param`.

@@ -3,7 +3,7 @@
 use super::error::ApiError;
 use super::extract::{ApiExtension, ApiPath};
 use super::json_body::JsonBody;
-use super::multipart_stream::{multipart_error, multipart_rejection, read_text_field, stream_field};
+use super::multipart_stream::{multipart_error, multipart_rejection, skip_field, stream_field};
 use super::AppState;
 use crate::auth::Principal;
 use crate::openai::files::{CompleteUploadRequest, CreateUploadRequest};
@@ -43,7 +43,7 @@ async fn add_part(
             return Ok(Json(part).into_response());
         }
         // Other fields are read (within the text field limit) and ignored.
-        read_text_field(field).await?;
+        skip_field(field).await?;
     }
     Err(ApiError::invalid_request("Missing required parameter: 'data'.").with_param("data"))
 }
