@@ -114,12 +114,10 @@ async fn lambda_batch_service() -> Result<Arc<BatchService>, String> {
 
 /// The inference function's router.
 pub async fn inference_router() -> Result<Router, String> {
-    Ok(with_request_public_url(crate::http::inference_router(
-        lambda_state().await?,
-    )))
+    Ok(crate::http::inference_router(lambda_state().await?))
 }
 
-/// The files function's router.
+/// The files function's router (the only one that builds absolute URLs: direct uploads).
 pub async fn files_router() -> Result<Router, String> {
     Ok(with_request_public_url(crate::http::files_router(
         lambda_state().await?,
@@ -128,9 +126,7 @@ pub async fn files_router() -> Result<Router, String> {
 
 /// The batches function's router.
 pub async fn batches_router() -> Result<Router, String> {
-    Ok(with_request_public_url(crate::http::batches_router(
-        lambda_state().await?,
-    )))
+    Ok(crate::http::batches_router(lambda_state().await?))
 }
 
 /// The SQS-triggered worker.

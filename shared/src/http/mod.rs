@@ -73,13 +73,15 @@ pub fn batches_router(state: AppState) -> Router {
     )
 }
 
-/// Every function's routes on one router: what the local server serves.
+/// Every function's routes on one router: what the local server serves. Its clients keep
+/// connections alive, so unread request bodies are drained to let them survive early rejections
+/// (in Lambda, API Gateway owns the connection and the body is already read).
 pub fn local_router(state: AppState) -> Router {
     let routes = inference_routes::routes()
         .merge(batch_routes::routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .merge(file_api_routes());
-    host_router(state, routes)
+    host_router(state, routes).layer(axum::middleware::from_fn(body_drain::drain_unread_body))
 }
 
 /// Streamed bodies: sizes are enforced while streaming, per purpose, not by a body limit.
@@ -101,15 +103,14 @@ fn host_router(state: AppState, routes: Router<AppState>) -> Router {
     with_common_layers(router)
 }
 
-/// Request ids, tracing, OpenAI-style 404/405 and an envelope for every error, `Host` checked,
-/// and unread request bodies drained so keep-alive connections survive early rejections.
+/// Request ids, tracing, OpenAI-style 404/405 and an envelope for every error, `Host` checked.
 pub fn with_common_layers(router: Router) -> Router {
     let router = router
         .fallback(middleware::unknown_route)
         .method_not_allowed_fallback(middleware::method_not_allowed)
         .layer(axum::middleware::from_fn(middleware::envelope_every_error))
         .layer(axum::middleware::from_fn(public_url::reject_unusual_host));
-    middleware::add_request_id_layers(router).layer(axum::middleware::from_fn(body_drain::drain_unread_body))
+    middleware::add_request_id_layers(router)
 }
 
 #[cfg(test)]
