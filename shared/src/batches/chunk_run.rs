@@ -135,10 +135,7 @@ impl BatchService {
         if !outcome.finished {
             self.release_chunk(batch_id, index, &token).await?;
         }
-        let all_done = outcome
-            .batch
-            .as_ref()
-            .is_some_and(|b| b.chunks > 0 && b.chunks_done >= b.chunks);
+        let all_done = outcome.batch.as_ref().is_some_and(StoredBatch::all_chunks_done);
         if all_done || signal.stop.load(Ordering::SeqCst) {
             self.finalize_quietly(batch_id).await;
             return Ok(JobResult::Done);

@@ -87,7 +87,7 @@ impl BatchService {
                 self.clean_up(&batch.body).await?;
                 return Ok(FinalizeStep::NotReady);
             }
-            let all_done = batch.body.chunks > 0 && batch.body.chunks_done >= batch.body.chunks;
+            let all_done = batch.body.all_chunks_done();
             let target = match status {
                 BatchStatus::Cancelling => BatchStatus::Cancelled,
                 BatchStatus::Finalizing => BatchStatus::Completed,

@@ -73,7 +73,7 @@ impl BatchService {
             .save_segment(run, &mut known, segment_number, segment, true)
             .await?;
         match saved {
-            Some(after) if after.chunks > 0 && after.chunks_done >= after.chunks => {
+            Some(after) if after.all_chunks_done() => {
                 self.finalize_quietly(&batch.batch.id).await;
             }
             Some(_) => {}

@@ -79,7 +79,7 @@ impl BatchService {
                 }
             }
             BatchStatus::InProgress => {
-                let all_done = batch.body.chunks > 0 && batch.body.chunks_done >= batch.body.chunks;
+                let all_done = batch.body.all_chunks_done();
                 if all_done || self.is_overdue(&batch.body) {
                     if self.try_finalize(batch_id).await? {
                         report.finalized += 1;

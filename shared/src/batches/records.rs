@@ -57,6 +57,11 @@ pub(crate) struct StoredBatch {
 }
 
 impl StoredBatch {
+    /// Every planned chunk has finished (its flag and these counters move in one write).
+    pub fn all_chunks_done(&self) -> bool {
+        self.chunks > 0 && self.chunks_done >= self.chunks
+    }
+
     /// Where this batch keeps its per-segment results.
     pub fn results_prefix(&self) -> String {
         format!("batches/{}/{}", self.project, self.batch.id)

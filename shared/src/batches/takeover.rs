@@ -65,14 +65,10 @@ impl BatchService {
         let batch = batch.body;
 
         let mut jobs = Vec::new();
-        let mut all_done = batch.chunks > 0;
         for record in list_all(self.state.as_ref(), CHUNK_KIND, batch_id).await? {
             let chunk: StoredChunk = decode(&record)?;
             if chunk.done {
                 continue;
-            }
-            if chunk.index < batch.chunks {
-                all_done = false;
             }
             let mut broke_lease = false;
             edit(
@@ -102,7 +98,7 @@ impl BatchService {
             BatchStatus::Validating => jobs.push(JobMessage::Validate {
                 batch_id: batch_id.to_owned(),
             }),
-            BatchStatus::InProgress if all_done || self.is_overdue(&batch) => jobs.push(finalize),
+            BatchStatus::InProgress if batch.all_chunks_done() || self.is_overdue(&batch) => jobs.push(finalize),
             BatchStatus::Cancelling | BatchStatus::Finalizing => jobs.push(finalize),
             _ => {}
         }

@@ -46,7 +46,7 @@ impl FileBlobStore {
                 .ok()
                 .and_then(|modified| now.duration_since(modified).ok())
                 .unwrap_or(Duration::ZERO);
-            if meta.is_file() && (older_than.is_zero() || age >= older_than) {
+            if meta.is_file() && age >= older_than {
                 match tokio::fs::remove_file(entry.path()).await {
                     Ok(()) => removed += 1,
                     Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
