@@ -46,10 +46,6 @@ impl ModelRequest {
         self.params.n.unwrap_or(1).max(1)
     }
 
-    pub fn wants_stream(&self) -> bool {
-        self.stream.is_some()
-    }
-
     pub fn wants_stream_usage(&self) -> bool {
         self.stream.is_some_and(|s| s.include_usage)
     }

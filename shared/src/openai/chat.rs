@@ -63,11 +63,6 @@ impl ChatCompletionRequest {
             .map(|max| u64::try_from(max).unwrap_or(0))
     }
 
-    /// How many choices the client asked for (validated to 1..=128).
-    pub fn choice_count(&self) -> u32 {
-        self.n.and_then(|n| u32::try_from(n).ok()).unwrap_or(1).max(1)
-    }
-
     pub fn wants_stream(&self) -> bool {
         self.stream.unwrap_or(false)
     }

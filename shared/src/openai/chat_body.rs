@@ -192,18 +192,9 @@ fn image_part(url: String, detail: &Option<String>) -> Value {
     json!({"type": "image_url", "image_url": image_url})
 }
 
+/// OpenAI's function object has the neutral tool's fields and spellings.
 fn tool_to_wire(tool: &ToolDefinition) -> Value {
-    let mut function = json!({"name": tool.name});
-    if let Some(description) = &tool.description {
-        function["description"] = json!(description);
-    }
-    if let Some(parameters) = &tool.parameters {
-        function["parameters"] = parameters.clone();
-    }
-    if let Some(strict) = tool.strict {
-        function["strict"] = json!(strict);
-    }
-    json!({"type": "function", "function": function})
+    json!({"type": "function", "function": tool})
 }
 
 fn tool_choice_to_wire(choice: &ToolChoice) -> Value {

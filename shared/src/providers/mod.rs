@@ -65,6 +65,13 @@ pub enum ChoiceSupport {
     OnePerCall,
 }
 
+impl ChoiceSupport {
+    /// Whether `n` choices take `n` calls of a provider with this support.
+    pub fn needs_one_call_per_choice(self, n: u32) -> bool {
+        n > 1 && self == Self::OnePerCall
+    }
+}
+
 /// One configured provider of one model and the capabilities it has.
 #[derive(Clone)]
 pub struct ProviderHandle {

@@ -119,7 +119,7 @@ impl ModelRouter {
         let n = request.choice_count();
         self.with_fallback(model, "chat completions", |provider| {
             if let Some(streaming) = provider.chat_stream.clone() {
-                if n > 1 && provider.choices == ChoiceSupport::OnePerCall {
+                if provider.choices.needs_one_call_per_choice(n) {
                     return Some(choices::stream_n_times(streaming, request, ctx, n).boxed());
                 }
                 return Some(async move { streaming.chat_stream(request, ctx).await }.boxed());
@@ -197,7 +197,7 @@ fn complete<'a>(
     ctx: CallContext<'a>,
 ) -> BoxFuture<'a, Result<ModelResponse, ProviderError>> {
     let n = request.choice_count();
-    if n > 1 && support == ChoiceSupport::OnePerCall {
+    if support.needs_one_call_per_choice(n) {
         return choices::chat_n_times(chat, request, ctx, n).boxed();
     }
     async move { chat.chat(request, ctx).await }.boxed()

@@ -157,9 +157,6 @@ impl OpenAiProvider {
             body.insert("stream".into(), Value::Bool(true));
             // Always ask for usage; the gateway drops the usage chunk if the client did not ask.
             body.insert("stream_options".into(), json!({"include_usage": true}));
-        } else {
-            body.remove("stream");
-            body.remove("stream_options");
         }
         let mut body = Value::Object(body);
         apply_extra_body(&mut body, &request.extra_body).map_err(|e| ProviderError::Misconfigured(e.to_string()))?;

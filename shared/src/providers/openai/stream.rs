@@ -57,5 +57,6 @@ pub(super) fn parse_chunk(data: &str) -> Result<ModelChunk, ProviderError> {
     }
     let chunk: ChatCompletionChunk =
         serde_json::from_value(value).map_err(|e| ProviderError::InvalidResponse(format!("stream chunk: {e}")))?;
-    Ok(chunk_to_model(chunk, Some(data.to_owned())))
+    // The raw chunk is not kept: nothing reads it, and copying every chunk costs on the hot path.
+    Ok(chunk_to_model(chunk, None))
 }
