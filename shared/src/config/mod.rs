@@ -73,8 +73,6 @@ pub enum ConfigError {
     #[error("invalid config: {0}")]
     Parse(String),
     #[error("invalid config at `{key}`: {message}")]
-    Syntax { key: String, message: String },
-    #[error("invalid config at `{key}`: {message}")]
     Invalid { key: String, message: String },
 }
 
@@ -97,7 +95,7 @@ impl Config {
             if key.is_empty() || key == "." {
                 ConfigError::Parse(message)
             } else {
-                ConfigError::Syntax { key, message }
+                ConfigError::invalid(key, message)
             }
         })?;
         config.validate()?;
