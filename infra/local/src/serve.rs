@@ -149,10 +149,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Err(err) = tikv_jemalloc_ctl::background_thread::write(true) {
         tracing::warn!(error = %err, "could not start the allocator's background thread");
     }
-    let config = load_local_config(&args.config)
+    let loaded = load_local_config(&args.config)
         .await
-        .with_context(|| format!("loading {}", args.config.display()))?
-        .config;
+        .with_context(|| format!("loading {}", args.config.display()))?;
+    let config = &loaded.config;
     // Held until the process ends: no other server (no other worker) uses this directory.
     let lock = DataDirLock::acquire(&args.data_dir)?;
     let adapters =
@@ -178,7 +178,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         AuthMode::Required
     };
     let state = app_state(
-        &config,
+        &loaded,
         &adapters,
         AuthSettings {
             mode,
@@ -188,7 +188,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             inline_content_limit: u64::MAX,
             public_url: Some(public_url),
         },
-        local_batch_settings(&config, args.allow_short_completion_windows),
+        local_batch_settings(config, args.allow_short_completion_windows),
     )
     .map_err(anyhow::Error::msg)?;
     let keys_exist = adapters.api_keys().any_active().await?;

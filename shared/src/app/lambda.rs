@@ -6,7 +6,7 @@ use super::{app_state, batch_service, inference_service, Adapters, AuthSettings}
 use crate::adapters::aws::load_sdk_config;
 use crate::auth::AuthMode;
 use crate::batches::{BatchService, BatchSettings, BatchWorker, Poller};
-use crate::config::Config;
+use crate::config::{Config, LoadedConfig};
 use crate::http::{AppState, HttpSettings, PublicBaseUrl};
 use axum::extract::Request;
 use axum::middleware::Next;
@@ -44,9 +44,9 @@ fn lambda_batch_settings(config: &Config) -> BatchSettings {
     }
 }
 
-async fn lambda_stack() -> Result<(Config, Adapters), String> {
+async fn lambda_stack() -> Result<(LoadedConfig, Adapters), String> {
     let sdk_config = load_sdk_config().await;
-    let config = ConfigSource::from_env()?.load(&sdk_config).await?.config;
+    let config = ConfigSource::from_env()?.load(&sdk_config).await?;
     let adapters = super::aws::adapters(&sdk_config).await?;
     Ok((config, adapters))
 }
@@ -90,9 +90,10 @@ fn with_request_public_url(router: Router) -> Router {
 }
 
 async fn lambda_state() -> Result<AppState, String> {
-    let (config, adapters) = lambda_stack().await?;
+    let (loaded, adapters) = lambda_stack().await?;
+    let config = &loaded.config;
     app_state(
-        &config,
+        &loaded,
         &adapters,
         AuthSettings {
             mode: AuthMode::Required,
@@ -102,14 +103,18 @@ async fn lambda_state() -> Result<AppState, String> {
             inline_content_limit: LAMBDA_INLINE_CONTENT_LIMIT,
             public_url: public_url_from_env()?,
         },
-        lambda_batch_settings(&config),
+        lambda_batch_settings(config),
     )
 }
 
 async fn lambda_batch_service() -> Result<Arc<BatchService>, String> {
-    let (config, adapters) = lambda_stack().await?;
-    let inference = inference_service(&config, &adapters)?;
-    Ok(batch_service(&adapters, inference, lambda_batch_settings(&config)))
+    let (loaded, adapters) = lambda_stack().await?;
+    let inference = inference_service(&loaded.config, &adapters)?;
+    Ok(batch_service(
+        &adapters,
+        inference,
+        lambda_batch_settings(&loaded.config),
+    ))
 }
 
 /// The inference function's router.

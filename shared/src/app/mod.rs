@@ -9,8 +9,9 @@ pub mod lambda;
 
 use crate::auth::{ApiKeyService, AuthMode, Authenticator};
 use crate::batches::{BatchDeps, BatchService, BatchSettings};
-use crate::config::Config;
+use crate::config::{Config, LoadedConfig};
 use crate::files::FilesService;
+use crate::functions::inference::FunctionService;
 use crate::http::{AppState, HttpSettings};
 use crate::inference::InferenceService;
 use crate::ports::{BlobStore, Clock, IdSource, JobQueue, StateStore, SystemClock, UuidV7Ids};
@@ -92,16 +93,32 @@ pub fn inference_service(config: &Config, adapters: &Adapters) -> Result<Arc<Inf
     )))
 }
 
+/// The function layer (`/inference`) over the inference layer.
+pub fn function_service(
+    loaded: &LoadedConfig,
+    adapters: &Adapters,
+    inference: Arc<InferenceService>,
+) -> Arc<FunctionService> {
+    Arc::new(FunctionService::new(
+        Arc::clone(&loaded.functions),
+        inference,
+        Arc::clone(&adapters.clock),
+        Arc::clone(&adapters.ids),
+    ))
+}
+
 /// Build the handler state from a validated configuration and adapters.
 pub fn app_state(
-    config: &Config,
+    loaded: &LoadedConfig,
     adapters: &Adapters,
     auth: AuthSettings,
     http: HttpSettings,
     batches: BatchSettings,
 ) -> Result<AppState, String> {
+    let config = &loaded.config;
     let inference = inference_service(config, adapters)?;
     Ok(AppState {
+        functions: function_service(loaded, adapters, Arc::clone(&inference)),
         batches: batch_service(adapters, Arc::clone(&inference), batches),
         inference,
         files: Arc::new(adapters.files()),

@@ -4,7 +4,7 @@
 
 /// `none`, `auto`, `required` or `{ specific = "tool" }`: the model request's own type.
 pub use crate::model::ToolChoice;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// One function: what the caller sends (schemas), what it returns (chat or json) and the
@@ -117,7 +117,7 @@ pub struct ChatCompletionConfig {
     pub timeouts: Option<VariantTimeouts>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum JsonMode {
     Off,

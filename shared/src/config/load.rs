@@ -16,6 +16,14 @@ pub struct LoadedConfig {
     pub functions: Arc<FunctionSet>,
 }
 
+impl LoadedConfig {
+    /// A configuration that references no files (its functions, if any, use none).
+    pub fn without_files(config: Config) -> Result<Self, ConfigError> {
+        let functions = Arc::new(FunctionSet::compile(&config, &std::collections::BTreeMap::new())?);
+        Ok(Self { config, functions })
+    }
+}
+
 /// Read `toml_name` from `files`, then every file it references (relative to the same
 /// directory), and compile the functions.
 pub async fn load_config(files: &dyn ConfigFiles, toml_name: &str) -> Result<LoadedConfig, ConfigError> {

@@ -2,6 +2,7 @@
 //! and variants, tools, templates, and the variant sampler. Built once at start-up by
 //! [`crate::config::load_config`]; the `/inference` endpoint reads it.
 
+pub mod inference;
 mod sampler;
 mod schemas;
 mod templates;
@@ -14,6 +15,7 @@ use crate::config::functions::{ChatCompletionConfig, FunctionConfig, FunctionKin
 use crate::config::{normalise_config_path, Config, ConfigError, ToolConfig};
 use crate::user_text::excerpt;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use uuid::Uuid;
 
 /// Every function and tool of a configuration, compiled.
@@ -30,7 +32,7 @@ pub struct Function {
     pub name: String,
     pub config: FunctionConfig,
     schemas: BTreeMap<String, CompiledSchema>,
-    output_schema: Option<CompiledSchema>,
+    output_schema: Option<Arc<CompiledSchema>>,
     variants: BTreeMap<String, Variant>,
     policy: VariantPolicy,
 }
@@ -50,7 +52,7 @@ pub struct Variant {
 pub struct Tool {
     pub name: String,
     pub config: ToolConfig,
-    pub parameters: CompiledSchema,
+    pub parameters: Arc<CompiledSchema>,
 }
 
 /// Lookups a request can fail (mapped to 404 by the endpoint).
@@ -91,7 +93,7 @@ impl FunctionSet {
             let tool = Tool {
                 name: name.clone(),
                 config: tool.clone(),
-                parameters,
+                parameters: Arc::new(parameters),
             };
             set.tools.insert(name.clone(), tool);
         }
@@ -114,11 +116,11 @@ impl FunctionSet {
             schemas.insert(schema, files.schema(&format!("{key}.{suffix}"), path)?);
         }
         let output_schema = match (config.kind, &config.output_schema) {
-            (FunctionKind::Json, Some(path)) => Some(files.schema(&format!("{key}.output_schema"), path)?),
-            (FunctionKind::Json, None) => Some(
+            (FunctionKind::Json, Some(path)) => Some(Arc::new(files.schema(&format!("{key}.output_schema"), path)?)),
+            (FunctionKind::Json, None) => Some(Arc::new(
                 CompiledSchema::compile(serde_json::json!({}))
                     .map_err(|e| ConfigError::invalid(format!("{key}.output_schema"), e.to_string()))?,
-            ),
+            )),
             (FunctionKind::Chat, _) => None,
         };
         let mut variants = BTreeMap::new();
@@ -214,7 +216,7 @@ impl Function {
     }
 
     /// json functions: the output schema (`{}` when none is configured).
-    pub fn output_schema(&self) -> Option<&CompiledSchema> {
+    pub fn output_schema(&self) -> Option<&Arc<CompiledSchema>> {
         self.output_schema.as_ref()
     }
 }

@@ -17,7 +17,7 @@ const PUBLIC_URL: &str = "http://gateway.test:3000";
 fn local(dir: &std::path::Path) -> Router {
     let config = Config::from_toml(CONFIG).unwrap();
     let state = app_state(
-        &config,
+        &crate::config::LoadedConfig::without_files(config.clone()).unwrap(),
         &adapters(dir),
         AuthSettings {
             mode: AuthMode::OpenWhenNoKeys,

@@ -13,6 +13,8 @@ mod middleware;
 mod multipart_stream;
 pub mod public_url;
 pub mod sse;
+pub mod tensorzero_error;
+mod tensorzero_routes;
 mod upload_routes;
 
 pub use error::ApiError;
@@ -21,6 +23,7 @@ pub use public_url::PublicBaseUrl;
 use crate::auth::Authenticator;
 use crate::batches::BatchService;
 use crate::files::FilesService;
+use crate::functions::inference::FunctionService;
 use crate::inference::InferenceService;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
@@ -31,6 +34,7 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct AppState {
     pub inference: Arc<InferenceService>,
+    pub functions: Arc<FunctionService>,
     pub files: Arc<FilesService>,
     pub batches: Arc<BatchService>,
     pub auth: Arc<Authenticator>,
@@ -52,12 +56,15 @@ pub struct HttpSettings {
 /// Largest JSON body accepted (API Gateway's own limit is 10 MB).
 pub const MAX_JSON_BODY_BYTES: usize = 10 * 1024 * 1024;
 
-/// The inference function's routes: chat completions, embeddings, models, health.
+/// The inference function's routes: chat completions, embeddings, models, `/inference`, health.
 pub fn inference_router(state: AppState) -> Router {
-    host_router(
-        state,
-        inference_routes::routes().layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES)),
-    )
+    host_router(state, inference_function_routes())
+}
+
+fn inference_function_routes() -> Router<AppState> {
+    inference_routes::routes()
+        .merge(tensorzero_routes::routes())
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
 }
 
 /// The files function's routes: `/v1/files`, `/v1/uploads`, `/v1/direct_uploads`, health.
@@ -77,9 +84,8 @@ pub fn batches_router(state: AppState) -> Router {
 /// connections alive, so unread request bodies are drained to let them survive early rejections
 /// (in Lambda, API Gateway owns the connection and the body is already read).
 pub fn local_router(state: AppState) -> Router {
-    let routes = inference_routes::routes()
-        .merge(batch_routes::routes())
-        .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
+    let routes = inference_function_routes()
+        .merge(batch_routes::routes().layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES)))
         .merge(file_api_routes());
     host_router(state, routes).layer(axum::middleware::from_fn(body_drain::drain_unread_body))
 }

@@ -1,4 +1,4 @@
-//! Server-sent events framing for streamed chat completions.
+//! Server-sent events framing for streamed answers (chat completions, `/inference`).
 
 use super::error::ApiError;
 use crate::inference::ClientChunkStream;
@@ -6,7 +6,9 @@ use axum::body::Body;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
+use serde::Serialize;
 
 /// One `data:` event.
 pub fn frame(data: &str) -> Bytes {
@@ -17,30 +19,52 @@ pub fn frame(data: &str) -> Bytes {
 pub const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// Frame chunks as SSE: each chunk a `data:` event, then `data: [DONE]`. An error becomes a
-/// `data: {"error": …}` event and ends the stream (no `[DONE]`, so clients see it failed).
+/// `data: {"error": …}` event (OpenAI's envelope) and ends the stream (no `[DONE]`, so clients
+/// see it failed).
 pub fn sse_frames(chunks: ClientChunkStream) -> impl Stream<Item = Bytes> + Send + 'static {
-    futures::stream::unfold((chunks, false), |(mut chunks, finished)| async move {
-        if finished {
-            return None;
-        }
-        match chunks.next().await {
-            Some(Ok(chunk)) => {
-                let json = serde_json::to_string(&chunk).unwrap_or_else(|_| "{}".to_owned());
-                Some((frame(&json), (chunks, false)))
+    sse_frames_with(chunks, |err| ApiError::from(err).envelope().to_string())
+}
+
+/// [`sse_frames`] for any serializable chunk, with the API surface's own error event.
+pub fn sse_frames_with<T, E, F>(
+    chunks: BoxStream<'static, Result<T, E>>,
+    error_event: F,
+) -> impl Stream<Item = Bytes> + Send + 'static
+where
+    T: Serialize + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+    F: Fn(E) -> String + Send + Sync + 'static,
+{
+    let error_event = std::sync::Arc::new(error_event);
+    futures::stream::unfold((chunks, false), move |(mut chunks, finished)| {
+        let error_event = std::sync::Arc::clone(&error_event);
+        async move {
+            if finished {
+                return None;
             }
-            Some(Err(err)) => {
-                tracing::warn!(error = %err, "stream failed mid-way");
-                let envelope = ApiError::from(err).envelope().to_string();
-                Some((frame(&envelope), (chunks, true)))
+            match chunks.next().await {
+                Some(Ok(chunk)) => {
+                    let json = serde_json::to_string(&chunk).unwrap_or_else(|_| "{}".to_owned());
+                    Some((frame(&json), (chunks, false)))
+                }
+                Some(Err(err)) => {
+                    tracing::warn!(error = %err, "stream failed mid-way");
+                    Some((frame(&error_event(err)), (chunks, true)))
+                }
+                None => Some((Bytes::from_static(DONE), (chunks, true))),
             }
-            None => Some((Bytes::from_static(DONE), (chunks, true))),
         }
     })
 }
 
 /// The HTTP response carrying the stream.
 pub fn sse_response(chunks: ClientChunkStream) -> Response {
-    let body = Body::from_stream(sse_frames(chunks).map(Ok::<_, std::convert::Infallible>));
+    sse_body_response(sse_frames(chunks))
+}
+
+/// An SSE response with `frames` as its body.
+pub fn sse_body_response(frames: impl Stream<Item = Bytes> + Send + 'static) -> Response {
+    let body = Body::from_stream(frames.map(Ok::<_, std::convert::Infallible>));
     (
         [
             (header::CONTENT_TYPE, "text/event-stream"),

@@ -43,7 +43,7 @@ pub(super) fn adapters(dir: &std::path::Path) -> Adapters {
 fn router_with(adapters: &Adapters, mode: AuthMode) -> Router {
     let config = Config::from_toml(CONFIG).unwrap();
     let state = app_state(
-        &config,
+        &crate::config::LoadedConfig::without_files(config.clone()).unwrap(),
         adapters,
         AuthSettings {
             mode,

@@ -3,11 +3,13 @@
 //! [`ModelRequest`]; every provider translates out of it into its own wire format, and back into a
 //! [`ModelResponse`] or [`ModelChunk`]s. No provider sees another API's wire types.
 
+mod accumulate;
 mod content;
 mod extra;
 mod request;
 mod response;
 
+pub use accumulate::ChunkAccumulator;
 pub use content::{ContentBlock, FileData, Message, Role};
 pub use extra::{apply_extra_body, ExtraBodyEntry, ExtraBodyError, ExtraEdit, ExtraHeaderEntry};
 pub use request::{

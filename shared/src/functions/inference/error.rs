@@ -1,0 +1,95 @@
+//! Why a function inference produced no answer. The TensorZero surface maps each kind to its
+//! status in one place (`http::tensorzero_error`).
+
+use crate::providers::router::RoutingError;
+use crate::user_text::excerpt;
+
+/// One variant's failure, as reported in [`FunctionError::AllVariantsFailed`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct VariantFailure {
+    pub variant: String,
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+/// What kind of failure a variant had: it decides the status when every variant failed alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The request cannot work on this variant (a missing dynamic credential, a bad
+    /// `extra_body` edit): the client's to fix.
+    Client,
+    /// The variant's timeout passed.
+    Timeout,
+    /// The model's providers failed.
+    Provider,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FunctionError {
+    /// Bad input: a 400 naming the problem.
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("Unknown function: {}", excerpt(.0))]
+    UnknownFunction(String),
+    #[error("Unknown variant: {} (function {})", excerpt(.variant), excerpt(.function))]
+    UnknownVariant { function: String, variant: String },
+    #[error("Model not found: {}", excerpt(.0))]
+    UnknownModel(String),
+    /// Every variant tried failed.
+    #[error("All variants failed with errors: {}", describe(.0))]
+    AllVariantsFailed(Vec<VariantFailure>),
+    /// A started stream broke off.
+    #[error("{0}")]
+    StreamInterrupted(String),
+    /// Storage behind the cache or records failed where the answer depends on it.
+    #[error("storage failed: {0}")]
+    Storage(String),
+}
+
+fn describe(failures: &[VariantFailure]) -> String {
+    failures
+        .iter()
+        .map(|f| format!("{}: {}", f.variant, f.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl FunctionError {
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::InvalidRequest(message.into())
+    }
+
+    /// Every variant failed for the client's reason, or every one timed out.
+    pub fn uniform_failure(&self) -> Option<FailureKind> {
+        let Self::AllVariantsFailed(failures) = self else {
+            return None;
+        };
+        let first = failures.first()?.kind;
+        failures.iter().all(|f| f.kind == first).then_some(first)
+    }
+}
+
+impl From<&RoutingError> for FailureKind {
+    fn from(error: &RoutingError) -> Self {
+        use crate::providers::ProviderError;
+        match error {
+            RoutingError::AllFailed { failures, .. }
+                if !failures.is_empty()
+                    && failures
+                        .iter()
+                        .all(|f| matches!(f.error, ProviderError::MissingCredential(_))) =>
+            {
+                Self::Client
+            }
+            RoutingError::AllFailed { failures, .. }
+                if !failures.is_empty()
+                    && failures
+                        .iter()
+                        .all(|f| matches!(f.error, ProviderError::Timeout { .. })) =>
+            {
+                Self::Timeout
+            }
+            _ => Self::Provider,
+        }
+    }
+}

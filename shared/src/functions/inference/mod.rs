@@ -1,0 +1,24 @@
+//! TensorZero-style `/inference`: the request, its checks, variant choice with fallback,
+//! templates, tools, json mode, and the function's output (whole or streamed).
+
+mod episode;
+mod error;
+pub mod input;
+mod output;
+mod prepare;
+mod reply;
+mod request;
+mod service;
+mod stream;
+mod validate;
+
+pub use episode::{parse_episode_id, EpisodeIdError};
+pub use error::{FailureKind, FunctionError, VariantFailure};
+pub use input::FunctionInput;
+pub use output::{FunctionOutput, JsonOutput, OutputBlock};
+pub use prepare::{DEFAULT_FUNCTION, JSON_TOOL_NAME};
+pub use reply::{InferenceReply, RawEntry};
+pub use request::{CacheMode, CacheOptions, ChatCompletionParams, InferenceRequest};
+pub use service::{FunctionService, InferenceResult, InferenceStream, ModelCall};
+pub use stream::{ChunkBody, ContentChunk, InferenceChunk, UsageReport};
+pub use validate::{EditScope, Includes, InferenceCall, InferenceTarget, ScopedEdit};

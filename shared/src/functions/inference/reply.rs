@@ -1,0 +1,76 @@
+//! The reply to a (non-streamed) inference, exactly in TensorZero's shape: `content` for chat
+//! functions, `output` for json functions. `/batch_inference` returns the same objects.
+
+use super::output::{FunctionOutput, JsonOutput, OutputBlock};
+use super::service::InferenceResult;
+use super::stream::UsageReport;
+use super::validate::Includes;
+use crate::model::FinishReason;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// One model call's raw data, for `include_raw_response` / `include_raw_usage`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RawEntry {
+    pub model_inference_id: Uuid,
+    pub provider_type: String,
+    pub api_type: String,
+    pub data: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InferenceReply {
+    pub inference_id: Uuid,
+    pub episode_id: Uuid,
+    pub variant_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<OutputBlock>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<JsonOutput>,
+    pub usage: UsageReport,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_response: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_response: Option<Vec<RawEntry>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_usage: Option<Vec<RawEntry>>,
+}
+
+impl InferenceReply {
+    pub fn new(result: &InferenceResult, includes: Includes) -> Self {
+        let (content, output) = match &result.output {
+            FunctionOutput::Chat(blocks) => (Some(blocks.clone()), None),
+            FunctionOutput::Json(output) => (None, Some(output.clone())),
+        };
+        let call = &result.model_call;
+        let raw_text = call.response.raw_response.clone();
+        let entry = |data: Value| RawEntry {
+            model_inference_id: call.id,
+            provider_type: call.provider.clone(),
+            api_type: "chat_completions".to_owned(),
+            data,
+        };
+        let raw_response = (includes.raw_response && !call.cached)
+            .then(|| vec![entry(Value::String(raw_text.clone().unwrap_or_default()))]);
+        let raw_usage = (includes.raw_usage && !call.cached).then(|| {
+            vec![entry(
+                serde_json::to_value(UsageReport::from(&call.response.usage)).unwrap_or(Value::Null),
+            )]
+        });
+        Self {
+            inference_id: result.inference_id,
+            episode_id: result.episode_id,
+            variant_name: result.variant_name.clone(),
+            content,
+            output,
+            usage: UsageReport::from(&result.usage),
+            finish_reason: result.finish_reason,
+            original_response: if includes.original_response { raw_text } else { None },
+            raw_response,
+            raw_usage,
+        }
+    }
+}

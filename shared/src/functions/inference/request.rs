@@ -1,0 +1,196 @@
+//! `POST /inference`'s body, in TensorZero's shape. The TensorZero client sends every key (most
+//! as null or a default), so every key it knows is accepted here; an unknown key is refused, and a
+//! key set to something Nimbus does not do is refused by [`InferenceRequest::check_supported`].
+
+use super::input::FunctionInput;
+use crate::config::functions::JsonMode;
+use crate::model::ToolChoice;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferenceRequest {
+    #[serde(default)]
+    pub function_name: Option<String>,
+    #[serde(default)]
+    pub model_name: Option<String>,
+    #[serde(default)]
+    pub episode_id: Option<String>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub input: FunctionInput,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub params: Option<InferenceParams>,
+    #[serde(default)]
+    pub variant_name: Option<String>,
+    #[serde(default)]
+    pub dryrun: Option<bool>,
+    #[serde(default)]
+    pub internal: Option<bool>,
+    #[serde(default)]
+    pub tags: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub additional_tools: Option<Vec<AdditionalTool>>,
+    #[serde(default)]
+    pub allowed_tools: Option<Vec<String>>,
+    #[serde(default)]
+    pub tool_choice: Option<ToolChoice>,
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    pub provider_tools: Option<Vec<Value>>,
+    #[serde(default)]
+    pub output_schema: Option<Value>,
+    #[serde(default)]
+    pub credentials: Option<HashMap<String, String>>,
+    #[serde(default)]
+    pub cache_options: Option<CacheOptions>,
+    #[serde(default)]
+    pub include_original_response: Option<bool>,
+    #[serde(default)]
+    pub include_raw_response: Option<bool>,
+    #[serde(default)]
+    pub include_raw_usage: Option<bool>,
+    #[serde(default)]
+    pub include_aggregated_response: Option<bool>,
+    #[serde(default)]
+    pub extra_body: Option<Vec<InferenceExtraBody>>,
+    #[serde(default)]
+    pub extra_headers: Option<Vec<InferenceExtraHeader>>,
+    #[serde(default)]
+    pub internal_dynamic_variant_config: Option<Value>,
+}
+
+/// `params`: inference-time parameters per variant type.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferenceParams {
+    #[serde(default)]
+    pub chat_completion: ChatCompletionParams,
+}
+
+/// `params.chat_completion`: these beat the variant's configuration.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatCompletionParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_mode: Option<JsonMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequences: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_tier: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_budget_tokens: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verbosity: Option<String>,
+}
+
+/// A tool defined with the request (`parameters` is the schema itself).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdditionalTool {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub parameters: Value,
+    #[serde(default)]
+    pub strict: Option<bool>,
+    /// The client adds `"type": "function"`.
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+}
+
+/// `cache_options`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheOptions {
+    #[serde(default)]
+    pub enabled: Option<CacheMode>,
+    #[serde(default)]
+    pub max_age_s: Option<u64>,
+}
+
+/// Whether the model cache is read and written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheMode {
+    On,
+    Off,
+    ReadOnly,
+    WriteOnly,
+}
+
+impl CacheMode {
+    pub fn reads(self) -> bool {
+        matches!(self, Self::On | Self::ReadOnly)
+    }
+
+    pub fn writes(self) -> bool {
+        matches!(self, Self::On | Self::WriteOnly)
+    }
+
+    /// A dryrun never writes: `on` becomes `read_only`, `write_only` becomes `off`.
+    pub fn for_dryrun(self) -> Self {
+        match self {
+            Self::On | Self::ReadOnly => Self::ReadOnly,
+            Self::Off | Self::WriteOnly => Self::Off,
+        }
+    }
+}
+
+/// One `extra_body` entry: where it applies (a variant, a model and maybe one of its providers,
+/// or always) and the edit (`value`, or `delete: true`) at `pointer`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferenceExtraBody {
+    #[serde(default)]
+    pub variant_name: Option<String>,
+    #[serde(default)]
+    pub model_name: Option<String>,
+    #[serde(default)]
+    pub provider_name: Option<String>,
+    #[serde(default)]
+    pub model_provider_name: Option<String>,
+    pub pointer: String,
+    #[serde(default)]
+    pub value: Option<Value>,
+    #[serde(default)]
+    pub delete: Option<bool>,
+}
+
+/// One `extra_headers` entry: like [`InferenceExtraBody`] with a header `name`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferenceExtraHeader {
+    #[serde(default)]
+    pub variant_name: Option<String>,
+    #[serde(default)]
+    pub model_name: Option<String>,
+    #[serde(default)]
+    pub provider_name: Option<String>,
+    #[serde(default)]
+    pub model_provider_name: Option<String>,
+    pub name: String,
+    #[serde(default)]
+    pub value: Option<Value>,
+    #[serde(default)]
+    pub delete: Option<bool>,
+}

@@ -1,0 +1,486 @@
+//! The function layer's business logic: pick a variant (deterministic per episode, pinned, or
+//! the next after a failure), prepare its model request, call it with the variant's retries and
+//! timeouts, and turn the answer into the function's output. Mints the inference id.
+
+use super::error::{FailureKind, FunctionError, VariantFailure};
+use super::output::{function_output, FunctionOutput};
+use super::prepare::{prepare, PreparedCall, VariantPlan, DEFAULT_FUNCTION};
+use super::stream::{ChunkTranslator, InferenceChunk};
+use super::validate::{InferenceCall, InferenceTarget};
+use crate::config::functions::{ChatCompletionConfig, FunctionKind};
+use crate::functions::{Function, FunctionSet};
+use crate::inference::{InferenceError, InferenceService};
+use crate::model::{ChunkAccumulator, FinishReason, ModelChunk, ModelResponse, ModelUsage};
+use crate::ports::{Clock, IdSource};
+use crate::providers::router::RoutingError;
+use crate::providers::{ChunkStream, ProviderError};
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// First wait between attempts of one variant; doubled per retry up to `max_delay_s`.
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
+
+/// One model call that produced the answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCall {
+    pub id: Uuid,
+    pub model: String,
+    pub provider: String,
+    pub response: ModelResponse,
+    pub latency: Duration,
+    pub ttft: Option<Duration>,
+    /// Served from the model cache.
+    pub cached: bool,
+}
+
+/// A finished (non-streamed) function inference.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferenceResult {
+    pub inference_id: Uuid,
+    pub episode_id: Uuid,
+    pub function_name: String,
+    pub variant_name: String,
+    pub kind: FunctionKind,
+    pub output: FunctionOutput,
+    /// Zero for a cached answer.
+    pub usage: ModelUsage,
+    pub finish_reason: Option<FinishReason>,
+    pub model_call: ModelCall,
+    pub processing_time: Duration,
+}
+
+/// A streamed function inference that has started.
+pub struct InferenceStream {
+    pub inference_id: Uuid,
+    pub episode_id: Uuid,
+    pub variant_name: String,
+    /// Function chunks; an `Err` item ends the stream.
+    pub chunks: BoxStream<'static, Result<InferenceChunk, FunctionError>>,
+}
+
+pub struct FunctionService {
+    functions: Arc<FunctionSet>,
+    inference: Arc<InferenceService>,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdSource>,
+}
+
+/// What `call` runs: a configured function or the passthrough for a model.
+#[derive(Clone, Copy)]
+enum Resolved<'a> {
+    Function(&'a Function),
+    Model(&'a str),
+}
+
+impl Resolved<'_> {
+    fn name(&self) -> &str {
+        match self {
+            Self::Function(f) => &f.name,
+            Self::Model(_) => DEFAULT_FUNCTION,
+        }
+    }
+}
+
+impl FunctionService {
+    pub fn new(
+        functions: Arc<FunctionSet>,
+        inference: Arc<InferenceService>,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdSource>,
+    ) -> Self {
+        Self {
+            functions,
+            inference,
+            clock,
+            ids,
+        }
+    }
+
+    pub fn functions(&self) -> &FunctionSet {
+        &self.functions
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_unix_ms()
+    }
+
+    pub fn new_id(&self) -> Uuid {
+        self.ids.new_uuid()
+    }
+
+    fn resolve<'a>(&'a self, call: &'a InferenceCall) -> Result<Resolved<'a>, FunctionError> {
+        match &call.target {
+            InferenceTarget::Function(name) => {
+                let function = self
+                    .functions
+                    .function(name)
+                    .map_err(|_| FunctionError::UnknownFunction(name.clone()))?;
+                if let Some(variant) = &call.variant_name {
+                    function.variant(variant).map_err(|_| FunctionError::UnknownVariant {
+                        function: name.clone(),
+                        variant: variant.clone(),
+                    })?;
+                }
+                for edit in call.extra_body.iter().chain(&call.extra_headers) {
+                    if let super::validate::EditScope::Variant(variant) = &edit.scope {
+                        if function.variant(variant).is_err() {
+                            return Err(FunctionError::invalid(format!(
+                                "`extra_body`/`extra_headers` name variant `{}`, which function `{}` does not have",
+                                crate::user_text::excerpt(variant),
+                                crate::user_text::excerpt(name)
+                            )));
+                        }
+                    }
+                }
+                Ok(Resolved::Function(function))
+            }
+            InferenceTarget::Model(model) => Ok(Resolved::Model(model)),
+        }
+    }
+
+    /// The next variant to try, or `None` when none is left.
+    fn next_plan<'a>(
+        &'a self,
+        target: Resolved<'a>,
+        call: &'a InferenceCall,
+        failed: &BTreeSet<String>,
+    ) -> Option<VariantPlan<'a>> {
+        match target {
+            Resolved::Model(model) => (!failed.contains(model)).then_some(VariantPlan {
+                function_name: DEFAULT_FUNCTION,
+                variant_name: model,
+                kind: FunctionKind::Chat,
+                model,
+                config: None,
+                function: None,
+            }),
+            Resolved::Function(function) => {
+                let variant = match &call.variant_name {
+                    Some(pinned) if failed.contains(pinned) => return None,
+                    Some(pinned) => function.variant(pinned).ok()?,
+                    None => function.choose_variant(call.episode_id, failed)?,
+                };
+                Some(VariantPlan {
+                    function_name: &function.name,
+                    variant_name: &variant.name,
+                    kind: function.config.kind,
+                    model: &variant.config.model,
+                    config: Some(&variant.config),
+                    function: Some(function),
+                })
+            }
+        }
+    }
+
+    /// A complete answer.
+    pub async fn infer(&self, call: &InferenceCall) -> Result<InferenceResult, FunctionError> {
+        let started = Instant::now();
+        let target = self.resolve(call)?;
+        let inference_id = self.ids.new_uuid();
+        let mut failed = BTreeSet::new();
+        let mut failures = Vec::new();
+        while let Some(plan) = self.next_plan(target, call, &failed) {
+            let prepared = prepare(&self.functions, plan, call)?;
+            match self.call_with_retries(plan.config, &prepared, call).await {
+                Ok(model_call) => {
+                    let choice = model_call.response.choices.first();
+                    let output = function_output(plan.kind, choice, &prepared.rules);
+                    let usage = if model_call.cached {
+                        ModelUsage::default()
+                    } else {
+                        model_call.response.usage.clone()
+                    };
+                    return Ok(InferenceResult {
+                        inference_id,
+                        episode_id: call.episode_id,
+                        function_name: target.name().to_owned(),
+                        variant_name: plan.variant_name.to_owned(),
+                        kind: plan.kind,
+                        output,
+                        usage,
+                        finish_reason: choice.and_then(|c| c.finish_reason),
+                        model_call,
+                        processing_time: started.elapsed(),
+                    });
+                }
+                Err(failure) => {
+                    if let (Resolved::Model(model), Some(error)) = (target, &failure.1) {
+                        if matches!(error, RoutingError::ModelNotFound(_)) {
+                            return Err(FunctionError::UnknownModel(model.to_owned()));
+                        }
+                    }
+                    failures.push(VariantFailure {
+                        variant: plan.variant_name.to_owned(),
+                        kind: failure.0.kind,
+                        message: failure.0.message,
+                    });
+                    failed.insert(plan.variant_name.to_owned());
+                }
+            }
+        }
+        Err(FunctionError::AllVariantsFailed(failures))
+    }
+
+    /// Call one variant's model, retrying as the variant says, within its timeout.
+    async fn call_with_retries(
+        &self,
+        config: Option<&ChatCompletionConfig>,
+        prepared: &PreparedCall,
+        call: &InferenceCall,
+    ) -> Result<ModelCall, (VariantFailure, Option<RoutingError>)> {
+        let retries = config.map(|c| c.retries.clone()).unwrap_or_default();
+        let timeout = config
+            .and_then(|c| c.timeouts.as_ref())
+            .and_then(|t| t.non_streaming.as_ref())
+            .and_then(|t| t.total_ms)
+            .map(Duration::from_millis);
+        let mut attempt = 0;
+        loop {
+            let started = Instant::now();
+            let answer = self.inference.model_chat(&prepared.request, &call.credentials);
+            let outcome = match timeout {
+                Some(limit) => match tokio::time::timeout(limit, answer).await {
+                    Ok(outcome) => outcome.map_err(Some),
+                    Err(_) => Err(None),
+                },
+                None => answer.await.map_err(Some),
+            };
+            let error = match outcome {
+                Ok(response) => {
+                    return Ok(ModelCall {
+                        id: self.ids.new_uuid(),
+                        model: prepared.request.model.clone(),
+                        provider: String::new(),
+                        response,
+                        latency: started.elapsed(),
+                        ttft: None,
+                        cached: false,
+                    })
+                }
+                Err(error) => error,
+            };
+            let failure = variant_failure(error.as_ref(), timeout);
+            let retry = attempt < retries.num_retries && failure.0.kind == FailureKind::Provider;
+            if !retry {
+                return Err(failure);
+            }
+            tokio::time::sleep(retry_delay(attempt, retries.max_delay_s)).await;
+            attempt += 1;
+        }
+    }
+
+    /// A streamed answer: variants fall back until one starts streaming (its first chunk within
+    /// the variant's `ttft_ms`); after that, errors end the stream.
+    pub async fn infer_stream(&self, call: &InferenceCall) -> Result<InferenceStream, FunctionError> {
+        let target = self.resolve(call)?;
+        let inference_id = self.ids.new_uuid();
+        let mut failed = BTreeSet::new();
+        let mut failures = Vec::new();
+        while let Some(plan) = self.next_plan(target, call, &failed) {
+            let prepared = prepare(&self.functions, plan, call)?;
+            let timeouts = plan
+                .config
+                .and_then(|c| c.timeouts.as_ref())
+                .and_then(|t| t.streaming.clone())
+                .unwrap_or_default();
+            let started = Instant::now();
+            match self
+                .start_stream(&prepared, call, timeouts.ttft_ms.map(Duration::from_millis))
+                .await
+            {
+                Ok((first, rest)) => {
+                    let translator = ChunkTranslator::new(
+                        inference_id,
+                        call.episode_id,
+                        plan.variant_name.to_owned(),
+                        plan.kind,
+                        &prepared.rules,
+                        false,
+                    );
+                    let deadline = timeouts
+                        .total_ms
+                        .map(|ms| tokio::time::Instant::from_std(started) + Duration::from_millis(ms));
+                    return Ok(InferenceStream {
+                        inference_id,
+                        episode_id: call.episode_id,
+                        variant_name: plan.variant_name.to_owned(),
+                        chunks: function_chunks(first, rest, translator, deadline),
+                    });
+                }
+                Err((failure, routing)) => {
+                    if let (Resolved::Model(model), Some(RoutingError::ModelNotFound(_))) = (target, &routing) {
+                        return Err(FunctionError::UnknownModel(model.to_owned()));
+                    }
+                    failures.push(VariantFailure {
+                        variant: plan.variant_name.to_owned(),
+                        ..failure
+                    });
+                    failed.insert(plan.variant_name.to_owned());
+                }
+            }
+        }
+        Err(FunctionError::AllVariantsFailed(failures))
+    }
+
+    /// The stream and its first chunk, or why it did not start.
+    async fn start_stream(
+        &self,
+        prepared: &PreparedCall,
+        call: &InferenceCall,
+        ttft: Option<Duration>,
+    ) -> Result<(ModelChunk, ChunkStream), (VariantFailure, Option<RoutingError>)> {
+        let start = async {
+            let mut stream = self
+                .inference
+                .model_chat_stream(&prepared.request, &call.credentials)
+                .await
+                .map_err(Some)?;
+            match stream.next().await {
+                Some(Ok(first)) => Ok((first, stream)),
+                Some(Err(error)) => Err(Some(InferenceError::Routing(RoutingError::AllFailed {
+                    model: prepared.request.model.clone(),
+                    failures: vec![crate::providers::router::ProviderFailure {
+                        provider: String::new(),
+                        attempts: 1,
+                        error,
+                    }],
+                }))),
+                None => Err(Some(InferenceError::Routing(RoutingError::AllFailed {
+                    model: prepared.request.model.clone(),
+                    failures: vec![crate::providers::router::ProviderFailure {
+                        provider: String::new(),
+                        attempts: 1,
+                        error: ProviderError::InvalidResponse("the stream ended before any chunk".to_owned()),
+                    }],
+                }))),
+            }
+        };
+        match ttft {
+            Some(limit) => match tokio::time::timeout(limit, start).await {
+                Ok(outcome) => outcome.map_err(|e| variant_failure(e.as_ref(), Some(limit))),
+                Err(_) => Err(variant_failure(None, Some(limit))),
+            },
+            None => start.await.map_err(|e| variant_failure(e.as_ref(), None)),
+        }
+    }
+}
+
+/// A variant failure from a model error (`None`: the variant's timeout passed).
+fn variant_failure(
+    error: Option<&InferenceError>,
+    timeout: Option<Duration>,
+) -> (VariantFailure, Option<RoutingError>) {
+    let (kind, message, routing) = match error {
+        None => (
+            FailureKind::Timeout,
+            format!(
+                "timed out after {} ms",
+                timeout.map(|t| t.as_millis()).unwrap_or_default()
+            ),
+            None,
+        ),
+        Some(InferenceError::Routing(routing)) => {
+            (FailureKind::from(routing), describe(routing), Some(routing.clone()))
+        }
+        Some(other) => (FailureKind::Client, other.to_string(), None),
+    };
+    (
+        VariantFailure {
+            variant: String::new(),
+            kind,
+            message,
+        },
+        routing,
+    )
+}
+
+fn describe(error: &RoutingError) -> String {
+    match error {
+        RoutingError::ModelNotFound(model) => format!("model `{}` not found", crate::user_text::excerpt(model)),
+        RoutingError::Unsupported { model, capability } => format!("model `{model}` does not support {capability}"),
+        RoutingError::AllFailed { model, failures } => {
+            let each: Vec<String> = failures
+                .iter()
+                .map(|f| format!("{} ({} attempts): {}", f.provider, f.attempts, f.error))
+                .collect();
+            format!("model `{model}`: {}", each.join("; "))
+        }
+    }
+}
+
+/// Truncated exponential backoff with full jitter.
+fn retry_delay(attempt: u32, max_delay_s: f64) -> Duration {
+    let cap = Duration::from_secs_f64(max_delay_s.max(0.0));
+    let exponential = FIRST_RETRY_DELAY.saturating_mul(2u32.saturating_pow(attempt));
+    exponential.min(cap).mul_f64(rand::random::<f64>())
+}
+
+struct StreamState {
+    first: Option<ModelChunk>,
+    rest: ChunkStream,
+    translator: ChunkTranslator,
+    accumulator: ChunkAccumulator,
+    deadline: Option<tokio::time::Instant>,
+    done: bool,
+}
+
+/// The function chunks of a started model stream, ending at the model's end, an error, or the
+/// total deadline.
+fn function_chunks(
+    first: ModelChunk,
+    rest: ChunkStream,
+    translator: ChunkTranslator,
+    deadline: Option<tokio::time::Instant>,
+) -> BoxStream<'static, Result<InferenceChunk, FunctionError>> {
+    let state = StreamState {
+        first: Some(first),
+        rest,
+        translator,
+        accumulator: ChunkAccumulator::default(),
+        deadline,
+        done: false,
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        loop {
+            if state.done {
+                return None;
+            }
+            let next = match state.first.take() {
+                Some(first) => Some(Ok(first)),
+                None => match state.deadline {
+                    Some(deadline) => match tokio::time::timeout_at(deadline, state.rest.next()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            state.done = true;
+                            return Some((
+                                Err(FunctionError::StreamInterrupted(
+                                    "the variant's streaming timeout passed".to_owned(),
+                                )),
+                                state,
+                            ));
+                        }
+                    },
+                    None => state.rest.next().await,
+                },
+            };
+            match next {
+                None => return None,
+                Some(Ok(chunk)) => {
+                    state.accumulator.push(&chunk);
+                    if let Some(out) = state.translator.translate(&chunk) {
+                        return Some((Ok(out), state));
+                    }
+                }
+                Some(Err(error)) => {
+                    state.done = true;
+                    return Some((Err(FunctionError::StreamInterrupted(error.to_string())), state));
+                }
+            }
+        }
+    })
+    .boxed()
+}
