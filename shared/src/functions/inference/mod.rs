@@ -22,3 +22,6 @@ pub use request::{CacheMode, CacheOptions, ChatCompletionParams, InferenceReques
 pub use service::{FunctionService, InferenceResult, InferenceStream, ModelCall};
 pub use stream::{ChunkBody, ContentChunk, InferenceChunk, UsageReport};
 pub use validate::{EditScope, Includes, InferenceCall, InferenceTarget, ScopedEdit};
+
+#[cfg(test)]
+mod tests;
