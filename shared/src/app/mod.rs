@@ -7,14 +7,18 @@ pub mod config_source;
 pub mod embedded;
 pub mod lambda;
 
+use crate::adapters::records::{StateFeedbackStore, StateInferenceStore, StateModelCache};
 use crate::auth::{ApiKeyService, AuthMode, Authenticator};
 use crate::batches::{BatchDeps, BatchService, BatchSettings};
 use crate::config::{Config, LoadedConfig};
 use crate::files::FilesService;
+use crate::functions::feedback::FeedbackService;
 use crate::functions::inference::FunctionService;
 use crate::http::{AppState, HttpSettings};
 use crate::inference::InferenceService;
-use crate::ports::{BlobStore, Clock, IdSource, JobQueue, StateStore, SystemClock, UuidV7Ids};
+use crate::ports::{
+    BlobStore, Clock, FeedbackStore, IdSource, InferenceStore, JobQueue, ModelCache, StateStore, SystemClock, UuidV7Ids,
+};
 use crate::providers::router::ModelRouter;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,6 +65,46 @@ impl Adapters {
             Arc::clone(&self.ids),
         )
     }
+}
+
+/// The records ports over the state and blob stores (`adapters::records`).
+impl Adapters {
+    pub fn inference_records(&self) -> Arc<dyn InferenceStore> {
+        Arc::new(StateInferenceStore::new(
+            Arc::clone(&self.state),
+            Arc::clone(&self.blobs),
+        ))
+    }
+
+    pub fn model_cache(&self) -> Arc<dyn ModelCache> {
+        Arc::new(StateModelCache::new(
+            Arc::clone(&self.state),
+            Arc::clone(&self.blobs),
+            Arc::clone(&self.clock),
+        ))
+    }
+
+    pub fn feedback_store(&self) -> Arc<dyn FeedbackStore> {
+        Arc::new(StateFeedbackStore::new(
+            Arc::clone(&self.state),
+            Arc::clone(&self.blobs),
+        ))
+    }
+}
+
+/// `POST /feedback` checked against the configured metrics and the inferences in `records`.
+pub fn feedback_service(
+    config: &Config,
+    adapters: &Adapters,
+    records: Arc<dyn InferenceStore>,
+) -> Arc<FeedbackService> {
+    Arc::new(FeedbackService::new(
+        config.metrics.clone(),
+        records,
+        adapters.feedback_store(),
+        Arc::clone(&adapters.clock),
+        Arc::clone(&adapters.ids),
+    ))
 }
 
 /// The batch engine over `adapters`, calling models through `inference`.
@@ -117,6 +161,7 @@ pub fn app_state(
 ) -> Result<AppState, String> {
     let config = &loaded.config;
     let inference = inference_service(config, adapters)?;
+    let records = adapters.inference_records();
     Ok(AppState {
         functions: function_service(loaded, adapters, Arc::clone(&inference)),
         batches: batch_service(adapters, Arc::clone(&inference), batches),
@@ -124,5 +169,10 @@ pub fn app_state(
         files: Arc::new(adapters.files()),
         auth: Arc::new(Authenticator::new(adapters.api_keys(), auth.mode, auth.cache_ttl)),
         settings: http,
+
+        feedback: feedback_service(config, adapters, Arc::clone(&records)),
+        records,
+        cache: adapters.model_cache(),
+        cache_config: config.gateway.cache.clone(),
     })
 }

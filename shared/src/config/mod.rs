@@ -20,6 +20,7 @@
 //! compiled by [`load_config`] into a [`crate::functions::FunctionSet`].
 
 mod batches;
+mod cache;
 mod credentials;
 mod files;
 mod function_checks;
@@ -32,6 +33,7 @@ mod shorthand;
 mod tools;
 
 pub use batches::BatchesConfig;
+pub use cache::{CacheConfig, CacheMode, MAX_CACHE_TTL_S};
 pub use credentials::CredentialLocation;
 pub use files::{
     normalise_config_path, BlobConfigFiles, BundledConfigFiles, ConfigFiles, LocalConfigFiles, BUNDLED_CONFIG_DIR,

@@ -2,11 +2,17 @@
 
 pub mod blob;
 pub mod clock;
+pub mod feedback_store;
+pub mod inference_store;
+pub mod model_cache;
 pub mod queue;
 pub mod state;
 
 pub use blob::{BlobStore, ByteStream};
 pub use clock::{Clock, IdSource, OffsetClock, SystemClock, UuidV7Ids};
+pub use feedback_store::FeedbackStore;
+pub use inference_store::{InferencePage, InferenceStore};
+pub use model_cache::{CacheKey, CachedModelResponse, ModelCache};
 pub use queue::{JobQueue, QueueMessage};
 pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore, MAX_UPDATE_ALL};
 

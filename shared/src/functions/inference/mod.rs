@@ -18,7 +18,7 @@ pub use input::FunctionInput;
 pub use output::{FunctionOutput, JsonOutput, OutputBlock};
 pub use prepare::{DEFAULT_FUNCTION, JSON_TOOL_NAME};
 pub use reply::{InferenceReply, RawEntry};
-pub use request::{CacheMode, CacheOptions, ChatCompletionParams, InferenceRequest};
+pub use request::{CacheOptions, ChatCompletionParams, InferenceRequest};
 pub use service::{FunctionService, InferenceResult, InferenceStream, ModelCall};
 pub use stream::{ChunkBody, ContentChunk, InferenceChunk, UsageReport};
 pub use validate::{EditScope, Includes, InferenceCall, InferenceTarget, ScopedEdit};
