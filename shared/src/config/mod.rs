@@ -21,6 +21,7 @@
 
 mod batches;
 mod credentials;
+mod extras;
 mod files;
 mod function_checks;
 pub mod functions;
@@ -33,6 +34,7 @@ mod tools;
 
 pub use batches::BatchesConfig;
 pub use credentials::CredentialLocation;
+pub use extras::{ExtraBodyEntry, ExtraHeaderEntry};
 pub use files::{
     normalise_config_path, BlobConfigFiles, BundledConfigFiles, ConfigFiles, LocalConfigFiles, BUNDLED_CONFIG_DIR,
 };
@@ -41,7 +43,7 @@ pub use gateway::{GatewayConfig, RetryConfig};
 pub use load::{load_config, load_local_config, LoadedConfig};
 pub use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};
 pub use models::{DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
-pub use shorthand::{ModelLookupError, SHORTHAND_PROVIDERS};
+pub use shorthand::{shorthand_model, ModelLookupError, SHORTHAND_PROVIDERS};
 pub use tools::ToolConfig;
 
 use serde::Deserialize;
