@@ -33,17 +33,11 @@ impl ConfiguredExtras {
     /// configured ones.
     pub fn edit_body(&self, body: &mut Value, entries: &[ExtraBodyEntry], provider: &str) -> Result<(), ProviderError> {
         let configured = |e| misconfigured(provider, "extra_body", e);
-        apply_extra_body(
-            body,
-            entries_for(entries, provider, ExtraPlacement::BeforeProviderConfig),
-        )
-        .map_err(configured)?;
+        let before = entries_for(entries, provider, ExtraPlacement::BeforeProviderConfig);
+        let after = entries_for(entries, provider, ExtraPlacement::AfterProviderConfig);
+        apply_extra_body(body, before).map_err(configured)?;
         apply_extra_body(body, &self.body).map_err(configured)?;
-        apply_extra_body(
-            body,
-            entries_for(entries, provider, ExtraPlacement::AfterProviderConfig),
-        )
-        .map_err(ProviderError::InvalidExtraBody)
+        apply_extra_body(body, after).map_err(ProviderError::InvalidExtraBody)
     }
 
     /// Edit `headers` for the provider named `provider` with the request's `entries` around the
@@ -55,17 +49,11 @@ impl ConfiguredExtras {
         provider: &str,
     ) -> Result<(), ProviderError> {
         let configured = |e| misconfigured(provider, "extra_headers", e);
-        apply_extra_headers(
-            headers,
-            entries_for(entries, provider, ExtraPlacement::BeforeProviderConfig),
-        )
-        .map_err(configured)?;
+        let before = entries_for(entries, provider, ExtraPlacement::BeforeProviderConfig);
+        let after = entries_for(entries, provider, ExtraPlacement::AfterProviderConfig);
+        apply_extra_headers(headers, before).map_err(configured)?;
         apply_extra_headers(headers, &self.headers).map_err(configured)?;
-        apply_extra_headers(
-            headers,
-            entries_for(entries, provider, ExtraPlacement::AfterProviderConfig),
-        )
-        .map_err(ProviderError::InvalidExtraHeader)
+        apply_extra_headers(headers, after).map_err(ProviderError::InvalidExtraHeader)
     }
 }
 
