@@ -92,13 +92,16 @@ mod tests {
     fn request_entries_win_over_provider_config_which_wins_over_variant_config() {
         let variant = ExtraBodyEntry::set("/layer", json!("variant")).placed(ExtraPlacement::BeforeProviderConfig);
         let inference = ExtraBodyEntry::set("/layer", json!("inference"));
-        assert_eq!(layered_body(&[variant.clone()], "p")["layer"], "provider");
+        assert_eq!(layered_body(std::slice::from_ref(&variant), "p")["layer"], "provider");
         // Listed first in the request, still applied last.
         assert_eq!(layered_body(&[inference, variant], "p")["layer"], "inference");
 
         let variant = ExtraHeaderEntry::set("x-layer", "variant").placed(ExtraPlacement::BeforeProviderConfig);
         let inference = ExtraHeaderEntry::set("x-layer", "inference");
-        assert_eq!(layered_header(&[variant.clone()], "p").as_deref(), Some("provider"));
+        assert_eq!(
+            layered_header(std::slice::from_ref(&variant), "p").as_deref(),
+            Some("provider")
+        );
         assert_eq!(layered_header(&[inference, variant], "p").as_deref(), Some("inference"));
         assert_eq!(layered_header(&[ExtraHeaderEntry::delete("x-layer")], "p"), None);
     }
@@ -111,7 +114,10 @@ mod tests {
         assert_eq!(body, json!({"layer": "provider", "mine": 1}));
 
         let theirs = ExtraHeaderEntry::delete("x-layer").for_provider("q");
-        assert_eq!(layered_header(&[theirs.clone()], "p").as_deref(), Some("provider"));
+        assert_eq!(
+            layered_header(std::slice::from_ref(&theirs), "p").as_deref(),
+            Some("provider")
+        );
         assert_eq!(layered_header(&[theirs], "q"), None);
     }
 

@@ -218,7 +218,7 @@ async fn shorthand_models_are_routed_built_once_and_kept() {
     let ctx = CallContext { credentials: &none };
     let first = router.chat(&dummy_request("dummy::anything"), ctx).await.unwrap();
     assert_eq!(first.provider_name, "dummy");
-    assert!(content(&first).len() > 0);
+    assert!(!content(&first).is_empty());
     assert_eq!(router.cached_shorthand_count(), 1);
     let kept = router.model("dummy::anything").unwrap();
     assert!(
