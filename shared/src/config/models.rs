@@ -95,7 +95,7 @@ pub struct DummyProviderConfig {
     /// written for a real provider load unchanged).
     #[serde(default, deserialize_with = "extra_body_array")]
     pub extra_body: Vec<ExtraBodyEntry>,
-    /// Checked, then ignored: the dummy makes no HTTP call.
+    /// Checked, then dropped: the dummy makes no HTTP call.
     #[serde(default, deserialize_with = "headers_table_or_array")]
     pub extra_headers: Vec<ExtraHeaderEntry>,
 }

@@ -2,7 +2,7 @@
 //! It supports chat (`n` choices, JSON answers valid against a requested schema), streaming and
 //! embeddings; latency and failure are configurable. Its answers carry as `raw_request` the
 //! OpenAI-style chat body the call stands for, with `extra_body` applied as a real provider would
-//! (the edits do not change the answer).
+//! (the edits do not change the answer); `extra_headers` are checked, then dropped.
 
 mod reply;
 mod schema_instance;
@@ -36,7 +36,7 @@ pub struct DummyProvider {
 
 impl DummyProvider {
     pub fn new(name: impl Into<String>, config: DummyProviderConfig) -> Self {
-        let extras = ConfiguredExtras::from_config(&config.extra_body, &[]);
+        let extras = ConfiguredExtras::from_config(&config.extra_body, &config.extra_headers);
         Self {
             name: name.into(),
             config,
@@ -45,8 +45,11 @@ impl DummyProvider {
     }
 
     /// The OpenAI-style body an OpenAI-compatible provider would send for `request` (naming the
-    /// gateway model), with every `extra_body` edit that applies to this provider.
+    /// gateway model), with every `extra_body` edit that applies to this provider. Headers are
+    /// applied to nothing, so that an edit a real provider would refuse is refused here too.
     fn raw_request(&self, request: &ModelRequest, stream: bool) -> Result<String, ProviderError> {
+        self.extras
+            .edit_headers(&mut http::HeaderMap::new(), &request.extra_headers, &self.name)?;
         let mut body = model_to_chat_body(request, &request.model);
         if stream {
             body.insert("stream".into(), Value::Bool(true));

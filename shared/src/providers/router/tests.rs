@@ -338,4 +338,16 @@ async fn the_dummy_records_its_raw_request_on_chat_and_stream() {
         (raw["stream"].clone(), raw["vendor"].clone()),
         (json!(true), json!("v"))
     );
+    // Edits a real provider would refuse are refused by the dummy too.
+    let refused = |err: RoutingError| match err {
+        RoutingError::AllFailed { mut failures, .. } => failures.remove(0).error,
+        other => panic!("{other:?}"),
+    };
+    request.extra_headers = vec![crate::model::ExtraHeaderEntry::set("bad name", "v")];
+    let err = refused(router.chat(&request, ctx).await.unwrap_err());
+    assert!(matches!(err, ProviderError::InvalidExtraHeader(_)), "{err:?}");
+    request.extra_headers.clear();
+    request.extra_body = vec![ExtraBodyEntry::set("/model/x", json!(1))];
+    let err = refused(router.chat(&request, ctx).await.unwrap_err());
+    assert!(matches!(err, ProviderError::InvalidExtraBody(_)), "{err:?}");
 }
