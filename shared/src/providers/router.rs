@@ -121,12 +121,13 @@ impl ModelRouter {
         drop(cache);
         let config = shorthand_model(name).map_err(|_| RoutingError::ModelNotFound(name.to_owned()))?;
         let client = self.shorthand_client(&config);
+        // The message leaves out the model name: it is the client's, quoted only where excerpted.
         let model = routed_model(name, &config, client.as_ref()).map_err(|e| RoutingError::AllFailed {
             model: name.to_owned(),
             failures: vec![ProviderFailure {
-                provider: e.provider.clone(),
+                provider: e.provider,
                 attempts: 0,
-                error: ProviderError::Misconfigured(e.to_string()),
+                error: ProviderError::Misconfigured(e.message),
             }],
         })?;
         let model = Arc::new(model);
