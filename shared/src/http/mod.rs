@@ -25,12 +25,11 @@ pub use tensorzero_error::{TensorZeroError, TensorZeroJson};
 
 use crate::auth::Authenticator;
 use crate::batches::BatchService;
-use crate::config::CacheConfig;
 use crate::files::FilesService;
 use crate::functions::feedback::FeedbackService;
 use crate::functions::inference::FunctionService;
 use crate::inference::InferenceService;
-use crate::ports::{InferenceStore, ModelCache};
+use crate::ports::InferenceStore;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use axum::Router;
@@ -45,17 +44,10 @@ pub struct AppState {
     pub batches: Arc<BatchService>,
     pub auth: Arc<Authenticator>,
     pub settings: HttpSettings,
-
-    // --- TensorZero-style records, model cache and feedback (issue #9 §3) ---
     /// The stored inferences of `/inference` (read by the records routes).
     pub records: Arc<dyn InferenceStore>,
-    /// Cached model responses.
-    pub cache: Arc<dyn ModelCache>,
-    /// `[gateway.cache]`: entry TTL and the mode of requests that name none.
-    pub cache_config: CacheConfig,
     /// `POST /feedback`.
     pub feedback: Arc<FeedbackService>,
-    // --- end of records, cache and feedback ---
 }
 
 /// Host-specific choices.

@@ -24,15 +24,14 @@ async fn inference(
     let call = request
         .into_call(functions.now_ms(), || functions.new_id())
         .map_err(TensorZeroError::from)?;
-    let _ = &principal;
     if call.stream {
-        let stream = functions.infer_stream(&call).await?;
+        let stream = functions.infer_stream(&principal.project, &call).await?;
         let frames = sse_frames_with(stream.chunks, |error: FunctionError| {
             TensorZeroError::from(error).body().to_string()
         });
         return Ok(sse_body_response(frames));
     }
-    let result = functions.infer(&call).await?;
+    let result = functions.infer(&principal.project, &call).await?;
     let reply = crate::functions::inference::InferenceReply::new(&result, call.includes);
     Ok(Json(reply).into_response())
 }

@@ -1,5 +1,6 @@
 //! Ports: the traits the domain talks to. Adapters (AWS and embedded) implement them.
 
+pub mod after_response;
 pub mod blob;
 pub mod clock;
 pub mod feedback_store;
@@ -8,6 +9,7 @@ pub mod model_cache;
 pub mod queue;
 pub mod state;
 
+pub use after_response::{AfterResponse, SpawnAfterResponse};
 pub use blob::{BlobStore, ByteStream};
 pub use clock::{Clock, IdSource, OffsetClock, SystemClock, UuidV7Ids};
 pub use feedback_store::FeedbackStore;

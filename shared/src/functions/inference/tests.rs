@@ -78,6 +78,10 @@ json_mode = "tool"
 "#;
 
 fn service() -> FunctionService {
+    service_with_records().0
+}
+
+fn service_with_records() -> (FunctionService, Arc<dyn crate::ports::InferenceStore>) {
     let config = Config::from_toml(CONFIG).unwrap();
     let loaded = LoadedConfig::without_files(config).unwrap();
     let router = ModelRouter::from_config(&loaded.config).unwrap();
@@ -86,7 +90,29 @@ fn service() -> FunctionService {
         Arc::new(SystemClock),
         Arc::new(UuidV7Ids),
     ));
-    FunctionService::new(loaded.functions, inference, Arc::new(SystemClock), Arc::new(UuidV7Ids))
+    let state: Arc<dyn crate::ports::StateStore> =
+        Arc::new(crate::adapters::embedded::SqliteStateStore::in_memory().unwrap());
+    let blobs: Arc<dyn crate::ports::BlobStore> =
+        Arc::new(crate::adapters::embedded::FileBlobStore::open(tempfile::tempdir().unwrap().keep()).unwrap());
+    let records: Arc<dyn crate::ports::InferenceStore> = Arc::new(crate::adapters::records::StateInferenceStore::new(
+        Arc::clone(&state),
+        Arc::clone(&blobs),
+    ));
+    let persistence = InferencePersistence {
+        records: Arc::clone(&records),
+        cache: Arc::new(crate::adapters::records::StateModelCache::new(
+            state,
+            blobs,
+            Arc::new(SystemClock),
+        )),
+        cache_config: loaded.config.gateway.cache.clone(),
+        after_response: Arc::new(crate::ports::SpawnAfterResponse),
+        clock: Arc::new(SystemClock),
+    };
+    (
+        FunctionService::new(loaded.functions, inference, persistence, Arc::new(UuidV7Ids)),
+        records,
+    )
 }
 
 fn call(service: &FunctionService, body: Value) -> InferenceCall {
@@ -124,8 +150,8 @@ async fn an_episode_keeps_its_variant_and_episodes_spread_over_both() {
         let episode = Uuid::now_v7();
         let mut body = hello("weighted");
         body["episode_id"] = json!(episode.to_string());
-        let first = service.infer(&call(&service, body.clone())).await.unwrap();
-        let again = service.infer(&call(&service, body)).await.unwrap();
+        let first = service.infer("p", &call(&service, body.clone())).await.unwrap();
+        let again = service.infer("p", &call(&service, body)).await.unwrap();
         assert_eq!(first.variant_name, again.variant_name);
         assert_eq!(first.episode_id, episode);
         seen.insert(first.variant_name);
@@ -136,16 +162,16 @@ async fn an_episode_keeps_its_variant_and_episodes_spread_over_both() {
 #[tokio::test]
 async fn a_failed_candidate_falls_back_and_a_pin_does_not() {
     let service = service();
-    let answer = service.infer(&call(&service, hello("falls_back"))).await.unwrap();
+    let answer = service.infer("p", &call(&service, hello("falls_back"))).await.unwrap();
     assert_eq!(answer.variant_name, "working");
     let mut pinned = hello("falls_back");
     pinned["variant_name"] = json!("broken");
-    let error = service.infer(&call(&service, pinned)).await.unwrap_err();
+    let error = service.infer("p", &call(&service, pinned)).await.unwrap_err();
     assert_eq!(status(error), Outcome::Failed(Some(FailureKind::Provider)));
     let mut unknown = hello("falls_back");
     unknown["variant_name"] = json!("nope");
     assert_eq!(
-        status(service.infer(&call(&service, unknown)).await.unwrap_err()),
+        status(service.infer("p", &call(&service, unknown)).await.unwrap_err()),
         Outcome::NotFound
     );
 }
@@ -153,19 +179,26 @@ async fn a_failed_candidate_falls_back_and_a_pin_does_not() {
 #[tokio::test]
 async fn failures_map_to_tensorzero_statuses() {
     let service = service();
-    let all_bad = service.infer(&call(&service, hello("all_bad"))).await.unwrap_err();
+    let all_bad = service.infer("p", &call(&service, hello("all_bad"))).await.unwrap_err();
     assert!(matches!(all_bad, FunctionError::AllVariantsFailed(_)));
     assert_eq!(status(all_bad), Outcome::Failed(Some(FailureKind::Provider)));
-    let slow = service.infer(&call(&service, hello("too_slow"))).await.unwrap_err();
+    let slow = service
+        .infer("p", &call(&service, hello("too_slow")))
+        .await
+        .unwrap_err();
     assert_eq!(status(slow), Outcome::Failed(Some(FailureKind::Timeout)));
     let mut streamed = hello("too_slow");
     streamed["stream"] = json!(true);
-    let slow_stream = service.infer_stream(&call(&service, streamed)).await.err().unwrap();
+    let slow_stream = service
+        .infer_stream("p", &call(&service, streamed))
+        .await
+        .err()
+        .unwrap();
     assert_eq!(status(slow_stream), Outcome::Failed(Some(FailureKind::Timeout)));
-    let unknown = service.infer(&call(&service, hello("nope"))).await.unwrap_err();
+    let unknown = service.infer("p", &call(&service, hello("nope"))).await.unwrap_err();
     assert_eq!(status(unknown), Outcome::NotFound);
     let model = json!({"model_name": "no-such-model", "input": {"messages": []}});
-    let missing = service.infer(&call(&service, model)).await.unwrap_err();
+    let missing = service.infer("p", &call(&service, model)).await.unwrap_err();
     assert_eq!(status(missing), Outcome::NotFound);
 }
 
@@ -174,7 +207,7 @@ async fn json_tool_mode_answers_through_the_respond_tool() {
     let service = service();
     let mut body = hello("extract");
     body["output_schema"] = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
-    let answer = service.infer(&call(&service, body)).await.unwrap();
+    let answer = service.infer("p", &call(&service, body)).await.unwrap();
     let FunctionOutput::Json(output) = answer.output else {
         panic!("not json")
     };
@@ -186,7 +219,7 @@ async fn a_stream_falls_back_before_it_starts_and_ends_with_usage() {
     let service = service();
     let mut body = hello("falls_back");
     body["stream"] = json!(true);
-    let stream = service.infer_stream(&call(&service, body)).await.unwrap();
+    let stream = service.infer_stream("p", &call(&service, body)).await.unwrap();
     assert_eq!(stream.variant_name, "working");
     let chunks: Vec<_> = stream.chunks.collect().await;
     assert!(chunks.iter().all(Result::is_ok));
@@ -205,4 +238,66 @@ async fn a_stream_falls_back_before_it_starts_and_ends_with_usage() {
         })
         .collect();
     assert!(text.contains("hello"), "{text}");
+}
+
+async fn stored(
+    records: &Arc<dyn crate::ports::InferenceStore>,
+    id: Uuid,
+) -> crate::functions::records::InferenceRecord {
+    for _ in 0..200 {
+        if let Some(record) = records.get("p", id).await.unwrap() {
+            return record;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("inference {id} was never stored")
+}
+
+#[tokio::test]
+async fn the_second_identical_call_is_a_cache_hit_with_zero_usage_and_both_are_recorded() {
+    let (service, records) = service_with_records();
+    let mut body = hello("falls_back");
+    body["variant_name"] = json!("working");
+    body["cache_options"] = json!({"enabled": "on"});
+    let first = service.infer("p", &call(&service, body.clone())).await.unwrap();
+    assert!(!first.model_call.cached);
+    assert!(first.usage.input_tokens > 0);
+    let mut second = None;
+    for _ in 0..200 {
+        let answer = service.infer("p", &call(&service, body.clone())).await.unwrap();
+        if answer.model_call.cached {
+            second = Some(answer);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let second = second.expect("the cache entry was never written");
+    assert_eq!(second.usage, crate::model::ModelUsage::default());
+    assert_eq!(second.output, first.output);
+    let record = stored(&records, first.inference_id).await;
+    assert_eq!(record.variant_name, "working");
+    assert_eq!(record.model_calls[0].provider_name, "d");
+    assert!(record.model_calls[0].raw_request.contains("hello"));
+    assert!(stored(&records, second.inference_id).await.cached);
+    // Another project neither sees the records nor hits the cache.
+    assert!(records.get("other", first.inference_id).await.unwrap().is_none());
+    let elsewhere = service.infer("other", &call(&service, body)).await.unwrap();
+    assert!(!elsewhere.model_call.cached);
+}
+
+#[tokio::test]
+async fn a_dryrun_stores_nothing_and_a_stream_is_recorded_when_it_ends() {
+    let (service, records) = service_with_records();
+    let mut dry = hello("falls_back");
+    dry["dryrun"] = json!(true);
+    let answer = service.infer("p", &call(&service, dry)).await.unwrap();
+    let mut streamed = hello("falls_back");
+    streamed["stream"] = json!(true);
+    let stream = service.infer_stream("p", &call(&service, streamed)).await.unwrap();
+    let id = stream.inference_id;
+    let _: Vec<_> = stream.chunks.collect().await;
+    let record = stored(&records, id).await;
+    assert!(record.ttft_ms.is_some());
+    assert!(record.output[0]["text"].as_str().unwrap().contains("hello"));
+    assert!(records.get("p", answer.inference_id).await.unwrap().is_none());
 }
