@@ -240,6 +240,8 @@ fn model_response(text: String) -> ModelResponse {
         usage: ModelUsage::new(3, 2),
         system_fingerprint: None,
         raw_response: Some("{\"id\":\"resp-1\"}".into()),
+        raw_request: Some("{\"model\":\"m\"}".into()),
+        provider_name: "p".into(),
     }
 }
 
