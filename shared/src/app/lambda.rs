@@ -2,8 +2,9 @@
 //! keys always required, the public URL from `NIMBUS_PUBLIC_URL` or API Gateway's request context.
 
 use super::config_source::ConfigSource;
-use super::{app_state, batch_service, inference_service, Adapters, AuthSettings};
+use super::{app_state, batch_service, inference_service, lambda_host, Adapters, AuthSettings};
 use crate::adapters::aws::load_sdk_config;
+use crate::adapters::DeferredTasks;
 use crate::auth::AuthMode;
 use crate::batches::{BatchService, BatchSettings, BatchWorker, Poller};
 use crate::config::Config;
@@ -89,9 +90,13 @@ fn with_request_public_url(router: Router) -> Router {
     router.layer(axum::middleware::from_fn(add_request_public_url))
 }
 
-async fn lambda_state() -> Result<AppState, String> {
-    let (config, adapters) = lambda_stack().await?;
-    app_state(
+/// The handlers' state over the AWS stack, and the deferred work the Lambda host finishes after
+/// each invocation.
+async fn lambda_state() -> Result<(AppState, Arc<DeferredTasks>), String> {
+    let (config, mut adapters) = lambda_stack().await?;
+    let deferred = Arc::new(DeferredTasks::new());
+    adapters.after_response = Arc::clone(&deferred) as _;
+    let state = app_state(
         &config,
         &adapters,
         AuthSettings {
@@ -103,7 +108,8 @@ async fn lambda_state() -> Result<AppState, String> {
             public_url: public_url_from_env()?,
         },
         lambda_batch_settings(&config),
-    )
+    )?;
+    Ok((state, deferred))
 }
 
 async fn lambda_batch_service() -> Result<Arc<BatchService>, String> {
@@ -112,21 +118,44 @@ async fn lambda_batch_service() -> Result<Arc<BatchService>, String> {
     Ok(batch_service(&adapters, inference, lambda_batch_settings(&config)))
 }
 
-/// The inference function's router.
-pub async fn inference_router() -> Result<Router, String> {
-    Ok(crate::http::inference_router(lambda_state().await?))
+/// An HTTP function ready to run: its router and the work its handlers defer.
+pub struct HttpFunction {
+    router: Router,
+    deferred: Arc<DeferredTasks>,
 }
 
-/// The files function's router (the only one that builds absolute URLs: direct uploads).
-pub async fn files_router() -> Result<Router, String> {
-    Ok(with_request_public_url(crate::http::files_router(
-        lambda_state().await?,
-    )))
+impl HttpFunction {
+    /// Serve invocations until the execution environment shuts down (see [`lambda_host`]).
+    pub async fn run(self) -> Result<(), lambda_http::Error> {
+        lambda_host::serve(self.router, self.deferred).await
+    }
 }
 
-/// The batches function's router.
-pub async fn batches_router() -> Result<Router, String> {
-    Ok(crate::http::batches_router(lambda_state().await?))
+/// The inference function (behind the HTTP API, and streaming behind its function URL).
+pub async fn inference_function() -> Result<HttpFunction, String> {
+    let (state, deferred) = lambda_state().await?;
+    Ok(HttpFunction {
+        router: crate::http::inference_router(state),
+        deferred,
+    })
+}
+
+/// The files function (the only one that builds absolute URLs: direct uploads).
+pub async fn files_function() -> Result<HttpFunction, String> {
+    let (state, deferred) = lambda_state().await?;
+    Ok(HttpFunction {
+        router: with_request_public_url(crate::http::files_router(state)),
+        deferred,
+    })
+}
+
+/// The batches function.
+pub async fn batches_function() -> Result<HttpFunction, String> {
+    let (state, deferred) = lambda_state().await?;
+    Ok(HttpFunction {
+        router: crate::http::batches_router(state),
+        deferred,
+    })
 }
 
 /// The SQS-triggered worker.

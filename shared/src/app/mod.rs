@@ -6,14 +6,16 @@ pub mod config_source;
 #[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod lambda;
+pub mod lambda_host;
 
+use crate::adapters::DeferredTasks;
 use crate::auth::{ApiKeyService, AuthMode, Authenticator};
 use crate::batches::{BatchDeps, BatchService, BatchSettings};
 use crate::config::Config;
 use crate::files::FilesService;
 use crate::http::{AppState, HttpSettings};
 use crate::inference::InferenceService;
-use crate::ports::{BlobStore, Clock, IdSource, JobQueue, StateStore, SystemClock, UuidV7Ids};
+use crate::ports::{AfterResponse, BlobStore, Clock, IdSource, JobQueue, StateStore, SystemClock, UuidV7Ids};
 use crate::providers::router::ModelRouter;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +28,9 @@ pub struct Adapters {
     pub queue: Arc<dyn JobQueue>,
     pub clock: Arc<dyn Clock>,
     pub ids: Arc<dyn IdSource>,
+    /// Where handlers defer work past the response. A host that must wait for that work (on
+    /// shutdown, after a Lambda invocation) puts its own [`DeferredTasks`] here.
+    pub after_response: Arc<dyn AfterResponse>,
 }
 
 impl Adapters {
@@ -36,6 +41,7 @@ impl Adapters {
             queue,
             clock: Arc::new(SystemClock),
             ids: Arc::new(UuidV7Ids),
+            after_response: Arc::new(DeferredTasks::new()),
         }
     }
 
@@ -107,5 +113,6 @@ pub fn app_state(
         files: Arc::new(adapters.files()),
         auth: Arc::new(Authenticator::new(adapters.api_keys(), auth.mode, auth.cache_ttl)),
         settings: http,
+        after_response: Arc::clone(&adapters.after_response),
     })
 }

@@ -22,6 +22,7 @@ use crate::auth::Authenticator;
 use crate::batches::BatchService;
 use crate::files::FilesService;
 use crate::inference::InferenceService;
+use crate::ports::AfterResponse;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use axum::Router;
@@ -35,6 +36,8 @@ pub struct AppState {
     pub batches: Arc<BatchService>,
     pub auth: Arc<Authenticator>,
     pub settings: HttpSettings,
+    /// Work that runs after the response (storing records), so it never adds latency.
+    pub after_response: Arc<dyn AfterResponse>,
 }
 
 /// Host-specific choices.

@@ -1,10 +1,12 @@
 //! Ports: the traits the domain talks to. Adapters (AWS and embedded) implement them.
 
+pub mod after_response;
 pub mod blob;
 pub mod clock;
 pub mod queue;
 pub mod state;
 
+pub use after_response::AfterResponse;
 pub use blob::{BlobStore, ByteStream};
 pub use clock::{Clock, IdSource, OffsetClock, SystemClock, UuidV7Ids};
 pub use queue::{JobQueue, QueueMessage};
