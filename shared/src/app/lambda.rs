@@ -90,28 +90,6 @@ fn with_request_public_url(router: Router) -> Router {
     router.layer(axum::middleware::from_fn(add_request_public_url))
 }
 
-/// The handlers' state over the AWS stack, and the deferred work the Lambda host finishes after
-/// each invocation.
-async fn lambda_state() -> Result<(AppState, Arc<DeferredTasks>), String> {
-    let (config, mut adapters) = lambda_stack().await?;
-    let deferred = Arc::new(DeferredTasks::new());
-    adapters.after_response = Arc::clone(&deferred) as _;
-    let state = app_state(
-        &config,
-        &adapters,
-        AuthSettings {
-            mode: AuthMode::Required,
-            cache_ttl: LAMBDA_AUTH_CACHE_TTL,
-        },
-        HttpSettings {
-            inline_content_limit: LAMBDA_INLINE_CONTENT_LIMIT,
-            public_url: public_url_from_env()?,
-        },
-        lambda_batch_settings(&config),
-    )?;
-    Ok((state, deferred))
-}
-
 async fn lambda_batch_service() -> Result<Arc<BatchService>, String> {
     let (config, adapters) = lambda_stack().await?;
     let inference = inference_service(&config, &adapters)?;
@@ -131,31 +109,44 @@ impl HttpFunction {
     }
 }
 
-/// The inference function (behind the HTTP API, and streaming behind its function URL).
-pub async fn inference_function() -> Result<HttpFunction, String> {
-    let (state, deferred) = lambda_state().await?;
+/// The function serving `routes` over the AWS stack. Its handlers defer work to a
+/// [`DeferredTasks`] the Lambda host finishes after each invocation.
+async fn http_function(routes: impl FnOnce(AppState) -> Router) -> Result<HttpFunction, String> {
+    let (config, mut adapters) = lambda_stack().await?;
+    let deferred = Arc::new(DeferredTasks::new());
+    adapters.after_response = Arc::clone(&deferred) as _;
+    let state = app_state(
+        &config,
+        &adapters,
+        AuthSettings {
+            mode: AuthMode::Required,
+            cache_ttl: LAMBDA_AUTH_CACHE_TTL,
+        },
+        HttpSettings {
+            inline_content_limit: LAMBDA_INLINE_CONTENT_LIMIT,
+            public_url: public_url_from_env()?,
+        },
+        lambda_batch_settings(&config),
+    )?;
     Ok(HttpFunction {
-        router: crate::http::inference_router(state),
+        router: routes(state),
         deferred,
     })
+}
+
+/// The inference function (behind the HTTP API, and streaming behind its function URL).
+pub async fn inference_function() -> Result<HttpFunction, String> {
+    http_function(crate::http::inference_router).await
 }
 
 /// The files function (the only one that builds absolute URLs: direct uploads).
 pub async fn files_function() -> Result<HttpFunction, String> {
-    let (state, deferred) = lambda_state().await?;
-    Ok(HttpFunction {
-        router: with_request_public_url(crate::http::files_router(state)),
-        deferred,
-    })
+    http_function(|state| with_request_public_url(crate::http::files_router(state))).await
 }
 
 /// The batches function.
 pub async fn batches_function() -> Result<HttpFunction, String> {
-    let (state, deferred) = lambda_state().await?;
-    Ok(HttpFunction {
-        router: crate::http::batches_router(state),
-        deferred,
-    })
+    http_function(crate::http::batches_router).await
 }
 
 /// The SQS-triggered worker.

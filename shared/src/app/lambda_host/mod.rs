@@ -7,8 +7,6 @@ mod after_invocation;
 mod response_mode;
 mod sent_body;
 
-pub use response_mode::ResponseMode;
-
 use crate::adapters::DeferredTasks;
 use after_invocation::{AfterDelivery, AfterInvocationLayer, InvocationSettler};
 use axum::Router;
@@ -26,6 +24,8 @@ const EXTENSION_NAME: &str = "nimbus-after-response";
 /// put work for after the response.
 pub async fn serve(router: Router, deferred: Arc<DeferredTasks>) -> Result<(), Error> {
     let router = sent_body::hold_deferred_work_until_sent(router, Arc::clone(&deferred));
+    // The adapters `lambda_http::run` and `run_with_streaming_response` put around a router
+    // (`Adapter` is public, though left out of lambda_http's documentation).
     let handler = ByResponseMode::new(lambda_http::Adapter::from(router.clone()), StreamAdapter::from(router));
     let (notify_extension, settler) = after_invocation::extension_handoff(Arc::clone(&deferred));
     // Extensions register during init, before the runtime loop asks for its first event.
