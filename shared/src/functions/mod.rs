@@ -3,6 +3,7 @@
 //! [`crate::config::load_config`]; the `/inference` endpoint reads it.
 
 pub mod inference;
+pub mod openai_compat;
 mod sampler;
 mod schemas;
 mod templates;

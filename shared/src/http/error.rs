@@ -4,6 +4,7 @@
 use crate::auth::AuthError;
 use crate::batches::BatchesError;
 use crate::files::FilesError;
+use crate::functions::inference::FunctionError;
 use crate::inference::InferenceError;
 use crate::providers::router::{ProviderFailure, RoutingError};
 use crate::providers::ProviderError;
@@ -199,6 +200,24 @@ impl From<InferenceError> for ApiError {
                 error
             }
             InferenceError::Routing(routing) => routing.into(),
+        }
+    }
+}
+
+/// TensorZero's OpenAI-compatible routes: the function layer's errors in OpenAI's envelope, with
+/// the statuses `/inference` uses.
+impl From<FunctionError> for ApiError {
+    fn from(err: FunctionError) -> Self {
+        let status = super::tensorzero_error::TensorZeroError::from(err.clone()).status;
+        let kind = match status.as_u16() {
+            400 => "invalid_request_error",
+            404 => "not_found_error",
+            _ => "api_error",
+        };
+        let error = Self::new(status, kind, err.to_string());
+        match err {
+            FunctionError::UnknownFunction(_) | FunctionError::UnknownModel(_) => error.with_param("model"),
+            _ => error,
         }
     }
 }

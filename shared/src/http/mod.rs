@@ -14,6 +14,7 @@ mod multipart_stream;
 pub mod public_url;
 pub mod sse;
 pub mod tensorzero_error;
+mod tensorzero_openai_routes;
 mod tensorzero_routes;
 mod upload_routes;
 
@@ -64,6 +65,7 @@ pub fn inference_router(state: AppState) -> Router {
 fn inference_function_routes() -> Router<AppState> {
     inference_routes::routes()
         .merge(tensorzero_routes::routes())
+        .merge(tensorzero_openai_routes::routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
 }
 

@@ -55,6 +55,7 @@ pub struct InferenceResult {
 
 /// A streamed function inference that has started.
 pub struct InferenceStream {
+    pub function_name: String,
     pub inference_id: Uuid,
     pub episode_id: Uuid,
     pub variant_name: String,
@@ -305,6 +306,7 @@ impl FunctionService {
                         .total_ms
                         .map(|ms| tokio::time::Instant::from_std(started) + Duration::from_millis(ms));
                     return Ok(InferenceStream {
+                        function_name: target.name().to_owned(),
                         inference_id,
                         episode_id: call.episode_id,
                         variant_name: plan.variant_name.to_owned(),

@@ -1,0 +1,75 @@
+//! TensorZero's OpenAI-compatible paths: `/openai/v1/chat/completions` (models
+//! `tensorzero::function_name::F` / `tensorzero::model_name::M` through the function layer) and
+//! `/openai/v1/embeddings`. Errors use OpenAI's envelope.
+
+use super::error::ApiError;
+use super::json_body::JsonBody;
+use super::sse::{sse_body_response, sse_frames_with};
+use super::AppState;
+use crate::functions::inference::FunctionError;
+use crate::functions::openai_compat::{
+    completion_of, inference_request_of, CompletionChunker, EMBEDDING_MODEL_PREFIX, MODEL_PREFIX,
+};
+use crate::openai::embeddings::EmbeddingRequest;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use futures::StreamExt;
+use serde_json::{Map, Value};
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/openai/v1/chat/completions", post(chat_completions))
+        .route("/openai/v1/embeddings", post(embeddings))
+}
+
+async fn chat_completions(
+    State(state): State<AppState>,
+    body: JsonBody<Map<String, Value>>,
+) -> Result<Response, ApiError> {
+    let include_usage = body
+        .raw
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let (_, request) = inference_request_of(body.raw)?;
+    let functions = &state.functions;
+    let call = request.into_call(functions.now_ms(), || functions.new_id())?;
+    let created = functions.now_ms() / 1000;
+    if call.stream {
+        let stream = functions.infer_stream(&call).await?;
+        let mut chunker = CompletionChunker::new(&stream.function_name, &stream.variant_name, created, include_usage);
+        let chunks = stream
+            .chunks
+            .filter_map(move |chunk| {
+                let out = match chunk {
+                    Ok(chunk) => chunker.chunk(&chunk).map(Ok),
+                    Err(error) => Some(Err(error)),
+                };
+                futures::future::ready(out)
+            })
+            .boxed();
+        let frames = sse_frames_with(chunks, |error: FunctionError| {
+            ApiError::from(error).envelope().to_string()
+        });
+        return Ok(sse_body_response(frames));
+    }
+    let result = functions.infer(&call).await?;
+    Ok(Json(completion_of(&result, created)).into_response())
+}
+
+async fn embeddings(State(state): State<AppState>, body: JsonBody<EmbeddingRequest>) -> Result<Response, ApiError> {
+    let JsonBody { mut typed, mut raw, .. } = body;
+    let credentials = super::inference_routes::take_credentials(&mut raw)?;
+    let asked = typed.model.clone();
+    typed.model = asked
+        .strip_prefix(EMBEDDING_MODEL_PREFIX)
+        .or_else(|| asked.strip_prefix(MODEL_PREFIX))
+        .unwrap_or(&asked)
+        .to_owned();
+    let mut response = state.inference.embed(&typed, &credentials).await?;
+    response.model = asked;
+    Ok(Json(response).into_response())
+}
