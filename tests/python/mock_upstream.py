@@ -7,6 +7,8 @@ last). A request whose last message contains a marker behaves differently:
 - `[upstream-fails]`: HTTP 500 with an OpenAI error body.
 - `[stream-breaks]` (streamed): one content chunk, then an `{"error": …}` event and no `[DONE]`.
 - `[finish:REASON]`: every choice finishes with `REASON` (e.g. TGI's `eos_token`) instead of `stop`.
+- `[call:NAME]`: the answer is a call of tool NAME with arguments `{"zone": "UTC"}` (streamed in two
+  pieces); `[call-garbled:NAME]` the same with arguments that are not JSON.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 FAIL_MARKER = "[upstream-fails]"
 STREAM_BREAK_MARKER = "[stream-breaks]"
 FINISH_MARKER = re.compile(r"\[finish:([a-z_]+)\]")
+CALL_MARKER = re.compile(r"\[call(-garbled)?:([A-Za-z0-9_-]+)\]")
+TOOL_ARGUMENTS = '{"zone": "UTC"}'
 
 
 @dataclass
@@ -77,10 +81,38 @@ class RecordingUpstream:
                     return
                 finish = FINISH_MARKER.search(text)
                 finish_reason = finish.group(1) if finish else "stop"
+                call = CALL_MARKER.search(text)
+                if call:
+                    arguments = "{not json" if call.group(1) else TOOL_ARGUMENTS
+                    self._tool_call(body, call.group(2), arguments)
+                    return
                 if body.get("stream"):
                     self._stream(body, finish_reason, breaks=STREAM_BREAK_MARKER in text)
                     return
                 self._answer(body, finish_reason)
+
+            def _tool_call(self, body: dict[str, Any], name: str, arguments: str) -> None:
+                usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+                base = {"id": "chatcmpl-up", "created": 1, "model": body.get("model")}
+                if not body.get("stream"):
+                    call = {"id": "call_up_1", "type": "function", "function": {"name": name, "arguments": arguments}}
+                    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+                    choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+                    answer = {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
+                    self._send(200, "application/json", json.dumps(answer).encode())
+                    return
+                half = len(arguments) // 2
+                first = {"index": 0, "id": "call_up_1", "type": "function", "function": {"name": name, "arguments": arguments[:half]}}
+                second = {"index": 0, "function": {"arguments": arguments[half:]}}
+                deltas = [
+                    {"index": 0, "delta": {"role": "assistant", "tool_calls": [first]}, "finish_reason": None},
+                    {"index": 0, "delta": {"tool_calls": [second]}, "finish_reason": None},
+                    {"index": 0, "delta": {}, "finish_reason": "tool_calls"},
+                ]
+                events = [{**base, "object": "chat.completion.chunk", "choices": [d]} for d in deltas]
+                events.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+                payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+                self._send(200, "text/event-stream", payload.encode())
 
             def _answer(self, body: dict[str, Any], finish_reason: str) -> None:
                 n = int(body.get("n") or 1)

@@ -10,7 +10,7 @@ from typing import Any
 from tensorzero import FinishReason, TensorZeroGateway
 
 import tensorzero_kit as tzk
-from mock_upstream import RecordingUpstream
+from mock_upstream import TOOL_ARGUMENTS, RecordingUpstream
 
 FORECAST_TOOL = {
     "name": "get_forecast",
@@ -143,3 +143,41 @@ def test_forcing_or_allowing_a_tool_that_is_not_there_is_a_400(tz: TensorZeroGat
         400, tz.inference, function_name="weather_assistant", input=tzk.says("x"), allowed_tools=["no_such_tool"]
     )
     assert "no_such_tool" in message
+
+
+# --------------------------------------------------------------------------------------------
+# Tool calls as the model answers them (the recording upstream)
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_valid_call_of_an_offered_tool_is_parsed(tz: TensorZeroGateway) -> None:
+    response = tz.inference(function_name="tools_relay", input=tzk.says("[call:get_time]"))
+    assert response.finish_reason == FinishReason.TOOL_CALL
+    [call] = response.content
+    assert (call.id, call.raw_name, call.name) == ("call_up_1", "get_time", "get_time")
+    assert call.raw_arguments == TOOL_ARGUMENTS
+    assert call.arguments == {"zone": "UTC"}
+
+
+def test_a_call_of_a_tool_that_was_not_offered_has_no_name_or_arguments(tz: TensorZeroGateway) -> None:
+    response = tz.inference(function_name="tools_relay", input=tzk.says("[call:launch_rocket]"))
+    [call] = response.content
+    assert call.raw_name == "launch_rocket" and call.raw_arguments == TOOL_ARGUMENTS
+    assert call.name is None and call.arguments is None
+
+
+def test_a_call_with_arguments_that_are_not_json_keeps_them_raw(tz: TensorZeroGateway) -> None:
+    response = tz.inference(function_name="tools_relay", input=tzk.says("[call-garbled:get_time]"))
+    [call] = response.content
+    assert call.name == "get_time" and call.arguments is None
+    assert call.raw_arguments == "{not json"
+
+
+def test_a_streamed_upstream_tool_call_arrives_in_pieces(tz: TensorZeroGateway) -> None:
+    chunks = list(tz.inference(function_name="tools_relay", input=tzk.says("[call:get_time]"), stream=True))
+    calls = [block for c in chunks for block in c.content if block.type == "tool_call"]
+    assert len(calls) == 2
+    assert [call.raw_name for call in calls] == ["get_time", ""]
+    assert {call.id for call in calls} == {"call_up_1"}
+    assert "".join(call.raw_arguments for call in calls) == TOOL_ARGUMENTS
+    assert [c.finish_reason for c in chunks if c.finish_reason] == [FinishReason.TOOL_CALL]
