@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
+import pytest
 import requests
 from tensorzero import TensorZeroGateway
 
@@ -130,3 +133,27 @@ def test_every_variant_failing_is_a_502_listing_them(tz: TensorZeroGateway) -> N
 def test_an_upstream_failure_is_a_502(tz: TensorZeroGateway) -> None:
     message = tzk.expect_error(502, inference, tz, model_name="mock", input=tzk.says("[upstream-fails]"))
     assert "mock" in message
+
+
+# 401 ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def keyed(server_factory: Callable[..., kit.NimbusServer]) -> tuple[kit.NimbusServer, str]:
+    """A server that requires an API key, and that key."""
+    created: dict[str, Any] = {}
+    server = server_factory("nimbus-tensorzero-keyed", before_start=lambda cli: created.update(cli.create_key("tz")))
+    return server, created["api_key"]
+
+
+def test_the_clients_api_key_is_the_bearer_and_a_missing_or_wrong_one_is_a_401(
+    keyed: tuple[kit.NimbusServer, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, api_key = keyed
+    monkeypatch.delenv("TENSORZERO_API_KEY", raising=False)
+    with TensorZeroGateway.build_http(gateway_url=server.base_url, api_key=api_key) as client:
+        assert client.inference(model_name="dummy", input=tzk.says("Hi")).variant_name == "dummy"
+    for wrong in (None, "nmb_not_a_key"):
+        with TensorZeroGateway.build_http(gateway_url=server.base_url, api_key=wrong) as client:
+            message = tzk.expect_error(401, client.inference, model_name="dummy", input=tzk.says("Hi"))
+            assert "API key" in message
