@@ -46,13 +46,16 @@ where
     }
 }
 
-/// Parse a JSON body, naming the offending field on failure.
+/// Parse a JSON body, naming the offending field on failure (not for broken JSON: where the text
+/// broke off says nothing about a field).
 pub(crate) fn parse_tensorzero_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, TensorZeroError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();
         let inner = excerpt_message(&err.inner().to_string());
-        if path == "." {
+        if err.inner().is_syntax() || err.inner().is_eof() {
+            TensorZeroError::bad_request(format!("The request body is not valid JSON: {inner}"))
+        } else if path == "." {
             TensorZeroError::bad_request(format!("Invalid request body: {inner}"))
         } else {
             TensorZeroError::bad_request(format!("Invalid request body at `{}`: {inner}", excerpt(&path)))
@@ -90,4 +93,33 @@ async fn inference(
     let result = functions.infer(&call).await?;
     let reply = crate::functions::inference::InferenceReply::new(&result, call.includes);
     Ok(Json(reply).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::functions::inference::InferenceRequest;
+
+    fn error_of(body: &str) -> String {
+        parse_tensorzero_json::<InferenceRequest>(body.as_bytes())
+            .unwrap_err()
+            .message
+    }
+
+    #[test]
+    fn a_bad_field_is_named_and_broken_json_is_called_so() {
+        let unknown = error_of(r#"{"model_name": "m", "input": {}, "temprature": 1}"#);
+        assert!(unknown.contains("temprature"), "{unknown}");
+        let wrong_type = error_of(r#"{"model_name": "m", "input": {}, "stream": "yes"}"#);
+        assert!(wrong_type.contains("at `stream`"), "{wrong_type}");
+        for broken in [
+            r#"{"model_name": "m", "input": {"messages": ["#,
+            "{",
+            r#"{"model_name" 1}"#,
+        ] {
+            let message = error_of(broken);
+            assert!(message.starts_with("The request body is not valid JSON"), "{message}");
+            assert!(!message.contains(" at `"), "{message}");
+        }
+    }
 }
