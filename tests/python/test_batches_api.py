@@ -156,6 +156,8 @@ INVALID_LINES: list[tuple[dict[str, Any] | str, tuple[str, str | None] | None]] 
     ({**kit.chat_line("wrong-url", "Hi"), "url": "/v1/embeddings"}, ("invalid_url", "url")),
     (kit.chat_line("streams", "Hi", stream=True), ("streaming_unsupported", "body.stream")),
     (kit.chat_line("no-model", "Hi", model="no-such-model"), ("model_not_found", "body.model")),
+    (kit.chat_line("shorthand", "Hi", model="dummy::echo"), None),
+    (kit.chat_line("bad-shorthand", "Hi", model="nowhere::echo"), ("model_not_found", "body.model")),
     (kit.chat_line("dup", "first"), None),
     (kit.chat_line("dup", "second"), ("duplicate_custom_id", "custom_id")),
     (line_without("method", "no-method"), ("missing_required_parameter", "method")),

@@ -245,6 +245,18 @@ def test_fallback_model_answers(client: openai.OpenAI) -> None:
     assert completion.choices[0].finish_reason == "stop"
 
 
+def test_shorthand_models_answer_without_configuration(client: openai.OpenAI) -> None:
+    completion = chat(client, user("Who are you?"), model="dummy::anything")
+    assert completion.model == "dummy::anything"
+    assert content_of(completion)
+    chunks = list(client.chat.completions.create(model="dummy::anything", messages=user("Hi"), stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    with pytest.raises(openai.NotFoundError) as raised:
+        chat(client, user("Hi"), model="nowhere::anything")
+    assert raised.value.code == "model_not_found"
+    assert "dummy::anything" not in {model.id for model in client.models.list()}
+
+
 def test_slow_model_takes_about_a_second_and_runs_concurrently(client: openai.OpenAI) -> None:
     started = time.monotonic()
     completion = chat(client, user("Take your time."), model="dummy-slow")

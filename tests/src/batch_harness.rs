@@ -327,6 +327,7 @@ impl Harness {
             queue: Arc::clone(&queue) as Arc<dyn JobQueue>,
             clock: Arc::clone(&clock) as Arc<dyn Clock>,
             ids: Arc::new(UuidV7Ids) as Arc<dyn IdSource>,
+            after_response: Arc::new(nimbus_shared::ports::SpawnAfterResponse),
         };
         let routed = models
             .iter()

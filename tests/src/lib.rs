@@ -5,3 +5,4 @@ pub mod batch_assertions;
 pub mod batch_harness;
 pub mod contract;
 pub mod moto;
+pub mod records_contract;

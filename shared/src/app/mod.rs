@@ -7,14 +7,19 @@ pub mod config_source;
 pub mod embedded;
 pub mod lambda;
 
+use crate::adapters::records::{StateFeedbackStore, StateInferenceStore, StateModelCache};
 use crate::auth::{ApiKeyService, AuthMode, Authenticator};
 use crate::batches::{BatchDeps, BatchService, BatchSettings};
 use crate::config::{Config, LoadedConfig};
 use crate::files::FilesService;
-use crate::functions::inference::FunctionService;
+use crate::functions::feedback::FeedbackService;
+use crate::functions::inference::{FunctionService, InferencePersistence};
 use crate::http::{AppState, HttpSettings};
 use crate::inference::InferenceService;
-use crate::ports::{BlobStore, Clock, IdSource, JobQueue, StateStore, SystemClock, UuidV7Ids};
+use crate::ports::{
+    AfterResponse, BlobStore, Clock, FeedbackStore, IdSource, InferenceStore, JobQueue, ModelCache, SpawnAfterResponse,
+    StateStore, SystemClock, UuidV7Ids,
+};
 use crate::providers::router::ModelRouter;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +32,8 @@ pub struct Adapters {
     pub queue: Arc<dyn JobQueue>,
     pub clock: Arc<dyn Clock>,
     pub ids: Arc<dyn IdSource>,
+    /// Where work that must not delay a response runs (records, cache writes).
+    pub after_response: Arc<dyn AfterResponse>,
 }
 
 impl Adapters {
@@ -37,6 +44,7 @@ impl Adapters {
             queue,
             clock: Arc::new(SystemClock),
             ids: Arc::new(UuidV7Ids),
+            after_response: Arc::new(SpawnAfterResponse),
         }
     }
 
@@ -61,6 +69,46 @@ impl Adapters {
             Arc::clone(&self.ids),
         )
     }
+}
+
+/// The records ports over the state and blob stores (`adapters::records`).
+impl Adapters {
+    pub fn inference_records(&self) -> Arc<dyn InferenceStore> {
+        Arc::new(StateInferenceStore::new(
+            Arc::clone(&self.state),
+            Arc::clone(&self.blobs),
+        ))
+    }
+
+    pub fn model_cache(&self) -> Arc<dyn ModelCache> {
+        Arc::new(StateModelCache::new(
+            Arc::clone(&self.state),
+            Arc::clone(&self.blobs),
+            Arc::clone(&self.clock),
+        ))
+    }
+
+    pub fn feedback_store(&self) -> Arc<dyn FeedbackStore> {
+        Arc::new(StateFeedbackStore::new(
+            Arc::clone(&self.state),
+            Arc::clone(&self.blobs),
+        ))
+    }
+}
+
+/// `POST /feedback` checked against the configured metrics and the inferences in `records`.
+pub fn feedback_service(
+    config: &Config,
+    adapters: &Adapters,
+    records: Arc<dyn InferenceStore>,
+) -> Arc<FeedbackService> {
+    Arc::new(FeedbackService::new(
+        config.metrics.clone(),
+        records,
+        adapters.feedback_store(),
+        Arc::clone(&adapters.clock),
+        Arc::clone(&adapters.ids),
+    ))
 }
 
 /// The batch engine over `adapters`, calling models through `inference`.
@@ -93,16 +141,25 @@ pub fn inference_service(config: &Config, adapters: &Adapters) -> Result<Arc<Inf
     )))
 }
 
-/// The function layer (`/inference`) over the inference layer.
+/// The function layer (`/inference`) over the inference layer, writing records and cache entries
+/// through `records` and the adapters' cache after each response.
 pub fn function_service(
     loaded: &LoadedConfig,
     adapters: &Adapters,
     inference: Arc<InferenceService>,
+    records: Arc<dyn InferenceStore>,
 ) -> Arc<FunctionService> {
+    let persistence = InferencePersistence {
+        records,
+        cache: adapters.model_cache(),
+        cache_config: loaded.config.gateway.cache.clone(),
+        after_response: Arc::clone(&adapters.after_response),
+        clock: Arc::clone(&adapters.clock),
+    };
     Arc::new(FunctionService::new(
         Arc::clone(&loaded.functions),
         inference,
-        Arc::clone(&adapters.clock),
+        persistence,
         Arc::clone(&adapters.ids),
     ))
 }
@@ -117,12 +174,15 @@ pub fn app_state(
 ) -> Result<AppState, String> {
     let config = &loaded.config;
     let inference = inference_service(config, adapters)?;
+    let records = adapters.inference_records();
     Ok(AppState {
-        functions: function_service(loaded, adapters, Arc::clone(&inference)),
+        functions: function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records)),
         batches: batch_service(adapters, Arc::clone(&inference), batches),
         inference,
         files: Arc::new(adapters.files()),
         auth: Arc::new(Authenticator::new(adapters.api_keys(), auth.mode, auth.cache_ttl)),
         settings: http,
+        feedback: feedback_service(config, adapters, Arc::clone(&records)),
+        records,
     })
 }

@@ -42,7 +42,7 @@ impl BatchService {
             bytes: self.settings.max_chunk_bytes,
         };
         let inference = &self.inference;
-        let model_exists = |model: &str| inference.get_model(model).is_ok();
+        let model_exists = |model: &str| inference.can_route(model);
         let report = match self.blobs.get_stream(&batch.body.input_blob_key).await {
             Ok(stream) => validate_input(stream, endpoint, &model_exists, limits).await,
             Err(err) => Err(err),

@@ -1,6 +1,7 @@
 //! Checks of `[functions.*]` that need no file: value ranges and cross-references (models,
 //! tools, variants, templates beside schemas). Files are read and compiled by `crate::functions`.
 
+use super::extras::{check_extra_body, check_extra_headers};
 use super::functions::{
     CandidateVariants, ChatCompletionConfig, ExperimentationConfig, FunctionConfig, FunctionKind, ToolChoice,
 };
@@ -299,44 +300,7 @@ impl ChatCompletionConfig {
     }
 
     fn check_extras(&self, key: &str) -> Result<(), ConfigError> {
-        for (index, entry) in self.extra_body.iter().enumerate() {
-            let entry_key = format!("{key}.extra_body[{index}]");
-            if !entry.pointer.starts_with('/') {
-                return Err(ConfigError::invalid(
-                    format!("{entry_key}.pointer"),
-                    "must be a JSON Pointer (RFC 6901) starting with `/`",
-                ));
-            }
-            check_value_or_delete(&entry_key, entry.value.is_some(), entry.delete)?;
-        }
-        for (index, entry) in self.extra_headers.iter().enumerate() {
-            let entry_key = format!("{key}.extra_headers[{index}]");
-            if http::HeaderName::from_bytes(entry.name.as_bytes()).is_err() {
-                return Err(ConfigError::invalid(
-                    format!("{entry_key}.name"),
-                    "is not a valid HTTP header name",
-                ));
-            }
-            if let Some(value) = &entry.value {
-                if http::HeaderValue::from_str(value).is_err() {
-                    return Err(ConfigError::invalid(
-                        format!("{entry_key}.value"),
-                        "is not a valid HTTP header value",
-                    ));
-                }
-            }
-            check_value_or_delete(&entry_key, entry.value.is_some(), entry.delete)?;
-        }
-        Ok(())
-    }
-}
-
-fn check_value_or_delete(key: &str, has_value: bool, delete: Option<bool>) -> Result<(), ConfigError> {
-    match (has_value, delete) {
-        (true, None) | (false, Some(true)) => Ok(()),
-        _ => Err(ConfigError::invalid(
-            key,
-            "give exactly one of `value` or `delete = true`",
-        )),
+        check_extra_body(key, &self.extra_body)?;
+        check_extra_headers(key, &self.extra_headers)
     }
 }

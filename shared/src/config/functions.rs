@@ -2,6 +2,8 @@
 //! TOML. Paths to templates and schemas are kept as written (relative to the config file); the
 //! function layer (`crate::functions`) reads and compiles them.
 
+/// Variants share the entry types with providers.
+pub use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
 /// `none`, `auto`, `required` or `{ specific = "tool" }`: the model request's own type.
 pub use crate::model::ToolChoice;
 use serde::{Deserialize, Serialize};
@@ -147,29 +149,6 @@ impl Default for RetriesConfig {
 
 fn default_max_delay_s() -> f64 {
     10.0
-}
-
-/// Sets (`value`) or removes (`delete = true`) the member at an RFC 6901 `pointer` of the
-/// provider request body.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct ExtraBodyEntry {
-    pub pointer: String,
-    #[serde(default)]
-    pub value: Option<serde_json::Value>,
-    #[serde(default)]
-    pub delete: Option<bool>,
-}
-
-/// Sets (`value`) or removes (`delete = true`) a header of the provider request.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct ExtraHeaderEntry {
-    pub name: String,
-    #[serde(default)]
-    pub value: Option<String>,
-    #[serde(default)]
-    pub delete: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]

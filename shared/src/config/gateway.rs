@@ -1,5 +1,6 @@
 //! `[gateway]`: settings that apply to every model.
 
+use super::cache::CacheConfig;
 use super::ConfigError;
 use serde::Deserialize;
 
@@ -8,6 +9,8 @@ use serde::Deserialize;
 pub struct GatewayConfig {
     #[serde(default)]
     pub retries: RetryConfig,
+    #[serde(default)]
+    pub cache: CacheConfig,
 }
 
 /// Retries of one provider before falling back to the next, on 408/429/5xx and connection errors.
@@ -64,6 +67,6 @@ impl GatewayConfig {
                 "must be positive and at most max_backoff_ms",
             ));
         }
-        Ok(())
+        self.cache.validate()
     }
 }

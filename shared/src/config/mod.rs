@@ -20,7 +20,9 @@
 //! compiled by [`load_config`] into a [`crate::functions::FunctionSet`].
 
 mod batches;
+mod cache;
 mod credentials;
+mod extras;
 mod files;
 mod function_checks;
 pub mod functions;
@@ -32,7 +34,9 @@ mod shorthand;
 mod tools;
 
 pub use batches::BatchesConfig;
+pub use cache::{CacheConfig, CacheMode, MAX_CACHE_TTL_S};
 pub use credentials::CredentialLocation;
+pub use extras::{ExtraBodyEntry, ExtraHeaderEntry};
 pub use files::{
     normalise_config_path, BlobConfigFiles, BundledConfigFiles, ConfigFiles, LocalConfigFiles, BUNDLED_CONFIG_DIR,
 };
@@ -41,7 +45,7 @@ pub use gateway::{GatewayConfig, RetryConfig};
 pub use load::{load_config, load_local_config, LoadedConfig};
 pub use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};
 pub use models::{DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
-pub use shorthand::{ModelLookupError, SHORTHAND_PROVIDERS};
+pub use shorthand::{shorthand_model, ModelLookupError, SHORTHAND_PROVIDERS};
 pub use tools::ToolConfig;
 
 use serde::Deserialize;

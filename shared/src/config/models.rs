@@ -1,6 +1,7 @@
 //! `[models.NAME]` and `[models.NAME.providers.P]`.
 
-use super::{ConfigError, CredentialLocation};
+use super::extras::{check_extra_body, check_extra_headers, extra_body_array, headers_table_or_array};
+use super::{ConfigError, CredentialLocation, ExtraBodyEntry, ExtraHeaderEntry};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -40,9 +41,14 @@ pub struct OpenAiProviderConfig {
     pub timeout_ms: u64,
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
-    /// Headers added to every upstream request.
-    #[serde(default)]
-    pub extra_headers: BTreeMap<String, String>,
+    /// Edits of every chat body sent upstream: after a variant's, before the request's own.
+    #[serde(default, deserialize_with = "extra_body_array")]
+    pub extra_body: Vec<ExtraBodyEntry>,
+    /// Headers set or removed on every upstream request (chat and embeddings), after a
+    /// variant's and before the request's own. Written as a table `{ name = "value" }` or as
+    /// TensorZero's array `[{ name, value | delete = true }]`.
+    #[serde(default, deserialize_with = "headers_table_or_array")]
+    pub extra_headers: Vec<ExtraHeaderEntry>,
 }
 
 impl OpenAiProviderConfig {
@@ -54,7 +60,8 @@ impl OpenAiProviderConfig {
             api_key_location: default_openai_key(),
             timeout_ms: default_timeout_ms(),
             connect_timeout_ms: default_connect_timeout_ms(),
-            extra_headers: BTreeMap::new(),
+            extra_body: Vec::new(),
+            extra_headers: Vec::new(),
         }
     }
 }
@@ -84,6 +91,13 @@ pub struct DummyProviderConfig {
     /// Vector length when the request gives no `dimensions`.
     #[serde(default = "default_dimensions")]
     pub embedding_dimensions: usize,
+    /// Applied to the body the dummy records as its `raw_request` (accepted so that configs
+    /// written for a real provider load unchanged).
+    #[serde(default, deserialize_with = "extra_body_array")]
+    pub extra_body: Vec<ExtraBodyEntry>,
+    /// Checked, then dropped: the dummy makes no HTTP call.
+    #[serde(default, deserialize_with = "headers_table_or_array")]
+    pub extra_headers: Vec<ExtraHeaderEntry>,
 }
 
 impl DummyProviderConfig {
@@ -93,6 +107,8 @@ impl DummyProviderConfig {
             latency_ms: 0,
             fail_with_status: None,
             embedding_dimensions: default_dimensions(),
+            extra_body: Vec::new(),
+            extra_headers: Vec::new(),
         }
     }
 }
@@ -173,15 +189,8 @@ impl OpenAiProviderConfig {
                 "timeouts must be positive",
             ));
         }
-        for name in self.extra_headers.keys() {
-            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return Err(ConfigError::invalid(
-                    format!("{key}.extra_headers.{name}"),
-                    "is not a valid HTTP header name",
-                ));
-            }
-        }
-        Ok(())
+        check_extra_body(key, &self.extra_body)?;
+        check_extra_headers(key, &self.extra_headers)
     }
 }
 
@@ -201,6 +210,7 @@ impl DummyProviderConfig {
                 "must be between 1 and 8192",
             ));
         }
-        Ok(())
+        check_extra_body(key, &self.extra_body)?;
+        check_extra_headers(key, &self.extra_headers)
     }
 }

@@ -34,9 +34,15 @@ pub(crate) fn resolve_model<'a>(
     models: &'a BTreeMap<String, ModelConfig>,
     name: &str,
 ) -> Result<Cow<'a, ModelConfig>, ModelLookupError> {
-    if let Some(model) = models.get(name) {
-        return Ok(Cow::Borrowed(model));
+    match models.get(name) {
+        Some(model) => Ok(Cow::Borrowed(model)),
+        None => shorthand_model(name).map(Cow::Owned),
     }
+}
+
+/// The one-provider model a `provider::model` shorthand stands for (configured models are not
+/// consulted: callers check them first). The provider is named after its type.
+pub fn shorthand_model(name: &str) -> Result<ModelConfig, ModelLookupError> {
     let Some((provider, model_name)) = name.split_once("::") else {
         return Err(ModelLookupError::UnknownModel(name.to_owned()));
     };
@@ -48,9 +54,9 @@ pub(crate) fn resolve_model<'a>(
         "dummy" => ProviderConfig::Dummy(DummyProviderConfig::standard()),
         _ => return Err(ModelLookupError::UnknownShorthandProvider(provider.to_owned())),
     };
-    Ok(Cow::Owned(ModelConfig {
+    Ok(ModelConfig {
         routing: vec![provider.to_owned()],
         providers: BTreeMap::from([(provider.to_owned(), provider_config)]),
         max_concurrency: None,
-    }))
+    })
 }

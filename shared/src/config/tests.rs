@@ -99,3 +99,102 @@ fn credential_locations_round_trip() {
     }
     assert!(CredentialLocation::parse("env::").is_err());
 }
+
+fn header(name: &str, value: Option<&str>) -> ExtraHeaderEntry {
+    ExtraHeaderEntry {
+        name: name.into(),
+        value: value.map(str::to_owned),
+        delete: value.is_none().then_some(true),
+    }
+}
+
+/// `extra_headers` as Nimbus's table or TensorZero's array, and `extra_body`, on both provider
+/// types (a config written for TensorZero loads with dummy providers too).
+#[test]
+fn provider_extras_parse_in_both_header_forms() {
+    let config = Config::from_toml(
+        r#"
+[models.m]
+routing = ["table", "array", "dummy"]
+
+[models.m.providers.table]
+type = "openai"
+model_name = "x"
+extra_headers = { "x-b" = "2", "x-a" = "1" }
+
+[models.m.providers.array]
+type = "openai"
+model_name = "x"
+extra_body = [{ pointer = "/a/b", value = { c = 1 } }, { pointer = "/gone", delete = true }]
+extra_headers = [{ name = "x-a", value = "1" }, { name = "x-b", delete = true }]
+
+[models.m.providers.dummy]
+type = "dummy"
+extra_body = [{ pointer = "/a", value = 1 }]
+extra_headers = [{ name = "x-a", value = "1" }]
+"#,
+    )
+    .unwrap();
+    let providers = &config.models["m"].providers;
+    let ProviderConfig::Openai(table) = &providers["table"] else {
+        panic!("{providers:?}")
+    };
+    assert_eq!(
+        table.extra_headers,
+        vec![header("x-a", Some("1")), header("x-b", Some("2"))]
+    );
+    assert!(table.extra_body.is_empty());
+    let ProviderConfig::Openai(array) = &providers["array"] else {
+        panic!("{providers:?}")
+    };
+    assert_eq!(array.extra_headers, vec![header("x-a", Some("1")), header("x-b", None)]);
+    assert_eq!(array.extra_body[0].value, Some(serde_json::json!({"c": 1})));
+    assert_eq!(array.extra_body[1].delete, Some(true));
+    let ProviderConfig::Dummy(dummy) = &providers["dummy"] else {
+        panic!("{providers:?}")
+    };
+    assert_eq!(dummy.extra_body.len(), 1);
+    assert_eq!(dummy.extra_headers, vec![header("x-a", Some("1"))]);
+}
+
+#[test]
+fn bad_provider_extras_are_named() {
+    let provider = |extra: &str| {
+        format!("[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"openai\"\nmodel_name=\"x\"\n{extra}\n")
+    };
+    for (extra, key) in [
+        (
+            "extra_headers = { \"bad name\" = \"1\" }",
+            "models.m.providers.p.extra_headers[0].name",
+        ),
+        (
+            "extra_headers = [{ name = \"x\", value = \"a\\nb\" }]",
+            "models.m.providers.p.extra_headers[0].value",
+        ),
+        (
+            "extra_headers = [{ name = \"x\", delete = false }]",
+            "models.m.providers.p.extra_headers[0]",
+        ),
+        (
+            "extra_headers = [{ name = \"x\", valu = \"1\" }]",
+            "extra_headers[0]: unknown field `valu`",
+        ),
+        ("extra_headers = \"x-a: 1\"", "expected `extra_headers` as a table"),
+        ("extra_headers = { x = 1 }", "extra_headers.x: invalid type"),
+        ("extra_body = { a = 1 }", "expected `extra_body` as an array"),
+        (
+            "extra_body = [{ pointer = \"a\", value = 1 }]",
+            "models.m.providers.p.extra_body[0].pointer",
+        ),
+        (
+            "extra_body = [{ pointer = \"/a\" }]",
+            "models.m.providers.p.extra_body[0]",
+        ),
+    ] {
+        let err = expect_error(&provider(extra));
+        assert!(err.contains(key), "{extra}: expected `{key}` in: {err}");
+        assert!(err.contains("models.m.providers.p"), "{err}");
+    }
+    let dummy = "[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"dummy\"\nextra_body=[{ pointer = \"x\", value = 1 }]\n";
+    assert!(expect_error(dummy).contains("models.m.providers.p.extra_body[0].pointer"));
+}

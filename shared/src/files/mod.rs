@@ -81,12 +81,7 @@ pub struct FilesService {
 
 /// Milliseconds since the epoch encoded in a UUIDv7.
 pub(crate) fn uuid_ms(uuid: &Uuid) -> i64 {
-    uuid.get_timestamp()
-        .map(|t| {
-            let (secs, nanos) = t.to_unix();
-            i64::try_from(secs).unwrap_or(0) * 1000 + i64::from(nanos / 1_000_000)
-        })
-        .unwrap_or(0)
+    crate::ports::clock::uuid_unix_ms(uuid)
 }
 
 /// The listing position of an id minted by this layer (`{prefix}{uuid-v7}`), which also works

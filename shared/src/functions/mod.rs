@@ -2,8 +2,10 @@
 //! and variants, tools, templates, and the variant sampler. Built once at start-up by
 //! [`crate::config::load_config`]; the `/inference` endpoint reads it.
 
+pub mod feedback;
 pub mod inference;
 pub mod openai_compat;
+pub mod records;
 mod sampler;
 mod schemas;
 mod templates;

@@ -274,6 +274,16 @@ fn from_failures(model: &str, failures: &[ProviderFailure]) -> ApiError {
         .with_param("credentials")
         .with_code("missing_credential");
     }
+    // An edit the client sent that a provider could not apply: the client's to fix.
+    if let Some((param, problem)) = failures.iter().find_map(|f| match &f.error {
+        ProviderError::InvalidExtraBody(e) => Some(("extra_body", e.to_string())),
+        ProviderError::InvalidExtraHeader(e) => Some(("extra_headers", e.to_string())),
+        _ => None,
+    }) {
+        return ApiError::invalid_request(format!("Invalid '{param}' for model `{}`: {problem}.", excerpt(model)))
+            .with_param(param)
+            .with_code(format!("invalid_{param}"));
+    }
     let last = failures.last().map(|f| &f.error);
     // A request the provider called invalid is the client's to fix.
     if let Some(ProviderError::Http { status, message, .. }) = last {
@@ -389,6 +399,37 @@ mod tests {
         for (err, status) in cases {
             assert_eq!(ApiError::from(err.clone()).status, status, "{err:?}");
         }
+    }
+
+    #[test]
+    fn an_extra_body_edit_that_cannot_apply_is_a_400_naming_extra_body() {
+        use crate::model::{ExtraBodyError, ExtraHeaderError};
+        let err = ApiError::from(RoutingError::AllFailed {
+            model: "m".into(),
+            failures: vec![
+                failure(ProviderError::Http {
+                    status: 503,
+                    message: "down".into(),
+                    retry_after: None,
+                    body: None,
+                }),
+                failure(ProviderError::InvalidExtraBody(ExtraBodyError::NotAContainer(
+                    "/messages/x".into(),
+                ))),
+            ],
+        });
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert_eq!(err.param.as_deref(), Some("extra_body"));
+        assert_eq!(err.code.as_deref(), Some("invalid_extra_body"));
+        assert!(err.message.contains("/messages/x"), "{}", err.message);
+        let err = ApiError::from(RoutingError::AllFailed {
+            model: "m".into(),
+            failures: vec![failure(ProviderError::InvalidExtraHeader(
+                ExtraHeaderError::InvalidName("a b".into()),
+            ))],
+        });
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert_eq!(err.param.as_deref(), Some("extra_headers"));
     }
 
     #[test]

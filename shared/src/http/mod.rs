@@ -15,18 +15,22 @@ pub mod public_url;
 pub mod sse;
 pub mod tensorzero_error;
 mod tensorzero_openai_routes;
+mod tensorzero_records_routes;
 mod tensorzero_routes;
 mod tensorzero_surface;
 mod upload_routes;
 
 pub use error::ApiError;
 pub use public_url::PublicBaseUrl;
+pub use tensorzero_error::{TensorZeroError, TensorZeroJson};
 
 use crate::auth::Authenticator;
 use crate::batches::BatchService;
 use crate::files::FilesService;
+use crate::functions::feedback::FeedbackService;
 use crate::functions::inference::FunctionService;
 use crate::inference::InferenceService;
+use crate::ports::InferenceStore;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use axum::Router;
@@ -41,6 +45,10 @@ pub struct AppState {
     pub batches: Arc<BatchService>,
     pub auth: Arc<Authenticator>,
     pub settings: HttpSettings,
+    /// The stored inferences of `/inference` (read by the records routes).
+    pub records: Arc<dyn InferenceStore>,
+    /// `POST /feedback`.
+    pub feedback: Arc<FeedbackService>,
 }
 
 /// Host-specific choices.
@@ -58,7 +66,8 @@ pub struct HttpSettings {
 /// Largest JSON body accepted (API Gateway's own limit is 10 MB).
 pub const MAX_JSON_BODY_BYTES: usize = 10 * 1024 * 1024;
 
-/// The inference function's routes: chat completions, embeddings, models, `/inference`, health.
+/// The inference function's routes: chat completions, embeddings, models, `/inference`, the
+/// TensorZero-style records and feedback routes, health.
 pub fn inference_router(state: AppState) -> Router {
     host_router(state, inference_function_routes())
 }
@@ -67,6 +76,7 @@ fn inference_function_routes() -> Router<AppState> {
     inference_routes::routes()
         .merge(tensorzero_routes::routes())
         .merge(tensorzero_openai_routes::routes())
+        .merge(tensorzero_records_routes::routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
 }
 

@@ -1,12 +1,19 @@
-//! Errors on TensorZero's surface (`/inference`, `/feedback`, records): `{"error": "<message>"}`
-//! with TensorZero's statuses. Every mapping to it lives here.
+//! Errors of the TensorZero-style routes (`/inference`, `/feedback`, the records routes) in
+//! TensorZero's shape: a status and the body `{"error": "<message>"}`. The OpenAI routes keep
+//! the envelope of [`ApiError`]; this is the one place TensorZero-route errors are mapped.
 
+use super::error::ApiError;
+use super::json_body::JsonBody;
+use crate::functions::feedback::FeedbackError;
 use crate::functions::inference::{FailureKind, FunctionError};
+use crate::ports::StorageError;
+use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
+/// A TensorZero-style error response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorZeroError {
     pub status: StatusCode,
@@ -29,13 +36,21 @@ impl TensorZeroError {
         Self::new(StatusCode::NOT_FOUND, message)
     }
 
+    pub fn bad_gateway(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_GATEWAY, message)
+    }
+
+    pub fn gateway_timeout(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::GATEWAY_TIMEOUT, message)
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
-    /// The body of the error, also used as a mid-stream error event.
+    /// The body, also usable as an error event inside a stream.
     pub fn body(&self) -> serde_json::Value {
-        json!({ "error": self.message })
+        json!({"error": self.message})
     }
 }
 
@@ -44,10 +59,38 @@ impl IntoResponse for TensorZeroError {
         if self.status.is_server_error() {
             tracing::warn!(status = %self.status, error = %self.message, "tensorzero request failed");
         }
-        (self.status, Json(self.body())).into_response()
+        (self.status, axum::Json(self.body())).into_response()
     }
 }
 
+/// An OpenAI-envelope error (an extractor's rejection: a bad body, path or query) with the same
+/// status and message.
+impl From<ApiError> for TensorZeroError {
+    fn from(err: ApiError) -> Self {
+        Self::new(err.status, err.message)
+    }
+}
+
+impl From<StorageError> for TensorZeroError {
+    fn from(err: StorageError) -> Self {
+        tracing::error!(error = %err, "storage failed");
+        Self::internal("The request could not be completed because storage failed; try again.")
+    }
+}
+
+impl From<FeedbackError> for TensorZeroError {
+    fn from(err: FeedbackError) -> Self {
+        match err {
+            FeedbackError::Invalid(message) => Self::bad_request(message),
+            FeedbackError::UnknownMetric(_) | FeedbackError::TargetNotFound { .. } => Self::not_found(err.to_string()),
+            FeedbackError::Storage(storage) => storage.into(),
+        }
+    }
+}
+
+/// TensorZero's statuses for the function layer: 400 bad input (also when every variant failed
+/// for the client's reason, e.g. a missing dynamic credential), 404 lookups, 408 when every variant
+/// timed out, 502 when they failed otherwise.
 impl From<FunctionError> for TensorZeroError {
     fn from(error: FunctionError) -> Self {
         let status = match &error {
@@ -64,5 +107,71 @@ impl From<FunctionError> for TensorZeroError {
             FunctionError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         Self::new(status, error.to_string())
+    }
+}
+
+/// A JSON body read like [`JsonBody`] (malformed JSON, wrong types, missing and unknown fields
+/// named), rejected as a [`TensorZeroError`].
+pub struct TensorZeroJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for TensorZeroJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = TensorZeroError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let body = JsonBody::<T>::from_request(request, state).await?;
+        Ok(Self(body.typed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    #[test]
+    fn statuses_and_body_shape() {
+        let cases = [
+            (TensorZeroError::bad_request("b"), StatusCode::BAD_REQUEST),
+            (TensorZeroError::not_found("n"), StatusCode::NOT_FOUND),
+            (TensorZeroError::bad_gateway("g"), StatusCode::BAD_GATEWAY),
+            (TensorZeroError::gateway_timeout("t"), StatusCode::GATEWAY_TIMEOUT),
+            (TensorZeroError::internal("i"), StatusCode::INTERNAL_SERVER_ERROR),
+        ];
+        for (err, status) in cases {
+            assert_eq!(err.status, status);
+            assert_eq!(err.body(), json!({"error": err.message}));
+        }
+    }
+
+    #[test]
+    fn feedback_errors_map_to_400_404_500() {
+        let id = Uuid::now_v7();
+        let cases = [
+            (FeedbackError::Invalid("x".into()), StatusCode::BAD_REQUEST),
+            (FeedbackError::UnknownMetric("m".into()), StatusCode::NOT_FOUND),
+            (
+                FeedbackError::TargetNotFound {
+                    target: crate::functions::records::FeedbackTarget::Inference,
+                    id,
+                },
+                StatusCode::NOT_FOUND,
+            ),
+            (
+                FeedbackError::Storage(StorageError::Backend("disk on fire".into())),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+        ];
+        for (err, status) in cases {
+            let mapped = TensorZeroError::from(err.clone());
+            assert_eq!(mapped.status, status, "{err:?}");
+            assert!(
+                !mapped.message.contains("disk on fire"),
+                "storage details stay in the logs"
+            );
+        }
     }
 }

@@ -3,9 +3,11 @@
 //! `/openai/v1/embeddings`. Errors use OpenAI's envelope.
 
 use super::error::ApiError;
+use super::extract::ApiExtension;
 use super::json_body::JsonBody;
 use super::sse::{sse_body_response, sse_frames_with};
 use super::AppState;
+use crate::auth::Principal;
 use crate::functions::inference::FunctionError;
 use crate::functions::openai_compat::{
     completion_of, inference_request_of, CompletionChunker, EMBEDDING_MODEL_PREFIX, MODEL_PREFIX,
@@ -26,6 +28,7 @@ pub(super) fn routes() -> Router<AppState> {
 
 async fn chat_completions(
     State(state): State<AppState>,
+    ApiExtension(principal): ApiExtension<Principal>,
     body: JsonBody<Map<String, Value>>,
 ) -> Result<Response, ApiError> {
     let include_usage = body
@@ -39,7 +42,7 @@ async fn chat_completions(
     let call = request.into_call(functions.now_ms(), || functions.new_id())?;
     let created = functions.now_ms() / 1000;
     if call.stream {
-        let stream = functions.infer_stream(&call).await?;
+        let stream = functions.infer_stream(&principal.project, &call).await?;
         let mut chunker = CompletionChunker::new(&stream.function_name, &stream.variant_name, created, include_usage);
         let chunks = stream
             .chunks
@@ -56,7 +59,7 @@ async fn chat_completions(
         });
         return Ok(sse_body_response(frames));
     }
-    let result = functions.infer(&call).await?;
+    let result = functions.infer(&principal.project, &call).await?;
     Ok(Json(completion_of(&result, created)).into_response())
 }
 

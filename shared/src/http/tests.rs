@@ -139,6 +139,35 @@ async fn statuses_and_envelopes() {
 }
 
 #[tokio::test]
+async fn shorthand_models_answer_chat_but_are_not_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = router_with(&adapters(dir.path()), AuthMode::OpenWhenNoKeys);
+    let (status, _, body) = call(
+        &router,
+        "POST",
+        "/v1/chat/completions",
+        Some(chat_body("dummy::anything")),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["model"], "dummy::anything");
+    for unknown in ["vault::x", "dummy::"] {
+        let (status, _, body) = call(&router, "POST", "/v1/chat/completions", Some(chat_body(unknown)), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{unknown}");
+        assert_eq!(body["error"]["code"], "model_not_found");
+    }
+    let (_, _, list) = call(&router, "GET", "/v1/models", None, None).await;
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert_eq!(ids, vec!["broken", "dummy"]);
+}
+
+#[tokio::test]
 async fn streaming_is_sse_ending_in_done() {
     let dir = tempfile::tempdir().unwrap();
     let router = router_with(&adapters(dir.path()), AuthMode::OpenWhenNoKeys);

@@ -11,7 +11,7 @@ use crate::openai::embeddings::{EmbeddingData, EmbeddingRequest, EmbeddingRespon
 use crate::openai::models::{ModelList, ModelObject};
 use crate::ports::{Clock, IdSource};
 use crate::providers::router::{ModelRouter, RoutingError};
-use crate::providers::{CallContext, ChunkStream, ProviderError};
+use crate::providers::{CallContext, ModelStream, ProviderError};
 use futures::stream::BoxStream;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -86,6 +86,12 @@ impl InferenceService {
         }
     }
 
+    /// Whether requests naming `model` can be routed: a configured model or a `provider::model`
+    /// shorthand (which [`Self::list_models`] and [`Self::get_model`] do not show).
+    pub fn can_route(&self, model: &str) -> bool {
+        self.router.routes(model)
+    }
+
     pub fn get_model(&self, id: &str) -> Result<ModelObject, InferenceError> {
         if self.router.contains(id) {
             Ok(self.model_object(id))
@@ -108,7 +114,7 @@ impl InferenceService {
         &self,
         request: &ModelRequest,
         credentials: &HashMap<String, String>,
-    ) -> Result<ChunkStream, InferenceError> {
+    ) -> Result<ModelStream, InferenceError> {
         Ok(self.router.chat_stream(request, CallContext { credentials }).await?)
     }
 

@@ -43,7 +43,7 @@ impl InferenceService {
         let created = self.clock.now_unix_s();
         let model = model_request.model.clone();
         let include_usage = model_request.wants_stream_usage();
-        let stream = upstream.filter_map(move |item| {
+        let stream = upstream.chunks.filter_map(move |item| {
             let item = match item {
                 Err(err) => Some(Err(err)),
                 Ok(mut chunk) => {

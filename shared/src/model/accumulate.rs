@@ -92,6 +92,8 @@ impl ChunkAccumulator {
             usage: self.usage.unwrap_or_default(),
             system_fingerprint: None,
             raw_response,
+            raw_request: None,
+            provider_name: String::new(),
         }
     }
 }

@@ -1,14 +1,73 @@
 //! `extra_body` and `extra_headers`: edits of a provider's wire request that the gateway applies
 //! without understanding them.
+//!
+//! Entries come from three places, applied in this order so that later ones win (TensorZero's
+//! precedence): a variant's configuration ([`ExtraPlacement::BeforeProviderConfig`]), the
+//! provider's configuration, then the inference request ([`ExtraPlacement::AfterProviderConfig`]).
+//! An entry scoped to a provider (`provider`) applies only when that provider handles the call.
 
+use crate::user_text::excerpt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// Where a request's entry goes relative to the provider's configured entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExtraPlacement {
+    /// Before the provider's configured entries, which override it (a variant's configuration).
+    BeforeProviderConfig,
+    /// After the provider's configured entries, overriding them (sent with the inference request).
+    #[default]
+    AfterProviderConfig,
+}
+
+impl ExtraPlacement {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
 
 /// Set (or delete) the value at an RFC 6901 JSON pointer of the provider's body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExtraBodyEntry {
     pub pointer: String,
     pub edit: ExtraEdit,
+    /// Only when the provider handling the call has this name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "ExtraPlacement::is_default")]
+    pub placement: ExtraPlacement,
+}
+
+impl ExtraBodyEntry {
+    /// Set `value` at `pointer`, for every provider, after the provider's configured entries.
+    pub fn set(pointer: impl Into<String>, value: Value) -> Self {
+        Self {
+            pointer: pointer.into(),
+            edit: ExtraEdit::Set(value),
+            provider: None,
+            placement: ExtraPlacement::default(),
+        }
+    }
+
+    /// Delete what is at `pointer`, for every provider, after the provider's configured entries.
+    pub fn delete(pointer: impl Into<String>) -> Self {
+        Self {
+            edit: ExtraEdit::Delete,
+            ..Self::set(pointer, Value::Null)
+        }
+    }
+
+    /// Only for the provider named `provider`.
+    pub fn for_provider(mut self, provider: impl Into<String>) -> Self {
+        self.provider = Some(provider.into());
+        self
+    }
+
+    pub fn placed(mut self, placement: ExtraPlacement) -> Self {
+        self.placement = placement;
+        self
+    }
 }
 
 /// What to do at a pointer or header name.
@@ -25,22 +84,135 @@ pub struct ExtraHeaderEntry {
     pub name: String,
     /// `None` removes the header.
     pub value: Option<String>,
+    /// Only when the provider handling the call has this name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "ExtraPlacement::is_default")]
+    pub placement: ExtraPlacement,
+}
+
+impl ExtraHeaderEntry {
+    /// Set header `name` to `value`, for every provider, after the provider's configured headers.
+    pub fn set(name: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            value: Some(value.into()),
+            provider: None,
+            placement: ExtraPlacement::default(),
+        }
+    }
+
+    /// Remove header `name`, for every provider, after the provider's configured headers.
+    pub fn delete(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            value: None,
+            provider: None,
+            placement: ExtraPlacement::default(),
+        }
+    }
+
+    /// Only for the provider named `provider`.
+    pub fn for_provider(mut self, provider: impl Into<String>) -> Self {
+        self.provider = Some(provider.into());
+        self
+    }
+
+    pub fn placed(mut self, placement: ExtraPlacement) -> Self {
+        self.placement = placement;
+        self
+    }
+}
+
+/// An entry a request carries: scoped to a provider or not, placed before or after the
+/// provider's configured entries.
+pub trait ScopedExtra {
+    fn provider(&self) -> Option<&str>;
+    fn placement(&self) -> ExtraPlacement;
+}
+
+impl ScopedExtra for ExtraBodyEntry {
+    fn provider(&self) -> Option<&str> {
+        self.provider.as_deref()
+    }
+    fn placement(&self) -> ExtraPlacement {
+        self.placement
+    }
+}
+
+impl ScopedExtra for ExtraHeaderEntry {
+    fn provider(&self) -> Option<&str> {
+        self.provider.as_deref()
+    }
+    fn placement(&self) -> ExtraPlacement {
+        self.placement
+    }
+}
+
+/// The request's entries that apply to the provider named `provider` with this `placement`, in
+/// request order. A provider applies `Before…`, then its own configured entries, then `After…`.
+pub fn entries_for<'a, E: ScopedExtra>(
+    entries: &'a [E],
+    provider: &'a str,
+    placement: ExtraPlacement,
+) -> impl Iterator<Item = &'a E> + 'a {
+    entries
+        .iter()
+        .filter(move |e| e.placement() == placement && e.provider().is_none_or(|p| p == provider))
 }
 
 /// Why an `extra_body` pointer could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExtraBodyError {
-    #[error("extra_body pointer `{0}` must be empty or start with `/`")]
+    #[error("extra_body pointer `{}` must be empty or start with `/`", excerpt(.0))]
     NotAPointer(String),
-    #[error("extra_body pointer `{0}` goes through a value that is neither an object nor an array")]
+    #[error(
+        "extra_body pointer `{}` goes through a value that is neither an object nor an array",
+        excerpt(.0)
+    )]
     NotAContainer(String),
-    #[error("extra_body pointer `{0}` names an array index that does not exist")]
+    #[error("extra_body pointer `{}` names an array index that does not exist", excerpt(.0))]
     BadIndex(String),
+}
+
+/// Why an `extra_headers` entry could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExtraHeaderError {
+    #[error("extra_headers name `{}` is not a valid HTTP header name", excerpt(.0))]
+    InvalidName(String),
+    #[error("extra_headers value of `{}` is not a valid HTTP header value", excerpt(.0))]
+    InvalidValue(String),
+}
+
+/// Apply the entries in order to a request's headers: a value replaces every value of the header,
+/// no value removes it.
+pub fn apply_extra_headers<'a>(
+    headers: &mut http::HeaderMap,
+    entries: impl IntoIterator<Item = &'a ExtraHeaderEntry>,
+) -> Result<(), ExtraHeaderError> {
+    for entry in entries {
+        let name = http::HeaderName::from_bytes(entry.name.as_bytes())
+            .map_err(|_| ExtraHeaderError::InvalidName(entry.name.clone()))?;
+        match &entry.value {
+            Some(value) => {
+                let value = http::HeaderValue::from_str(value)
+                    .map_err(|_| ExtraHeaderError::InvalidValue(entry.name.clone()))?;
+                headers.insert(name, value);
+            }
+            None => {
+                headers.remove(name);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Apply the entries in order. Missing objects on the way are created; `-` appends to an array;
 /// deleting what is not there is not an error.
-pub fn apply_extra_body(body: &mut Value, entries: &[ExtraBodyEntry]) -> Result<(), ExtraBodyError> {
+pub fn apply_extra_body<'a>(
+    body: &mut Value,
+    entries: impl IntoIterator<Item = &'a ExtraBodyEntry>,
+) -> Result<(), ExtraBodyError> {
     for entry in entries {
         apply_one(body, entry)?;
     }
@@ -124,17 +296,11 @@ mod tests {
     use serde_json::json;
 
     fn set(pointer: &str, value: Value) -> ExtraBodyEntry {
-        ExtraBodyEntry {
-            pointer: pointer.into(),
-            edit: ExtraEdit::Set(value),
-        }
+        ExtraBodyEntry::set(pointer, value)
     }
 
     fn delete(pointer: &str) -> ExtraBodyEntry {
-        ExtraBodyEntry {
-            pointer: pointer.into(),
-            edit: ExtraEdit::Delete,
-        }
+        ExtraBodyEntry::delete(pointer)
     }
 
     #[test]

@@ -11,7 +11,10 @@ mod response;
 
 pub use accumulate::ChunkAccumulator;
 pub use content::{ContentBlock, FileData, Message, Role};
-pub use extra::{apply_extra_body, ExtraBodyEntry, ExtraBodyError, ExtraEdit, ExtraHeaderEntry};
+pub use extra::{
+    apply_extra_body, apply_extra_headers, entries_for, ExtraBodyEntry, ExtraBodyError, ExtraEdit, ExtraHeaderEntry,
+    ExtraHeaderError, ExtraPlacement, ScopedExtra,
+};
 pub use request::{
     ModelRequest, OpenAiPassThrough, OutputMode, SamplingParams, StreamOptions, ToolChoice, ToolDefinition,
 };
@@ -87,14 +90,16 @@ mod tests {
                 ..SamplingParams::default()
             },
             stream: Some(StreamOptions { include_usage: true }),
-            extra_body: vec![ExtraBodyEntry {
-                pointer: "/a".into(),
-                edit: ExtraEdit::Set(json!(1)),
-            }],
-            extra_headers: vec![ExtraHeaderEntry {
-                name: "x-a".into(),
-                value: None,
-            }],
+            extra_body: vec![
+                ExtraBodyEntry::set("/a", json!(1)),
+                ExtraBodyEntry::delete("/b")
+                    .for_provider("p")
+                    .placed(ExtraPlacement::BeforeProviderConfig),
+            ],
+            extra_headers: vec![
+                ExtraHeaderEntry::delete("x-a"),
+                ExtraHeaderEntry::set("x-b", "1").for_provider("p"),
+            ],
             openai_pass_through: OpenAiPassThrough {
                 fields: [("top_k".to_owned(), json!(5))].into_iter().collect(),
                 max_completion_tokens_spelling: true,

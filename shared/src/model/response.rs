@@ -76,6 +76,14 @@ pub struct ModelResponse {
     /// The provider's response body as received, for `include_original_response`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_response: Option<String>,
+    /// The request body the provider sent on the wire (after `extra_body` edits); the dummy
+    /// records the OpenAI-style body it stands for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_request: Option<String>,
+    /// The name of the provider that answered, as configured in the model's `routing` (set by the
+    /// router; empty straight from a provider).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub provider_name: String,
 }
 
 /// A piece of one choice's content in a stream.

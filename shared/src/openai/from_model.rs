@@ -88,6 +88,8 @@ pub fn completion_to_model(completion: ChatCompletion, raw: Option<String>) -> M
         usage: usage_to_model(&completion.usage),
         system_fingerprint: completion.system_fingerprint,
         raw_response: raw,
+        raw_request: None,
+        provider_name: String::new(),
     }
 }
 

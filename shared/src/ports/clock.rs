@@ -25,6 +25,16 @@ pub trait IdSource: Send + Sync {
     }
 }
 
+/// Milliseconds since the epoch encoded in a UUIDv7 (0 for ids without a timestamp).
+pub fn uuid_unix_ms(uuid: &Uuid) -> i64 {
+    uuid.get_timestamp()
+        .map(|t| {
+            let (secs, nanos) = t.to_unix();
+            i64::try_from(secs).unwrap_or(0) * 1000 + i64::from(nanos / 1_000_000)
+        })
+        .unwrap_or(0)
+}
+
 /// The system clock.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;

@@ -1,12 +1,20 @@
 //! Ports: the traits the domain talks to. Adapters (AWS and embedded) implement them.
 
+pub mod after_response;
 pub mod blob;
 pub mod clock;
+pub mod feedback_store;
+pub mod inference_store;
+pub mod model_cache;
 pub mod queue;
 pub mod state;
 
+pub use after_response::{AfterResponse, SpawnAfterResponse};
 pub use blob::{BlobStore, ByteStream};
 pub use clock::{Clock, IdSource, OffsetClock, SystemClock, UuidV7Ids};
+pub use feedback_store::FeedbackStore;
+pub use inference_store::{InferencePage, InferenceStore};
+pub use model_cache::{CacheKey, CachedModelResponse, ModelCache};
 pub use queue::{JobQueue, QueueMessage};
 pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore, MAX_UPDATE_ALL};
 

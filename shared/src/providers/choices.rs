@@ -5,7 +5,7 @@
 //!
 //! [`ChoiceSupport::OnePerCall`]: super::ChoiceSupport::OnePerCall
 
-use super::{CallContext, ChatProvider, ChatStreamProvider, ChunkStream, ProviderError};
+use super::{CallContext, ChatProvider, ChatStreamProvider, ChunkStream, ModelStream, ProviderError};
 use crate::model::{ModelChunk, ModelRequest, ModelResponse, ModelUsage};
 use futures::stream::SelectAll;
 use futures::{StreamExt, TryStreamExt};
@@ -33,8 +33,8 @@ pub async fn chat_n_times(
     joined(answers).ok_or_else(|| ProviderError::InvalidResponse("no choices were answered".to_owned()))
 }
 
-/// One completion from several: the first answer's fields, each answer's first choice numbered
-/// in order, usage summed.
+/// One completion from several: the first answer's fields (its `raw_request` stands for every
+/// call, which all send the same body), each answer's first choice numbered in order, usage summed.
 pub fn joined(answers: Vec<ModelResponse>) -> Option<ModelResponse> {
     let mut answers = answers.into_iter();
     let mut first = answers.next()?;
@@ -49,16 +49,19 @@ pub fn joined(answers: Vec<ModelResponse>) -> Option<ModelResponse> {
     Some(first)
 }
 
-/// `n` streams of one choice each, merged as they come into one stream of `n` choices.
+/// `n` streams of one choice each, merged as they come into one stream of `n` choices; the first
+/// call's `raw_request` stands for every call.
 pub async fn stream_n_times(
     streaming: Arc<dyn ChatStreamProvider>,
     request: &ModelRequest,
     ctx: CallContext<'_>,
     n: u32,
-) -> Result<ChunkStream, ProviderError> {
+) -> Result<ModelStream, ProviderError> {
     let single = one_choice_request(request);
     let streams = n_calls(n, || streaming.chat_stream(&single, ctx)).await?;
-    Ok(merged_streams(streams))
+    let raw_request = streams.first().and_then(|s| s.raw_request.clone());
+    let merged = merged_streams(streams.into_iter().map(|s| s.chunks).collect());
+    Ok(ModelStream::new(merged).with_raw_request(raw_request))
 }
 
 /// `call` made `n` times, at most [`CONCURRENT_CALLS`] at once; the answers in call order.

@@ -1,5 +1,6 @@
 //! What can go wrong when calling a provider.
 
+use crate::model::{ExtraBodyError, ExtraHeaderError};
 use std::time::Duration;
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -29,6 +30,12 @@ pub enum ProviderError {
     /// The provider cannot be called as configured (e.g. an `env::` credential is not set).
     #[error("{0}")]
     Misconfigured(String),
+    /// An `extra_body` entry sent with the request cannot be applied to this provider's body.
+    #[error("{0}")]
+    InvalidExtraBody(ExtraBodyError),
+    /// An `extra_headers` entry sent with the request is not a valid HTTP header.
+    #[error("{0}")]
+    InvalidExtraHeader(ExtraHeaderError),
 }
 
 impl ProviderError {
@@ -37,9 +44,12 @@ impl ProviderError {
         match self {
             Self::Http { status, .. } => matches!(status, 408 | 409 | 429) || *status >= 500,
             Self::Connection(_) => true,
-            Self::Timeout { .. } | Self::InvalidResponse(_) | Self::MissingCredential(_) | Self::Misconfigured(_) => {
-                false
-            }
+            Self::Timeout { .. }
+            | Self::InvalidResponse(_)
+            | Self::MissingCredential(_)
+            | Self::Misconfigured(_)
+            | Self::InvalidExtraBody(_)
+            | Self::InvalidExtraHeader(_) => false,
         }
     }
 

@@ -7,6 +7,7 @@
 pub mod choices;
 pub mod dummy;
 mod error;
+mod extras;
 pub mod openai;
 pub mod retry;
 pub mod router;
@@ -24,6 +25,41 @@ use std::sync::Arc;
 /// Chunks of a streamed answer; an `Err` item ends the stream.
 pub type ChunkStream = BoxStream<'static, Result<ModelChunk, ProviderError>>;
 
+/// A streamed answer that has started: who answers, what was sent, and the chunks.
+pub struct ModelStream {
+    /// The name of the provider that answers, as configured in the model's `routing` (set by the
+    /// router; empty straight from a provider).
+    pub provider_name: String,
+    /// The request body the provider sent on the wire; see [`ModelResponse::raw_request`].
+    pub raw_request: Option<String>,
+    pub chunks: ChunkStream,
+}
+
+impl ModelStream {
+    /// Chunks with nothing known about the request that produced them.
+    pub fn new(chunks: ChunkStream) -> Self {
+        Self {
+            provider_name: String::new(),
+            raw_request: None,
+            chunks,
+        }
+    }
+
+    pub fn with_raw_request(mut self, raw_request: Option<String>) -> Self {
+        self.raw_request = raw_request;
+        self
+    }
+}
+
+impl std::fmt::Debug for ModelStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelStream")
+            .field("provider_name", &self.provider_name)
+            .field("raw_request", &self.raw_request)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Per-call inputs that are not part of the model request.
 #[derive(Debug, Clone, Copy)]
 pub struct CallContext<'a> {
@@ -40,7 +76,7 @@ pub trait ChatProvider: Send + Sync {
 /// Streamed chat. Providers without it are streamed by splitting their complete answer.
 #[async_trait]
 pub trait ChatStreamProvider: Send + Sync {
-    async fn chat_stream(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError>;
+    async fn chat_stream(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelStream, ProviderError>;
 }
 
 /// Vectors for each input, in input order.

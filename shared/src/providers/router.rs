@@ -1,19 +1,29 @@
 //! Routing: a model's providers tried in `routing` order, each with retries, then fallback.
+//!
+//! A model is a `[models.M]` entry or, when no entry has the name, a `provider::model` shorthand
+//! (`dummy::echo`, `openai::gpt-4o-mini`) built on first use and kept (up to
+//! [`SHORTHAND_CACHE_LIMIT`] of them; past that, built per call).
 
 use super::dummy::DummyProvider;
-use super::openai::OpenAiProvider;
+use super::openai::{http_client, OpenAiProvider};
 use super::retry::{RetryDecision, RetryPolicy};
 use super::synthetic_stream::stream_from_response;
 use super::{
-    choices, CallContext, ChatProvider, ChoiceSupport, ChunkStream, Embeddings, ProviderError, ProviderHandle,
+    choices, CallContext, ChatProvider, ChoiceSupport, Embeddings, ModelStream, ProviderError, ProviderHandle,
 };
-use crate::config::{Config, ProviderConfig};
+use crate::config::{shorthand_model, Config, ModelConfig, ProviderConfig};
 use crate::model::{ModelRequest, ModelResponse};
 use crate::openai::embeddings::EmbeddingRequest;
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::time::Duration;
+
+/// The most shorthand models kept built at once.
+pub const SHORTHAND_CACHE_LIMIT: usize = 256;
+/// Longer shorthand names are built per call, never kept.
+const MAX_CACHED_NAME_LEN: usize = 256;
 
 /// A model and its providers in fallback order.
 #[derive(Debug, Clone)]
@@ -46,17 +56,32 @@ pub enum RoutingError {
     },
 }
 
-/// Every configured model, ready to call.
-#[derive(Debug, Clone)]
+/// Why a configured provider could not be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("models.{model}.providers.{provider}: {message}")]
+pub struct ProviderBuildError {
+    pub model: String,
+    pub provider: String,
+    pub message: String,
+}
+
+/// Every configured model, ready to call, and the shorthand models built so far.
+#[derive(Debug)]
 pub struct ModelRouter {
-    models: BTreeMap<String, RoutedModel>,
+    models: BTreeMap<String, Arc<RoutedModel>>,
+    shorthands: RwLock<HashMap<String, Arc<RoutedModel>>>,
+    /// One HTTP client (and connection pool) for every `openai::` shorthand model; `None` when it
+    /// could not be built (each model then builds its own, and reports why it cannot).
+    shorthand_client: OnceLock<Option<reqwest::Client>>,
     policy: RetryPolicy,
 }
 
 impl ModelRouter {
     pub fn new(models: Vec<RoutedModel>, policy: RetryPolicy) -> Self {
         Self {
-            models: models.into_iter().map(|m| (m.name.clone(), m)).collect(),
+            models: models.into_iter().map(|m| (m.name.clone(), Arc::new(m))).collect(),
+            shorthands: RwLock::new(HashMap::new()),
+            shorthand_client: OnceLock::new(),
             policy,
         }
     }
@@ -65,86 +90,140 @@ impl ModelRouter {
     pub fn from_config(config: &Config) -> Result<Self, String> {
         let mut models = Vec::new();
         for (name, model) in &config.models {
-            let mut providers = Vec::new();
-            for provider_name in &model.routing {
-                let Some(provider) = model.providers.get(provider_name) else {
-                    return Err(format!(
-                        "models.{name}.routing names unknown provider `{provider_name}`"
-                    ));
-                };
-                providers.push(match provider {
-                    ProviderConfig::Openai(c) => OpenAiProvider::new(provider_name.clone(), c.clone())
-                        .map_err(|e| format!("models.{name}.providers.{provider_name}: {e}"))?
-                        .handle(),
-                    ProviderConfig::Dummy(c) => DummyProvider::new(provider_name.clone(), c.clone()).handle(),
-                });
-            }
-            models.push(RoutedModel {
-                name: name.clone(),
-                providers,
-            });
+            models.push(routed_model(name, model, None).map_err(|e| e.to_string())?);
         }
         Ok(Self::new(models, RetryPolicy::from(&config.gateway.retries)))
     }
 
+    /// The configured models (shorthand models are not listed).
     pub fn model_names(&self) -> impl Iterator<Item = &str> {
         self.models.keys().map(String::as_str)
     }
 
+    /// Whether `model` is a configured model.
     pub fn contains(&self, model: &str) -> bool {
         self.models.contains_key(model)
     }
 
-    fn model(&self, name: &str) -> Result<&RoutedModel, RoutingError> {
-        self.models
-            .get(name)
-            .ok_or_else(|| RoutingError::ModelNotFound(name.to_owned()))
+    /// Whether `model` can be routed: a configured model or a valid shorthand.
+    pub fn routes(&self, model: &str) -> bool {
+        self.contains(model) || shorthand_model(model).is_ok()
+    }
+
+    fn model(&self, name: &str) -> Result<Arc<RoutedModel>, RoutingError> {
+        if let Some(model) = self.models.get(name) {
+            return Ok(Arc::clone(model));
+        }
+        let cache = self.shorthands.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(model) = cache.get(name) {
+            return Ok(Arc::clone(model));
+        }
+        drop(cache);
+        let config = shorthand_model(name).map_err(|_| RoutingError::ModelNotFound(name.to_owned()))?;
+        let client = self.shorthand_client(&config);
+        // The message leaves out the model name: it is the client's, quoted only where excerpted.
+        let model = routed_model(name, &config, client.as_ref()).map_err(|e| RoutingError::AllFailed {
+            model: name.to_owned(),
+            failures: vec![ProviderFailure {
+                provider: e.provider,
+                attempts: 0,
+                error: ProviderError::Misconfigured(e.message),
+            }],
+        })?;
+        let model = Arc::new(model);
+        if name.len() <= MAX_CACHED_NAME_LEN {
+            let mut cache = self.shorthands.write().unwrap_or_else(PoisonError::into_inner);
+            if let Some(kept) = cache.get(name) {
+                return Ok(Arc::clone(kept));
+            }
+            if cache.len() < SHORTHAND_CACHE_LIMIT {
+                cache.insert(name.to_owned(), Arc::clone(&model));
+            }
+        }
+        Ok(model)
+    }
+
+    /// The HTTP client shared by `openai::` shorthand models, when `config` is one.
+    fn shorthand_client(&self, config: &ModelConfig) -> Option<reqwest::Client> {
+        // Every shorthand has the provider defaults, so the first one's timeout serves them all.
+        let connect_timeout_ms = config.providers.values().find_map(|provider| match provider {
+            ProviderConfig::Openai(c) => Some(c.connect_timeout_ms),
+            ProviderConfig::Dummy(_) => None,
+        })?;
+        self.shorthand_client
+            .get_or_init(|| {
+                http_client(Duration::from_millis(connect_timeout_ms))
+                    .inspect_err(|error| tracing::warn!(%error, "no shared HTTP client for shorthand models"))
+                    .ok()
+            })
+            .clone()
+    }
+
+    /// How many shorthand models are kept built.
+    pub fn cached_shorthand_count(&self) -> usize {
+        self.shorthands.read().unwrap_or_else(PoisonError::into_inner).len()
     }
 
     /// Non-streamed chat; `n` choices from one call, or from `n` calls to a provider that
-    /// answers one choice per call.
+    /// answers one choice per call. The answer names the provider that gave it.
     pub async fn chat(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelResponse, RoutingError> {
         let model = self.model(&request.model)?;
-        self.with_fallback(model, "chat completions", |provider| {
-            Some(complete(provider.chat.clone()?, provider.choices, request, ctx))
-        })
-        .await
+        let (provider_name, mut answer) = self
+            .with_fallback(&model, "chat completions", |provider| {
+                Some(complete(provider.chat.clone()?, provider.choices, request, ctx))
+            })
+            .await?;
+        answer.provider_name = provider_name;
+        Ok(answer)
     }
 
     /// Streamed chat. Fallback happens until a provider starts streaming; providers without
     /// native streaming are streamed from their complete answer. With `n > 1` every chunk's
-    /// choice carries its `index`.
-    pub async fn chat_stream(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ChunkStream, RoutingError> {
+    /// choice carries its `index`. The stream names the provider that answers.
+    pub async fn chat_stream(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelStream, RoutingError> {
         let model = self.model(&request.model)?;
         let n = request.choice_count();
-        self.with_fallback(model, "chat completions", |provider| {
-            if let Some(streaming) = provider.chat_stream.clone() {
-                if provider.choices.needs_one_call_per_choice(n) {
-                    return Some(choices::stream_n_times(streaming, request, ctx, n).boxed());
+        let (provider_name, mut stream) = self
+            .with_fallback(&model, "chat completions", |provider| {
+                if let Some(streaming) = provider.chat_stream.clone() {
+                    if provider.choices.needs_one_call_per_choice(n) {
+                        return Some(choices::stream_n_times(streaming, request, ctx, n).boxed());
+                    }
+                    return Some(async move { streaming.chat_stream(request, ctx).await }.boxed());
                 }
-                return Some(async move { streaming.chat_stream(request, ctx).await }.boxed());
-            }
-            let completion = complete(provider.chat.clone()?, provider.choices, request, ctx);
-            Some(async move { Ok(stream_from_response(&completion.await?, true)) }.boxed())
-        })
-        .await
+                let completion = complete(provider.chat.clone()?, provider.choices, request, ctx);
+                Some(
+                    async move {
+                        let completion = completion.await?;
+                        let chunks = stream_from_response(&completion, true);
+                        Ok(ModelStream::new(chunks).with_raw_request(completion.raw_request))
+                    }
+                    .boxed(),
+                )
+            })
+            .await?;
+        stream.provider_name = provider_name;
+        Ok(stream)
     }
 
     pub async fn embed(&self, request: &EmbeddingRequest, ctx: CallContext<'_>) -> Result<Embeddings, RoutingError> {
         let model = self.model(&request.model)?;
-        self.with_fallback(model, "embeddings", |provider| {
-            let embeddings = provider.embeddings.clone()?;
-            Some(async move { embeddings.embed(request, ctx).await }.boxed())
-        })
-        .await
+        let (_, embeddings) = self
+            .with_fallback(&model, "embeddings", |provider| {
+                let embeddings = provider.embeddings.clone()?;
+                Some(async move { embeddings.embed(request, ctx).await }.boxed())
+            })
+            .await?;
+        Ok(embeddings)
     }
 
+    /// The first answer, and the name of the provider that gave it.
     async fn with_fallback<'a, T, F>(
         &self,
         model: &RoutedModel,
         capability: &'static str,
         mut call: F,
-    ) -> Result<T, RoutingError>
+    ) -> Result<(String, T), RoutingError>
     where
         F: FnMut(&ProviderHandle) -> Option<BoxFuture<'a, Result<T, ProviderError>>>,
     {
@@ -155,7 +234,7 @@ impl ModelRouter {
             while let Some(future) = call(provider) {
                 capable = true;
                 let error = match future.await {
-                    Ok(value) => return Ok(value),
+                    Ok(value) => return Ok((provider.name.clone(), value)),
                     Err(error) => error,
                 };
                 let decision = self
@@ -187,6 +266,39 @@ impl ModelRouter {
             failures,
         })
     }
+}
+
+/// Every provider of one model, in `routing` order; `shared_client` serves every OpenAI-compatible
+/// provider when given.
+fn routed_model(
+    name: &str,
+    model: &ModelConfig,
+    shared_client: Option<&reqwest::Client>,
+) -> Result<RoutedModel, ProviderBuildError> {
+    let mut providers = Vec::new();
+    for provider_name in &model.routing {
+        let error = |message: String| ProviderBuildError {
+            model: name.to_owned(),
+            provider: provider_name.clone(),
+            message,
+        };
+        let Some(provider) = model.providers.get(provider_name) else {
+            return Err(error("named in `routing` but not configured".to_owned()));
+        };
+        providers.push(match (provider, shared_client) {
+            (ProviderConfig::Openai(c), Some(client)) => {
+                OpenAiProvider::with_client(provider_name.clone(), c.clone(), client.clone()).handle()
+            }
+            (ProviderConfig::Openai(c), None) => OpenAiProvider::new(provider_name.clone(), c.clone())
+                .map_err(error)?
+                .handle(),
+            (ProviderConfig::Dummy(c), _) => DummyProvider::new(provider_name.clone(), c.clone()).handle(),
+        });
+    }
+    Ok(RoutedModel {
+        name: name.to_owned(),
+        providers,
+    })
 }
 
 /// One complete answer with every requested choice.

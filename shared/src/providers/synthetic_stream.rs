@@ -107,6 +107,8 @@ mod tests {
             usage: ModelUsage::new(2, 3),
             system_fingerprint: None,
             raw_response: None,
+            raw_request: None,
+            provider_name: String::new(),
         }
     }
 

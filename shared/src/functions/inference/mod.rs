@@ -5,6 +5,7 @@ mod episode;
 mod error;
 pub mod input;
 mod output;
+mod persist;
 mod prepare;
 mod reply;
 mod request;
@@ -16,9 +17,13 @@ pub use episode::{parse_episode_id, EpisodeIdError};
 pub use error::{FailureKind, FunctionError, VariantFailure};
 pub use input::FunctionInput;
 pub use output::{FunctionOutput, JsonOutput, OutputBlock};
+pub use persist::InferencePersistence;
 pub use prepare::{DEFAULT_FUNCTION, JSON_TOOL_NAME};
 pub use reply::{InferenceReply, RawEntry};
-pub use request::{CacheMode, CacheOptions, ChatCompletionParams, InferenceRequest};
+pub use request::{CacheOptions, ChatCompletionParams, InferenceRequest};
 pub use service::{FunctionService, InferenceResult, InferenceStream, ModelCall};
 pub use stream::{ChunkBody, ContentChunk, InferenceChunk, UsageReport};
 pub use validate::{EditScope, Includes, InferenceCall, InferenceTarget, ScopedEdit};
+
+#[cfg(test)]
+mod tests;

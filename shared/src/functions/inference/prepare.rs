@@ -7,8 +7,8 @@ use super::validate::{EditScope, InferenceCall, ScopedEdit};
 use crate::config::functions::{ChatCompletionConfig, FunctionKind, JsonMode};
 use crate::functions::{CompiledSchema, Function, FunctionSet, TemplateInput};
 use crate::model::{
-    ContentBlock, ExtraBodyEntry, ExtraEdit, ExtraHeaderEntry, FileData, Message, ModelRequest, OutputMode, Role,
-    SamplingParams, StreamOptions, ToolChoice, ToolDefinition,
+    ContentBlock, ExtraBodyEntry, ExtraEdit, ExtraHeaderEntry, ExtraPlacement, FileData, Message, ModelRequest,
+    OutputMode, Role, SamplingParams, StreamOptions, ToolChoice, ToolDefinition,
 };
 use crate::user_text::excerpt;
 use serde_json::{json, Value};
@@ -441,60 +441,47 @@ fn applies(scope: &EditScope, plan: VariantPlan<'_>) -> Option<Option<String>> {
     }
 }
 
-/// The variant's configured edits first, then the request's that apply (later edits win).
+/// The variant's configured edits (placed before the provider's configuration), then the
+/// request's that apply to this variant (after it: they win), each kept to its provider.
 fn body_edits(plan: VariantPlan<'_>, request_edits: &[ScopedEdit]) -> Vec<ExtraBodyEntry> {
-    let mut entries = Vec::new();
-    if let Some(config) = plan.config {
-        for entry in &config.extra_body {
-            let edit = match (&entry.value, entry.delete) {
-                (_, Some(true)) => ExtraEdit::Delete,
-                (Some(value), _) => ExtraEdit::Set(value.clone()),
-                (None, _) => continue,
-            };
-            entries.push(ExtraBodyEntry {
-                pointer: entry.pointer.clone(),
-                edit,
-            });
-        }
-    }
+    let configured = plan.config.into_iter().flat_map(|c| &c.extra_body);
+    let mut entries: Vec<ExtraBodyEntry> = configured
+        .map(|entry| entry.to_model(ExtraPlacement::BeforeProviderConfig))
+        .collect();
     for edit in request_edits {
-        if applies(&edit.scope, plan).is_some() {
-            entries.push(ExtraBodyEntry {
-                pointer: edit.target.clone(),
-                edit: edit.edit.clone(),
-            });
-        }
+        let Some(provider) = applies(&edit.scope, plan) else {
+            continue;
+        };
+        let entry = match &edit.edit {
+            ExtraEdit::Set(value) => ExtraBodyEntry::set(edit.target.clone(), value.clone()),
+            ExtraEdit::Delete => ExtraBodyEntry::delete(edit.target.clone()),
+        };
+        entries.push(match provider {
+            Some(provider) => entry.for_provider(provider),
+            None => entry,
+        });
     }
     entries
 }
 
 fn header_edits(plan: VariantPlan<'_>, request_edits: &[ScopedEdit]) -> Vec<ExtraHeaderEntry> {
-    let mut entries = Vec::new();
-    if let Some(config) = plan.config {
-        for entry in &config.extra_headers {
-            let value = if entry.delete == Some(true) {
-                None
-            } else {
-                entry.value.clone()
-            };
-            entries.push(ExtraHeaderEntry {
-                name: entry.name.clone(),
-                value,
-            });
-        }
-    }
+    let configured = plan.config.into_iter().flat_map(|c| &c.extra_headers);
+    let mut entries: Vec<ExtraHeaderEntry> = configured
+        .map(|entry| entry.to_model(ExtraPlacement::BeforeProviderConfig))
+        .collect();
     for edit in request_edits {
-        if applies(&edit.scope, plan).is_some() {
-            let value = match &edit.edit {
-                ExtraEdit::Set(Value::String(value)) => Some(value.clone()),
-                ExtraEdit::Set(other) => Some(other.to_string()),
-                ExtraEdit::Delete => None,
-            };
-            entries.push(ExtraHeaderEntry {
-                name: edit.target.clone(),
-                value,
-            });
-        }
+        let Some(provider) = applies(&edit.scope, plan) else {
+            continue;
+        };
+        let entry = match &edit.edit {
+            ExtraEdit::Set(Value::String(value)) => ExtraHeaderEntry::set(edit.target.clone(), value.clone()),
+            ExtraEdit::Set(other) => ExtraHeaderEntry::set(edit.target.clone(), other.to_string()),
+            ExtraEdit::Delete => ExtraHeaderEntry::delete(edit.target.clone()),
+        };
+        entries.push(match provider {
+            Some(provider) => entry.for_provider(provider),
+            None => entry,
+        });
     }
     entries
 }

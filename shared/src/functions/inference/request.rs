@@ -4,6 +4,7 @@
 
 use super::input::FunctionInput;
 use crate::config::functions::JsonMode;
+use crate::config::CacheMode;
 use crate::model::ToolChoice;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -126,34 +127,6 @@ pub struct CacheOptions {
     pub enabled: Option<CacheMode>,
     #[serde(default)]
     pub max_age_s: Option<u64>,
-}
-
-/// Whether the model cache is read and written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CacheMode {
-    On,
-    Off,
-    ReadOnly,
-    WriteOnly,
-}
-
-impl CacheMode {
-    pub fn reads(self) -> bool {
-        matches!(self, Self::On | Self::ReadOnly)
-    }
-
-    pub fn writes(self) -> bool {
-        matches!(self, Self::On | Self::WriteOnly)
-    }
-
-    /// A dryrun never writes: `on` becomes `read_only`, `write_only` becomes `off`.
-    pub fn for_dryrun(self) -> Self {
-        match self {
-            Self::On | Self::ReadOnly => Self::ReadOnly,
-            Self::Off | Self::WriteOnly => Self::Off,
-        }
-    }
 }
 
 /// One `extra_body` entry: where it applies (a variant, a model and maybe one of its providers,

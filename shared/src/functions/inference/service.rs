@@ -4,6 +4,7 @@
 
 use super::error::{FailureKind, FunctionError, VariantFailure};
 use super::output::{function_output, FunctionOutput};
+use super::persist::{Finished, InferencePersistence};
 use super::prepare::{prepare, PreparedCall, VariantPlan, DEFAULT_FUNCTION};
 use super::stream::{ChunkTranslator, InferenceChunk};
 use super::validate::{InferenceCall, InferenceTarget};
@@ -11,8 +12,9 @@ use crate::config::functions::{ChatCompletionConfig, FunctionKind};
 use crate::functions::{Function, FunctionSet};
 use crate::inference::{InferenceError, InferenceService};
 use crate::model::{ChunkAccumulator, FinishReason, ModelChunk, ModelResponse, ModelUsage};
-use crate::ports::{Clock, IdSource};
+use crate::ports::{CacheKey, IdSource};
 use crate::providers::router::RoutingError;
+use crate::providers::synthetic_stream::stream_from_response;
 use crate::providers::{ChunkStream, ProviderError};
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -66,7 +68,7 @@ pub struct InferenceStream {
 pub struct FunctionService {
     functions: Arc<FunctionSet>,
     inference: Arc<InferenceService>,
-    clock: Arc<dyn Clock>,
+    persistence: InferencePersistence,
     ids: Arc<dyn IdSource>,
 }
 
@@ -90,13 +92,13 @@ impl FunctionService {
     pub fn new(
         functions: Arc<FunctionSet>,
         inference: Arc<InferenceService>,
-        clock: Arc<dyn Clock>,
+        persistence: InferencePersistence,
         ids: Arc<dyn IdSource>,
     ) -> Self {
         Self {
             functions,
             inference,
-            clock,
+            persistence,
             ids,
         }
     }
@@ -106,7 +108,7 @@ impl FunctionService {
     }
 
     pub fn now_ms(&self) -> i64 {
-        self.clock.now_unix_ms()
+        self.persistence.clock.now_unix_ms()
     }
 
     pub fn new_id(&self) -> Uuid {
@@ -177,8 +179,8 @@ impl FunctionService {
         }
     }
 
-    /// A complete answer.
-    pub async fn infer(&self, call: &InferenceCall) -> Result<InferenceResult, FunctionError> {
+    /// A complete answer; its record (and cache entry) are written after the response.
+    pub async fn infer(&self, project: &str, call: &InferenceCall) -> Result<InferenceResult, FunctionError> {
         let started = Instant::now();
         let target = self.resolve(call)?;
         let inference_id = self.ids.new_uuid();
@@ -186,7 +188,7 @@ impl FunctionService {
         let mut failures = Vec::new();
         while let Some(plan) = self.next_plan(target, call, &failed) {
             let prepared = prepare(&self.functions, plan, call)?;
-            match self.call_with_retries(plan.config, &prepared, call).await {
+            match self.call_with_retries(project, plan.config, &prepared, call).await {
                 Ok(model_call) => {
                     let choice = model_call.response.choices.first();
                     let output = function_output(plan.kind, choice, &prepared.rules);
@@ -195,7 +197,7 @@ impl FunctionService {
                     } else {
                         model_call.response.usage.clone()
                     };
-                    return Ok(InferenceResult {
+                    let result = InferenceResult {
                         inference_id,
                         episode_id: call.episode_id,
                         function_name: target.name().to_owned(),
@@ -206,7 +208,22 @@ impl FunctionService {
                         finish_reason: choice.and_then(|c| c.finish_reason),
                         model_call,
                         processing_time: started.elapsed(),
+                    };
+                    self.persistence.record(Finished {
+                        project,
+                        call,
+                        prepared: &prepared,
+                        inference_id,
+                        function_name: &result.function_name,
+                        variant_name: &result.variant_name,
+                        kind: result.kind,
+                        output: &result.output,
+                        usage: &result.usage,
+                        finish_reason: result.finish_reason,
+                        model_call: &result.model_call,
+                        processing_time: result.processing_time,
                     });
+                    return Ok(result);
                 }
                 Err(failure) => {
                     if let (Resolved::Model(model), Some(error)) = (target, &failure.1) {
@@ -229,10 +246,25 @@ impl FunctionService {
     /// Call one variant's model, retrying as the variant says, within its timeout.
     async fn call_with_retries(
         &self,
+        project: &str,
         config: Option<&ChatCompletionConfig>,
         prepared: &PreparedCall,
         call: &InferenceCall,
     ) -> Result<ModelCall, (VariantFailure, Option<RoutingError>)> {
+        let mode = self.persistence.mode(call);
+        let key = CacheKey::new(project, &prepared.request.model, &prepared.request, false);
+        let looked_up = Instant::now();
+        if let Some(response) = self.persistence.cached(&key, mode, call.cache_max_age_s).await {
+            return Ok(ModelCall {
+                id: self.ids.new_uuid(),
+                model: prepared.request.model.clone(),
+                provider: response.provider_name.clone(),
+                response,
+                latency: looked_up.elapsed(),
+                ttft: None,
+                cached: true,
+            });
+        }
         let retries = config.map(|c| c.retries.clone()).unwrap_or_default();
         let timeout = config
             .and_then(|c| c.timeouts.as_ref())
@@ -252,15 +284,16 @@ impl FunctionService {
             };
             let error = match outcome {
                 Ok(response) => {
+                    self.persistence.remember(key, mode, &response);
                     return Ok(ModelCall {
                         id: self.ids.new_uuid(),
                         model: prepared.request.model.clone(),
-                        provider: String::new(),
+                        provider: response.provider_name.clone(),
                         response,
                         latency: started.elapsed(),
                         ttft: None,
                         cached: false,
-                    })
+                    });
                 }
                 Err(error) => error,
             };
@@ -275,10 +308,12 @@ impl FunctionService {
     }
 
     /// A streamed answer: variants fall back until one starts streaming (its first chunk within
-    /// the variant's `ttft_ms`); after that, errors end the stream.
-    pub async fn infer_stream(&self, call: &InferenceCall) -> Result<InferenceStream, FunctionError> {
+    /// the variant's `ttft_ms`); after that, errors end the stream. The record (and cache entry)
+    /// are written once the stream has ended.
+    pub async fn infer_stream(&self, project: &str, call: &InferenceCall) -> Result<InferenceStream, FunctionError> {
         let target = self.resolve(call)?;
         let inference_id = self.ids.new_uuid();
+        let mode = self.persistence.mode(call);
         let mut failed = BTreeSet::new();
         let mut failures = Vec::new();
         while let Some(plan) = self.next_plan(target, call, &failed) {
@@ -289,28 +324,58 @@ impl FunctionService {
                 .and_then(|t| t.streaming.clone())
                 .unwrap_or_default();
             let started = Instant::now();
-            match self
-                .start_stream(&prepared, call, timeouts.ttft_ms.map(Duration::from_millis))
-                .await
-            {
-                Ok((first, rest)) => {
+            let key = CacheKey::new(project, &prepared.request.model, &prepared.request, true);
+            let cached = self.persistence.cached(&key, mode, call.cache_max_age_s).await;
+            let outcome = match &cached {
+                Some(response) => Ok(StartedModelStream::from_cache(response)),
+                None => {
+                    self.start_stream(&prepared, call, timeouts.ttft_ms.map(Duration::from_millis))
+                        .await
+                }
+            };
+            match outcome {
+                Ok(started_stream) => {
                     let translator = ChunkTranslator::new(
                         inference_id,
                         call.episode_id,
                         plan.variant_name.to_owned(),
                         plan.kind,
                         &prepared.rules,
-                        false,
+                        cached.is_some(),
                     );
                     let deadline = timeouts
                         .total_ms
                         .map(|ms| tokio::time::Instant::from_std(started) + Duration::from_millis(ms));
+                    let finish = StreamFinish {
+                        persistence: self.persistence.clone(),
+                        project: project.to_owned(),
+                        call: call.clone(),
+                        prepared,
+                        inference_id,
+                        model_call_id: self.ids.new_uuid(),
+                        function_name: target.name().to_owned(),
+                        variant_name: plan.variant_name.to_owned(),
+                        kind: plan.kind,
+                        key,
+                        mode,
+                        cached: cached.is_some(),
+                        started,
+                        ttft: started.elapsed(),
+                        provider_name: started_stream.provider_name,
+                        raw_request: started_stream.raw_request,
+                    };
                     return Ok(InferenceStream {
                         function_name: target.name().to_owned(),
                         inference_id,
                         episode_id: call.episode_id,
                         variant_name: plan.variant_name.to_owned(),
-                        chunks: function_chunks(first, rest, translator, deadline),
+                        chunks: function_chunks(
+                            started_stream.first,
+                            started_stream.rest,
+                            translator,
+                            deadline,
+                            finish,
+                        ),
                     });
                 }
                 Err((failure, routing)) => {
@@ -334,31 +399,34 @@ impl FunctionService {
         prepared: &PreparedCall,
         call: &InferenceCall,
         ttft: Option<Duration>,
-    ) -> Result<(ModelChunk, ChunkStream), (VariantFailure, Option<RoutingError>)> {
+    ) -> Result<StartedModelStream, (VariantFailure, Option<RoutingError>)> {
         let start = async {
             let mut stream = self
                 .inference
                 .model_chat_stream(&prepared.request, &call.credentials)
                 .await
                 .map_err(Some)?;
-            match stream.next().await {
-                Some(Ok(first)) => Ok((first, stream)),
-                Some(Err(error)) => Err(Some(InferenceError::Routing(RoutingError::AllFailed {
+            let failed = |error| {
+                Some(InferenceError::Routing(RoutingError::AllFailed {
                     model: prepared.request.model.clone(),
                     failures: vec![crate::providers::router::ProviderFailure {
                         provider: String::new(),
                         attempts: 1,
                         error,
                     }],
-                }))),
-                None => Err(Some(InferenceError::Routing(RoutingError::AllFailed {
-                    model: prepared.request.model.clone(),
-                    failures: vec![crate::providers::router::ProviderFailure {
-                        provider: String::new(),
-                        attempts: 1,
-                        error: ProviderError::InvalidResponse("the stream ended before any chunk".to_owned()),
-                    }],
-                }))),
+                }))
+            };
+            match stream.chunks.next().await {
+                Some(Ok(first)) => Ok(StartedModelStream {
+                    first: Some(first),
+                    rest: stream.chunks,
+                    provider_name: stream.provider_name,
+                    raw_request: stream.raw_request,
+                }),
+                Some(Err(error)) => Err(failed(error)),
+                None => Err(failed(ProviderError::InvalidResponse(
+                    "the stream ended before any chunk".to_owned(),
+                ))),
             }
         };
         match ttft {
@@ -367,6 +435,26 @@ impl FunctionService {
                 Err(_) => Err(variant_failure(None, Some(limit))),
             },
             None => start.await.map_err(|e| variant_failure(e.as_ref(), None)),
+        }
+    }
+}
+
+/// A model stream that has produced its first chunk.
+struct StartedModelStream {
+    first: Option<ModelChunk>,
+    rest: ChunkStream,
+    provider_name: String,
+    raw_request: Option<String>,
+}
+
+impl StartedModelStream {
+    /// A cached answer, streamed.
+    fn from_cache(response: &ModelResponse) -> Self {
+        Self {
+            first: None,
+            rest: stream_from_response(response, true),
+            provider_name: response.provider_name.clone(),
+            raw_request: response.raw_request.clone(),
         }
     }
 }
@@ -421,29 +509,95 @@ fn retry_delay(attempt: u32, max_delay_s: f64) -> Duration {
     exponential.min(cap).mul_f64(rand::random::<f64>())
 }
 
+/// What a finished stream leaves behind: its cache entry and record.
+struct StreamFinish {
+    persistence: InferencePersistence,
+    project: String,
+    call: InferenceCall,
+    prepared: PreparedCall,
+    inference_id: Uuid,
+    model_call_id: Uuid,
+    function_name: String,
+    variant_name: String,
+    kind: FunctionKind,
+    key: CacheKey,
+    mode: crate::config::CacheMode,
+    cached: bool,
+    started: Instant,
+    ttft: Duration,
+    provider_name: String,
+    raw_request: Option<String>,
+}
+
+impl StreamFinish {
+    fn finish(self, accumulator: ChunkAccumulator) {
+        let mut response = accumulator.finish(self.model_call_id.to_string());
+        response.provider_name = self.provider_name;
+        response.raw_request = self.raw_request;
+        if !self.cached {
+            self.persistence.remember(self.key, self.mode, &response);
+        }
+        let choice = response.choices.first();
+        let output = function_output(self.kind, choice, &self.prepared.rules);
+        let finish_reason = choice.and_then(|c| c.finish_reason);
+        let usage = if self.cached {
+            ModelUsage::default()
+        } else {
+            response.usage.clone()
+        };
+        let processing_time = self.started.elapsed();
+        let model_call = ModelCall {
+            id: self.model_call_id,
+            model: self.prepared.request.model.clone(),
+            provider: response.provider_name.clone(),
+            response,
+            latency: processing_time,
+            ttft: Some(self.ttft),
+            cached: self.cached,
+        };
+        self.persistence.record(Finished {
+            project: &self.project,
+            call: &self.call,
+            prepared: &self.prepared,
+            inference_id: self.inference_id,
+            function_name: &self.function_name,
+            variant_name: &self.variant_name,
+            kind: self.kind,
+            output: &output,
+            usage: &usage,
+            finish_reason,
+            model_call: &model_call,
+            processing_time,
+        });
+    }
+}
+
 struct StreamState {
     first: Option<ModelChunk>,
     rest: ChunkStream,
     translator: ChunkTranslator,
     accumulator: ChunkAccumulator,
     deadline: Option<tokio::time::Instant>,
+    finish: Option<StreamFinish>,
     done: bool,
 }
 
-/// The function chunks of a started model stream, ending at the model's end, an error, or the
-/// total deadline.
+/// The function chunks of a started model stream, ending at the model's end (then its record
+/// and cache entry are written), an error, or the total deadline.
 fn function_chunks(
-    first: ModelChunk,
+    first: Option<ModelChunk>,
     rest: ChunkStream,
     translator: ChunkTranslator,
     deadline: Option<tokio::time::Instant>,
+    finish: StreamFinish,
 ) -> BoxStream<'static, Result<InferenceChunk, FunctionError>> {
     let state = StreamState {
-        first: Some(first),
+        first,
         rest,
         translator,
         accumulator: ChunkAccumulator::default(),
         deadline,
+        finish: Some(finish),
         done: false,
     };
     futures::stream::unfold(state, |mut state| async move {
@@ -470,7 +624,12 @@ fn function_chunks(
                 },
             };
             match next {
-                None => return None,
+                None => {
+                    if let Some(finish) = state.finish.take() {
+                        finish.finish(std::mem::take(&mut state.accumulator));
+                    }
+                    return None;
+                }
                 Some(Ok(chunk)) => {
                     state.accumulator.push(&chunk);
                     if let Some(out) = state.translator.translate(&chunk) {

@@ -4,7 +4,8 @@
 use super::episode::parse_episode_id;
 use super::error::FunctionError;
 use super::input::FunctionInput;
-use super::request::{AdditionalTool, CacheMode, ChatCompletionParams, InferenceRequest};
+use super::request::{AdditionalTool, ChatCompletionParams, InferenceRequest};
+use crate::config::CacheMode;
 use crate::functions::CompiledSchema;
 use crate::model::{ExtraEdit, ToolChoice};
 use crate::user_text::excerpt;
@@ -90,7 +91,7 @@ impl InferenceCall {
     pub fn effective_cache_mode(&self, default: CacheMode) -> CacheMode {
         let mode = self.cache_mode.unwrap_or(default);
         if self.dryrun {
-            mode.for_dryrun()
+            mode.without_writes()
         } else {
             mode
         }

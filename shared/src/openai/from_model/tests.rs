@@ -71,6 +71,8 @@ fn thoughts_and_unknown_blocks_have_no_openai_field() {
         usage: ModelUsage::new(1, 2),
         system_fingerprint: None,
         raw_response: None,
+        raw_request: None,
+        provider_name: String::new(),
     };
     let wire = model_to_completion(model, IDENTITY);
     assert_eq!(wire.choices[0].message.content.as_deref(), Some("ab"));

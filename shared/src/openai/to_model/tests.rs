@@ -1,5 +1,5 @@
 use super::*;
-use crate::model::{ExtraBodyEntry, ExtraEdit};
+use crate::model::ExtraBodyEntry;
 use crate::openai::chat_body::model_to_chat_body;
 use serde_json::json;
 
@@ -257,10 +257,7 @@ fn neutral_requests_survive_the_openai_wire() {
             temperature: Some(0.0),
             ..SamplingParams::default()
         },
-        extra_body: vec![ExtraBodyEntry {
-            pointer: "/x".into(),
-            edit: ExtraEdit::Delete,
-        }],
+        extra_body: vec![ExtraBodyEntry::delete("/x")],
         ..ModelRequest::default()
     };
     let body = Value::Object(model_to_chat_body(&model, "m"));

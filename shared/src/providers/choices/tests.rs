@@ -53,9 +53,11 @@ impl ChatProvider for OneAtATime {
 
 #[async_trait]
 impl ChatStreamProvider for OneAtATime {
-    async fn chat_stream(&self, request: &ModelRequest, _ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError> {
+    async fn chat_stream(&self, request: &ModelRequest, _ctx: CallContext<'_>) -> Result<ModelStream, ProviderError> {
         let chunks = chunks_from_response(&self.answer(request), 1, true);
-        Ok(futures::stream::iter(chunks.into_iter().map(Ok)).boxed())
+        Ok(ModelStream::new(
+            futures::stream::iter(chunks.into_iter().map(Ok)).boxed(),
+        ))
     }
 }
 
@@ -135,6 +137,7 @@ async fn one_per_call_streams_are_merged_with_each_choice_index_and_one_usage_ch
         .chat_stream(&request(2), CallContext { credentials: &none })
         .await
         .unwrap()
+        .chunks
         .map(Result::unwrap)
         .collect()
         .await;
@@ -163,6 +166,7 @@ async fn a_chat_only_provider_streams_n_choices_through_the_synthetic_stream() {
         .chat_stream(&request(3), CallContext { credentials: &none })
         .await
         .unwrap()
+        .chunks
         .map(Result::unwrap)
         .collect()
         .await;

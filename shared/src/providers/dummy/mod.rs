@@ -1,21 +1,25 @@
 //! The deterministic `dummy` provider: answers derived from the input, no network, no keys.
 //! It supports chat (`n` choices, JSON answers valid against a requested schema), streaming and
-//! embeddings; latency and failure are configurable.
+//! embeddings; latency and failure are configurable. Its answers carry as `raw_request` the
+//! OpenAI-style chat body the call stands for, with `extra_body` applied as a real provider would
+//! (the edits do not change the answer); `extra_headers` are checked, then dropped.
 
 mod reply;
 mod schema_instance;
 mod vectors;
 
+use super::extras::ConfiguredExtras;
 use super::{
-    CallContext, ChatProvider, ChatStreamProvider, ChunkStream, EmbeddingProvider, Embeddings, ProviderError,
+    CallContext, ChatProvider, ChatStreamProvider, EmbeddingProvider, Embeddings, ModelStream, ProviderError,
     ProviderHandle,
 };
 use crate::config::DummyProviderConfig;
 use crate::model::{ModelRequest, ModelResponse};
+use crate::openai::chat_body::model_to_chat_body;
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
 use async_trait::async_trait;
 use futures::StreamExt;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,14 +31,32 @@ pub use vectors::embedding_for;
 pub struct DummyProvider {
     name: String,
     config: DummyProviderConfig,
+    extras: ConfiguredExtras,
 }
 
 impl DummyProvider {
     pub fn new(name: impl Into<String>, config: DummyProviderConfig) -> Self {
+        let extras = ConfiguredExtras::from_config(&config.extra_body, &config.extra_headers);
         Self {
             name: name.into(),
             config,
+            extras,
         }
+    }
+
+    /// The OpenAI-style body an OpenAI-compatible provider would send for `request` (naming the
+    /// gateway model), with every `extra_body` edit that applies to this provider. Headers are
+    /// applied to nothing, so that an edit a real provider would refuse is refused here too.
+    fn raw_request(&self, request: &ModelRequest, stream: bool) -> Result<String, ProviderError> {
+        self.extras
+            .edit_headers(&mut http::HeaderMap::new(), &request.extra_headers, &self.name)?;
+        let mut body = model_to_chat_body(request, &request.model);
+        if stream {
+            body.insert("stream".into(), Value::Bool(true));
+        }
+        let mut body = Value::Object(body);
+        self.extras.edit_body(&mut body, &request.extra_body, &self.name)?;
+        Ok(body.to_string())
     }
 
     /// Register every capability; it answers `n` choices itself.
@@ -72,19 +94,24 @@ impl DummyProvider {
 #[async_trait]
 impl ChatProvider for DummyProvider {
     async fn chat(&self, request: &ModelRequest, _ctx: CallContext<'_>) -> Result<ModelResponse, ProviderError> {
+        let raw_request = self.raw_request(request, false)?;
         self.wait_and_maybe_fail().await?;
-        Ok(reply_for(request))
+        let mut answer = reply_for(request);
+        answer.raw_request = Some(raw_request);
+        Ok(answer)
     }
 }
 
 #[async_trait]
 impl ChatStreamProvider for DummyProvider {
-    async fn chat_stream(&self, request: &ModelRequest, _ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError> {
+    async fn chat_stream(&self, request: &ModelRequest, _ctx: CallContext<'_>) -> Result<ModelStream, ProviderError> {
+        let raw_request = self.raw_request(request, true)?;
         self.wait_and_maybe_fail().await?;
         let completion = reply_for(request);
         // One word per chunk, so clients see a real multi-chunk stream.
         let chunks = super::synthetic_stream::chunks_from_response(&completion, 1, true);
-        Ok(futures::stream::iter(chunks.into_iter().map(Ok)).boxed())
+        let chunks = futures::stream::iter(chunks.into_iter().map(Ok)).boxed();
+        Ok(ModelStream::new(chunks).with_raw_request(Some(raw_request)))
     }
 }
 

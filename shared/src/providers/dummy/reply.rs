@@ -95,6 +95,8 @@ pub fn reply_for(request: &ModelRequest) -> ModelResponse {
         usage: ModelUsage::new(prompt_tokens, completion_tokens),
         system_fingerprint: None,
         raw_response: None,
+        raw_request: None,
+        provider_name: String::new(),
     }
 }
 

@@ -3,13 +3,14 @@
 
 mod stream;
 
+use super::extras::ConfiguredExtras;
 use super::retry::retry_after_from_headers;
 use super::{
-    CallContext, ChatProvider, ChatStreamProvider, ChunkStream, EmbeddingProvider, Embeddings, ProviderError,
+    CallContext, ChatProvider, ChatStreamProvider, EmbeddingProvider, Embeddings, ModelStream, ProviderError,
     ProviderHandle,
 };
 use crate::config::{CredentialLocation, OpenAiProviderConfig};
-use crate::model::{apply_extra_body, ExtraHeaderEntry, ModelRequest, ModelResponse};
+use crate::model::{ExtraHeaderEntry, ModelRequest, ModelResponse};
 use crate::openai::chat::ChatCompletion;
 use crate::openai::chat_body::model_to_chat_body;
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
@@ -27,6 +28,7 @@ pub struct OpenAiProvider {
     client: reqwest::Client,
     /// Resolved once at start-up for `env::` locations.
     env_key: Option<String>,
+    extras: ConfiguredExtras,
 }
 
 /// The HTTP client of one provider (connection pooling, no Nagle delay).
@@ -43,16 +45,24 @@ pub fn http_client(connect_timeout: Duration) -> Result<reqwest::Client, String>
 impl OpenAiProvider {
     pub fn new(name: impl Into<String>, config: OpenAiProviderConfig) -> Result<Self, String> {
         let client = http_client(Duration::from_millis(config.connect_timeout_ms))?;
+        Ok(Self::with_client(name, config, client))
+    }
+
+    /// A provider sharing `client` (and its connection pool) with others; the client's connect
+    /// timeout is used, not the config's.
+    pub fn with_client(name: impl Into<String>, config: OpenAiProviderConfig, client: reqwest::Client) -> Self {
         let env_key = match &config.api_key_location {
             CredentialLocation::Env(var) => std::env::var(var).ok().filter(|v| !v.is_empty()),
             _ => None,
         };
-        Ok(Self {
+        let extras = ConfiguredExtras::from_config(&config.extra_body, &config.extra_headers);
+        Self {
             name: name.into(),
             config,
             client,
             env_key,
-        })
+            extras,
+        }
     }
 
     /// Every capability; `n` is passed through, so the upstream answers all choices at once.
@@ -84,48 +94,31 @@ impl OpenAiProvider {
         }
     }
 
+    /// A JSON POST of `body` with the API key, then the headers: the request's placed before the
+    /// configured ones, the configured ones, the request's placed after (a header without a value
+    /// removes it).
     fn post(
         &self,
         path: &str,
-        body: &Value,
-        ctx: CallContext<'_>,
-        timeout: Option<Duration>,
-    ) -> Result<reqwest::RequestBuilder, ProviderError> {
-        self.post_with_headers(path, body, ctx, timeout, &[])
-    }
-
-    /// A POST with the configured headers, then the request's `extra_headers` (which win; a
-    /// header without a value removes a configured one).
-    fn post_with_headers(
-        &self,
-        path: &str,
-        body: &Value,
+        body: String,
         ctx: CallContext<'_>,
         timeout: Option<Duration>,
         extra_headers: &[ExtraHeaderEntry],
-    ) -> Result<reqwest::RequestBuilder, ProviderError> {
-        let mut request = self.client.post(self.url(path)).json(body);
+    ) -> Result<reqwest::Request, ProviderError> {
+        let mut builder = self
+            .client
+            .post(self.url(path))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body);
         if let Some(timeout) = timeout {
-            request = request.timeout(timeout);
+            builder = builder.timeout(timeout);
         }
         if let Some(key) = self.api_key(ctx)? {
-            request = request.bearer_auth(key);
+            builder = builder.bearer_auth(key);
         }
-        let removed = |name: &str| {
-            extra_headers
-                .iter()
-                .any(|h| h.value.is_none() && h.name.eq_ignore_ascii_case(name))
-        };
-        for (name, value) in &self.config.extra_headers {
-            if !removed(name) {
-                request = request.header(name, value);
-            }
-        }
-        for header in extra_headers {
-            if let Some(value) = &header.value {
-                request = request.header(&header.name, value);
-            }
-        }
+        let mut request = builder.build().map_err(|e| self.transport_error(&e))?;
+        self.extras
+            .edit_headers(request.headers_mut(), extra_headers, &self.name)?;
         Ok(request)
     }
 
@@ -133,8 +126,12 @@ impl OpenAiProvider {
         Duration::from_millis(self.config.timeout_ms)
     }
 
-    async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
-        let response = request.send().await.map_err(|e| self.transport_error(&e))?;
+    async fn send(&self, request: reqwest::Request) -> Result<reqwest::Response, ProviderError> {
+        let response = self
+            .client
+            .execute(request)
+            .await
+            .map_err(|e| self.transport_error(&e))?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -150,7 +147,7 @@ impl OpenAiProvider {
     }
 
     /// The OpenAI body for `request`: its modelled fields and OpenAI pass-through fields, the
-    /// upstream model name, the stream fields, then the request's `extra_body` edits.
+    /// upstream model name, the stream fields, then the `extra_body` edits in precedence order.
     fn chat_body(&self, request: &ModelRequest, stream: bool) -> Result<Value, ProviderError> {
         let mut body = model_to_chat_body(request, &self.config.model_name);
         if stream {
@@ -159,19 +156,21 @@ impl OpenAiProvider {
             body.insert("stream_options".into(), json!({"include_usage": true}));
         }
         let mut body = Value::Object(body);
-        apply_extra_body(&mut body, &request.extra_body).map_err(|e| ProviderError::Misconfigured(e.to_string()))?;
+        self.extras.edit_body(&mut body, &request.extra_body, &self.name)?;
         Ok(body)
     }
 
+    /// The chat call to send, and its body as text (the `raw_request` of the answer).
     fn post_chat(
         &self,
         request: &ModelRequest,
         stream: bool,
         ctx: CallContext<'_>,
-    ) -> Result<reqwest::RequestBuilder, ProviderError> {
+    ) -> Result<(reqwest::Request, String), ProviderError> {
         let timeout = (!stream).then(|| self.timeout());
-        let body = self.chat_body(request, stream)?;
-        self.post_with_headers("chat/completions", &body, ctx, timeout, &request.extra_headers)
+        let body = self.chat_body(request, stream)?.to_string();
+        let http = self.post("chat/completions", body.clone(), ctx, timeout, &request.extra_headers)?;
+        Ok((http, body))
     }
 }
 
@@ -225,25 +224,27 @@ pub(crate) fn upstream_error_message(text: &str) -> Option<String> {
 #[async_trait]
 impl ChatProvider for OpenAiProvider {
     async fn chat(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelResponse, ProviderError> {
-        let http = self.post_chat(request, false, ctx)?;
+        let (http, raw_request) = self.post_chat(request, false, ctx)?;
         let response = self.send(http).await?;
         let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
         let completion: ChatCompletion = serde_json::from_slice(&bytes)
             .map_err(|e| ProviderError::InvalidResponse(format!("chat completion: {e}")))?;
         let raw = String::from_utf8_lossy(&bytes).into_owned();
-        Ok(completion_to_model(completion, Some(raw)))
+        let mut answer = completion_to_model(completion, Some(raw));
+        answer.raw_request = Some(raw_request);
+        Ok(answer)
     }
 }
 
 #[async_trait]
 impl ChatStreamProvider for OpenAiProvider {
-    async fn chat_stream(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ChunkStream, ProviderError> {
-        let http = self.post_chat(request, true, ctx)?;
+    async fn chat_stream(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelStream, ProviderError> {
+        let (http, raw_request) = self.post_chat(request, true, ctx)?;
         let timeout = self.timeout();
         let response = tokio::time::timeout(timeout, self.send(http))
             .await
             .map_err(|_| ProviderError::Timeout { after: timeout })??;
-        Ok(stream::chunk_stream(response, timeout))
+        Ok(ModelStream::new(stream::chunk_stream(response, timeout)).with_raw_request(Some(raw_request)))
     }
 }
 
@@ -275,7 +276,7 @@ impl EmbeddingProvider for OpenAiProvider {
         if let Some(user) = &request.user {
             body["user"] = json!(user);
         }
-        let http = self.post("embeddings", &body, ctx, Some(self.timeout()))?;
+        let http = self.post("embeddings", body.to_string(), ctx, Some(self.timeout()), &[])?;
         let response = self.send(http).await?;
         let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
         let mut parsed: UpstreamEmbeddings =

@@ -1,7 +1,7 @@
 //! The OpenAI-compatible provider against a local mock upstream.
 
 use super::*;
-use crate::model::{ChunkBlock, ContentBlock, ExtraBodyEntry, ExtraEdit, ModelChunk};
+use crate::model::{ChunkBlock, ContentBlock, ExtraBodyEntry, ModelChunk};
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::to_model::OpenAiChatRequest;
 use axum::extract::State;
@@ -105,7 +105,12 @@ fn provider_with_timeout(api_base: String, location: CredentialLocation, timeout
         api_key_location: location,
         timeout_ms,
         connect_timeout_ms: 1_000,
-        extra_headers: [("x-team".to_owned(), "ml".to_owned())].into_iter().collect(),
+        extra_body: Vec::new(),
+        extra_headers: vec![crate::config::ExtraHeaderEntry {
+            name: "x-team".into(),
+            value: Some("ml".into()),
+            delete: None,
+        }],
     };
     OpenAiProvider::new("openai", config).unwrap()
 }
@@ -215,7 +220,7 @@ async fn streams_chunks_until_done_and_asks_for_usage() {
         .chat_stream(&chat_request("hi"), CallContext { credentials: &none })
         .await
         .unwrap();
-    let chunks: Vec<_> = stream.collect().await;
+    let chunks: Vec<_> = stream.chunks.collect().await;
     assert_eq!(chunks.len(), 3);
     let text: String = chunks
         .iter()
@@ -248,6 +253,7 @@ async fn n_is_passed_through_and_every_choice_comes_back_streamed_or_not() {
         .chat_stream(&request, CallContext { credentials: &none })
         .await
         .unwrap()
+        .chunks
         .collect()
         .await;
     let mut texts = vec![String::new(); 3];
@@ -374,29 +380,18 @@ async fn extra_body_and_extra_headers_are_applied_last() {
     let none = HashMap::new();
     let mut request = chat_request("hi");
     request.extra_body = vec![
-        ExtraBodyEntry {
-            pointer: "/frequency_penalty".into(),
-            edit: ExtraEdit::Delete,
-        },
-        ExtraBodyEntry {
-            pointer: "/vendor/option".into(),
-            edit: ExtraEdit::Set(json!(1)),
-        },
+        ExtraBodyEntry::delete("/frequency_penalty"),
+        ExtraBodyEntry::set("/vendor/option", json!(1)),
     ];
     request.extra_headers = vec![
-        crate::model::ExtraHeaderEntry {
-            name: "x-trace".into(),
-            value: Some("t-1".into()),
-        },
-        crate::model::ExtraHeaderEntry {
-            name: "X-Team".into(),
-            value: None,
-        },
+        ExtraHeaderEntry::set("x-trace", "t-1"),
+        ExtraHeaderEntry::delete("X-Team"),
     ];
     let chunks: Vec<_> = provider
         .chat_stream(&request, CallContext { credentials: &none })
         .await
         .unwrap()
+        .chunks
         .collect()
         .await;
     assert!(chunks.iter().all(Result::is_ok));
@@ -410,4 +405,85 @@ async fn extra_body_and_extra_headers_are_applied_last() {
         seen.team[0], None,
         "a header without a value removes the configured one"
     );
+}
+
+fn layered_provider(api_base: String) -> OpenAiProvider {
+    let mut config = provider(api_base, CredentialLocation::None).config;
+    config.extra_body = vec![crate::config::ExtraBodyEntry {
+        pointer: "/layer".into(),
+        value: Some(json!("provider")),
+        delete: None,
+    }];
+    config.extra_headers = vec![crate::config::ExtraHeaderEntry {
+        name: "x-team".into(),
+        value: Some("provider".into()),
+        delete: None,
+    }];
+    OpenAiProvider::new("openai", config).unwrap()
+}
+
+/// Variant entries, then the provider's, then the request's: the last to set a key wins, and
+/// entries for another provider are skipped. The answer carries the body as sent.
+#[tokio::test]
+async fn extras_apply_variant_then_provider_then_request_and_skip_other_providers() {
+    use crate::model::ExtraPlacement::BeforeProviderConfig;
+    let (base, seen) = start_mock().await;
+    let provider = layered_provider(base);
+    let none = HashMap::new();
+    let mut request = chat_request("hi");
+    request.extra_body = vec![
+        ExtraBodyEntry::set("/layer", json!("variant")).placed(BeforeProviderConfig),
+        ExtraBodyEntry::set("/from_variant", json!(true)).placed(BeforeProviderConfig),
+        ExtraBodyEntry::set("/elsewhere", json!(1)).for_provider("other"),
+    ];
+    request.extra_headers = vec![
+        ExtraHeaderEntry::set("x-team", "variant").placed(BeforeProviderConfig),
+        ExtraHeaderEntry::set("x-trace", "inference"),
+    ];
+    let answer = provider
+        .chat(&request, CallContext { credentials: &none })
+        .await
+        .unwrap();
+    request
+        .extra_body
+        .push(ExtraBodyEntry::set("/layer", json!("inference")).for_provider("openai"));
+    request.extra_headers.push(ExtraHeaderEntry::set("x-team", "inference"));
+    let stream = provider
+        .chat_stream(&request, CallContext { credentials: &none })
+        .await
+        .unwrap();
+    let stream_raw = stream.raw_request.clone();
+    assert!(stream.chunks.collect::<Vec<_>>().await.iter().all(Result::is_ok));
+
+    let seen = seen.lock().unwrap();
+    let (first, second) = (&seen.bodies[0], &seen.bodies[1]);
+    assert_eq!(first["layer"], "provider", "the provider's config beats the variant's");
+    assert_eq!(first["from_variant"], true);
+    assert!(first.get("elsewhere").is_none(), "{first}");
+    assert_eq!(seen.team[0].as_deref(), Some("provider"));
+    assert_eq!(seen.trace[0].as_deref(), Some("inference"));
+    assert_eq!(
+        second["layer"], "inference",
+        "the request's entries beat the provider's"
+    );
+    assert_eq!(seen.team[1].as_deref(), Some("inference"));
+    let as_sent = |raw: Option<&str>| serde_json::from_str::<Value>(raw.unwrap()).unwrap();
+    assert_eq!(&as_sent(answer.raw_request.as_deref()), first);
+    assert_eq!(&as_sent(stream_raw.as_deref()), second);
+}
+
+#[tokio::test]
+async fn a_request_edit_that_cannot_apply_is_reported_without_calling_upstream() {
+    let (base, seen) = start_mock().await;
+    let provider = provider(base, CredentialLocation::None);
+    let none = HashMap::new();
+    let mut request = chat_request("hi");
+    request.extra_body = vec![ExtraBodyEntry::set("/model/x", json!(1))];
+    let err = provider
+        .chat(&request, CallContext { credentials: &none })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::InvalidExtraBody(_)), "{err:?}");
+    assert!(!err.is_retryable());
+    assert!(seen.lock().unwrap().bodies.is_empty());
 }

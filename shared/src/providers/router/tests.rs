@@ -33,6 +33,7 @@ impl ChatProvider for Scripted {
         let text = next?;
         let mut completion = crate::providers::dummy::reply_for(request);
         completion.choices[0].content = vec![ContentBlock::text_block(text)];
+        completion.raw_request = Some(r#"{"scripted":true}"#.to_owned());
         Ok(completion)
     }
 }
@@ -183,6 +184,7 @@ async fn chat_only_providers_still_stream() {
         .chat_stream(&request(), CallContext { credentials: &none })
         .await
         .unwrap()
+        .chunks
         .collect()
         .await;
     let text: String = chunks
@@ -200,4 +202,152 @@ async fn chat_only_providers_still_stream() {
         })
         .collect();
     assert_eq!(text, "streamed words here");
+}
+
+fn dummy_request(model: &str) -> ModelRequest {
+    ModelRequest {
+        model: model.into(),
+        ..request()
+    }
+}
+
+#[tokio::test]
+async fn shorthand_models_are_routed_built_once_and_kept() {
+    let router = router(vec![chat_only("a", Scripted::new(vec![]))], 0);
+    let none = HashMap::new();
+    let ctx = CallContext { credentials: &none };
+    let first = router.chat(&dummy_request("dummy::anything"), ctx).await.unwrap();
+    assert_eq!(first.provider_name, "dummy");
+    assert!(!content(&first).is_empty());
+    assert_eq!(router.cached_shorthand_count(), 1);
+    let kept = router.model("dummy::anything").unwrap();
+    assert!(
+        Arc::ptr_eq(&kept, &router.model("dummy::anything").unwrap()),
+        "built once"
+    );
+    router.chat(&dummy_request("dummy::anything"), ctx).await.unwrap();
+    assert_eq!(router.cached_shorthand_count(), 1);
+    // An `openai::` shorthand is built without calling anyone.
+    let openai = router.model("openai::gpt-4o-mini").unwrap();
+    assert_eq!(openai.providers[0].name, "openai");
+    assert!(router.routes("openai::gpt-4o-mini") && router.routes("m") && !router.routes("nope"));
+    // Shorthand models are not listed.
+    assert_eq!(router.model_names().collect::<Vec<_>>(), vec!["m"]);
+}
+
+#[tokio::test]
+async fn unknown_shorthand_providers_and_plain_names_are_not_found() {
+    let router = router(vec![chat_only("a", Scripted::new(vec![]))], 0);
+    let none = HashMap::new();
+    for name in ["nope", "anthropic::claude", "dummy::", "::x"] {
+        assert_eq!(
+            router
+                .chat(&dummy_request(name), CallContext { credentials: &none })
+                .await
+                .unwrap_err(),
+            RoutingError::ModelNotFound(name.into()),
+            "{name}"
+        );
+    }
+    assert_eq!(router.cached_shorthand_count(), 0);
+}
+
+#[tokio::test]
+async fn a_configured_model_wins_over_the_shorthand_of_the_same_name() {
+    let configured = Scripted::new(vec![Ok("configured")]);
+    let router = ModelRouter::new(
+        vec![RoutedModel {
+            name: "dummy::echo".into(),
+            providers: vec![chat_only("mine", configured.clone())],
+        }],
+        RetryPolicy::from(&crate::config::RetryConfig::default()),
+    );
+    let none = HashMap::new();
+    let answer = router
+        .chat(&dummy_request("dummy::echo"), CallContext { credentials: &none })
+        .await
+        .unwrap();
+    assert_eq!(content(&answer), "configured");
+    assert_eq!(answer.provider_name, "mine");
+    assert_eq!(configured.calls(), 1);
+    assert_eq!(router.cached_shorthand_count(), 0);
+}
+
+#[tokio::test]
+async fn the_shorthand_cache_is_bounded_and_later_models_still_route() {
+    let router = router(vec![chat_only("a", Scripted::new(vec![]))], 0);
+    for i in 0..SHORTHAND_CACHE_LIMIT + 5 {
+        router.model(&format!("dummy::m{i}")).unwrap();
+    }
+    assert_eq!(router.cached_shorthand_count(), SHORTHAND_CACHE_LIMIT);
+    let none = HashMap::new();
+    let answer = router
+        .chat(&dummy_request("dummy::one-more"), CallContext { credentials: &none })
+        .await
+        .unwrap();
+    assert_eq!(answer.provider_name, "dummy");
+    assert_eq!(router.cached_shorthand_count(), SHORTHAND_CACHE_LIMIT);
+    let long = format!("dummy::{}", "x".repeat(MAX_CACHED_NAME_LEN));
+    assert!(router.model(&long).is_ok());
+}
+
+#[tokio::test]
+async fn answers_name_the_provider_that_gave_them_after_fallback() {
+    let none = HashMap::new();
+    let ctx = CallContext { credentials: &none };
+    let a_fails_b_answers = || {
+        let a = Scripted::new(vec![Err(http(500))]);
+        let b = Scripted::new(vec![Ok("from b")]);
+        router(vec![chat_only("a", a), chat_only("b", b)], 0)
+    };
+    let answer = a_fails_b_answers().chat(&request(), ctx).await.unwrap();
+    assert_eq!(
+        (answer.provider_name.as_str(), content(&answer).as_str()),
+        ("b", "from b")
+    );
+    let stream = a_fails_b_answers().chat_stream(&request(), ctx).await.unwrap();
+    assert_eq!(stream.provider_name, "b");
+    // A chat-only provider's stream keeps the raw request of the answer it was split from.
+    assert_eq!(stream.raw_request.as_deref(), Some(r#"{"scripted":true}"#));
+}
+
+/// The dummy records the body it stands for, with `extra_body` applied, streamed or not.
+#[tokio::test]
+async fn the_dummy_records_its_raw_request_on_chat_and_stream() {
+    use crate::model::{ExtraBodyEntry, ExtraPlacement};
+    let router = router(vec![chat_only("a", Scripted::new(vec![]))], 0);
+    let none = HashMap::new();
+    let ctx = CallContext { credentials: &none };
+    let mut request = dummy_request("dummy::echo");
+    request.params.temperature = Some(0.5);
+    request.extra_body = vec![
+        ExtraBodyEntry::set("/vendor", json!("v")),
+        ExtraBodyEntry::set("/other", json!(1)).for_provider("elsewhere"),
+        ExtraBodyEntry::delete("/temperature").placed(ExtraPlacement::BeforeProviderConfig),
+    ];
+    let answer = router.chat(&request, ctx).await.unwrap();
+    let raw: serde_json::Value = serde_json::from_str(answer.raw_request.as_deref().unwrap()).unwrap();
+    assert_eq!(raw["model"], "dummy::echo");
+    assert_eq!(raw["messages"][0]["content"], "hi");
+    assert_eq!(raw["vendor"], "v");
+    assert!(raw.get("other").is_none() && raw.get("temperature").is_none(), "{raw}");
+    let stream = router.chat_stream(&request, ctx).await.unwrap();
+    assert_eq!(stream.provider_name, "dummy");
+    let raw: serde_json::Value = serde_json::from_str(stream.raw_request.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        (raw["stream"].clone(), raw["vendor"].clone()),
+        (json!(true), json!("v"))
+    );
+    // Edits a real provider would refuse are refused by the dummy too.
+    let refused = |err: RoutingError| match err {
+        RoutingError::AllFailed { mut failures, .. } => failures.remove(0).error,
+        other => panic!("{other:?}"),
+    };
+    request.extra_headers = vec![crate::model::ExtraHeaderEntry::set("bad name", "v")];
+    let err = refused(router.chat(&request, ctx).await.unwrap_err());
+    assert!(matches!(err, ProviderError::InvalidExtraHeader(_)), "{err:?}");
+    request.extra_headers.clear();
+    request.extra_body = vec![ExtraBodyEntry::set("/model/x", json!(1))];
+    let err = refused(router.chat(&request, ctx).await.unwrap_err());
+    assert!(matches!(err, ProviderError::InvalidExtraBody(_)), "{err:?}");
 }

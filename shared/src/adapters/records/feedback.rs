@@ -1,0 +1,71 @@
+//! [`FeedbackStore`] over a state store and a blob store.
+
+use super::payload::{body_str, stash, unstash};
+use crate::functions::records::FeedbackRecord;
+use crate::ports::clock::uuid_unix_ms as uuid_ms;
+use crate::ports::{BlobStore, FeedbackStore, Record, StateStore, StorageError};
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use uuid::Uuid;
+
+const KIND: &str = "feedback";
+
+/// Feedback records in the state store, large ones' payloads (demonstrations) in the blob store.
+#[derive(Clone)]
+pub struct StateFeedbackStore {
+    state: Arc<dyn StateStore>,
+    blobs: Arc<dyn BlobStore>,
+}
+
+fn record_id(project: &str, feedback_id: Uuid) -> String {
+    format!("{project}/{feedback_id}")
+}
+
+impl StateFeedbackStore {
+    pub fn new(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) -> Self {
+        Self { state, blobs }
+    }
+}
+
+#[async_trait]
+impl FeedbackStore for StateFeedbackStore {
+    async fn put(&self, record: &FeedbackRecord) -> Result<(), StorageError> {
+        let project = record.project.as_str();
+        let mut body = Map::new();
+        body.insert("project".into(), Value::String(project.to_owned()));
+        body.insert("metric_name".into(), Value::String(record.metric_name.clone()));
+        stash(
+            self.blobs.as_ref(),
+            &format!("feedback/{project}/{}.json", record.feedback_id),
+            record,
+            &mut body,
+        )
+        .await?;
+        self.state
+            .create(&Record {
+                kind: KIND.into(),
+                id: record_id(project, record.feedback_id),
+                owner: format!("{project}/{}", record.target_id),
+                created_at_ms: uuid_ms(&record.feedback_id),
+                version: 1,
+                expires_at: None,
+                body: Value::Object(body),
+            })
+            .await
+    }
+
+    async fn get(&self, project: &str, feedback_id: Uuid) -> Result<Option<FeedbackRecord>, StorageError> {
+        let Some(stored) = self.state.get(KIND, &record_id(project, feedback_id)).await? else {
+            return Ok(None);
+        };
+        let mut record: FeedbackRecord = unstash(self.blobs.as_ref(), &stored.body).await.map_err(|e| match e {
+            StorageError::NotFound => {
+                StorageError::Backend(format!("the payload blob of {KIND} {} is missing", stored.id))
+            }
+            other => other,
+        })?;
+        record.project = body_str(&stored.body, "project").unwrap_or_default().to_owned();
+        Ok(Some(record))
+    }
+}

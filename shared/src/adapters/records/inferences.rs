@@ -1,0 +1,129 @@
+//! [`InferenceStore`] over a state store and a blob store.
+
+use super::payload::{body_str, stash, unstash};
+use crate::functions::records::InferenceRecord;
+use crate::ports::clock::uuid_unix_ms as uuid_ms;
+use crate::ports::{
+    BlobStore, InferencePage, InferenceStore, ListOrder, ListQuery, Record, SortCursor, StateStore, StorageError,
+};
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use uuid::Uuid;
+
+const KIND: &str = "inference";
+
+/// Inference records in the state store, large ones' payloads in the blob store.
+#[derive(Clone)]
+pub struct StateInferenceStore {
+    state: Arc<dyn StateStore>,
+    blobs: Arc<dyn BlobStore>,
+}
+
+fn record_id(project: &str, inference_id: Uuid) -> String {
+    format!("{project}/{inference_id}")
+}
+
+fn episode_owner(project: &str, episode_id: Uuid) -> String {
+    format!("{project}/{episode_id}")
+}
+
+fn blob_key(project: &str, inference_id: Uuid) -> String {
+    format!("inferences/{project}/{inference_id}.json")
+}
+
+impl StateInferenceStore {
+    pub fn new(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) -> Self {
+        Self { state, blobs }
+    }
+
+    async fn decode(&self, stored: &Record) -> Result<InferenceRecord, StorageError> {
+        let mut record: InferenceRecord = unstash(self.blobs.as_ref(), &stored.body).await.map_err(|e| match e {
+            StorageError::NotFound => {
+                StorageError::Backend(format!("the payload blob of {KIND} {} is missing", stored.id))
+            }
+            other => other,
+        })?;
+        record.project = body_str(&stored.body, "project").unwrap_or_default().to_owned();
+        Ok(record)
+    }
+}
+
+#[async_trait]
+impl InferenceStore for StateInferenceStore {
+    async fn put(&self, record: &InferenceRecord) -> Result<(), StorageError> {
+        let project = record.project.as_str();
+        let mut body = Map::new();
+        body.insert("project".into(), Value::String(project.to_owned()));
+        body.insert("inference_id".into(), Value::String(record.inference_id.to_string()));
+        body.insert("episode_id".into(), Value::String(record.episode_id.to_string()));
+        body.insert("function_name".into(), Value::String(record.function_name.clone()));
+        body.insert("variant_name".into(), Value::String(record.variant_name.clone()));
+        stash(
+            self.blobs.as_ref(),
+            &blob_key(project, record.inference_id),
+            record,
+            &mut body,
+        )
+        .await?;
+        self.state
+            .create(&Record {
+                kind: KIND.into(),
+                id: record_id(project, record.inference_id),
+                owner: episode_owner(project, record.episode_id),
+                created_at_ms: uuid_ms(&record.inference_id),
+                version: 1,
+                expires_at: None,
+                body: Value::Object(body),
+            })
+            .await
+    }
+
+    async fn get(&self, project: &str, inference_id: Uuid) -> Result<Option<InferenceRecord>, StorageError> {
+        match self.state.get(KIND, &record_id(project, inference_id)).await? {
+            Some(stored) => self.decode(&stored).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn list_episode(
+        &self,
+        project: &str,
+        episode_id: Uuid,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> Result<InferencePage, StorageError> {
+        let page = self
+            .state
+            .list_by_owner(&ListQuery {
+                kind: KIND.into(),
+                owner: episode_owner(project, episode_id),
+                after: after.map(|id| SortCursor {
+                    created_at_ms: uuid_ms(&id),
+                    id: record_id(project, id),
+                }),
+                limit,
+                order: ListOrder::Asc,
+            })
+            .await?;
+        let records = futures::future::try_join_all(page.records.iter().map(|stored| self.decode(stored))).await?;
+        Ok(InferencePage {
+            records,
+            has_more: page.has_more,
+        })
+    }
+
+    async fn episode_exists(&self, project: &str, episode_id: Uuid) -> Result<bool, StorageError> {
+        let page = self
+            .state
+            .list_by_owner(&ListQuery {
+                kind: KIND.into(),
+                owner: episode_owner(project, episode_id),
+                after: None,
+                limit: 1,
+                order: ListOrder::Asc,
+            })
+            .await?;
+        Ok(!page.records.is_empty())
+    }
+}

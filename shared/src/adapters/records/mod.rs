@@ -1,0 +1,26 @@
+//! The records ports (`InferenceStore`, `ModelCache`, `FeedbackStore`) implemented once, over the
+//! two storage ports: small records in the [`StateStore`](crate::ports::StateStore), and the
+//! payload of any record whose JSON exceeds [`SPILL_THRESHOLD_BYTES`] in the
+//! [`BlobStore`](crate::ports::BlobStore) with its key in the state record (a DynamoDB item holds
+//! at most 400 KB). So both adapter sets get them: DynamoDB + S3 in Lambda, SQLite + files
+//! locally. They sit beside `aws` and `embedded` because they are adapters too — of the records
+//! ports onto the storage ports — and never see a backend's types.
+//!
+//! | kind | id | owner | blob when large |
+//! |---|---|---|---|
+//! | `inference` | `{project}/{inference_id}` | `{project}/{episode_id}` | `inferences/{project}/{inference_id}.json` |
+//! | `model_cache` | the key's digest | the digest | `cache/{project}/{digest}.json` |
+//! | `feedback` | `{project}/{feedback_id}` | `{project}/{target_id}` | `feedback/{project}/{feedback_id}.json` |
+//!
+//! `created_at_ms` is the UUIDv7 time of the inference or feedback id (so a listing cursor is
+//! computed from an id alone), or a cache entry's creation time.
+
+mod cache;
+mod feedback;
+mod inferences;
+mod payload;
+
+pub use cache::StateModelCache;
+pub use feedback::StateFeedbackStore;
+pub use inferences::StateInferenceStore;
+pub use payload::SPILL_THRESHOLD_BYTES;

@@ -1,0 +1,135 @@
+//! `GET /inferences/{inference_id}`, `GET /episodes/{episode_id}/inferences` (the stored records
+//! of the `/inference` endpoint, an extension over TensorZero, which keeps them behind its UI) and
+//! `POST /feedback` (TensorZero's). Errors are TensorZero's `{"error": "…"}`.
+
+use super::error::ApiError;
+use super::extract::{ApiExtension, ApiPath};
+use super::tensorzero_error::{TensorZeroError, TensorZeroJson};
+use super::AppState;
+use crate::auth::Principal;
+use crate::functions::feedback::FeedbackRequest;
+use crate::functions::records::InferenceRecord;
+use crate::user_text::excerpt;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+/// Page sizes of `GET /episodes/{episode_id}/inferences`.
+pub const DEFAULT_EPISODE_PAGE: usize = 20;
+pub const MAX_EPISODE_PAGE: usize = 100;
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/inferences/{inference_id}", get(get_inference))
+        .route("/episodes/{episode_id}/inferences", get(list_episode_inferences))
+        .route("/feedback", post(feedback))
+}
+
+fn parse_uuid(name: &str, value: &str) -> Result<Uuid, TensorZeroError> {
+    Uuid::parse_str(value)
+        .map_err(|_| TensorZeroError::bad_request(format!("Invalid `{name}` `{}`: it must be a UUID.", excerpt(value))))
+}
+
+async fn get_inference(
+    State(state): State<AppState>,
+    principal: Result<ApiExtension<Principal>, ApiError>,
+    path: Result<ApiPath<String>, ApiError>,
+) -> Result<Json<InferenceRecord>, TensorZeroError> {
+    let ApiExtension(principal) = principal?;
+    let ApiPath(id) = path?;
+    let inference_id = parse_uuid("inference_id", &id)?;
+    match state.records.get(&principal.project, inference_id).await? {
+        Some(record) => Ok(Json(record)),
+        None => Err(TensorZeroError::not_found(format!(
+            "Inference `{inference_id}` was not found."
+        ))),
+    }
+}
+
+/// `limit` (1..=100, default 20) and `after` (an inference id); nothing else.
+#[derive(Debug, PartialEq, Eq)]
+struct EpisodePageQuery {
+    limit: usize,
+    after: Option<Uuid>,
+}
+
+fn episode_page_query(pairs: Vec<(String, String)>) -> Result<EpisodePageQuery, TensorZeroError> {
+    let mut limit = None;
+    let mut after = None;
+    for (name, value) in pairs {
+        let duplicate = match name.as_str() {
+            "limit" => {
+                let parsed = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_EPISODE_PAGE).contains(n))
+                    .ok_or_else(|| {
+                        TensorZeroError::bad_request(format!(
+                            "Invalid `limit` `{}`: it must be an integer from 1 to {MAX_EPISODE_PAGE}.",
+                            excerpt(&value)
+                        ))
+                    })?;
+                limit.replace(parsed).is_some()
+            }
+            "after" => after.replace(parse_uuid("after", &value)?).is_some(),
+            _ => {
+                return Err(TensorZeroError::bad_request(format!(
+                    "Unknown query parameter `{}`: use `limit` and `after`.",
+                    excerpt(&name)
+                )))
+            }
+        };
+        if duplicate {
+            return Err(TensorZeroError::bad_request(format!(
+                "Query parameter `{name}` is given twice."
+            )));
+        }
+    }
+    Ok(EpisodePageQuery {
+        limit: limit.unwrap_or(DEFAULT_EPISODE_PAGE),
+        after,
+    })
+}
+
+async fn list_episode_inferences(
+    State(state): State<AppState>,
+    principal: Result<ApiExtension<Principal>, ApiError>,
+    path: Result<ApiPath<String>, ApiError>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Json<Value>, TensorZeroError> {
+    let ApiExtension(principal) = principal?;
+    let ApiPath(id) = path?;
+    let episode_id = parse_uuid("episode_id", &id)?;
+    let Query(pairs) = query.map_err(ApiError::from)?;
+    let query = episode_page_query(pairs)?;
+    let page = state
+        .records
+        .list_episode(&principal.project, episode_id, query.after, query.limit)
+        .await?;
+    // An episode exists once it has an inference; a later page may be empty.
+    if page.records.is_empty() && query.after.is_none() {
+        return Err(TensorZeroError::not_found(format!(
+            "Episode `{episode_id}` was not found."
+        )));
+    }
+    Ok(Json(
+        json!({"object": "list", "data": page.records, "has_more": page.has_more}),
+    ))
+}
+
+async fn feedback(
+    State(state): State<AppState>,
+    principal: Result<ApiExtension<Principal>, ApiError>,
+    TensorZeroJson(request): TensorZeroJson<FeedbackRequest>,
+) -> Result<Json<Value>, TensorZeroError> {
+    let ApiExtension(principal) = principal?;
+    let feedback_id = state.feedback.submit(&principal.project, request).await?;
+    Ok(Json(json!({"feedback_id": feedback_id})))
+}
+
+#[cfg(test)]
+#[path = "tensorzero_records_tests.rs"]
+mod tests;

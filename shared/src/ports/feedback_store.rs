@@ -1,0 +1,16 @@
+//! Stored feedback (`POST /feedback`), per project.
+
+use super::StorageError;
+use crate::functions::records::FeedbackRecord;
+use async_trait::async_trait;
+use uuid::Uuid;
+
+/// Feedback records. Lookups are scoped to a project: another project's id is not found.
+#[async_trait]
+pub trait FeedbackStore: Send + Sync {
+    /// Store a new record under `record.project`; [`StorageError::Conflict`] when its id exists.
+    async fn put(&self, record: &FeedbackRecord) -> Result<(), StorageError>;
+
+    /// The record, if it exists in `project`.
+    async fn get(&self, project: &str, feedback_id: Uuid) -> Result<Option<FeedbackRecord>, StorageError>;
+}

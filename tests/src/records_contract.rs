@@ -1,0 +1,300 @@
+//! The records ports (`InferenceStore`, `ModelCache`, `FeedbackStore`) as implemented once in
+//! `nimbus_shared::adapters::records`, run over each set of storage adapters. Each function
+//! panics (test failure) on a violation.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::batch_harness::TestClock;
+use nimbus_shared::adapters::records::{
+    StateFeedbackStore, StateInferenceStore, StateModelCache, SPILL_THRESHOLD_BYTES,
+};
+use nimbus_shared::functions::records::{
+    rfc3339, FeedbackKind, FeedbackRecord, FeedbackTarget, FunctionType, InferenceRecord, ModelCallRecord, TokenUsage,
+};
+use nimbus_shared::model::{ContentBlock, Message, ModelChoice, ModelRequest, ModelResponse, ModelUsage, Role};
+use nimbus_shared::ports::{
+    BlobStore, CacheKey, CachedModelResponse, Clock, FeedbackStore, InferenceStore, ModelCache, StateStore,
+    StorageError,
+};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// A UUIDv7 at `unix_ms`.
+fn v7_at(unix_ms: u64) -> Uuid {
+    let nanos = u32::try_from(unix_ms % 1000).unwrap() * 1_000_000;
+    Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, unix_ms / 1000, nanos))
+}
+
+/// A record whose model call answered `raw_response`.
+pub fn inference(project: &str, episode_id: Uuid, at_ms: u64, raw_response: String) -> InferenceRecord {
+    InferenceRecord {
+        project: project.into(),
+        inference_id: v7_at(at_ms),
+        episode_id,
+        function_name: "extract_contact".into(),
+        variant_name: "strict".into(),
+        function_type: FunctionType::Json,
+        input: json!({"system": {"tone": "dry"}, "messages": [{"role": "user", "content": "Ada, ada@example.com"}]}),
+        output: json!({"raw": "{\"name\":\"Ada\"}", "parsed": {"name": "Ada"}}),
+        tags: BTreeMap::from([("user".to_owned(), "u-7".to_owned())]),
+        tool_params: None,
+        output_schema: Some(json!({"type": "object"})),
+        inference_params: json!({"chat_completion": {"temperature": 0.2}}),
+        processing_time_ms: 42,
+        ttft_ms: Some(7),
+        usage: TokenUsage {
+            input_tokens: 11,
+            output_tokens: 5,
+        },
+        finish_reason: Some("stop".into()),
+        cached: false,
+        created_at: rfc3339(i64::try_from(at_ms).unwrap()),
+        timestamp: i64::try_from(at_ms).unwrap(),
+        model_calls: vec![ModelCallRecord {
+            id: Uuid::now_v7(),
+            model_name: "dummy".into(),
+            provider_name: "dummy".into(),
+            raw_request: "{\"model\":\"dummy\"}".into(),
+            raw_response,
+            usage: TokenUsage {
+                input_tokens: 11,
+                output_tokens: 5,
+            },
+            response_time_ms: 30,
+            ttft_ms: None,
+            cached: false,
+            finish_reason: Some("stop".into()),
+        }],
+    }
+}
+
+/// Larger than a record may be inline (and than a DynamoDB item may be).
+fn large_text() -> String {
+    "x".repeat(SPILL_THRESHOLD_BYTES + 150_000)
+}
+
+/// Put, get, duplicate ids, and project isolation.
+pub async fn inference_records_round_trip(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
+    let store = StateInferenceStore::new(Arc::clone(&state), blobs);
+    let record = inference("p1", Uuid::now_v7(), 1_777_000_000_000, "{}".into());
+    store.put(&record).await.unwrap();
+    assert_eq!(
+        store.get("p1", record.inference_id).await.unwrap(),
+        Some(record.clone())
+    );
+    assert_eq!(store.get("p2", record.inference_id).await.unwrap(), None);
+    assert_eq!(store.get("p1", Uuid::now_v7()).await.unwrap(), None);
+    assert_eq!(store.put(&record).await, Err(StorageError::Conflict));
+    // The same id in another project is another record.
+    let mut other = record.clone();
+    other.project = "p2".into();
+    other.function_name = "theirs".into();
+    store.put(&other).await.unwrap();
+    assert_eq!(
+        store
+            .get("p2", record.inference_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .function_name,
+        "theirs"
+    );
+    assert_eq!(store.get("p1", record.inference_id).await.unwrap(), Some(record));
+}
+
+/// A record larger than the state store takes keeps its payload in a blob, read back whole.
+pub async fn large_inference_records_spill_to_blobs(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
+    let store = StateInferenceStore::new(Arc::clone(&state), Arc::clone(&blobs));
+    let episode = Uuid::now_v7();
+    let large = inference("p1", episode, 1_777_000_001_000, large_text());
+    store.put(&large).await.unwrap();
+    assert_eq!(store.get("p1", large.inference_id).await.unwrap(), Some(large.clone()));
+
+    let id = format!("p1/{}", large.inference_id);
+    let stored = state.get("inference", &id).await.unwrap().unwrap();
+    assert!(
+        stored.body.to_string().len() < 4096,
+        "the state record keeps only a pointer"
+    );
+    assert_eq!(stored.owner, format!("p1/{episode}"));
+    let key = format!("inferences/p1/{}.json", large.inference_id);
+    assert_eq!(stored.body["payload_blob"], key);
+    assert!(blobs.size(&key).await.unwrap().unwrap() > u64::try_from(SPILL_THRESHOLD_BYTES).unwrap());
+
+    // Listed with the small ones.
+    let small = inference("p1", episode, 1_777_000_002_000, "{}".into());
+    store.put(&small).await.unwrap();
+    let page = store.list_episode("p1", episode, None, 10).await.unwrap();
+    assert_eq!(page.records, vec![large, small]);
+    assert!(!page.has_more);
+}
+
+/// Oldest first, `after` and `limit`, `has_more` exact, per project.
+pub async fn episode_listing_pages_oldest_first(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
+    let store = StateInferenceStore::new(state, blobs);
+    let episode = Uuid::now_v7();
+    let records: Vec<InferenceRecord> = (0..5u64)
+        .map(|i| inference("p1", episode, 1_777_000_000_000 + i * 1000, "{}".into()))
+        .collect();
+    // Written newest first: the order comes from the ids, not the writes.
+    for record in records.iter().rev() {
+        store.put(record).await.unwrap();
+    }
+    // Another episode and another project's same episode do not mix in.
+    store
+        .put(&inference("p1", Uuid::now_v7(), 1_777_000_000_500, "{}".into()))
+        .await
+        .unwrap();
+    store
+        .put(&inference("p2", episode, 1_777_000_000_700, "{}".into()))
+        .await
+        .unwrap();
+
+    let first = store.list_episode("p1", episode, None, 2).await.unwrap();
+    assert_eq!(first.records, records[..2]);
+    assert!(first.has_more);
+    let second = store
+        .list_episode("p1", episode, Some(records[1].inference_id), 2)
+        .await
+        .unwrap();
+    assert_eq!(second.records, records[2..4]);
+    assert!(second.has_more);
+    let last = store
+        .list_episode("p1", episode, Some(records[3].inference_id), 2)
+        .await
+        .unwrap();
+    assert_eq!(last.records, records[4..]);
+    assert!(!last.has_more);
+    let all = store.list_episode("p1", episode, None, 5).await.unwrap();
+    assert_eq!((all.records.len(), all.has_more), (5, false));
+    assert!(store
+        .list_episode("p1", episode, Some(records[4].inference_id), 2)
+        .await
+        .unwrap()
+        .records
+        .is_empty());
+
+    let theirs = store.list_episode("p2", episode, None, 10).await.unwrap();
+    assert_eq!(theirs.records.len(), 1);
+    assert!(store.episode_exists("p1", episode).await.unwrap());
+    assert!(store.episode_exists("p2", episode).await.unwrap());
+    assert!(!store.episode_exists("p3", episode).await.unwrap());
+    assert!(!store.episode_exists("p1", Uuid::now_v7()).await.unwrap());
+}
+
+/// Put, get (per project), duplicates, and a large demonstration spilled to a blob.
+pub async fn feedback_round_trip(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
+    let store = StateFeedbackStore::new(state, blobs);
+    let target = Uuid::now_v7();
+    let record = FeedbackRecord {
+        project: "p1".into(),
+        feedback_id: Uuid::now_v7(),
+        target_type: FeedbackTarget::Inference,
+        target_id: target,
+        metric_name: "accepted".into(),
+        kind: FeedbackKind::Boolean,
+        value: json!(true),
+        tags: BTreeMap::from([("who".to_owned(), "qa".to_owned())]),
+        created_at: rfc3339(1_777_000_000_000),
+        timestamp: 1_777_000_000_000,
+    };
+    store.put(&record).await.unwrap();
+    assert_eq!(store.get("p1", record.feedback_id).await.unwrap(), Some(record.clone()));
+    assert_eq!(store.get("p2", record.feedback_id).await.unwrap(), None);
+    assert_eq!(store.put(&record).await, Err(StorageError::Conflict));
+
+    let demonstration = FeedbackRecord {
+        feedback_id: Uuid::now_v7(),
+        metric_name: "demonstration".into(),
+        kind: FeedbackKind::Demonstration,
+        value: json!([{"type": "text", "text": large_text()}]),
+        ..record
+    };
+    store.put(&demonstration).await.unwrap();
+    assert_eq!(
+        store.get("p1", demonstration.feedback_id).await.unwrap(),
+        Some(demonstration)
+    );
+}
+
+fn model_request(text: &str) -> ModelRequest {
+    ModelRequest {
+        model: "dummy".into(),
+        messages: vec![Message::new(Role::User, vec![ContentBlock::text_block(text)])],
+        ..ModelRequest::default()
+    }
+}
+
+fn model_response(text: String) -> ModelResponse {
+    ModelResponse {
+        id: "resp-1".into(),
+        choices: vec![ModelChoice {
+            index: 0,
+            content: vec![ContentBlock::text_block(text)],
+            finish_reason: None,
+            logprobs: None,
+        }],
+        usage: ModelUsage::new(3, 2),
+        system_fingerprint: None,
+        raw_response: Some("{\"id\":\"resp-1\"}".into()),
+        raw_request: Some("{\"model\":\"m\"}".into()),
+        provider_name: "p".into(),
+    }
+}
+
+/// Hits, misses by project and stream flag, expiry by the clock (the stores themselves never
+/// expire: SQLite and moto), `max_age_s`, replacing an entry, and large responses.
+pub async fn model_cache_expiry_and_max_age(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
+    let clock = Arc::new(TestClock::default());
+    let cache = StateModelCache::new(state, blobs, Arc::clone(&clock) as Arc<dyn Clock>);
+    let ttl = Duration::from_secs(60);
+    let key = CacheKey::new("p1", "dummy", &model_request("hi"), false);
+    assert_eq!(cache.lookup(&key, None).await.unwrap(), None);
+
+    let entry = CachedModelResponse {
+        response: model_response("hello".into()),
+        created_at_ms: clock.now_unix_ms(),
+    };
+    cache.store(&key, &entry, ttl).await.unwrap();
+    assert_eq!(cache.lookup(&key, None).await.unwrap(), Some(entry.clone()));
+    for other in [
+        CacheKey::new("p2", "dummy", &model_request("hi"), false),
+        CacheKey::new("p1", "dummy", &model_request("hi"), true),
+        CacheKey::new("p1", "dummy", &model_request("ho"), false),
+    ] {
+        assert_eq!(cache.lookup(&other, None).await.unwrap(), None);
+    }
+
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(cache.lookup(&key, Some(60)).await.unwrap(), Some(entry.clone()));
+    assert_eq!(
+        cache.lookup(&key, Some(10)).await.unwrap(),
+        None,
+        "older than max_age_s"
+    );
+    assert_eq!(cache.lookup(&key, None).await.unwrap(), Some(entry.clone()));
+
+    clock.advance(Duration::from_secs(31));
+    assert_eq!(cache.lookup(&key, None).await.unwrap(), None, "past its TTL");
+
+    // Storing again replaces the expired entry.
+    let fresh = CachedModelResponse {
+        response: model_response("hello again".into()),
+        created_at_ms: clock.now_unix_ms(),
+    };
+    cache.store(&key, &fresh, ttl).await.unwrap();
+    assert_eq!(cache.lookup(&key, None).await.unwrap(), Some(fresh.clone()));
+    // And a concurrent writer's store over a live entry succeeds too.
+    cache.store(&key, &fresh, ttl).await.unwrap();
+
+    let large_key = CacheKey::new("p1", "dummy", &model_request("long"), false);
+    let large = CachedModelResponse {
+        response: model_response(large_text()),
+        created_at_ms: clock.now_unix_ms(),
+    };
+    cache.store(&large_key, &large, ttl).await.unwrap();
+    assert_eq!(cache.lookup(&large_key, None).await.unwrap(), Some(large));
+}
