@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 import uuid_utils
 from tensorzero import ChatInferenceResponse, FinishReason, JsonInferenceResponse, TensorZeroGateway
 
@@ -167,7 +166,6 @@ def test_model_name_falls_back_across_a_models_providers(tz: TensorZeroGateway) 
     assert tzk.text_of(response).endswith("to: Hello")
 
 
-@pytest.mark.skip(reason="runtime `provider::model` shorthand for model_name is not on main yet")
 def test_model_name_takes_a_dummy_shorthand(tz: TensorZeroGateway) -> None:
     response = tz.inference(model_name="dummy::anything", input=tzk.says("Hello shorthand"))
     assert response.variant_name == "dummy::anything"
@@ -188,7 +186,6 @@ def test_an_episode_keeps_its_variant(tz: TensorZeroGateway) -> None:
         assert again.inference_id != first.inference_id
 
 
-@pytest.mark.skip(reason="the example variant `casual` runs `dummy::casual`: needs the runtime shorthand, not on main yet")
 def test_new_episodes_draw_both_weighted_variants_and_never_the_fallback(tz: TensorZeroGateway) -> None:
     seen: dict[str, int] = {}
     for _ in range(40):
@@ -199,7 +196,6 @@ def test_new_episodes_draw_both_weighted_variants_and_never_the_fallback(tz: Ten
     assert set(seen) == {"formal", "casual"}, seen
 
 
-@pytest.mark.skip(reason="the example variant `casual` runs `dummy::casual`: needs the runtime shorthand, not on main yet")
 def test_a_pinned_variant_answers_even_if_it_is_only_a_fallback(tz: TensorZeroGateway) -> None:
     for variant in ("casual", "careful"):
         response = tz.inference(function_name="draft_email", input=tzk.email_input(), variant_name=variant)

@@ -4,18 +4,16 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
-import pytest
 import requests
 from tensorzero import TensorZeroGateway
 
 import nimbus_testkit as kit
 import tensorzero_kit as tzk
 from mock_upstream import RecordingUpstream
-
-pytestmark = pytest.mark.skip(reason="records, the model cache and feedback are not wired into /inference on main yet")
 
 
 def record(server: kit.NimbusServer, inference_id: Any, *, timeout: float = 5.0) -> dict[str, Any]:
@@ -94,7 +92,20 @@ def test_an_inference_is_stored_with_its_input_output_and_model_call(
     assert stored["output"] == [{"type": "text", "text": tzk.text_of(response)}]
     assert stored["usage"] == {"input_tokens": response.usage.input_tokens, "output_tokens": response.usage.output_tokens}
     [call] = stored["model_calls"]
-    assert call["model_name"] == "dummy" and call["raw_response"]
+    assert (call["model_name"], call["provider_name"]) == ("dummy", "dummy")
+    assert "Write an email to Bob about lunch." in json.loads(call["raw_request"])["messages"][1]["content"]
+
+
+def test_a_model_call_keeps_what_the_provider_was_sent_and_answered(
+    tz: TensorZeroGateway, tz_server: kit.NimbusServer, tz_upstream: RecordingUpstream
+) -> None:
+    marker = tzk.tag()
+    response = tz.inference(function_name="relay", input=tzk.says(marker), extra_body=[{"pointer": "/x", "value": 1}])
+    [call] = record(tz_server, response.inference_id)["model_calls"]
+    assert (call["model_name"], call["provider_name"], call["cached"]) == ("mock", "mock", False)
+    assert json.loads(call["raw_request"]) == tz_upstream.one_with_text(marker).body
+    assert json.loads(call["raw_response"])["choices"][0]["message"]["content"] == "Hello from choice 0"
+    assert call["usage"] == {"input_tokens": 4, "output_tokens": 4}
 
 
 def test_a_dryrun_is_not_stored(tz: TensorZeroGateway, tz_server: kit.NimbusServer) -> None:
@@ -148,3 +159,19 @@ def test_feedback_on_an_unknown_target_or_metric_is_refused(tz: TensorZeroGatewa
     response = tz.inference(function_name="plain_chat", input=tzk.says("metric"))
     status_message = tzk.expect_error(404, tz.feedback, metric_name="no_such_metric", value=1, inference_id=response.inference_id)
     assert "no_such_metric" in status_message
+
+
+def test_a_streamed_inference_is_stored_once_its_stream_ends(tz: TensorZeroGateway, tz_server: kit.NimbusServer) -> None:
+    chunks = list(tz.inference(function_name="draft_email", input=tzk.email_input(), variant_name="formal", stream=True))
+    stored = record(tz_server, chunks[0].inference_id)
+    text = "".join(block.text for chunk in chunks for block in chunk.content if block.type == "text")
+    assert stored["output"] == [{"type": "text", "text": text}]
+    assert stored["usage"]["output_tokens"] == [c.usage for c in chunks if c.usage][0].output_tokens
+
+
+def test_a_cache_hit_is_stored_as_cached(tz: TensorZeroGateway, tz_server: kit.NimbusServer) -> None:
+    request = {"function_name": "relay", "input": tzk.says(tzk.tag()), "cache_options": {"enabled": "on"}}
+    tz.inference(**request)
+    hit = tz.inference(**request)
+    stored = record(tz_server, hit.inference_id)
+    assert stored["cached"] is True and stored["model_calls"][0]["cached"] is True

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from tensorzero import FinishReason, TensorZeroGateway
 
 import tensorzero_kit as tzk
@@ -28,16 +27,19 @@ def relay(tz: TensorZeroGateway, upstream: RecordingUpstream, **kwargs: Any) -> 
 # --------------------------------------------------------------------------------------------
 
 
-def test_the_variants_configured_edits_reach_the_upstream(tz: TensorZeroGateway, tz_upstream: RecordingUpstream) -> None:
+def test_the_configured_edits_reach_the_upstream_provider_over_variant(
+    tz: TensorZeroGateway, tz_upstream: RecordingUpstream
+) -> None:
     sent = relay(tz, tz_upstream)
     assert sent.body["from_variant"] == "variant"
-    assert sent.body["layered"] == "variant"
+    assert sent.body["from_provider"] == "provider"
+    # Both set /layered: the provider's configuration beats the variant's.
+    assert sent.body["layered"] == "provider"
     assert sent.body["temperature"] == 0.5
     assert sent.header_values("x-from-variant") == ["variant"]
     assert sent.header_values("x-layered") == ["variant"]
 
 
-@pytest.mark.skip(reason="scoped extras with provider filters and TensorZero precedence are not on main yet")
 def test_request_edits_that_always_apply_beat_the_variants(tz: TensorZeroGateway, tz_upstream: RecordingUpstream) -> None:
     sent = relay(
         tz,
@@ -50,6 +52,7 @@ def test_request_edits_that_always_apply_beat_the_variants(tz: TensorZeroGateway
         extra_headers=[{"name": "x-layered", "value": "request"}, {"name": "x-from-variant", "delete": True}],
     )
     assert sent.body["layered"] == "request"
+    assert sent.body["from_provider"] == "provider"
     assert "temperature" not in sent.body
     assert sent.body["metadata"] == {"nested": [1, 2]}
     assert sent.body["from_variant"] == "variant"
@@ -57,7 +60,6 @@ def test_request_edits_that_always_apply_beat_the_variants(tz: TensorZeroGateway
     assert sent.header_values("x-from-variant") == []
 
 
-@pytest.mark.skip(reason="scoped extras with provider filters and TensorZero precedence are not on main yet")
 def test_the_provider_configs_headers_beat_the_variants_and_lose_to_the_requests(
     tz: TensorZeroGateway, tz_upstream: RecordingUpstream
 ) -> None:
@@ -104,7 +106,6 @@ def test_model_scoped_request_edits_apply_only_to_that_model(tz: TensorZeroGatew
     assert sent.header_values("x-for-mock") == ["1"] and sent.header_values("x-for-dummy") == []
 
 
-@pytest.mark.skip(reason="scoped extras with provider filters and TensorZero precedence are not on main yet")
 def test_provider_scoped_request_edits_apply_only_to_that_provider(tz: TensorZeroGateway, tz_upstream: RecordingUpstream) -> None:
     sent = relay(
         tz,
