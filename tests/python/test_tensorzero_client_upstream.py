@@ -185,6 +185,14 @@ def test_the_original_and_raw_responses_are_the_upstreams(tz: TensorZeroGateway)
     assert json.loads(response.raw_response[0].data) == original
 
 
+def test_raw_usage_is_the_upstreams_usage_object(tz: TensorZeroGateway) -> None:
+    response = tz.inference(function_name="relay", input=tzk.says(tzk.tag()), include_raw_usage=True)
+    [entry] = response.raw_usage
+    assert entry.data == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}
+    assert entry.api_type == "chat_completions"
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (4, 4)
+
+
 def test_an_upstream_finish_reason_outside_tensorzeros_set_is_unknown(tz: TensorZeroGateway) -> None:
     # TGI's eos_token: the client raises on anything outside its enum, so it must arrive as unknown.
     response = tz.inference(function_name="relay", input=tzk.says("[finish:eos_token]"))
