@@ -81,6 +81,23 @@ def test_a_multi_turn_conversation_keeps_its_roles(tz: TensorZeroGateway, tz_ups
     assert [part["text"] for part in messages[2]["content"]] == [marker, "raw"]
 
 
+def test_files_reach_the_model_as_image_and_file_parts(tz: TensorZeroGateway, tz_upstream: RecordingUpstream) -> None:
+    marker = tzk.tag()
+    content = [
+        {"type": "text", "text": marker},
+        {"type": "file", "url": "https://example.com/cat.png"},
+        {"type": "file", "mime_type": "image/png", "data": "iVBORw0KGgo="},
+        {"type": "file", "mime_type": "application/pdf", "data": "JVBERi0=", "filename": "a.pdf"},
+    ]
+    tz.inference(function_name="relay", input={"messages": [{"role": "user", "content": content}]})
+    parts = tz_upstream.one_with_text(marker).body["messages"][0]["content"]
+    assert parts[1:] == [
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"}},
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # Json functions
 # --------------------------------------------------------------------------------------------

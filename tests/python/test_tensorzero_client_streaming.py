@@ -4,6 +4,7 @@ mid-stream (the recording upstream breaks off on `[stream-breaks]`)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import requests
@@ -119,3 +120,20 @@ def test_a_stream_that_misses_its_first_chunk_deadline_is_a_408(tz: TensorZeroGa
 def test_errors_before_the_stream_starts_are_plain_statuses(tz: TensorZeroGateway) -> None:
     tzk.expect_error(404, tz.inference, function_name="no_such_function", input=tzk.says("x"), stream=True)
     tzk.expect_error(502, tz.inference, function_name="always_fails", input=tzk.says("x"), stream=True)
+
+
+def test_the_async_client_streams_too(tz_server: kit.NimbusServer) -> None:
+    from tensorzero import AsyncTensorZeroGateway  # noqa: PLC0415
+
+    async def run() -> tuple[Any, list[Any]]:
+        client = await AsyncTensorZeroGateway.build_http(gateway_url=tz_server.base_url, timeout=30)
+        async with client:
+            whole = await client.inference(function_name="draft_email", input=tzk.email_input(), variant_name="formal")
+            stream = await client.inference(
+                function_name="draft_email", input=tzk.email_input(), variant_name="formal", stream=True
+            )
+            return whole, [chunk async for chunk in stream]
+
+    whole, chunks = asyncio.run(run())
+    one_inference(chunks)
+    assert "".join(b.text for c in chunks for b in c.content if b.type == "text") == tzk.text_of(whole)
