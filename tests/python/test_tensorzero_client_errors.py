@@ -99,6 +99,10 @@ def test_fields_nimbus_does_not_do_are_400s_naming_them(tz: TensorZeroGateway) -
         400, inference, tz, function_name="plain_chat", provider_tools=[{"tool": {"type": "web_search"}}]
     )
     assert "provider_tools" in message
+    # Raw provider data comes with whole answers, not streamed ones.
+    for field in ("include_raw_usage", "include_raw_response", "include_original_response"):
+        message = tzk.expect_error(400, inference, tz, function_name="plain_chat", stream=True, **{field: True})
+        assert field in message
 
 
 def test_a_missing_dynamic_credential_is_a_400(tz: TensorZeroGateway) -> None:
