@@ -6,6 +6,7 @@ Answers: `n` choices `Hello from choice <i>` (streamed interleaved, like OpenAI,
 last). A request whose last message contains a marker behaves differently:
 - `[upstream-fails]`: HTTP 500 with an OpenAI error body.
 - `[stream-breaks]` (streamed): one content chunk, then an `{"error": …}` event and no `[DONE]`.
+- `[stream-stalls]` (streamed): one content chunk, then `STALL_SECONDS` of silence before the rest.
 - `[finish:REASON]`: every choice finishes with `REASON` (e.g. TGI's `eos_token`) instead of `stop`.
 - `[call:NAME]`: the answer is a call of tool NAME with arguments `{"zone": "UTC"}` (streamed in two
   pieces); `[call-garbled:NAME]` the same with arguments that are not JSON.
@@ -16,12 +17,15 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 FAIL_MARKER = "[upstream-fails]"
 STREAM_BREAK_MARKER = "[stream-breaks]"
+STREAM_STALL_MARKER = "[stream-stalls]"
+STALL_SECONDS = 6.0
 FINISH_MARKER = re.compile(r"\[finish:([a-z_]+)\]")
 CALL_MARKER = re.compile(r"\[call(-garbled)?:([A-Za-z0-9_-]+)\]")
 TOOL_ARGUMENTS = '{"zone": "UTC"}'
@@ -86,6 +90,9 @@ class RecordingUpstream:
                     arguments = "{not json" if call.group(1) else TOOL_ARGUMENTS
                     self._tool_call(body, call.group(2), arguments)
                     return
+                if body.get("stream") and STREAM_STALL_MARKER in text:
+                    self._stalling_stream(body)
+                    return
                 if body.get("stream"):
                     self._stream(body, finish_reason, breaks=STREAM_BREAK_MARKER in text)
                     return
@@ -148,6 +155,26 @@ class RecordingUpstream:
                 events.append({**base, "choices": [], "usage": usage})
                 payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
                 self._send(200, "text/event-stream", payload.encode())
+
+            def _stalling_stream(self, body: dict[str, Any]) -> None:
+                """Chunked, so the first chunk leaves before the stall."""
+                base = {"id": "chatcmpl-up", "created": 1, "model": body.get("model"), "object": "chat.completion.chunk"}
+                first = {**base, "choices": [{"index": 0, "delta": {"content": "Hello "}, "finish_reason": None}]}
+                last = {**base, "choices": [{"index": 0, "delta": {"content": "late"}, "finish_reason": "stop"}]}
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                try:
+                    for index, payload in enumerate((f"data: {json.dumps(first)}\n\n", f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n")):
+                        if index:
+                            time.sleep(STALL_SECONDS)
+                        data = payload.encode()
+                        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the gateway gave up on the stream: what the test wants
 
             def _send(self, status: int, content_type: str, payload: bytes) -> None:
                 self.send_response(status)

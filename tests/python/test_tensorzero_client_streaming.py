@@ -5,6 +5,7 @@ mid-stream (the recording upstream breaks off on `[stream-breaks]`)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import requests
@@ -13,7 +14,7 @@ from tensorzero.types import ChatChunk, JsonChunk
 
 import nimbus_testkit as kit
 import tensorzero_kit as tzk
-from mock_upstream import STREAM_BREAK_MARKER, RecordingUpstream
+from mock_upstream import STALL_SECONDS, STREAM_BREAK_MARKER, STREAM_STALL_MARKER, RecordingUpstream
 
 
 def one_inference(chunks: list[Any]) -> None:
@@ -115,6 +116,17 @@ def test_the_error_event_is_tensorzeros_shape_and_ends_the_stream(tz_server: kit
 def test_a_stream_that_misses_its_first_chunk_deadline_is_a_408(tz: TensorZeroGateway) -> None:
     message = tzk.expect_error(408, tz.inference, function_name="impatient", input=tzk.says("Hi"), stream=True)
     assert "hurried" in message
+
+
+def test_a_stream_past_its_total_deadline_ends_with_an_error_event(tz: TensorZeroGateway) -> None:
+    stream = tz.inference(function_name="relay_hurried", input=tzk.says(f"{STREAM_STALL_MARKER} {tzk.tag()}"), stream=True)
+    received: list[Any] = []
+    started = time.monotonic()
+    message = tzk.expect_error(500, lambda: received.extend(stream) or None)
+    assert "timeout" in message
+    assert [b.text for c in received for b in c.content] == ["Hello "]
+    # Cut at the deadline (1 s), well before the upstream would have gone on.
+    assert time.monotonic() - started < STALL_SECONDS - 1
 
 
 def test_errors_before_the_stream_starts_are_plain_statuses(tz: TensorZeroGateway) -> None:
