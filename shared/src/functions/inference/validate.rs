@@ -150,6 +150,17 @@ impl InferenceRequest {
             "thinking budgets",
         )?;
         let stream = self.stream.unwrap_or(false);
+        for (field, asked) in [
+            ("include_original_response", self.include_original_response),
+            ("include_raw_response", self.include_raw_response),
+            ("include_raw_usage", self.include_raw_usage),
+        ] {
+            refuse_unsupported(
+                field,
+                stream && asked == Some(true),
+                "raw provider data in streamed answers; it comes with non-streamed ones",
+            )?;
+        }
         let dryrun = self.dryrun.unwrap_or(false);
         let additional_tools = self
             .additional_tools
@@ -392,6 +403,18 @@ mod tests {
         let scoped = call(scoped).unwrap();
         assert_eq!(scoped.extra_body[0].scope, EditScope::Variant("v".into()));
         assert_eq!(scoped.extra_body[1].edit, ExtraEdit::Delete);
+    }
+
+    #[test]
+    fn raw_provider_data_is_refused_for_streams_only() {
+        for field in ["include_original_response", "include_raw_response", "include_raw_usage"] {
+            let mut body = client_body();
+            body[field] = json!(true);
+            assert!(call(body.clone()).is_ok(), "{field}");
+            body["stream"] = json!(true);
+            let message = call(body).unwrap_err().to_string();
+            assert!(message.contains(field), "{message}");
+        }
     }
 
     #[test]
