@@ -123,8 +123,7 @@ EXPECTED: dict[str, tuple[int, Check]] = {
     "inference-tensorzero.json": (200, check_tensorzero_inference),
 }
 UNAUTHENTICATED_ROUTES = {"inference-health.json"}
-# Events of routes still being built: skipped while the function answers them 404 `unknown_url`.
-UPCOMING_ROUTES = {"inference-tensorzero.json"}
+TENSORZERO_ROUTES = {"inference-tensorzero.json"}
 EVENT_NAMES = [path.name for path in kit.event_files()]
 
 
@@ -177,13 +176,6 @@ def invoke(function: kit.LambdaUnderRie, event: dict[str, Any]) -> tuple[int, di
     if is_function_url(event):
         return streamed_response(function.invoke_raw(event))
     return proxy_response(function.invoke(event), rest_v1=is_rest_v1(event))
-
-
-def skip_if_not_served_yet(name: str, status: int, body: str) -> None:
-    if name in UPCOMING_ROUTES and status == 404:
-        error = json.loads(body).get("error")
-        if isinstance(error, dict) and error.get("code") == "unknown_url":
-            pytest.skip(f"{name}: its route is not served yet")
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +240,6 @@ def test_event_under_the_rie(inference_lambda: kit.LambdaUnderRie, authed, name:
     expected_status, check = EXPECTED[name]
     event = authed(name)
     status, headers, body = invoke(inference_lambda, event)
-    skip_if_not_served_yet(name, status, body)
     assert status == expected_status, f"{name}: HTTP {status}: {body}"
     check(body, headers)
 
@@ -256,9 +247,12 @@ def test_event_under_the_rie(inference_lambda: kit.LambdaUnderRie, authed, name:
 @pytest.mark.parametrize("name", [n for n in EVENT_NAMES if n not in UNAUTHENTICATED_ROUTES])
 def test_placeholder_key_is_rejected(inference_lambda: kit.LambdaUnderRie, name: str) -> None:
     status, headers, body = invoke(inference_lambda, kit.load_event(name))
-    skip_if_not_served_yet(name, status, body)
     assert status == 401, f"{name}: HTTP {status}: {body}"
     error = json.loads(body)["error"]
+    if name in TENSORZERO_ROUTES:
+        # TensorZero's own routes answer in its shape: {"error": "<message>"}.
+        assert isinstance(error, str) and "key" in error.lower(), error
+        return
     assert error["code"] == "invalid_api_key", error
     assert set(error) >= {"message", "type", "param", "code"}
 
@@ -390,3 +384,38 @@ def test_malformed_json_body_is_400(inference_lambda: kit.LambdaUnderRie, authed
     status, _, body = invoke(inference_lambda, kit.with_body(authed("inference-chat.json"), '{"model": "dummy", '))
     assert status == 400, body
     assert json.loads(body)["error"]["type"] == "invalid_request_error"
+
+
+def get_event(authed, path: str) -> dict[str, Any]:
+    """A GET of `path` in the shape of the HTTP API event files."""
+    event = authed("inference-models.json")
+    event["rawPath"] = path
+    event["requestContext"]["http"]["path"] = path
+    return event
+
+
+def test_tensorzero_inference_is_recorded_and_cached_in_moto(inference_lambda: kit.LambdaUnderRie, authed) -> None:
+    """Records and cache entries are written after the response (by the after-response extension,
+    which this RIE waits for) into DynamoDB/S3 on moto: the next invocation reads them."""
+    event = authed("inference-tensorzero.json")
+    body = json.loads(event["body"])
+    body["cache_options"] = {"enabled": "on", "max_age_s": None}
+    body["variant_name"] = "formal"
+    first_status, _, first = invoke(inference_lambda, kit.with_body(event, body))
+    assert first_status == 200, first
+    first = json.loads(first)
+    status, _, second = invoke(inference_lambda, kit.with_body(event, body))
+    assert status == 200, second
+    second = json.loads(second)
+    assert second["content"] == first["content"]
+    assert second["usage"] == {"input_tokens": 0, "output_tokens": 0}, second
+    assert first["usage"]["input_tokens"] > 0
+    status, _, record = invoke(inference_lambda, get_event(authed, f"/inferences/{first['inference_id']}"))
+    assert status == 200, record
+    record = json.loads(record)
+    assert record["function_name"] == "draft_email" and record["variant_name"] == "formal"
+    assert record["tags"] == {"source": "lambda-event"}
+    assert record["model_calls"][0]["raw_request"], record
+    status, _, episode = invoke(inference_lambda, get_event(authed, f"/episodes/{first['episode_id']}/inferences"))
+    assert status == 200, episode
+    assert [r["inference_id"] for r in json.loads(episode)["data"]] == [first["inference_id"]]
