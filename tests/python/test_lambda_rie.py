@@ -401,6 +401,8 @@ def test_tensorzero_inference_is_recorded_and_cached_in_moto(inference_lambda: k
     body = json.loads(event["body"])
     body["cache_options"] = {"enabled": "on", "max_age_s": None}
     body["variant_name"] = "formal"
+    # A request no other test sent (the default mode, write_only, caches every answer).
+    body["input"]["messages"][0]["content"][0]["arguments"]["topic"] = f"topic {uuid.uuid4()}"
     first_status, _, first = invoke(inference_lambda, kit.with_body(event, body))
     assert first_status == 200, first
     first = json.loads(first)
