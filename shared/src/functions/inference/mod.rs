@@ -11,6 +11,7 @@ mod reply;
 mod request;
 mod service;
 mod stream;
+mod streaming;
 mod validate;
 
 pub use episode::{parse_episode_id, EpisodeIdError};

@@ -7,15 +7,15 @@ use super::output::{function_output, FunctionOutput};
 use super::persist::{Finished, InferencePersistence};
 use super::prepare::{prepare, PreparedCall, VariantPlan, DEFAULT_FUNCTION};
 use super::stream::{ChunkTranslator, InferenceChunk};
+use super::streaming::{function_chunks, StartedModelStream, StreamFinish};
 use super::validate::{InferenceCall, InferenceTarget};
 use crate::config::functions::{ChatCompletionConfig, FunctionKind};
 use crate::functions::{Function, FunctionSet};
 use crate::inference::{InferenceError, InferenceService};
-use crate::model::{ChunkAccumulator, FinishReason, ModelChunk, ModelResponse, ModelUsage};
+use crate::model::{FinishReason, ModelResponse, ModelUsage};
 use crate::ports::{CacheKey, IdSource};
 use crate::providers::router::RoutingError;
-use crate::providers::synthetic_stream::stream_from_response;
-use crate::providers::{ChunkStream, ProviderError};
+use crate::providers::ProviderError;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use std::collections::BTreeSet;
@@ -439,26 +439,6 @@ impl FunctionService {
     }
 }
 
-/// A model stream that has produced its first chunk.
-struct StartedModelStream {
-    first: Option<ModelChunk>,
-    rest: ChunkStream,
-    provider_name: String,
-    raw_request: Option<String>,
-}
-
-impl StartedModelStream {
-    /// A cached answer, streamed.
-    fn from_cache(response: &ModelResponse) -> Self {
-        Self {
-            first: None,
-            rest: stream_from_response(response, true),
-            provider_name: response.provider_name.clone(),
-            raw_request: response.raw_request.clone(),
-        }
-    }
-}
-
 /// A variant failure from a model error (`None`: the variant's timeout passed).
 fn variant_failure(
     error: Option<&InferenceError>,
@@ -507,141 +487,4 @@ fn retry_delay(attempt: u32, max_delay_s: f64) -> Duration {
     let cap = Duration::from_secs_f64(max_delay_s.max(0.0));
     let exponential = FIRST_RETRY_DELAY.saturating_mul(2u32.saturating_pow(attempt));
     exponential.min(cap).mul_f64(rand::random::<f64>())
-}
-
-/// What a finished stream leaves behind: its cache entry and record.
-struct StreamFinish {
-    persistence: InferencePersistence,
-    project: String,
-    call: InferenceCall,
-    prepared: PreparedCall,
-    inference_id: Uuid,
-    model_call_id: Uuid,
-    function_name: String,
-    variant_name: String,
-    kind: FunctionKind,
-    key: CacheKey,
-    mode: crate::config::CacheMode,
-    cached: bool,
-    started: Instant,
-    ttft: Duration,
-    provider_name: String,
-    raw_request: Option<String>,
-}
-
-impl StreamFinish {
-    fn finish(self, accumulator: ChunkAccumulator) {
-        let mut response = accumulator.finish(self.model_call_id.to_string());
-        response.provider_name = self.provider_name;
-        response.raw_request = self.raw_request;
-        if !self.cached {
-            self.persistence.remember(self.key, self.mode, &response);
-        }
-        let choice = response.choices.first();
-        let output = function_output(self.kind, choice, &self.prepared.rules);
-        let finish_reason = choice.and_then(|c| c.finish_reason);
-        let usage = if self.cached {
-            ModelUsage::default()
-        } else {
-            response.usage.clone()
-        };
-        let processing_time = self.started.elapsed();
-        let model_call = ModelCall {
-            id: self.model_call_id,
-            model: self.prepared.request.model.clone(),
-            provider: response.provider_name.clone(),
-            response,
-            latency: processing_time,
-            ttft: Some(self.ttft),
-            cached: self.cached,
-        };
-        self.persistence.record(Finished {
-            project: &self.project,
-            call: &self.call,
-            prepared: &self.prepared,
-            inference_id: self.inference_id,
-            function_name: &self.function_name,
-            variant_name: &self.variant_name,
-            kind: self.kind,
-            output: &output,
-            usage: &usage,
-            finish_reason,
-            model_call: &model_call,
-            processing_time,
-        });
-    }
-}
-
-struct StreamState {
-    first: Option<ModelChunk>,
-    rest: ChunkStream,
-    translator: ChunkTranslator,
-    accumulator: ChunkAccumulator,
-    deadline: Option<tokio::time::Instant>,
-    finish: Option<StreamFinish>,
-    done: bool,
-}
-
-/// The function chunks of a started model stream, ending at the model's end (then its record
-/// and cache entry are written), an error, or the total deadline.
-fn function_chunks(
-    first: Option<ModelChunk>,
-    rest: ChunkStream,
-    translator: ChunkTranslator,
-    deadline: Option<tokio::time::Instant>,
-    finish: StreamFinish,
-) -> BoxStream<'static, Result<InferenceChunk, FunctionError>> {
-    let state = StreamState {
-        first,
-        rest,
-        translator,
-        accumulator: ChunkAccumulator::default(),
-        deadline,
-        finish: Some(finish),
-        done: false,
-    };
-    futures::stream::unfold(state, |mut state| async move {
-        loop {
-            if state.done {
-                return None;
-            }
-            let next = match state.first.take() {
-                Some(first) => Some(Ok(first)),
-                None => match state.deadline {
-                    Some(deadline) => match tokio::time::timeout_at(deadline, state.rest.next()).await {
-                        Ok(next) => next,
-                        Err(_) => {
-                            state.done = true;
-                            return Some((
-                                Err(FunctionError::StreamInterrupted(
-                                    "the variant's streaming timeout passed".to_owned(),
-                                )),
-                                state,
-                            ));
-                        }
-                    },
-                    None => state.rest.next().await,
-                },
-            };
-            match next {
-                None => {
-                    if let Some(finish) = state.finish.take() {
-                        finish.finish(std::mem::take(&mut state.accumulator));
-                    }
-                    return None;
-                }
-                Some(Ok(chunk)) => {
-                    state.accumulator.push(&chunk);
-                    if let Some(out) = state.translator.translate(&chunk) {
-                        return Some((Ok(out), state));
-                    }
-                }
-                Some(Err(error)) => {
-                    state.done = true;
-                    return Some((Err(FunctionError::StreamInterrupted(error.to_string())), state));
-                }
-            }
-        }
-    })
-    .boxed()
 }
