@@ -21,7 +21,7 @@ export SAM_CLI_TELEMETRY := 0
 
 PORT ?= 3000
 
-.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory fmt clean
+.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference fmt clean
 
 help:
 	@echo "make run        start the gateway locally on http://127.0.0.1:$(PORT) (embedded stack in .data/)"
@@ -30,6 +30,7 @@ help:
 	@echo "make bench      run the benchmarks and rewrite docs/benchmarks.md"
 	@echo "make bench-batches  run only the batch benchmarks (their section of docs/benchmarks.md)"
 	@echo "make bench-memory   the local server's memory across repeated hostile runs (its section of docs/benchmarks.md)"
+	@echo "make bench-inference  /inference overhead beside /v1/chat/completions, records on vs dryrun (its section)"
 
 run:
 	cargo build -p nimbus-local
@@ -81,6 +82,10 @@ bench-batches: test-deps
 bench-memory: test-deps
 	cargo build -p nimbus-local
 	$(VENV)/bin/python infra/bench/hostile_memory.py --nimbus $(CARGO_TARGET_DIR)/debug/nimbus --runs 5 --settle 12 --doc docs/benchmarks.md
+
+# `/inference` beside `/v1/chat/completions` on the same mock, records stored vs dryrun (section 6).
+bench-inference:
+	bash infra/bench/inference_bench.sh
 
 fmt:
 	cargo fmt --all

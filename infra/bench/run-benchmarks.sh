@@ -21,17 +21,15 @@
 #   BENCH_QUIET_WAIT   seconds to wait for an idle machine before measuring (default 180)
 #   RIE                path of aws-lambda-rie-x86_64 (default: from the SAM CLI in the venv)
 #   BENCH_OUT          markdown to write        (default docs/benchmarks.md)
+#
+# Section 6 (`/inference` overhead) has its own script, infra/bench/inference_bench.sh
+# (`make bench-inference`); this one keeps that section as it is.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=infra/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 
-NIMBUS_CACHE="${NIMBUS_CACHE:-$HOME/.cache/nimbus}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$NIMBUS_CACHE/target}"
-TOOLS="$NIMBUS_CACHE/tools"
-OHA_VERSION="1.16.0"
-OHA="$TOOLS/bin/oha"
-VENV="${VENV:-$NIMBUS_CACHE/venv}"
 BENCH_DURATION="${BENCH_DURATION:-15s}"
 BENCH_REPEATS="${BENCH_REPEATS:-3}"
 BENCH_RATE="${BENCH_RATE:-2000}"
@@ -40,12 +38,6 @@ BENCH_MAX_DURATION="${BENCH_MAX_DURATION:-10s}"
 BENCH_MAX_CONNECTIONS="${BENCH_MAX_CONNECTIONS:-10 50 200}"
 BENCH_COLD_RUNS="${BENCH_COLD_RUNS:-10}"
 BENCH_OUT="${BENCH_OUT:-$ROOT/docs/benchmarks.md}"
-NCPU="$(nproc)"
-if [[ -z "${BENCH_PIN:-}" ]]; then
-  if ((NCPU >= 2)); then BENCH_PIN=1; else BENCH_PIN=0; fi
-fi
-
-log() { printf '\n==> %s\n' "$*" >&2; }
 
 # --- build -------------------------------------------------------------------------------------
 BUILD_PACKAGES=(-p nimbus-local -p nimbus-inference -p nimbus-bench)
@@ -67,10 +59,7 @@ for bin in "$GATEWAY" "$MOCK" "$INFERENCE" "$HELLO"; do
 done
 
 # --- tools -------------------------------------------------------------------------------------
-if ! [[ -x "$OHA" ]] || [[ "$("$OHA" --version)" != "oha $OHA_VERSION" ]]; then
-  log "installing oha $OHA_VERSION into $TOOLS"
-  cargo install oha --version "$OHA_VERSION" --locked --root "$TOOLS"
-fi
+bench_ensure_oha
 if [[ -z "${RIE:-}" ]]; then
   RIE=""
   for candidate in "$VENV"/lib/python3*/site-packages/samcli/local/rapid/aws-lambda-rie-x86_64; do
@@ -83,133 +72,18 @@ if [[ -z "$RIE" || ! -x "$RIE" ]]; then
 fi
 
 # --- scratch space and process cleanup -----------------------------------------------------------
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/nimbus-bench.XXXXXX")"
-RESULTS="$WORK/results"
-mkdir -p "$RESULTS"
-# report.py rewrites BENCH_OUT from scratch: keep the old one, whose batches section stays when the
-# batch benchmarks are skipped.
+bench_setup_work nimbus-bench
+# report.py rewrites BENCH_OUT from scratch: keep the old one, whose batches and `/inference`
+# sections stay when those benchmarks are not rerun.
 cp "$BENCH_OUT" "$WORK/previous-benchmarks.md" 2>/dev/null || true
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-stop() { # stop one process we started and forget it
-  local pid keep=()
-  kill "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-  for pid in "${PIDS[@]}"; do [[ "$pid" == "$1" ]] || keep+=("$pid"); done
-  PIDS=("${keep[@]}")
-}
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { # wait_http URL: until it answers at all (any status)
-  local _
-  for _ in $(seq 1 200); do
-    if python3 - "$1" <<'EOF' 2>/dev/null; then return 0; fi
-import sys, urllib.request, urllib.error
-try:
-    urllib.request.urlopen(sys.argv[1], timeout=0.5)
-except urllib.error.HTTPError:
-    pass
-EOF
-    sleep 0.05
-  done
-  echo "nothing answered at $1" >&2
-  return 1
-}
-
-# CPU placement: the load generator gets CPU 0, the servers (mock, gateway) share the rest, so
-# oha never steals cycles from what it measures. Same placement for the baseline and the gateway.
-# (Servers start as `"${SERVER_PREFIX[@]}" binary … &`, not through a shell function, so that $! is
-# the server itself: taskset execs it. Its PID is what gets stopped and whose CPU time is read.)
-if [[ "$BENCH_PIN" == 1 ]]; then
-  OHA_CPUS="0"
-  SERVER_CPUS="1-$((NCPU - 1))"
-  OHA_PREFIX=(taskset -c "$OHA_CPUS" "$OHA" --worker-threads 1)
-  SERVER_PREFIX=(taskset -c "$SERVER_CPUS")
-else
-  OHA_CPUS="all"
-  SERVER_CPUS="all"
-  OHA_PREFIX=("$OHA")
-  SERVER_PREFIX=(env)
-fi
-oha_cmd() { "${OHA_PREFIX[@]}" "$@"; }
 
 BODY='{"model":"bench","messages":[{"role":"user","content":"Say hello in one short sentence."}]}'
 
-# cpu_ticks PID...: utime+stime of each process, in clock ticks, space separated
-cpu_ticks() {
-  local pid out=()
-  for pid in "$@"; do out+=("$(awk '{print $14 + $15}' "/proc/$pid/stat")"); done
-  echo "${out[*]}"
-}
-
-# run_oha NAME URL [oha args...]: one measured run, oha's JSON into $RESULTS/NAME.json and the CPU
-# time the mock and the gateways used meanwhile into $RESULTS/NAME.cpu.json
-run_oha() {
-  local name="$1" url="$2" before after
-  shift 2
-  log "oha $name: $*"
-  before="$(cpu_ticks "${SERVER_PIDS[@]}")"
-  oha_cmd --no-tui --output-format json -o "$RESULTS/$name.json" \
-    -m POST -H 'content-type: application/json' -d "$BODY" "$@" "$url"
-  after="$(cpu_ticks "${SERVER_PIDS[@]}")"
-  python3 - "$RESULTS/$name.cpu.json" "$(getconf CLK_TCK)" "${SERVER_NAMES[*]}" "$before" "$after" <<'EOF'
-import json, sys
-out, tck, names, before, after = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split(), sys.argv[5].split()
-json.dump({n: (int(a) - int(b)) / tck for n, b, a in zip(names, before, after)}, open(out, "w"))
-EOF
-}
 warmup() { oha_cmd --no-tui --output-format quiet -m POST -H 'content-type: application/json' -d "$BODY" -z 2s -c "$BENCH_CONNECTIONS" "$1"; }
 
 # --- other load on the machine ---------------------------------------------------------------------
-# busy_ticks: CPU ticks the whole machine spent busy (user, nice, system, steal). Interrupt time is
-# left out: loopback networking of the benchmark itself lands there, charged to no process.
-busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $9}' /proc/stat; }
-TCK="$(getconf CLK_TCK)"
-# snapshot: prints "<busy ticks> <CPU s of every child this script reaped so far> <epoch s>".
-# `times` must run in this shell, not in a $(…) subshell (whose children counters start at 0),
-# hence the file.
-snapshot() {
-  times >"$WORK/times.txt"
-  local children
-  children="$(tail -n 1 "$WORK/times.txt" | awk '{
-    split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.3f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')"
-  SNAPSHOT="$(busy_ticks) $children $(date +%s.%N)"
-}
-# other_cpu "SNAPSHOT AT START": "<other CPU s> <wall s>" since then; "other" is whatever the
-# machine did that this script's processes (oha, servers, RIE, python) did not.
-other_cpu() {
-  snapshot
-  python3 - "$1" "$SNAPSHOT" "$TCK" <<'EOF'
-import sys
-b0, c0, t0 = map(float, sys.argv[1].split())
-b1, c1, t1 = map(float, sys.argv[2].split())
-tck = float(sys.argv[3])
-print(f"{max(0.0, (b1 - b0) / tck - (c1 - c0)):.2f} {t1 - t0:.2f}")
-EOF
-}
-# Wait (up to BENCH_QUIET_WAIT seconds) until the machine is idle: < 10 % of one core busy over 5 s.
-QUIET_WAIT="${BENCH_QUIET_WAIT:-180}"
-waited=0
-while :; do
-  b0="$(busy_ticks)"
-  sleep 5
-  idle_ok="$(python3 -c "print(($(busy_ticks) - $b0) / $TCK / 5 < 0.10)")"
-  [[ "$idle_ok" == True ]] && break
-  waited=$((waited + 5))
-  if ((waited >= QUIET_WAIT)); then
-    log "the machine is still busy after ${QUIET_WAIT}s; measuring anyway (see 'other load' in the report)"
-    break
-  fi
-  ((waited % 30 == 0)) && log "waiting for the machine to go quiet (${waited}s)"
-done
+# Wait (up to BENCH_QUIET_WAIT seconds) until the machine is idle.
+bench_wait_for_quiet "${BENCH_QUIET_WAIT:-180}"
 LOADAVG_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 snapshot
 S1="$SNAPSHOT"
@@ -276,13 +150,13 @@ TARGETS=(baseline gateway gateway-warn)
 for target in "${TARGETS[@]}"; do warmup "${URLS[$target]}"; done
 for rep in $(seq 1 "$BENCH_REPEATS"); do
   for target in "${TARGETS[@]}"; do
-    run_oha "$target-rate-$rep" "${URLS[$target]}" -z "$BENCH_DURATION" -q "$BENCH_RATE" \
+    run_oha "$target-rate-$rep" "${URLS[$target]}" -d "$BODY" -z "$BENCH_DURATION" -q "$BENCH_RATE" \
       --latency-correction -c "$BENCH_CONNECTIONS"
   done
 done
 for c in $BENCH_MAX_CONNECTIONS; do
   for target in "${TARGETS[@]}"; do
-    run_oha "$target-max-c$c" "${URLS[$target]}" -z "$BENCH_MAX_DURATION" -c "$c"
+    run_oha "$target-max-c$c" "${URLS[$target]}" -d "$BODY" -z "$BENCH_MAX_DURATION" -c "$c"
   done
 done
 for pid in "${SERVER_PIDS[@]}"; do stop "$pid"; done
@@ -309,7 +183,7 @@ NCPU="$NCPU" BENCH_PIN="$BENCH_PIN" OHA_CPUS="$OHA_CPUS" SERVER_CPUS="$SERVER_CP
   BENCH_MAX_CONNECTIONS="$BENCH_MAX_CONNECTIONS" BODY="$BODY" OHA_V="$("$OHA" --version)" \
   RUSTC_V="$(rustc --version)" RIE="$RIE" COMMIT="$COMMIT" \
   LOADAVG_START="$LOADAVG_START" LOADAVG_END="$LOADAVG_END" OTHER_GATEWAY="$OTHER_GATEWAY" \
-  OTHER_COLD="$OTHER_COLD" QUIET_WAITED="$waited" \
+  OTHER_COLD="$OTHER_COLD" QUIET_WAITED="$QUIET_WAITED" \
   python3 - "$RESULTS/meta.json" <<'EOF'
 import datetime, json, os, sys
 e = os.environ
@@ -358,6 +232,11 @@ fi
 # --- 5. memory under hostile load -------------------------------------------------------------------
 log "memory of the local server across repeated hostile runs"
 "$VENV/bin/python" infra/bench/hostile_memory.py --nimbus "$GATEWAY" --runs 5 --settle 12 --doc "$BENCH_OUT"
+
+# --- 6. `/inference` overhead: its own benchmark (make bench-inference); keep its section ---------------
+if [[ -f "$WORK/previous-benchmarks.md" ]]; then
+  python3 infra/bench/inference_report.py --splice-from "$WORK/previous-benchmarks.md" --doc "$BENCH_OUT"
+fi
 
 # Never let an empty variable turn these paths into "/" (a copy of the whole machine).
 : "${NIMBUS_CACHE:?}" "${RESULTS:?}" "${WORK:?}"

@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# `/inference` overhead beside `/v1/chat/completions`, and what storing records costs (issue #9 §6).
+# One zero-latency mock upstream; one `nimbus serve` per target, each with its own fresh data dir,
+# all on the same CPUs; fixed-rate oha runs, the targets interleaved. Writes section 6 of
+# docs/benchmarks.md (between its markers; the other sections stay as they are).
+#
+#   bash infra/bench/inference_bench.sh          (what `make bench-inference` runs)
+#
+# Targets:
+#   chat       POST /v1/chat/completions, model bench (the reference)
+#   inference  POST /inference, function bench_chat (templated system, records stored, cache write_only)
+#   dryrun     the same with "dryrun": true (nothing stored, nothing cached)
+#   model      POST /inference, model_name bench (the passthrough function, records stored)
+#   nocache    the same as inference with cache_options.enabled = "off" (records, no cache write)
+#
+# Knobs (environment):
+#   INFERENCE_BENCH_RATE      fixed request rate            (default 1000 req/s)
+#   INFERENCE_BENCH_DURATION  length of one run             (default 15s)
+#   INFERENCE_BENCH_REPEATS   runs per target, interleaved  (default 3)
+#   INFERENCE_BENCH_TARGETS   targets to run, in order      (default "chat inference dryrun model nocache")
+#   BENCH_CONNECTIONS         connections                   (default 50)
+#   BENCH_PIN, BENCH_QUIET_WAIT, BENCH_SKIP_BUILD, BENCH_OUT, CARGO_TARGET_DIR: as in run-benchmarks.sh
+set -euo pipefail
+
+# shellcheck source=infra/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ROOT"
+
+RATE="${INFERENCE_BENCH_RATE:-1000}"
+DURATION="${INFERENCE_BENCH_DURATION:-15s}"
+REPEATS="${INFERENCE_BENCH_REPEATS:-3}"
+read -r -a TARGETS <<<"${INFERENCE_BENCH_TARGETS:-chat inference dryrun model nocache}"
+CONNECTIONS="${BENCH_CONNECTIONS:-50}"
+BENCH_OUT="${BENCH_OUT:-$ROOT/docs/benchmarks.md}"
+
+# --- build and tools -----------------------------------------------------------------------------
+if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
+  log "release build (nimbus-local, nimbus-bench)"
+  cargo build --release -p nimbus-local -p nimbus-bench
+fi
+GATEWAY="$CARGO_TARGET_DIR/release/nimbus"
+MOCK="$CARGO_TARGET_DIR/release/nimbus-mock-openai"
+for bin in "$GATEWAY" "$MOCK"; do
+  [[ -x "$bin" ]] || { echo "missing $bin" >&2; exit 1; }
+done
+bench_ensure_oha
+bench_setup_work nimbus-inference-bench
+
+# --- what each target sends ------------------------------------------------------------------------
+# The function renders the same system message the chat target sends, so the mock gets the same
+# conversation from every target.
+SYSTEM_TEXT="You are Ann, a concise assistant. Answer in one short sentence."
+USER_TEXT="Say hello in one short sentence."
+FUNCTION_BODY='{"function_name":"bench_chat","input":{"system":{"assistant_name":"Ann"},"messages":[{"role":"user","content":"'"$USER_TEXT"'"}]}'
+declare -A BODIES PATHS
+BODIES[chat]='{"model":"bench","messages":[{"role":"system","content":"'"$SYSTEM_TEXT"'"},{"role":"user","content":"'"$USER_TEXT"'"}]}'
+BODIES[inference]="$FUNCTION_BODY}"
+BODIES[dryrun]="$FUNCTION_BODY"',"dryrun":true}'
+BODIES[model]='{"model_name":"bench","input":{"system":"'"$SYSTEM_TEXT"'","messages":[{"role":"user","content":"'"$USER_TEXT"'"}]}}'
+BODIES[nocache]="$FUNCTION_BODY"',"cache_options":{"enabled":"off"}}'
+PATHS[chat]=/v1/chat/completions
+for t in inference dryrun model nocache; do PATHS[$t]=/inference; done
+for t in "${TARGETS[@]}"; do
+  [[ -n "${BODIES[$t]:-}" ]] || { echo "unknown target $t (chat inference dryrun model nocache)" >&2; exit 1; }
+done
+
+# --- mock and gateways -------------------------------------------------------------------------------
+MOCK_PORT="$(free_port)"
+log "mock upstream on 127.0.0.1:$MOCK_PORT (CPUs $SERVER_CPUS)"
+"${SERVER_PREFIX[@]}" "$MOCK" --port "$MOCK_PORT" 2>"$WORK/mock.log" &
+MOCK_PID=$!
+PIDS+=("$MOCK_PID")
+wait_http "http://127.0.0.1:$MOCK_PORT/health"
+
+CONFIG="$WORK/config"
+mkdir -p "$CONFIG/bench_chat"
+cat >"$CONFIG/nimbus.toml" <<EOF
+[gateway.retries]
+max_retries = 0
+
+[models.bench]
+routing = ["mock"]
+
+[models.bench.providers.mock]
+type = "openai"
+model_name = "mock-model"
+api_base = "http://127.0.0.1:$MOCK_PORT/v1"
+api_key_location = "none"
+
+[functions.bench_chat]
+type = "chat"
+system_schema = "bench_chat/system_schema.json"
+
+[functions.bench_chat.variants.main]
+type = "chat_completion"
+model = "bench"
+system_template = "bench_chat/system.minijinja"
+EOF
+cat >"$CONFIG/bench_chat/system_schema.json" <<'EOF'
+{
+  "type": "object",
+  "properties": { "assistant_name": { "type": "string", "minLength": 1, "maxLength": 64 } },
+  "required": ["assistant_name"],
+  "additionalProperties": false
+}
+EOF
+printf '%s\n' "You are {{ assistant_name }}, a concise assistant. Answer in one short sentence." \
+  >"$CONFIG/bench_chat/system.minijinja"
+
+declare -A URLS BASES DATA GATEWAY_PIDS
+for t in "${TARGETS[@]}"; do
+  port="$(free_port)"
+  DATA[$t]="$WORK/data-$t"
+  "${SERVER_PREFIX[@]}" "$GATEWAY" serve --port "$port" --config "$CONFIG/nimbus.toml" \
+    --data-dir "${DATA[$t]}" 2>>"$WORK/gateway-$t.log" &
+  GATEWAY_PIDS[$t]=$!
+  PIDS+=("$!")
+  BASES[$t]="http://127.0.0.1:$port"
+  URLS[$t]="${BASES[$t]}${PATHS[$t]}"
+  wait_http "${BASES[$t]}/health"
+done
+SERVER_PIDS=("$MOCK_PID")
+SERVER_NAMES=(mock)
+for t in "${TARGETS[@]}"; do
+  SERVER_PIDS+=("${GATEWAY_PIDS[$t]}")
+  SERVER_NAMES+=("$t")
+done
+
+# Every target must answer with the mock's completion, in its own shape. The stored-or-not check
+# of one answer's record comes after the runs.
+for t in "${TARGETS[@]}"; do
+  python3 - "$t" "${URLS[$t]}" "${BODIES[$t]}" "$RESULTS/probe-$t.json" <<'EOF'
+import json, sys, urllib.request
+target, url, body, out = sys.argv[1:5]
+req = urllib.request.Request(url, data=body.encode(), headers={"content-type": "application/json"}, method="POST")
+with urllib.request.urlopen(req, timeout=5) as r:
+    doc = json.load(r)
+if target == "chat":
+    ok = doc.get("object") == "chat.completion" and doc["choices"][0]["message"]["content"] == "Hello from the mock."
+else:
+    ok = doc.get("content") == [{"type": "text", "text": "Hello from the mock."}] and "inference_id" in doc
+if not ok:
+    sys.exit(f"unexpected answer from target {target}: {doc}")
+json.dump(doc, open(out, "w"))
+EOF
+done
+
+# stored_counts TARGET: "<inference records> <model cache entries>" in that gateway's database
+stored_counts() {
+  python3 - "${DATA[$1]}/state.sqlite3" <<'EOF'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], timeout=10)
+count = lambda kind: db.execute("SELECT count(*) FROM records WHERE kind = ?", (kind,)).fetchone()[0]
+print(count("inference"), count("model_cache"))
+EOF
+}
+# answered NAME: the 200s of one oha run
+answered() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["statusCodeDistribution"].get("200", 0))' "$RESULTS/$1.json"; }
+
+# --- measure -------------------------------------------------------------------------------------------
+declare -A SENT
+for t in "${TARGETS[@]}"; do
+  run_oha "$t-warmup" "${URLS[$t]}" -d "${BODIES[$t]}" -z 2s -c "$CONNECTIONS"
+  SENT[$t]=$(($(answered "$t-warmup") + 1)) # + the probe
+done
+bench_wait_for_quiet "${BENCH_QUIET_WAIT:-180}"
+LOADAVG_START="$(cut -d' ' -f1-3 /proc/loadavg)"
+START_TICKS="$(cpu_ticks "${SERVER_PIDS[@]}")"
+snapshot
+S1="$SNAPSHOT"
+for rep in $(seq 1 "$REPEATS"); do
+  for t in "${TARGETS[@]}"; do
+    run_oha "$t-rate-$rep" "${URLS[$t]}" -d "${BODIES[$t]}" -z "$DURATION" -q "$RATE" \
+      --latency-correction -c "$CONNECTIONS"
+    SENT[$t]=$((${SENT[$t]} + $(answered "$t-rate-$rep")))
+    # Records not yet written when the run ended: what the deferred writes lag behind.
+    read -r records _ <<<"$(stored_counts "$t")"
+    echo "{\"answered\": ${SENT[$t]}, \"records\": $records}" >"$RESULTS/$t-rate-$rep.backlog.json"
+  done
+done
+other_cpu "$S1" >"$WORK/other.txt"
+END_TICKS="$(cpu_ticks "${SERVER_PIDS[@]}")"
+LOADAVG_END="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+# --- records: every answered request of a storing target has one; none for the dry run ------------
+log "checking the stored records"
+for t in "${TARGETS[@]}"; do
+  [[ "$t" == chat ]] && continue
+  waited_ms=0
+  while :; do
+    read -r records cache_entries <<<"$(stored_counts "$t")"
+    if [[ "$t" == dryrun ]] || ((records >= ${SENT[$t]})) || ((waited_ms >= 30000)); then break; fi
+    sleep 0.2
+    waited_ms=$((waited_ms + 200))
+  done
+  if [[ "$t" == dryrun ]]; then sleep 2 && read -r records cache_entries <<<"$(stored_counts "$t")"; fi
+  probe_id="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["inference_id"])' "$RESULTS/probe-$t.json")"
+  probe_status="$(python3 - "${BASES[$t]}/inferences/$probe_id" <<'EOF'
+import sys, urllib.request, urllib.error
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=5).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+EOF
+)"
+  rss_kib="$(awk '/^VmRSS:/{print $2}' "/proc/${GATEWAY_PIDS[$t]}/status")"
+  echo "{\"answered\": ${SENT[$t]}, \"records\": $records, \"cache_entries\": $cache_entries," \
+    "\"drain_wait_ms\": $waited_ms, \"probe_record_status\": $probe_status, \"rss_kib\": $rss_kib}" \
+    >"$RESULTS/$t.records.json"
+  log "$t: ${SENT[$t]} answered, $records records, $cache_entries cache entries, GET /inferences/{probe} → $probe_status"
+done
+for t in "${TARGETS[@]}"; do
+  [[ "$t" == chat ]] || continue
+  rss_kib="$(awk '/^VmRSS:/{print $2}' "/proc/${GATEWAY_PIDS[$t]}/status")"
+  echo "{\"answered\": ${SENT[$t]}, \"rss_kib\": $rss_kib}" >"$RESULTS/$t.records.json"
+done
+for pid in "${SERVER_PIDS[@]}"; do stop "$pid"; done
+
+# --- report ----------------------------------------------------------------------------------------------
+COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT + uncommitted changes"
+TARGETS_S="${TARGETS[*]}" NAMES="${SERVER_NAMES[*]}" START_TICKS="$START_TICKS" END_TICKS="$END_TICKS" \
+  OTHER="$(cat "$WORK/other.txt")" QUIET_WAITED="$QUIET_WAITED" LOADAVG_START="$LOADAVG_START" \
+  LOADAVG_END="$LOADAVG_END" RATE="$RATE" DURATION="$DURATION" REPEATS="$REPEATS" \
+  CONNECTIONS="$CONNECTIONS" NCPU="$NCPU" BENCH_PIN="$BENCH_PIN" OHA_CPUS="$OHA_CPUS" \
+  SERVER_CPUS="$SERVER_CPUS" OHA_V="$("$OHA" --version)" RUSTC_V="$(rustc --version)" COMMIT="$COMMIT" \
+  TCK="$TCK" python3 - "$RESULTS/meta.json" "$CONFIG" <<'EOF'
+import datetime, json, os, sys
+e = os.environ
+names = e["NAMES"].split()
+ticks = lambda s: dict(zip(names, (int(x) for x in s.split())))
+start, end = ticks(e["START_TICKS"]), ticks(e["END_TICKS"])
+config = {}
+for folder, _, files in os.walk(sys.argv[2]):
+    for name in files:
+        path = os.path.join(folder, name)
+        config[os.path.relpath(path, sys.argv[2])] = open(path).read()
+json.dump({
+    "targets": e["TARGETS_S"].split(),
+    "rate": int(e["RATE"]),
+    "duration": e["DURATION"],
+    "repeats": int(e["REPEATS"]),
+    "connections": int(e["CONNECTIONS"]),
+    "nproc": int(e["NCPU"]),
+    "pin": e["BENCH_PIN"] == "1",
+    "oha_cpus": e["OHA_CPUS"],
+    "server_cpus": e["SERVER_CPUS"],
+    "oha": e["OHA_V"],
+    "rustc": e["RUSTC_V"],
+    "commit": e["COMMIT"],
+    "loadavg_start": e["LOADAVG_START"],
+    "loadavg_end": e["LOADAVG_END"],
+    "quiet_waited_s": int(e["QUIET_WAITED"]),
+    "other_cpu": [float(x) for x in e["OTHER"].split()],
+    # CPU seconds of each server over the whole measured part (all runs, deferred work included)
+    "section_cpu_s": {n: (end[n] - start[n]) / int(e["TCK"]) for n in names},
+    "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    "config": config,
+}, open(sys.argv[1], "w"), indent=2)
+EOF
+for t in "${TARGETS[@]}"; do printf '%s' "${BODIES[$t]}" >"$RESULTS/$t.body.json"; done
+python3 infra/bench/inference_report.py --results "$RESULTS" --doc "$BENCH_OUT"
+
+: "${NIMBUS_CACHE:?}" "${RESULTS:?}" "${WORK:?}"
+KEEP="$NIMBUS_CACHE/bench/inference-latest"
+rm -rf "$KEEP"
+mkdir -p "$KEEP"
+cp -r "$RESULTS"/. "$KEEP"/
+cp "$WORK"/*.log "$KEEP"/ 2>/dev/null || true
+log "wrote section 6 of $BENCH_OUT (raw results in $KEEP)"
