@@ -10,6 +10,9 @@
   `nimbus-batches`, `nimbus-worker` and `nimbus-poller` (`batch_lambda_factory` starts more);
   `api`, `source` (module scope): the batch path's HTTP side with the `aws_api_key` key and the
   stand-in SQS event source and EventBridge schedule (`Api`, `EventSource` of batch_lambda_kit.py).
+- `tz_upstream`, `tz_server`, `tz`: a recording OpenAI-compatible upstream (mock_upstream.py), a server
+  whose config is the default one plus tensorzero_config/test_functions.toml (functions on that
+  upstream, failing and slow variants), and the real `tensorzero` client in HTTP mode on it.
 
 Binaries come from `NIMBUS_BIN_DIR` (default `$CARGO_TARGET_DIR/debug`, else `target/debug`).
 Every process a fixture starts is stopped by that fixture, even when a test fails.
@@ -17,6 +20,7 @@ Every process a fixture starts is stopped by that fixture, even when a test fail
 
 from __future__ import annotations
 
+import shutil
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +31,7 @@ import pytest
 
 import nimbus_testkit as kit
 from batch_lambda_kit import Api, EventSource
+from mock_upstream import RecordingUpstream
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -296,3 +301,47 @@ def api(files_lambda: kit.LambdaUnderRie, batches_lambda: kit.LambdaUnderRie, aw
 @pytest.fixture(scope="module")
 def source(moto: kit.MotoServer, worker_lambda: kit.LambdaUnderRie, poller_lambda: kit.LambdaUnderRie) -> EventSource:
     return EventSource(moto, worker_lambda, poller_lambda)
+
+
+# --------------------------------------------------------------------------------------------
+# TensorZero's `/inference` with the real `tensorzero` client
+# --------------------------------------------------------------------------------------------
+
+TZ_CONFIG_DIR = Path(__file__).resolve().parent / "tensorzero_config"
+
+
+@pytest.fixture(scope="session")
+def tz_upstream() -> Iterator[RecordingUpstream]:
+    upstream = RecordingUpstream()
+    try:
+        yield upstream
+    finally:
+        upstream.stop()
+
+
+@pytest.fixture(scope="session")
+def tz_server(
+    tz_upstream: RecordingUpstream, server_factory: Callable[..., kit.NimbusServer], tmp_path_factory: pytest.TempPathFactory
+) -> kit.NimbusServer:
+    """A server on a copy of the default config directory with the test functions appended."""
+    config_dir = tmp_path_factory.mktemp("tz-config") / "config"
+    shutil.copytree(kit.DEFAULT_CONFIG.parent, config_dir)
+    (config_dir / "test_files").mkdir()
+    for extra in TZ_CONFIG_DIR.iterdir():
+        if extra.suffix != ".toml":
+            shutil.copy(extra, config_dir / "test_files" / extra.name)
+    additions = (TZ_CONFIG_DIR / "test_functions.toml").read_text()
+    config = config_dir / kit.DEFAULT_CONFIG.name
+    config.write_text(
+        config.read_text() + "\n" + additions.replace("{upstream_api_base}", tz_upstream.api_base)
+    )
+    return server_factory("nimbus-tensorzero", config=config)
+
+
+@pytest.fixture(scope="session")
+def tz(tz_server: kit.NimbusServer) -> Iterator[Any]:
+    """The real `tensorzero` client in HTTP mode, pointed at `tz_server`'s root."""
+    from tensorzero import TensorZeroGateway  # noqa: PLC0415 - only these tests need it
+
+    with TensorZeroGateway.build_http(gateway_url=tz_server.base_url, timeout=30) as client:
+        yield client

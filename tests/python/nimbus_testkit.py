@@ -437,6 +437,20 @@ class MotoServer:
             "NIMBUS_JOBS_QUEUE_URL": self.queue_url,
         }
 
+    def put_config(self, name: str, config: str) -> str:
+        """Store `config` as `config/<name>.toml` in the bucket, with the files the default config
+        refers to (templates, schemas) beside it, as a deployment puts them; return its
+        `NIMBUS_CONFIG_SOURCE` (`s3://…`)."""
+        s3 = self.client("s3")
+        config_dir = DEFAULT_CONFIG.parent
+        for path in config_dir.rglob("*"):
+            if path.is_file() and path.suffix != ".toml":
+                key = f"config/{path.relative_to(config_dir).as_posix()}"
+                s3.put_object(Bucket=self.bucket, Key=key, Body=path.read_bytes())
+        key = f"config/{name}.toml"
+        s3.put_object(Bucket=self.bucket, Key=key, Body=config.encode())
+        return f"s3://{self.bucket}/{key}"
+
     def stop(self) -> None:
         self.process.stop()
 
@@ -510,23 +524,102 @@ class LambdaUnderRie:
         with contextlib.closing(socket.create_connection(("127.0.0.1", self.port), timeout=1)):
             return True
 
-    def invoke(self, event: dict[str, Any], *, timeout: float = 120) -> dict[str, Any]:
-        """Invoke once; return the function's result (the API Gateway proxy response)."""
+    def invoke_raw(self, event: dict[str, Any], *, timeout: float = 120) -> bytes:
+        """Invoke once; return the function's result as bytes (this RIE buffers streamed results:
+        they arrive whole, in the streaming format, see `split_streamed_response`)."""
         self.process.ensure_alive()
         response = requests.post(self.invoke_url, json=event, timeout=timeout)
         if response.status_code != 200:
             raise HarnessError(
                 f"RIE invocation failed: HTTP {response.status_code}: {response.text}\nlog:\n{self.process.log_text()}"
             )
+        return response.content
+
+    def invoke(self, event: dict[str, Any], *, timeout: float = 120) -> dict[str, Any]:
+        """Invoke once; return the function's result (the API Gateway proxy response)."""
+        raw = self.invoke_raw(event, timeout=timeout)
         try:
-            result = response.json()
+            result = json.loads(raw)
         except ValueError as err:
-            raise HarnessError(f"function result is not JSON: {response.text!r}") from err
+            raise HarnessError(f"function result is not JSON: {raw[:500]!r}") from err
         if isinstance(result, dict) and "errorType" in result and "statusCode" not in result:
             raise HarnessError(f"function raised {result}\nlog:\n{self.process.log_text()}")
         return result
 
     def stop(self) -> None:
+        self.process.stop()
+
+
+def cargo_lambda_binary() -> Path:
+    """`cargo-lambda` from the pinned tools (beside this Python, or on PATH)."""
+    beside = Path(sys.executable).parent / "cargo-lambda"
+    found = str(beside) if beside.is_file() else shutil.which("cargo-lambda")
+    if not found:
+        raise HarnessError("cargo-lambda is not installed (pip install -r infra/requirements-dev.txt)")
+    return Path(found)
+
+
+class CargoLambdaEmulator:
+    """`cargo lambda watch --only-lambda-apis`: cargo-lambda's Lambda Runtime API and invoke
+    endpoint, with no build. Unlike the RIE it hands a streamed result to the invoker as it comes
+    (prelude decoded into the HTTP status and headers). A function binary is started against it
+    with `start_function`; cargo-lambda calls a function started that way `_`."""
+
+    FUNCTION = "_"
+
+    def __init__(self, log_dir: Path, *, name: str = "cargo-lambda"):
+        self.port = free_port()
+        self.log_dir = log_dir
+        argv = [
+            str(cargo_lambda_binary()),
+            "lambda",
+            "watch",
+            "--only-lambda-apis",
+            "--ignore-changes",
+            "--invoke-address",
+            "127.0.0.1",
+            "--invoke-port",
+            str(self.port),
+        ]
+        # It reads the workspace's `cargo metadata`; it builds nothing with --only-lambda-apis.
+        self.process = ManagedProcess(
+            f"{name} (:{self.port})", argv, env=clean_env(), cwd=REPO_ROOT, log_path=log_dir / f"{name}-{self.port}.log"
+        )
+        self.functions: list[ManagedProcess] = []
+        try:
+            wait_until(self._listening, timeout=60, what="cargo lambda watch to listen", process=self.process)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _listening(self) -> bool:
+        with contextlib.closing(socket.create_connection(("127.0.0.1", self.port), timeout=1)):
+            return True
+
+    @property
+    def runtime_api(self) -> str:
+        return f"http://127.0.0.1:{self.port}/.rt"
+
+    @property
+    def invoke_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/2015-03-31/functions/{self.FUNCTION}/invocations"
+
+    def start_function(self, bootstrap: Path, env: dict[str, str], *, name: str) -> ManagedProcess:
+        """Run `bootstrap` against this emulator's Runtime API (it polls for events at once)."""
+        lambda_env = {
+            **env,
+            "AWS_LAMBDA_RUNTIME_API": self.runtime_api,
+            "AWS_LAMBDA_FUNCTION_NAME": self.FUNCTION,
+            "AWS_LAMBDA_FUNCTION_VERSION": "1",
+        }
+        lambda_env.setdefault("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        process = ManagedProcess(name, [str(bootstrap)], env=lambda_env, cwd=REPO_ROOT, log_path=self.log_dir / f"{name}.log")
+        self.functions.append(process)
+        return process
+
+    def stop(self) -> None:
+        for process in self.functions:
+            process.stop()
         self.process.stop()
 
 
@@ -673,6 +766,22 @@ def response_body_text(result: dict[str, Any]) -> str:
     return raw.decode()
 
 
+# Lambda's HTTP streaming format (a function URL in RESPONSE_STREAM mode, API Gateway REST
+# streaming): a JSON prelude, eight NUL bytes, then the body.
+STREAM_PRELUDE_SEPARATOR = b"\0" * 8
+
+
+def split_streamed_response(raw: bytes) -> tuple[dict[str, Any], bytes]:
+    """The prelude (`statusCode`, `headers`, `cookies`) and the body of a streamed result."""
+    prelude, separator, body = raw.partition(STREAM_PRELUDE_SEPARATOR)
+    if not separator:
+        raise HarnessError(f"not a streamed result (no prelude separator): {raw[:300]!r}")
+    try:
+        return json.loads(prelude), body
+    except ValueError as err:
+        raise HarnessError(f"the streamed result's prelude is not JSON: {prelude[:300]!r}") from err
+
+
 def parse_sse(text: str) -> tuple[list[dict[str, Any]], bool]:
     """`data:` events of an SSE body as JSON objects, and whether it ended with `[DONE]`."""
     events: list[dict[str, Any]] = []
@@ -751,21 +860,83 @@ def sha256_of_chunks(chunks: Iterable[bytes]) -> tuple[str, int]:
     return digest.hexdigest(), total
 
 
-class ApiGatewayRelay:
-    """A loopback HTTP server that turns each request into an HTTP API (payload 2.0) event for a
-    function under the RIE and relays the proxy response back, as API Gateway would: binary
-    bodies base64-encoded, lower-case headers. Lets the OpenAI SDK talk to a Lambda function."""
+TEXT_CONTENT_TYPES = ("application/json", "text/")
 
-    TEXT_TYPES = ("application/json", "text/")
 
-    def __init__(self, function: LambdaUnderRie):
-        import base64  # noqa: PLC0415
+def read_request_body(handler: Any) -> bytes:
+    """The whole body of the request `handler` (an http.server handler) is serving."""
+    if "chunked" in (handler.headers.get("transfer-encoding") or "").lower():
+        raw = b""
+        while True:
+            size = int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return raw
+            raw += handler.rfile.read(size)
+            handler.rfile.readline()
+    length = int(handler.headers.get("content-length") or 0)
+    return handler.rfile.read(length) if length else b""
+
+
+def http_event_for(handler: Any, raw: bytes, *, domain_name: str | None = None, account_id: str = "123456789012") -> dict[str, Any]:
+    """The payload 2.0 event API Gateway's HTTP API (or, with a `*.lambda-url.*` `domain_name`, a
+    function URL) makes of the request `handler` serves: lower-case headers, binary bodies
+    base64-encoded. The domain defaults to the request's `host`."""
+    import base64  # noqa: PLC0415
+    from urllib.parse import parse_qsl, urlsplit  # noqa: PLC0415
+
+    url = urlsplit(handler.path)
+    headers: dict[str, str] = {}
+    for name, value in handler.headers.items():
+        key = name.lower()
+        if key == "transfer-encoding":
+            continue
+        headers[key] = f"{headers[key]},{value}" if key in headers else value
+    domain_name = domain_name or headers.get("host", "127.0.0.1")
+    content_type = headers.get("content-type", "")
+    binary = bool(raw) and not content_type.startswith(TEXT_CONTENT_TYPES)
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": url.path,
+        "rawQueryString": url.query,
+        "headers": headers,
+        "requestContext": {
+            "accountId": account_id,
+            "apiId": "relay",
+            "domainName": domain_name,
+            "domainPrefix": domain_name.split(".")[0],
+            "http": {
+                "method": handler.command,
+                "path": url.path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "127.0.0.1",
+                "userAgent": headers.get("user-agent", ""),
+            },
+            "requestId": str(uuid.uuid4()),
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime()),
+            "timeEpoch": int(time.time() * 1000),
+        },
+        "isBase64Encoded": binary,
+    }
+    if url.query:
+        query: dict[str, str] = {}
+        for key, value in parse_qsl(url.query, keep_blank_values=True):
+            query[key] = f"{query[key]},{value}" if key in query else value
+        event["queryStringParameters"] = query
+    if raw:
+        event["body"] = base64.b64encode(raw).decode() if binary else raw.decode()
+    return event
+
+
+class _LoopbackRelay:
+    """A threaded loopback HTTP server whose handler class calls `relay(handler)` for every request."""
+
+    def __init__(self, relay: Callable[[Any], None], name: str):
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: PLC0415
-        from urllib.parse import parse_qsl, urlsplit  # noqa: PLC0415
-
-        relay = self
-        self.function = function
-        self._invoke_lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -774,78 +945,13 @@ class ApiGatewayRelay:
                 pass
 
             def _relay(self) -> None:
-                url = urlsplit(self.path)
-                if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
-                    raw = b""
-                    while True:
-                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                        if size == 0:
-                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                                pass
-                            break
-                        raw += self.rfile.read(size)
-                        self.rfile.readline()
-                else:
-                    length = int(self.headers.get("content-length") or 0)
-                    raw = self.rfile.read(length) if length else b""
-                headers: dict[str, str] = {}
-                for name, value in self.headers.items():
-                    key = name.lower()
-                    if key == "transfer-encoding":
-                        continue
-                    headers[key] = f"{headers[key]},{value}" if key in headers else value
-                content_type = headers.get("content-type", "")
-                binary = bool(raw) and not content_type.startswith(ApiGatewayRelay.TEXT_TYPES)
-                event: dict[str, Any] = {
-                    "version": "2.0",
-                    "routeKey": "$default",
-                    "rawPath": url.path,
-                    "rawQueryString": url.query,
-                    "headers": headers,
-                    "requestContext": {
-                        "accountId": "123456789012",
-                        "apiId": "relay",
-                        "domainName": headers.get("host", "127.0.0.1"),
-                        "domainPrefix": "relay",
-                        "http": {
-                            "method": self.command,
-                            "path": url.path,
-                            "protocol": "HTTP/1.1",
-                            "sourceIp": "127.0.0.1",
-                            "userAgent": headers.get("user-agent", ""),
-                        },
-                        "requestId": str(uuid.uuid4()),
-                        "routeKey": "$default",
-                        "stage": "$default",
-                        "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime()),
-                        "timeEpoch": int(time.time() * 1000),
-                    },
-                    "isBase64Encoded": binary,
-                }
-                if url.query:
-                    query: dict[str, str] = {}
-                    for key, value in parse_qsl(url.query, keep_blank_values=True):
-                        query[key] = f"{query[key]},{value}" if key in query else value
-                    event["queryStringParameters"] = query
-                if raw:
-                    event["body"] = base64.b64encode(raw).decode() if binary else raw.decode()
-                with relay._invoke_lock:
-                    result = relay.function.invoke(event)
-                body = result.get("body") or ""
-                payload = base64.b64decode(body) if result.get("isBase64Encoded") else body.encode()
-                self.send_response(int(result.get("statusCode", 502)))
-                for name, value in response_headers(result).items():
-                    if name not in {"content-length", "transfer-encoding", "connection"}:
-                        self.send_header(name, value)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                relay(self)
 
             do_GET = do_POST = do_PUT = do_DELETE = _relay  # noqa: N815
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="api-gateway-relay", daemon=True)
+        self._thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
         self._thread.start()
 
     @property
@@ -859,6 +965,65 @@ class ApiGatewayRelay:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class ApiGatewayRelay(_LoopbackRelay):
+    """A loopback HTTP server that turns each request into an HTTP API (payload 2.0) event for a
+    function under the RIE and relays the proxy response back, as API Gateway would: binary
+    bodies base64-encoded, lower-case headers. Lets the OpenAI SDK talk to a Lambda function."""
+
+    def __init__(self, function: LambdaUnderRie):
+        self.function = function
+        self._invoke_lock = threading.Lock()
+        super().__init__(self._relay, "api-gateway-relay")
+
+    def _relay(self, handler: Any) -> None:
+        import base64  # noqa: PLC0415
+
+        event = http_event_for(handler, read_request_body(handler))
+        with self._invoke_lock:
+            result = self.function.invoke(event)
+        body = result.get("body") or ""
+        payload = base64.b64decode(body) if result.get("isBase64Encoded") else body.encode()
+        handler.send_response(int(result.get("statusCode", 502)))
+        for name, value in response_headers(result).items():
+            if name not in {"content-length", "transfer-encoding", "connection"}:
+                handler.send_header(name, value)
+        handler.send_header("content-length", str(len(payload)))
+        handler.end_headers()
+        handler.wfile.write(payload)
+
+
+class FunctionUrlRelay(_LoopbackRelay):
+    """A loopback HTTP server standing in for a function URL in RESPONSE_STREAM mode: each request
+    becomes a function URL event for `emulator`'s function, and the answer is relayed back chunk
+    by chunk as the emulator hands it over. `response_modes` records, per request, the response
+    mode the function answered in (`streaming`, or None for a buffered answer)."""
+
+    DOMAIN = "relay0function0url.lambda-url.us-east-1.on.aws"
+    HOP_BY_HOP = {"content-length", "transfer-encoding", "connection", "keep-alive"}
+
+    def __init__(self, emulator: CargoLambdaEmulator):
+        self.emulator = emulator
+        self.response_modes: list[str | None] = []
+        super().__init__(self._relay, "function-url-relay")
+
+    def _relay(self, handler: Any) -> None:
+        event = http_event_for(handler, read_request_body(handler), domain_name=self.DOMAIN, account_id="anonymous")
+        with requests.post(self.emulator.invoke_url, json=event, stream=True, timeout=120) as answer:
+            mode = answer.headers.get("lambda-runtime-function-response-mode")
+            self.response_modes.append(mode)
+            handler.send_response(answer.status_code)
+            for name, value in answer.headers.items():
+                if name.lower() not in self.HOP_BY_HOP and not name.lower().startswith("lambda-runtime-"):
+                    handler.send_header(name, value)
+            handler.send_header("transfer-encoding", "chunked")
+            handler.end_headers()
+            for chunk in answer.iter_content(chunk_size=None):
+                if chunk:
+                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    handler.wfile.flush()
+            handler.wfile.write(b"0\r\n\r\n")
 
 
 # --------------------------------------------------------------------------------------------

@@ -54,22 +54,15 @@ def config_with_batches(**settings: int) -> str:
 def worker_with_config(
     moto: kit.MotoServer, start: Callable[..., kit.LambdaUnderRie], name: str, config: str, *, timeout: int
 ) -> kit.LambdaUnderRie:
-    """A worker whose config is read from S3 (as with ConfigSource=s3://…), with its own timeout. The
-    files the default config refers to (templates, schemas) go beside it, as a deployment puts them."""
-    key = f"config/{name}.toml"
-    s3 = moto.client("s3")
-    config_dir = kit.DEFAULT_CONFIG.parent
-    for path in config_dir.rglob("*"):
-        if path.is_file() and path.suffix != ".toml":
-            s3.put_object(Bucket=moto.bucket, Key=f"config/{path.relative_to(config_dir).as_posix()}", Body=path.read_bytes())
-    s3.put_object(Bucket=moto.bucket, Key=key, Body=config.encode())
+    """A worker whose config is read from S3 (as with ConfigSource=s3://…), with its own timeout."""
+    source = moto.put_config(name, config)
     return start(
         "NimbusWorkerFunction",
         "nimbus-worker",
         memory="512",
         timeout=str(timeout),
         name=f"rie-{name}",
-        extra_env={"NIMBUS_CONFIG_SOURCE": f"s3://{moto.bucket}/{key}"},
+        extra_env={"NIMBUS_CONFIG_SOURCE": source},
     )
 
 

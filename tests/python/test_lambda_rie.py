@@ -3,11 +3,16 @@ moto, driven by the event files in infra/events (the same ones `sam local invoke
 
 Each event's placeholder bearer (`nmb_REPLACE_WITH_YOUR_KEY`) is replaced by a key created with
 `nimbus keys create --backend aws --project demo` against the same moto table.
+
+Function URL events are answered in Lambda's streaming format (the function URL runs in
+RESPONSE_STREAM mode); this RIE hands such a result over whole, so these tests check its format
+and content. That it really streams is shown in test_lambda_streaming.py.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -88,6 +93,20 @@ def check_bad_request(body: str, headers: dict[str, str]) -> None:
     assert error["param"] == "messages", error
 
 
+TENSORZERO_FINISH_REASONS = {"stop", "stop_sequence", "length", "tool_call", "content_filter", "unknown"}
+
+
+def check_tensorzero_inference(body: str, headers: dict[str, str]) -> None:
+    payload = json.loads(body)
+    assert uuid.UUID(payload["inference_id"]).version == 7, payload
+    assert uuid.UUID(payload["episode_id"]).version == 7, payload
+    assert payload["variant_name"] in {"formal", "casual", "careful"}, payload
+    text_blocks = [block for block in payload["content"] if block["type"] == "text"]
+    assert text_blocks and all(block["text"] for block in text_blocks), payload
+    assert payload["usage"]["input_tokens"] > 0 and payload["usage"]["output_tokens"] > 0, payload
+    assert payload["finish_reason"] in TENSORZERO_FINISH_REASONS, payload
+
+
 Check = Callable[[str, dict[str, str]], None]
 
 EXPECTED: dict[str, tuple[int, Check]] = {
@@ -96,12 +115,15 @@ EXPECTED: dict[str, tuple[int, Check]] = {
     "inference-model.json": (200, check_one_model),
     "inference-chat.json": (200, check_chat),
     "inference-chat-stream.json": (200, check_chat_stream),
+    "inference-chat-stream-function-url.json": (200, check_chat_stream),
     "inference-embeddings.json": (200, check_embeddings),
     "inference-chat-rest-v1.json": (200, check_chat),
     "inference-models-function-url.json": (200, check_models),
     "inference-chat-bad-request.json": (400, check_bad_request),
+    "inference-tensorzero.json": (200, check_tensorzero_inference),
 }
 UNAUTHENTICATED_ROUTES = {"inference-health.json"}
+TENSORZERO_ROUTES = {"inference-tensorzero.json"}
 EVENT_NAMES = [path.name for path in kit.event_files()]
 
 
@@ -133,7 +155,26 @@ def proxy_response(result: dict[str, Any], *, rest_v1: bool = False) -> tuple[in
     return result["statusCode"], headers, kit.response_body_text(result)
 
 
+def is_function_url(event: dict[str, Any]) -> bool:
+    return ".lambda-url." in event.get("requestContext", {}).get("domainName", "")
+
+
+def streamed_response(raw: bytes) -> tuple[int, dict[str, str], str]:
+    """Check the streaming format's prelude; return status, headers, body."""
+    prelude, body = kit.split_streamed_response(raw)
+    assert isinstance(prelude.get("statusCode"), int), prelude
+    assert set(prelude) <= {"statusCode", "headers", "cookies"}, prelude
+    headers = {
+        name.lower(): ",".join(value) if isinstance(value, list) else value
+        for name, value in (prelude.get("headers") or {}).items()
+    }
+    assert headers.get("x-request-id"), f"no x-request-id in {prelude}"
+    return prelude["statusCode"], headers, body.decode()
+
+
 def invoke(function: kit.LambdaUnderRie, event: dict[str, Any]) -> tuple[int, dict[str, str], str]:
+    if is_function_url(event):
+        return streamed_response(function.invoke_raw(event))
     return proxy_response(function.invoke(event), rest_v1=is_rest_v1(event))
 
 
@@ -208,6 +249,10 @@ def test_placeholder_key_is_rejected(inference_lambda: kit.LambdaUnderRie, name:
     status, headers, body = invoke(inference_lambda, kit.load_event(name))
     assert status == 401, f"{name}: HTTP {status}: {body}"
     error = json.loads(body)["error"]
+    if name in TENSORZERO_ROUTES:
+        # TensorZero's own routes answer in its shape: {"error": "<message>"}.
+        assert isinstance(error, str) and "key" in error.lower(), error
+        return
     assert error["code"] == "invalid_api_key", error
     assert set(error) >= {"message", "type", "param", "code"}
 
@@ -276,6 +321,39 @@ def test_stream_event_matches_the_non_stream_answer(inference_lambda: kit.Lambda
     assert events[-1]["usage"] == whole["usage"]
 
 
+def test_function_url_streams_the_same_answer_the_http_api_gives(inference_lambda: kit.LambdaUnderRie, authed) -> None:
+    """The function URL's result is in the streaming format (prelude, separator, body); the
+    HTTP API's is one proxy response. The deterministic dummy answers the same in both."""
+    status, _, via_url = invoke(inference_lambda, authed("inference-chat-stream-function-url.json"))
+    assert status == 200, via_url
+    status, _, via_api = invoke(inference_lambda, authed("inference-chat-stream.json"))
+    assert status == 200, via_api
+    url_events, url_done = kit.parse_sse(via_url)
+    api_events, api_done = kit.parse_sse(via_api)
+    assert url_done and api_done
+    assert stream_text(url_events) == stream_text(api_events)
+    assert url_events[-1]["usage"] == api_events[-1]["usage"]
+
+
+def test_function_url_answers_errors_in_the_streaming_format(inference_lambda: kit.LambdaUnderRie, authed) -> None:
+    event = authed("inference-chat-stream-function-url.json")
+    event = kit.with_body(event, {**request_body(event), "model": "no-such-model"})
+    status, headers, body = invoke(inference_lambda, event)
+    assert status == 404, body
+    assert headers["content-type"].startswith("application/json")
+    assert json.loads(body)["error"]["code"] == "model_not_found"
+
+
+def test_the_after_response_extension_is_registered(inference_lambda: kit.LambdaUnderRie, authed) -> None:
+    """The internal extension that finishes deferred work after each response: the RIE lists it,
+    and invocations keep completing with it in place (every test here runs with it)."""
+    status, _, _ = invoke(inference_lambda, authed("inference-models.json"))
+    assert status == 200
+    log = inference_lambda.process.log_path.read_text(errors="replace")
+    assert "Internal agent nimbus-after-response" in log and "subscribed to [INVOKE]" in log, log[-3000:]
+    assert "could not register the internal extension" not in log
+
+
 def test_function_url_and_http_api_list_the_same_models(inference_lambda: kit.LambdaUnderRie, authed) -> None:
     via_api = json.loads(invoke(inference_lambda, authed("inference-models.json"))[2])
     via_url = json.loads(invoke(inference_lambda, authed("inference-models-function-url.json"))[2])
@@ -306,3 +384,40 @@ def test_malformed_json_body_is_400(inference_lambda: kit.LambdaUnderRie, authed
     status, _, body = invoke(inference_lambda, kit.with_body(authed("inference-chat.json"), '{"model": "dummy", '))
     assert status == 400, body
     assert json.loads(body)["error"]["type"] == "invalid_request_error"
+
+
+def get_event(authed, path: str) -> dict[str, Any]:
+    """A GET of `path` in the shape of the HTTP API event files."""
+    event = authed("inference-models.json")
+    event["rawPath"] = path
+    event["requestContext"]["http"]["path"] = path
+    return event
+
+
+def test_tensorzero_inference_is_recorded_and_cached_in_moto(inference_lambda: kit.LambdaUnderRie, authed) -> None:
+    """Records and cache entries are written after the response (by the after-response extension,
+    which this RIE waits for) into DynamoDB/S3 on moto: the next invocation reads them."""
+    event = authed("inference-tensorzero.json")
+    body = json.loads(event["body"])
+    body["cache_options"] = {"enabled": "on", "max_age_s": None}
+    body["variant_name"] = "formal"
+    # A request no other test sent (the default mode, write_only, caches every answer).
+    body["input"]["messages"][0]["content"][0]["arguments"]["topic"] = f"topic {uuid.uuid4()}"
+    first_status, _, first = invoke(inference_lambda, kit.with_body(event, body))
+    assert first_status == 200, first
+    first = json.loads(first)
+    status, _, second = invoke(inference_lambda, kit.with_body(event, body))
+    assert status == 200, second
+    second = json.loads(second)
+    assert second["content"] == first["content"]
+    assert second["usage"] == {"input_tokens": 0, "output_tokens": 0}, second
+    assert first["usage"]["input_tokens"] > 0
+    status, _, record = invoke(inference_lambda, get_event(authed, f"/inferences/{first['inference_id']}"))
+    assert status == 200, record
+    record = json.loads(record)
+    assert record["function_name"] == "draft_email" and record["variant_name"] == "formal"
+    assert record["tags"] == {"source": "lambda-event"}
+    assert record["model_calls"][0]["raw_request"], record
+    status, _, episode = invoke(inference_lambda, get_event(authed, f"/episodes/{first['episode_id']}/inferences"))
+    assert status == 200, episode
+    assert [r["inference_id"] for r in json.loads(episode)["data"]] == [first["inference_id"]]

@@ -4,10 +4,7 @@ or not; a batch line with `n` gets every choice too."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
@@ -15,6 +12,7 @@ import openai
 import pytest
 
 import nimbus_testkit as kit
+from mock_upstream import RecordingUpstream
 
 user = kit.user
 
@@ -85,68 +83,9 @@ def test_a_batch_line_with_n_gets_every_choice(client: openai.OpenAI) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-class MockUpstream:
-    """A minimal OpenAI-compatible `/v1/chat/completions` that answers `n` choices (streamed
-    interleaved, like OpenAI) and records every request body."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        upstream = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                upstream.bodies.append(body)
-                n = int(body.get("n", 1))
-                base = {"id": "chatcmpl-up", "created": 1, "model": "mock-model"}
-                if body.get("stream"):
-                    events = []
-                    for piece in ("Hello ", "from choice "):
-                        for index in range(n):
-                            delta = {"index": index, "delta": {"content": piece}, "finish_reason": None}
-                            events.append({**base, "object": "chat.completion.chunk", "choices": [delta]})
-                    for index in range(n):
-                        delta = {"index": index, "delta": {"content": str(index)}, "finish_reason": "stop"}
-                        events.append({**base, "object": "chat.completion.chunk", "choices": [delta]})
-                    usage = {"prompt_tokens": 4, "completion_tokens": 4 * n, "total_tokens": 4 + 4 * n}
-                    events.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
-                    payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
-                    self._send("text/event-stream", payload.encode())
-                    return
-                choices = [
-                    {"index": i, "message": {"role": "assistant", "content": f"Hello from choice {i}"}, "finish_reason": "stop"}
-                    for i in range(n)
-                ]
-                usage = {"prompt_tokens": 4, "completion_tokens": 4 * n, "total_tokens": 4 + 4 * n}
-                answer = {**base, "object": "chat.completion", "choices": choices, "usage": usage}
-                self._send("application/json", json.dumps(answer).encode())
-
-            def _send(self, content_type: str, payload: bytes) -> None:
-                self.send_response(200)
-                self.send_header("content-type", content_type)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def api_base(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[MockUpstream]:
-    mock = MockUpstream()
+def upstream() -> Iterator[RecordingUpstream]:
+    mock = RecordingUpstream()
     try:
         yield mock
     finally:
@@ -154,7 +93,7 @@ def upstream() -> Iterator[MockUpstream]:
 
 
 @pytest.fixture(scope="module")
-def gateway(upstream: MockUpstream, server_factory: Callable[..., kit.NimbusServer], tmp_path_factory) -> Iterator[openai.OpenAI]:
+def gateway(upstream: RecordingUpstream, server_factory: Callable[..., kit.NimbusServer], tmp_path_factory) -> Iterator[openai.OpenAI]:
     config: Path = tmp_path_factory.mktemp("upstream-config") / "nimbus.toml"
     config.write_text(
         "[models.upstream]\n"
@@ -173,7 +112,7 @@ def gateway(upstream: MockUpstream, server_factory: Callable[..., kit.NimbusServ
         sdk.close()
 
 
-def test_the_upstream_receives_n_and_every_choice_comes_back(gateway: openai.OpenAI, upstream: MockUpstream) -> None:
+def test_the_upstream_receives_n_and_every_choice_comes_back(gateway: openai.OpenAI, upstream: RecordingUpstream) -> None:
     completion = gateway.chat.completions.create(model="upstream", messages=user("Hi"), n=3)
     assert upstream.bodies[-1]["n"] == 3
     assert upstream.bodies[-1]["model"] == "mock-model"
@@ -182,7 +121,7 @@ def test_the_upstream_receives_n_and_every_choice_comes_back(gateway: openai.Ope
     assert completion.usage.completion_tokens == 12
 
 
-def test_an_upstream_stream_keeps_each_choice_index(gateway: openai.OpenAI, upstream: MockUpstream) -> None:
+def test_an_upstream_stream_keeps_each_choice_index(gateway: openai.OpenAI, upstream: RecordingUpstream) -> None:
     with gateway.chat.completions.create(
         model="upstream", messages=user("Hi"), n=2, stream=True, stream_options={"include_usage": True}
     ) as stream:

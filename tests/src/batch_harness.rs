@@ -18,8 +18,7 @@ use nimbus_shared::openai::chat::ChatCompletion;
 use nimbus_shared::openai::files::{FileObject, FilePurpose};
 use nimbus_shared::openai::from_model::completion_to_model;
 use nimbus_shared::ports::{
-    BlobStore, Clock, IdSource, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record, StateStore, StorageError,
-    SystemClock, UuidV7Ids,
+    BlobStore, Clock, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record, StateStore, StorageError, SystemClock,
 };
 use nimbus_shared::providers::retry::RetryPolicy;
 use nimbus_shared::providers::router::{ModelRouter, RoutedModel};
@@ -322,12 +321,12 @@ impl Harness {
         let blobs = Arc::new(FileBlobStore::open(dir.path().join("blobs")).unwrap());
         let queue = Arc::new(MemoryQueue::new());
         let adapters = Adapters {
-            state: Arc::clone(&state) as Arc<dyn StateStore>,
-            blobs: Arc::clone(&blobs) as Arc<dyn BlobStore>,
-            queue: Arc::clone(&queue) as Arc<dyn JobQueue>,
             clock: Arc::clone(&clock) as Arc<dyn Clock>,
-            ids: Arc::new(UuidV7Ids) as Arc<dyn IdSource>,
-            after_response: Arc::new(nimbus_shared::ports::SpawnAfterResponse),
+            ..Adapters::new(
+                Arc::clone(&state) as Arc<dyn StateStore>,
+                Arc::clone(&blobs) as Arc<dyn BlobStore>,
+                Arc::clone(&queue) as Arc<dyn JobQueue>,
+            )
         };
         let routed = models
             .iter()

@@ -7,6 +7,6 @@ use nimbus_shared::app::lambda;
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     lambda::prepare_function("nimbus-batches");
-    let router = lambda::batches_router().await.map_err(lambda_http::Error::from)?;
-    lambda_http::run(router).await
+    let function = lambda::batches_function().await.map_err(lambda_http::Error::from)?;
+    function.run().await
 }

@@ -6,6 +6,6 @@ use nimbus_shared::app::lambda;
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     lambda::prepare_function("nimbus-files");
-    let router = lambda::files_router().await.map_err(lambda_http::Error::from)?;
-    lambda_http::run(router).await
+    let function = lambda::files_function().await.map_err(lambda_http::Error::from)?;
+    function.run().await
 }

@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use nimbus_shared::adapters::embedded::{spawn_queue_workers, DataDirLock, FileBlobStore};
+use nimbus_shared::adapters::DeferredTasks;
 use nimbus_shared::app::{app_state, batch_service, embedded, inference_service, Adapters, AuthSettings};
 use nimbus_shared::auth::AuthMode;
 use nimbus_shared::batches::{BatchSettings, BatchWorker, Poller};
@@ -136,6 +137,9 @@ fn local_batch_settings(config: &Config, allow_short_windows: bool) -> BatchSett
     }
 }
 
+/// How long a stopping server waits for work deferred past responses (storing records).
+const DEFERRED_WORK_GRACE: Duration = Duration::from_secs(10);
+
 /// A key created or revoked while the server runs takes effect within this long.
 const LOCAL_AUTH_CACHE_TTL: Duration = Duration::from_secs(1);
 
@@ -155,8 +159,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = &loaded.config;
     // Held until the process ends: no other server (no other worker) uses this directory.
     let lock = DataDirLock::acquire(&args.data_dir)?;
-    let adapters =
+    let mut adapters =
         embedded::adapters(&args.data_dir).with_context(|| format!("opening {}", args.data_dir.display()))?;
+    // Work handlers defer past the response; waited for (bounded) when the server stops.
+    let deferred = Arc::new(DeferredTasks::new());
+    adapters.after_response = Arc::clone(&deferred) as _;
     let blobs = embedded::blob_store(&args.data_dir)?;
     // No writer of a previous process can be alive: its temporary files all go.
     let removed = blobs.remove_temp_files(Duration::ZERO).await?;
@@ -234,6 +241,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("serving")?;
+    let unfinished = deferred.settle_within(DEFERRED_WORK_GRACE).await;
+    if unfinished > 0 {
+        tracing::warn!(unfinished, "stopping with deferred work still running");
+    }
     poller.abort();
     for worker in workers {
         worker.abort();

@@ -1,5 +1,9 @@
-//! Adapters: implementations of the ports for AWS and for the embedded (local) stack.
+//! Adapters: implementations of the ports for AWS and for the embedded (local) stack, and the
+//! deferred-work tasks both hosts share.
 
 pub mod aws;
+pub mod deferred_tasks;
 pub mod embedded;
 pub mod records;
+
+pub use deferred_tasks::DeferredTasks;

@@ -2,8 +2,9 @@
 //! keys always required, the public URL from `NIMBUS_PUBLIC_URL` or API Gateway's request context.
 
 use super::config_source::ConfigSource;
-use super::{app_state, batch_service, inference_service, Adapters, AuthSettings};
+use super::{app_state, batch_service, inference_service, lambda_host, Adapters, AuthSettings};
 use crate::adapters::aws::load_sdk_config;
+use crate::adapters::DeferredTasks;
 use crate::auth::AuthMode;
 use crate::batches::{BatchService, BatchSettings, BatchWorker, Poller};
 use crate::config::{Config, LoadedConfig};
@@ -89,24 +90,6 @@ fn with_request_public_url(router: Router) -> Router {
     router.layer(axum::middleware::from_fn(add_request_public_url))
 }
 
-async fn lambda_state() -> Result<AppState, String> {
-    let (loaded, adapters) = lambda_stack().await?;
-    let config = &loaded.config;
-    app_state(
-        &loaded,
-        &adapters,
-        AuthSettings {
-            mode: AuthMode::Required,
-            cache_ttl: LAMBDA_AUTH_CACHE_TTL,
-        },
-        HttpSettings {
-            inline_content_limit: LAMBDA_INLINE_CONTENT_LIMIT,
-            public_url: public_url_from_env()?,
-        },
-        lambda_batch_settings(config),
-    )
-}
-
 async fn lambda_batch_service() -> Result<Arc<BatchService>, String> {
     let (loaded, adapters) = lambda_stack().await?;
     let inference = inference_service(&loaded.config, &adapters)?;
@@ -117,21 +100,57 @@ async fn lambda_batch_service() -> Result<Arc<BatchService>, String> {
     ))
 }
 
-/// The inference function's router.
-pub async fn inference_router() -> Result<Router, String> {
-    Ok(crate::http::inference_router(lambda_state().await?))
+/// An HTTP function ready to run: its router and the work its handlers defer.
+pub struct HttpFunction {
+    router: Router,
+    deferred: Arc<DeferredTasks>,
 }
 
-/// The files function's router (the only one that builds absolute URLs: direct uploads).
-pub async fn files_router() -> Result<Router, String> {
-    Ok(with_request_public_url(crate::http::files_router(
-        lambda_state().await?,
-    )))
+impl HttpFunction {
+    /// Serve invocations until the execution environment shuts down (see [`lambda_host`]).
+    pub async fn run(self) -> Result<(), lambda_http::Error> {
+        lambda_host::serve(self.router, self.deferred).await
+    }
 }
 
-/// The batches function's router.
-pub async fn batches_router() -> Result<Router, String> {
-    Ok(crate::http::batches_router(lambda_state().await?))
+/// The function serving `routes` over the AWS stack. Its handlers defer work to a
+/// [`DeferredTasks`] the Lambda host finishes after each invocation.
+async fn http_function(routes: impl FnOnce(AppState) -> Router) -> Result<HttpFunction, String> {
+    let (loaded, mut adapters) = lambda_stack().await?;
+    let deferred = Arc::new(DeferredTasks::new());
+    adapters.after_response = Arc::clone(&deferred) as _;
+    let state = app_state(
+        &loaded,
+        &adapters,
+        AuthSettings {
+            mode: AuthMode::Required,
+            cache_ttl: LAMBDA_AUTH_CACHE_TTL,
+        },
+        HttpSettings {
+            inline_content_limit: LAMBDA_INLINE_CONTENT_LIMIT,
+            public_url: public_url_from_env()?,
+        },
+        lambda_batch_settings(&loaded.config),
+    )?;
+    Ok(HttpFunction {
+        router: routes(state),
+        deferred,
+    })
+}
+
+/// The inference function (behind the HTTP API, and streaming behind its function URL).
+pub async fn inference_function() -> Result<HttpFunction, String> {
+    http_function(crate::http::inference_router).await
+}
+
+/// The files function (the only one that builds absolute URLs: direct uploads).
+pub async fn files_function() -> Result<HttpFunction, String> {
+    http_function(|state| with_request_public_url(crate::http::files_router(state))).await
+}
+
+/// The batches function.
+pub async fn batches_function() -> Result<HttpFunction, String> {
+    http_function(crate::http::batches_router).await
 }
 
 /// The SQS-triggered worker.

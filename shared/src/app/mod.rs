@@ -6,8 +6,10 @@ pub mod config_source;
 #[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod lambda;
+pub mod lambda_host;
 
 use crate::adapters::records::{StateFeedbackStore, StateInferenceStore, StateModelCache};
+use crate::adapters::DeferredTasks;
 use crate::auth::{ApiKeyService, AuthMode, Authenticator};
 use crate::batches::{BatchDeps, BatchService, BatchSettings};
 use crate::config::{Config, LoadedConfig};
@@ -17,8 +19,8 @@ use crate::functions::inference::{FunctionService, InferencePersistence};
 use crate::http::{AppState, HttpSettings};
 use crate::inference::InferenceService;
 use crate::ports::{
-    AfterResponse, BlobStore, Clock, FeedbackStore, IdSource, InferenceStore, JobQueue, ModelCache, SpawnAfterResponse,
-    StateStore, SystemClock, UuidV7Ids,
+    AfterResponse, BlobStore, Clock, FeedbackStore, IdSource, InferenceStore, JobQueue, ModelCache, StateStore,
+    SystemClock, UuidV7Ids,
 };
 use crate::providers::router::ModelRouter;
 use std::sync::Arc;
@@ -32,7 +34,8 @@ pub struct Adapters {
     pub queue: Arc<dyn JobQueue>,
     pub clock: Arc<dyn Clock>,
     pub ids: Arc<dyn IdSource>,
-    /// Where work that must not delay a response runs (records, cache writes).
+    /// Where handlers defer work past the response. A host that must wait for that work (on
+    /// shutdown, after a Lambda invocation) puts its own [`DeferredTasks`] here.
     pub after_response: Arc<dyn AfterResponse>,
 }
 
@@ -44,7 +47,7 @@ impl Adapters {
             queue,
             clock: Arc::new(SystemClock),
             ids: Arc::new(UuidV7Ids),
-            after_response: Arc::new(SpawnAfterResponse),
+            after_response: Arc::new(DeferredTasks::new()),
         }
     }
 

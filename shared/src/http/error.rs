@@ -74,6 +74,11 @@ impl ApiError {
     }
 }
 
+/// The message of the [`ApiError`] a response was rendered from, kept as a response extension so
+/// that another API surface (TensorZero's routes) can render the same error in its own shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiErrorMessage(pub String);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, axum::Json(self.envelope())).into_response();
@@ -82,6 +87,7 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert("x-should-retry", HeaderValue::from_static("false"));
         }
+        response.extensions_mut().insert(ApiErrorMessage(self.message));
         response
     }
 }

@@ -17,6 +17,7 @@ pub mod tensorzero_error;
 mod tensorzero_openai_routes;
 mod tensorzero_records_routes;
 mod tensorzero_routes;
+mod tensorzero_surface;
 mod upload_routes;
 
 pub use error::ApiError;
@@ -121,13 +122,15 @@ fn host_router(state: AppState, routes: Router<AppState>) -> Router {
     with_common_layers(router)
 }
 
-/// Request ids, tracing, OpenAI-style 404/405 and an envelope for every error, `Host` checked.
+/// Request ids, tracing, OpenAI-style 404/405 and an envelope for every error (TensorZero's error
+/// shape on its routes), `Host` checked.
 pub fn with_common_layers(router: Router) -> Router {
     let router = router
         .fallback(middleware::unknown_route)
         .method_not_allowed_fallback(middleware::method_not_allowed)
         .layer(axum::middleware::from_fn(middleware::envelope_every_error))
-        .layer(axum::middleware::from_fn(public_url::reject_unusual_host));
+        .layer(axum::middleware::from_fn(public_url::reject_unusual_host))
+        .layer(axum::middleware::from_fn(tensorzero_surface::tensorzero_error_bodies));
     middleware::add_request_id_layers(router)
 }
 

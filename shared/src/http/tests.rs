@@ -221,3 +221,34 @@ async fn bad_credentials_object_is_a_400() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["error"]["param"], "credentials.k");
 }
+
+#[tokio::test]
+async fn tensorzero_routes_answer_errors_before_their_handler_in_tensorzeros_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = router_with(&adapters(dir.path()), AuthMode::Required);
+    let inference = json!({"model_name": "dummy", "input": {"messages": []}});
+    let (status, headers, body) = call(&router, "POST", "/inference", Some(inference.clone()), None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(body["error"].as_str().unwrap().contains("API key"), "{body}");
+    assert_eq!(body.as_object().unwrap().len(), 1, "{body}");
+    assert_eq!(headers["content-type"], "application/json");
+    assert!(headers.contains_key("x-request-id"));
+    let (status, _, body) = call(&router, "POST", "/inference", Some(inference), Some("nmb_bad")).await;
+    assert_eq!(
+        (status, body["error"].is_string()),
+        (StatusCode::UNAUTHORIZED, true),
+        "{body}"
+    );
+    let (status, _, body) = call(&router, "GET", "/inference", None, None).await;
+    assert_eq!(
+        (status, body["error"].is_string()),
+        (StatusCode::METHOD_NOT_ALLOWED, true),
+        "{body}"
+    );
+    // The OpenAI routes keep their envelope.
+    let (status, _, body) = call(&router, "POST", "/v1/chat/completions", Some(chat_body("dummy")), None).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("missing_api_key"))
+    );
+}

@@ -9,7 +9,7 @@ pub mod model_cache;
 pub mod queue;
 pub mod state;
 
-pub use after_response::{AfterResponse, SpawnAfterResponse};
+pub use after_response::AfterResponse;
 pub use blob::{BlobStore, ByteStream};
 pub use clock::{Clock, IdSource, OffsetClock, SystemClock, UuidV7Ids};
 pub use feedback_store::FeedbackStore;

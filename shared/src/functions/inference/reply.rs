@@ -55,11 +55,7 @@ impl InferenceReply {
         };
         let raw_response = (includes.raw_response && !call.cached)
             .then(|| vec![entry(Value::String(raw_text.clone().unwrap_or_default()))]);
-        let raw_usage = (includes.raw_usage && !call.cached).then(|| {
-            vec![entry(
-                serde_json::to_value(UsageReport::from(&call.response.usage)).unwrap_or(Value::Null),
-            )]
-        });
+        let raw_usage = (includes.raw_usage && !call.cached).then(|| vec![entry(provider_usage(raw_text.as_deref()))]);
         Self {
             inference_id: result.inference_id,
             episode_id: result.episode_id,
@@ -72,5 +68,35 @@ impl InferenceReply {
             raw_response,
             raw_usage,
         }
+    }
+}
+
+/// The provider's own usage object, unprocessed (an OpenAI-compatible answer's `usage`, with its
+/// provider-specific details such as cached prompt tokens); null when the answer carries none.
+fn provider_usage(raw_response: Option<&str>) -> Value {
+    raw_response
+        .and_then(|raw| serde_json::from_str::<Value>(raw).ok())
+        .and_then(|mut body| body.get_mut("usage").map(Value::take))
+        .unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn raw_usage_is_the_providers_usage_object_as_it_answered() {
+        let raw = json!({
+            "choices": [],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 8}}
+        });
+        assert_eq!(
+            provider_usage(Some(&raw.to_string())),
+            json!({"prompt_tokens": 9, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 8}})
+        );
+        assert_eq!(provider_usage(Some("not json")), Value::Null);
+        assert_eq!(provider_usage(Some(r#"{"choices": []}"#)), Value::Null);
+        assert_eq!(provider_usage(None), Value::Null);
     }
 }

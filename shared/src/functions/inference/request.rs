@@ -59,9 +59,9 @@ pub struct InferenceRequest {
     #[serde(default)]
     pub include_aggregated_response: Option<bool>,
     #[serde(default)]
-    pub extra_body: Option<Vec<InferenceExtraBody>>,
+    pub extra_body: Option<Vec<InferenceEdit>>,
     #[serde(default)]
-    pub extra_headers: Option<Vec<InferenceExtraHeader>>,
+    pub extra_headers: Option<Vec<InferenceEdit>>,
     #[serde(default)]
     pub internal_dynamic_variant_config: Option<Value>,
 }
@@ -129,11 +129,11 @@ pub struct CacheOptions {
     pub max_age_s: Option<u64>,
 }
 
-/// One `extra_body` entry: where it applies (a variant, a model and maybe one of its providers,
-/// or always) and the edit (`value`, or `delete: true`) at `pointer`.
+/// One `extra_body` (`pointer`) or `extra_headers` (`name`) entry: where it applies (a variant,
+/// a model and maybe one of its providers, or always) and the edit (`value`, or `delete: true`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct InferenceExtraBody {
+pub struct InferenceEdit {
     #[serde(default)]
     pub variant_name: Option<String>,
     #[serde(default)]
@@ -142,26 +142,12 @@ pub struct InferenceExtraBody {
     pub provider_name: Option<String>,
     #[serde(default)]
     pub model_provider_name: Option<String>,
-    pub pointer: String,
+    /// `extra_body`: the JSON Pointer edited.
     #[serde(default)]
-    pub value: Option<Value>,
+    pub pointer: Option<String>,
+    /// `extra_headers`: the header edited.
     #[serde(default)]
-    pub delete: Option<bool>,
-}
-
-/// One `extra_headers` entry: like [`InferenceExtraBody`] with a header `name`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InferenceExtraHeader {
-    #[serde(default)]
-    pub variant_name: Option<String>,
-    #[serde(default)]
-    pub model_name: Option<String>,
-    #[serde(default)]
-    pub provider_name: Option<String>,
-    #[serde(default)]
-    pub model_provider_name: Option<String>,
-    pub name: String,
+    pub name: Option<String>,
     #[serde(default)]
     pub value: Option<Value>,
     #[serde(default)]

@@ -106,7 +106,7 @@ fn service_with_records() -> (FunctionService, Arc<dyn crate::ports::InferenceSt
             Arc::new(SystemClock),
         )),
         cache_config: loaded.config.gateway.cache.clone(),
-        after_response: Arc::new(crate::ports::SpawnAfterResponse),
+        after_response: Arc::new(crate::adapters::DeferredTasks::new()),
         clock: Arc::new(SystemClock),
     };
     (

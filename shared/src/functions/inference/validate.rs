@@ -4,7 +4,7 @@
 use super::episode::parse_episode_id;
 use super::error::FunctionError;
 use super::input::FunctionInput;
-use super::request::{AdditionalTool, ChatCompletionParams, InferenceRequest};
+use super::request::{AdditionalTool, ChatCompletionParams, InferenceEdit, InferenceRequest};
 use crate::config::CacheMode;
 use crate::functions::CompiledSchema;
 use crate::model::{ExtraEdit, ToolChoice};
@@ -150,6 +150,17 @@ impl InferenceRequest {
             "thinking budgets",
         )?;
         let stream = self.stream.unwrap_or(false);
+        for (field, asked) in [
+            ("include_original_response", self.include_original_response),
+            ("include_raw_response", self.include_raw_response),
+            ("include_raw_usage", self.include_raw_usage),
+        ] {
+            refuse_unsupported(
+                field,
+                stream && asked == Some(true),
+                "raw provider data in streamed answers; it comes with non-streamed ones",
+            )?;
+        }
         let dryrun = self.dryrun.unwrap_or(false);
         let additional_tools = self
             .additional_tools
@@ -164,62 +175,8 @@ impl InferenceRequest {
             })?)),
         };
         let cache = self.cache_options.unwrap_or_default();
-        let extra_body = self
-            .extra_body
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-            .map(|(index, entry)| {
-                let field = format!("extra_body[{index}]");
-                let scope = edit_scope(
-                    &field,
-                    entry.variant_name,
-                    entry.model_name,
-                    entry.provider_name,
-                    entry.model_provider_name,
-                )?;
-                check_pointer(&field, &entry.pointer)?;
-                Ok(ScopedEdit {
-                    scope,
-                    target: entry.pointer,
-                    edit: edit_of(&field, entry.value, entry.delete)?,
-                })
-            })
-            .collect::<Result<Vec<_>, FunctionError>>()?;
-        let extra_headers = self
-            .extra_headers
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-            .map(|(index, entry)| {
-                let field = format!("extra_headers[{index}]");
-                let scope = edit_scope(
-                    &field,
-                    entry.variant_name,
-                    entry.model_name,
-                    entry.provider_name,
-                    entry.model_provider_name,
-                )?;
-                let edit = match edit_of(&field, entry.value, entry.delete)? {
-                    ExtraEdit::Set(Value::String(value)) => ExtraEdit::Set(Value::String(value)),
-                    ExtraEdit::Set(_) => {
-                        return Err(FunctionError::invalid(format!("`{field}.value` must be a string")))
-                    }
-                    ExtraEdit::Delete => ExtraEdit::Delete,
-                };
-                if http::HeaderName::from_bytes(entry.name.as_bytes()).is_err() {
-                    return Err(FunctionError::invalid(format!(
-                        "`{field}.name` is not a valid header name: `{}`",
-                        excerpt(&entry.name)
-                    )));
-                }
-                Ok(ScopedEdit {
-                    scope,
-                    target: entry.name,
-                    edit,
-                })
-            })
-            .collect::<Result<Vec<_>, FunctionError>>()?;
+        let extra_body = scoped_edits(self.extra_body, EditKind::Body)?;
+        let extra_headers = scoped_edits(self.extra_headers, EditKind::Header)?;
         Ok(InferenceCall {
             target,
             input: self.input,
@@ -282,6 +239,62 @@ fn compile_tool(tool: AdditionalTool) -> Result<DynamicTool, FunctionError> {
         parameters: Arc::new(parameters),
         strict: tool.strict.unwrap_or(false),
     })
+}
+
+/// What an [`InferenceEdit`] list edits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EditKind {
+    Body,
+    Header,
+}
+
+fn scoped_edits(entries: Option<Vec<InferenceEdit>>, kind: EditKind) -> Result<Vec<ScopedEdit>, FunctionError> {
+    let list = match kind {
+        EditKind::Body => "extra_body",
+        EditKind::Header => "extra_headers",
+    };
+    let mut edits = Vec::new();
+    for (index, entry) in entries.unwrap_or_default().into_iter().enumerate() {
+        let field = format!("{list}[{index}]");
+        let scope = edit_scope(
+            &field,
+            entry.variant_name,
+            entry.model_name,
+            entry.provider_name,
+            entry.model_provider_name,
+        )?;
+        let edit = edit_of(&field, entry.value, entry.delete)?;
+        let target = match (kind, entry.pointer, entry.name) {
+            (EditKind::Body, Some(pointer), None) => {
+                check_pointer(&field, &pointer)?;
+                pointer
+            }
+            (EditKind::Header, None, Some(name)) => {
+                if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                    return Err(FunctionError::invalid(format!(
+                        "`{field}.name` is not a valid header name: `{}`",
+                        excerpt(&name)
+                    )));
+                }
+                if matches!(edit, ExtraEdit::Set(ref value) if !value.is_string()) {
+                    return Err(FunctionError::invalid(format!("`{field}.value` must be a string")));
+                }
+                name
+            }
+            (EditKind::Body, _, _) => {
+                return Err(FunctionError::invalid(format!(
+                    "`{field}` needs `pointer` (and no `name`)"
+                )))
+            }
+            (EditKind::Header, _, _) => {
+                return Err(FunctionError::invalid(format!(
+                    "`{field}` needs `name` (and no `pointer`)"
+                )))
+            }
+        };
+        edits.push(ScopedEdit { scope, target, edit });
+    }
+    Ok(edits)
 }
 
 fn edit_scope(
@@ -390,6 +403,18 @@ mod tests {
         let scoped = call(scoped).unwrap();
         assert_eq!(scoped.extra_body[0].scope, EditScope::Variant("v".into()));
         assert_eq!(scoped.extra_body[1].edit, ExtraEdit::Delete);
+    }
+
+    #[test]
+    fn raw_provider_data_is_refused_for_streams_only() {
+        for field in ["include_original_response", "include_raw_response", "include_raw_usage"] {
+            let mut body = client_body();
+            body[field] = json!(true);
+            assert!(call(body.clone()).is_ok(), "{field}");
+            body["stream"] = json!(true);
+            let message = call(body).unwrap_err().to_string();
+            assert!(message.contains(field), "{message}");
+        }
     }
 
     #[test]
