@@ -38,13 +38,16 @@ if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
   log "release build (nimbus-local, nimbus-bench)"
   cargo build --release -p nimbus-local -p nimbus-bench
 fi
-GATEWAY="$CARGO_TARGET_DIR/release/nimbus"
-MOCK="$CARGO_TARGET_DIR/release/nimbus-mock-openai"
-for bin in "$GATEWAY" "$MOCK"; do
-  [[ -x "$bin" ]] || { echo "missing $bin" >&2; exit 1; }
+for bin in nimbus nimbus-mock-openai; do
+  [[ -x "$CARGO_TARGET_DIR/release/$bin" ]] || { echo "missing $CARGO_TARGET_DIR/release/$bin" >&2; exit 1; }
 done
 bench_ensure_oha
 bench_setup_work nimbus-inference-bench
+# Run copies: a build into the same target dir while this runs must not swap what is measured.
+mkdir -p "$WORK/bin"
+cp "$CARGO_TARGET_DIR/release/nimbus" "$CARGO_TARGET_DIR/release/nimbus-mock-openai" "$WORK/bin/"
+GATEWAY="$WORK/bin/nimbus"
+MOCK="$WORK/bin/nimbus-mock-openai"
 
 # --- what each target sends ------------------------------------------------------------------------
 # The function renders the same system message the chat target sends, so the mock gets the same
