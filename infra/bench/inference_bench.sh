@@ -38,13 +38,16 @@ if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
   log "release build (nimbus-local, nimbus-bench)"
   cargo build --release -p nimbus-local -p nimbus-bench
 fi
-GATEWAY="$CARGO_TARGET_DIR/release/nimbus"
-MOCK="$CARGO_TARGET_DIR/release/nimbus-mock-openai"
-for bin in "$GATEWAY" "$MOCK"; do
-  [[ -x "$bin" ]] || { echo "missing $bin" >&2; exit 1; }
+for bin in nimbus nimbus-mock-openai; do
+  [[ -x "$CARGO_TARGET_DIR/release/$bin" ]] || { echo "missing $CARGO_TARGET_DIR/release/$bin" >&2; exit 1; }
 done
 bench_ensure_oha
 bench_setup_work nimbus-inference-bench
+# Run copies: a build into the same target dir while this runs must not swap what is measured.
+mkdir -p "$WORK/bin"
+cp "$CARGO_TARGET_DIR/release/nimbus" "$CARGO_TARGET_DIR/release/nimbus-mock-openai" "$WORK/bin/"
+GATEWAY="$WORK/bin/nimbus"
+MOCK="$WORK/bin/nimbus-mock-openai"
 
 # --- what each target sends ------------------------------------------------------------------------
 # The function renders the same system message the chat target sends, so the mock gets the same
@@ -154,46 +157,80 @@ count = lambda kind: db.execute("SELECT count(*) FROM records WHERE kind = ?", (
 print(count("inference"), count("model_cache"))
 EOF
 }
-# answered NAME: the 200s of one oha run
-answered() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["statusCodeDistribution"].get("200", 0))' "$RESULTS/$1.json"; }
+# answered NAME: "<200s> <requests cut off by oha's deadline>" of one oha run (the server may
+# have finished the cut-off ones, and stored their records)
+answered() {
+  python3 - "$RESULTS/$1.json" <<'EOF'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+print(doc["statusCodeDistribution"].get("200", 0), doc.get("errorDistribution", {}).get("aborted due to deadline", 0))
+EOF
+}
+# settle TARGET: wait (up to 60 s) until that gateway is idle (at most 2 % of a core over 0.5 s),
+# i.e. the work it deferred past its responses is done; prints the seconds it took
+settle() {
+  local pid="${GATEWAY_PIDS[$1]}" started now before after
+  started="$(date +%s.%N)"
+  while :; do
+    before="$(cpu_ticks "$pid")"
+    sleep 0.5
+    after="$(cpu_ticks "$pid")"
+    now="$(date +%s.%N)"
+    if python3 -c "import sys; sys.exit(0 if ($after - $before) / $TCK <= 0.01 or $now - $started > 60 else 1)"; then
+      break
+    fi
+  done
+  python3 -c "print(f'{max(0.0, $now - $started - 0.5):.1f}')"
+}
 
 # --- measure -------------------------------------------------------------------------------------------
-declare -A SENT
+# SENT: the 200s each gateway gave; CUT: requests oha cut off at a deadline (finished or not)
+declare -A SENT CUT
 for t in "${TARGETS[@]}"; do
   run_oha "$t-warmup" "${URLS[$t]}" -d "${BODIES[$t]}" -z 2s -c "$CONNECTIONS"
-  SENT[$t]=$(($(answered "$t-warmup") + 1)) # + the probe
+  read -r ok cut <<<"$(answered "$t-warmup")"
+  SENT[$t]=$((ok + 1)) # + the probe
+  CUT[$t]=$cut
+  settle "$t" >/dev/null
 done
 bench_wait_for_quiet "${BENCH_QUIET_WAIT:-180}"
 LOADAVG_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 START_TICKS="$(cpu_ticks "${SERVER_PIDS[@]}")"
 snapshot
 S1="$SNAPSHOT"
+# Each run is followed by its gateway's deferred work (records, cache entries) until the gateway
+# is idle, so that no run pays for the previous target's writes; that wait and its CPU are kept.
 for rep in $(seq 1 "$REPEATS"); do
   for t in "${TARGETS[@]}"; do
+    before_run="$(cpu_ticks "${GATEWAY_PIDS[$t]}")"
     run_oha "$t-rate-$rep" "${URLS[$t]}" -d "${BODIES[$t]}" -z "$DURATION" -q "$RATE" \
       --latency-correction -c "$CONNECTIONS"
-    SENT[$t]=$((${SENT[$t]} + $(answered "$t-rate-$rep")))
-    # Records not yet written when the run ended: what the deferred writes lag behind.
-    read -r records _ <<<"$(stored_counts "$t")"
-    echo "{\"answered\": ${SENT[$t]}, \"records\": $records}" >"$RESULTS/$t-rate-$rep.backlog.json"
+    read -r ok cut <<<"$(answered "$t-rate-$rep")"
+    SENT[$t]=$((${SENT[$t]} + ok))
+    CUT[$t]=$((${CUT[$t]} + cut))
+    # Records already written when the run ended: how far the writes after the response lag.
+    read -r records_at_end _ <<<"$(stored_counts "$t")"
+    settle_s="$(settle "$t")"
+    after_settle="$(cpu_ticks "${GATEWAY_PIDS[$t]}")"
+    read -r records_settled _ <<<"$(stored_counts "$t")"
+    printf '{"answered": %s, "cut_off": %s, "records_at_end": %s, "records_settled": %s, "settle_s": %s, "cpu_with_deferred_s": %s}\n' \
+      "${SENT[$t]}" "${CUT[$t]}" "$records_at_end" "$records_settled" "$settle_s" \
+      "$(python3 -c "print(($after_settle - $before_run) / $TCK)")" >"$RESULTS/$t-rate-$rep.deferred.json"
   done
 done
-other_cpu "$S1" >"$WORK/other.txt"
 END_TICKS="$(cpu_ticks "${SERVER_PIDS[@]}")"
+other_cpu "$S1" >"$WORK/other.txt"
 LOADAVG_END="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- records: every answered request of a storing target has one; none for the dry run ------------
 log "checking the stored records"
 for t in "${TARGETS[@]}"; do
-  [[ "$t" == chat ]] && continue
-  waited_ms=0
-  while :; do
-    read -r records cache_entries <<<"$(stored_counts "$t")"
-    if [[ "$t" == dryrun ]] || ((records >= ${SENT[$t]})) || ((waited_ms >= 30000)); then break; fi
-    sleep 0.2
-    waited_ms=$((waited_ms + 200))
-  done
-  if [[ "$t" == dryrun ]]; then sleep 2 && read -r records cache_entries <<<"$(stored_counts "$t")"; fi
+  rss_kib="$(awk '/^VmRSS:/{print $2}' "/proc/${GATEWAY_PIDS[$t]}/status")"
+  if [[ "$t" == chat ]]; then
+    echo "{\"answered\": ${SENT[$t]}, \"cut_off\": ${CUT[$t]}, \"rss_kib\": $rss_kib}" >"$RESULTS/$t.records.json"
+    continue
+  fi
+  read -r records cache_entries <<<"$(stored_counts "$t")"
   probe_id="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["inference_id"])' "$RESULTS/probe-$t.json")"
   probe_status="$(python3 - "${BASES[$t]}/inferences/$probe_id" <<'EOF'
 import sys, urllib.request, urllib.error
@@ -203,16 +240,10 @@ except urllib.error.HTTPError as e:
     print(e.code)
 EOF
 )"
-  rss_kib="$(awk '/^VmRSS:/{print $2}' "/proc/${GATEWAY_PIDS[$t]}/status")"
-  echo "{\"answered\": ${SENT[$t]}, \"records\": $records, \"cache_entries\": $cache_entries," \
-    "\"drain_wait_ms\": $waited_ms, \"probe_record_status\": $probe_status, \"rss_kib\": $rss_kib}" \
+  echo "{\"answered\": ${SENT[$t]}, \"cut_off\": ${CUT[$t]}, \"records\": $records," \
+    "\"cache_entries\": $cache_entries, \"probe_record_status\": $probe_status, \"rss_kib\": $rss_kib}" \
     >"$RESULTS/$t.records.json"
-  log "$t: ${SENT[$t]} answered, $records records, $cache_entries cache entries, GET /inferences/{probe} → $probe_status"
-done
-for t in "${TARGETS[@]}"; do
-  [[ "$t" == chat ]] || continue
-  rss_kib="$(awk '/^VmRSS:/{print $2}' "/proc/${GATEWAY_PIDS[$t]}/status")"
-  echo "{\"answered\": ${SENT[$t]}, \"rss_kib\": $rss_kib}" >"$RESULTS/$t.records.json"
+  log "$t: ${SENT[$t]} answered (+ ${CUT[$t]} cut off), $records records, $cache_entries cache entries, GET /inferences/{probe} → $probe_status"
 done
 for pid in "${SERVER_PIDS[@]}"; do stop "$pid"; done
 
@@ -251,7 +282,12 @@ json.dump({
     "loadavg_start": e["LOADAVG_START"],
     "loadavg_end": e["LOADAVG_END"],
     "quiet_waited_s": int(e["QUIET_WAITED"]),
-    "other_cpu": [float(x) for x in e["OTHER"].split()],
+    # CPU of processes other than this script's; the servers are not reaped yet when it is
+    # measured, so their CPU is taken out here
+    "other_cpu": [
+        max(0.0, float(e["OTHER"].split()[0]) - sum((end[n] - start[n]) / int(e["TCK"]) for n in names)),
+        float(e["OTHER"].split()[1]),
+    ],
     # CPU seconds of each server over the whole measured part (all runs, deferred work included)
     "section_cpu_s": {n: (end[n] - start[n]) / int(e["TCK"]) for n in names},
     "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
