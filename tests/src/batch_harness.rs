@@ -10,6 +10,7 @@ use futures::StreamExt;
 use nimbus_shared::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
 use nimbus_shared::app::{batch_service, Adapters};
 use nimbus_shared::batches::{BatchService, BatchSettings, BatchWorker, JobResult, Poller};
+use nimbus_shared::config::{Config, LoadedConfig};
 use nimbus_shared::files::{FileContent, FilesService, ListFiles, NewFile};
 use nimbus_shared::inference::InferenceService;
 use nimbus_shared::model::{ModelRequest, ModelResponse};
@@ -346,7 +347,10 @@ impl Harness {
             Arc::clone(&adapters.clock),
             Arc::clone(&adapters.ids),
         ));
-        let service = batch_service(&adapters, inference, settings.clone());
+        let loaded = Config::from_toml("")
+            .and_then(LoadedConfig::without_files)
+            .expect("an empty configuration compiles");
+        let service = batch_service(&loaded, &adapters, inference, settings.clone());
         Self {
             dir,
             clock,

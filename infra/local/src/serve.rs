@@ -95,14 +95,14 @@ pub async fn sweep_once(args: SweepArgs) -> anyhow::Result<()> {
 /// `nimbus poll`: one pass of the poller (files sweep, batch recovery), printed as JSON. Jobs it
 /// enqueues go to the running server's queue only when run inside it; here they are run at once.
 pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
-    let config = load_local_config(&args.config)
+    let loaded = load_local_config(&args.config)
         .await
-        .with_context(|| format!("loading {}", args.config.display()))?
-        .config;
+        .with_context(|| format!("loading {}", args.config.display()))?;
+    let config = &loaded.config;
     let adapters = embedded_adapters(&args.data_dir, args.as_of)?;
-    let settings = local_batch_settings(&config, false);
-    let inference = inference_service(&config, &adapters).map_err(anyhow::Error::msg)?;
-    let service = batch_service(&adapters, inference, settings);
+    let settings = local_batch_settings(config, false);
+    let inference = inference_service(config, &adapters).map_err(anyhow::Error::msg)?;
+    let service = batch_service(&loaded, &adapters, inference, settings);
     let report = Poller::new(Arc::clone(&service))
         .run_once()
         .await

@@ -94,6 +94,7 @@ async fn lambda_batch_service() -> Result<Arc<BatchService>, String> {
     let (loaded, adapters) = lambda_stack().await?;
     let inference = inference_service(&loaded.config, &adapters)?;
     Ok(batch_service(
+        &loaded,
         &adapters,
         inference,
         lambda_batch_settings(&loaded.config),

@@ -114,12 +114,16 @@ pub fn feedback_service(
     ))
 }
 
-/// The batch engine over `adapters`, calling models through `inference`.
+/// The batch engine over `adapters`, calling models through `inference` (and `/batch_inference`
+/// items through the configured functions).
 pub fn batch_service(
+    loaded: &LoadedConfig,
     adapters: &Adapters,
     inference: Arc<InferenceService>,
     settings: BatchSettings,
 ) -> Arc<BatchService> {
+    let records = adapters.inference_records();
+    let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
     Arc::new(BatchService::new(
         BatchDeps {
             state: Arc::clone(&adapters.state),
@@ -129,6 +133,8 @@ pub fn batch_service(
             ids: Arc::clone(&adapters.ids),
             files: adapters.files(),
             inference,
+            functions,
+            records,
         },
         settings,
     ))
@@ -180,7 +186,7 @@ pub fn app_state(
     let records = adapters.inference_records();
     Ok(AppState {
         functions: function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records)),
-        batches: batch_service(adapters, Arc::clone(&inference), batches),
+        batches: batch_service(loaded, adapters, Arc::clone(&inference), batches),
         inference,
         files: Arc::new(adapters.files()),
         auth: Arc::new(Authenticator::new(adapters.api_keys(), auth.mode, auth.cache_ttl)),

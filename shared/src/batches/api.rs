@@ -1,6 +1,8 @@
 //! The Batch API's calls: create, get, list, cancel.
 
-use super::records::{decode, edit, encode, Edit, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND};
+use super::records::{
+    decode, edit, encode, BatchFormat, Edit, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND,
+};
 use super::{BatchEndpoint, BatchService, BatchesError, JobMessage};
 use crate::files::{check_expires_after, ExpiryField, FilesError};
 use crate::idempotency::{fingerprint, Reservation};
@@ -207,6 +209,7 @@ impl BatchService {
             finalize_lease_until_ms: 0,
             sealed: false,
             output_expires_after,
+            format: BatchFormat::OpenAiJsonl,
         };
         // The marker first: a batch the poller cannot see could never be recovered.
         let marker = Record {
@@ -259,6 +262,10 @@ impl BatchService {
     /// The batch no longer reads its input: its hold on the bytes goes, and the bytes with it if
     /// the file was deleted meanwhile. Idempotent.
     pub(crate) async fn release_input(&self, stored: &StoredBatch) -> Result<(), BatchesError> {
+        if !matches!(stored.format, BatchFormat::OpenAiJsonl) {
+            // A `/batch_inference` input is the batch's own object, kept: polls read its ids.
+            return Ok(());
+        }
         self.files
             .release_hold(&stored.input_blob_key, &stored.batch.input_file_id, &stored.batch.id)
             .await?;
@@ -332,7 +339,7 @@ impl BatchService {
     pub async fn cancel_batch(&self, project: &str, id: &str) -> Result<BatchObject, BatchesError> {
         let now = self.now_s();
         let edited = edit(self.state.as_ref(), BATCH_KIND, id, |stored: &mut StoredBatch| {
-            if stored.project != project {
+            if stored.project != project || stored.format != BatchFormat::OpenAiJsonl {
                 return Edit::Keep(Err(batch_not_found(id)));
             }
             let status = stored.batch.status;

@@ -2,11 +2,11 @@
 //! bounded concurrency (and the models' slot limits), save progress in segments, stop starting
 //! lines on cancel, expiry or the run's deadline.
 
-use super::line_run::{model_of, run_line};
+use super::lines::LineKind;
 use super::progress::{ChunkRun, LeaseOutcome, PendingSegment};
 use super::records::{Loaded, StoredBatch, StoredChunk, BATCH_KIND};
 use super::worker::JobResult;
-use super::{BatchEndpoint, BatchService, BatchesError};
+use super::{BatchService, BatchesError};
 use crate::openai::batches::BatchStatus;
 use crate::ports::StorageError;
 use bytes::Bytes;
@@ -105,7 +105,11 @@ impl BatchService {
         let skip = usize::try_from(chunk.body.lines_done).unwrap_or(usize::MAX);
         let pending: Vec<Bytes> = lines.into_iter().skip(skip).collect();
 
-        let limits = match self.take_model_slots(&pending, &token, lease_until_ms).await {
+        let lines_of = self.line_kind(&batch);
+        let limits = match self
+            .take_model_slots(lines_of.as_ref(), &pending, &token, lease_until_ms)
+            .await
+        {
             Ok(Some(limits)) => limits,
             Ok(None) => {
                 self.release_chunk(batch_id, index, &token).await?;
@@ -120,7 +124,7 @@ impl BatchService {
         let watcher = tokio::spawn(self.clone().watch_for_stop(batch_id.to_owned(), Arc::clone(&signal)));
         let progress = Progress { chunk, total };
         let outcome = self
-            .run_lines(&run, progress, pending, &limits, &signal, deadline)
+            .run_lines(&run, lines_of.as_ref(), progress, pending, &limits, &signal, deadline)
             .await;
         watcher.abort();
         for model in limits.keys() {
@@ -162,13 +166,14 @@ impl BatchService {
     /// model had no free slot within [`SLOT_WAIT`] (what was taken is handed back).
     async fn take_model_slots(
         &self,
+        kind: &dyn LineKind,
         lines: &[Bytes],
         token: &str,
         until_ms: i64,
     ) -> Result<Option<HashMap<String, Arc<Semaphore>>>, BatchesError> {
         let models: BTreeSet<String> = lines
             .iter()
-            .filter_map(|line| model_of(line))
+            .filter_map(|line| kind.slot_of(line))
             .filter(|model| self.model_limit(model).is_some())
             .collect();
         let want = u32::try_from(self.settings.line_concurrency).unwrap_or(u32::MAX);
@@ -235,9 +240,11 @@ impl BatchService {
         batch.batch.expires_at.is_some_and(|at| self.now_s() >= at)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn run_lines(
         &self,
         run: &ChunkRun<'_>,
+        kind: &dyn LineKind,
         progress: Progress,
         pending: Vec<Bytes>,
         limits: &HashMap<String, Arc<Semaphore>>,
@@ -249,24 +256,21 @@ impl BatchService {
         let lines_done = progress.chunk.body.lines_done;
         let mut known_chunk = Some(progress.chunk);
         let stop = &signal.stop;
-        let endpoint = BatchEndpoint::parse(&run.batch.batch.endpoint).unwrap_or(BatchEndpoint::ChatCompletions);
         let last_start = until(deadline, START_GRACE);
         let hard_stop = until(deadline, FINISH_GRACE);
-        let inference = self.inference.as_ref();
-        let ids = self.ids.as_ref();
         let mut results = futures::stream::iter(pending)
             .map(|line| async move {
                 if stop.load(Ordering::SeqCst) || Instant::now() >= last_start {
                     return None;
                 }
-                let permit = match model_of(&line).and_then(|model| limits.get(&model)) {
+                let permit = match kind.slot_of(&line).and_then(|model| limits.get(&model)) {
                     Some(semaphore) => Some(semaphore.acquire().await.ok()?),
                     None => None,
                 };
                 if stop.load(Ordering::SeqCst) {
                     return None;
                 }
-                let result = run_line(inference, ids, endpoint, &line).await;
+                let result = kind.run(&line).await;
                 drop(permit);
                 Some(result)
             })
@@ -280,7 +284,9 @@ impl BatchService {
         let mut interrupted = false;
         loop {
             match tokio::time::timeout_at(hard_stop, results.next()).await {
-                Ok(Some(Some(result))) => segment.push(result),
+                Ok(Some(Some(Ok(result)))) => segment.push(result),
+                // The line's result could not be kept: stop; what is unsaved runs again.
+                Ok(Some(Some(Err(err)))) => return Err(err),
                 Ok(None) => break,
                 Ok(Some(None)) | Err(_) => {
                     interrupted = true;

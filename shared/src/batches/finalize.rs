@@ -5,10 +5,10 @@
 //! that runs again writes the same files. Safe to run twice at once.
 
 use super::chunk_run::request_lines;
-use super::line_run::{custom_id_of, not_run_line};
+use super::lines::LineKind;
 use super::missing_input::missing_input_lines;
 use super::records::{
-    decode, edit, list_all, Edit, Loaded, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND, CHUNK_KIND,
+    decode, edit, list_all, BatchFormat, Edit, Loaded, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND, CHUNK_KIND,
 };
 use super::worker::JobResult;
 use super::{BatchService, BatchesError};
@@ -192,25 +192,44 @@ impl BatchService {
             .flat_map(|c| c.segments.iter().filter_map(|s| s.error_key.clone()))
             .collect();
 
-        let output_file_id = match (&stored.reserved_output_file_id, completed > 0) {
-            (Some(id), true) => {
-                let body = concat_blobs(Arc::clone(&self.blobs), output_keys);
-                Some(self.write_result_file(stored, id, "output", body).await?)
-            }
-            _ => None,
+        let (code, message) = if target == BatchStatus::Expired {
+            ("batch_expired", EXPIRED_MESSAGE)
+        } else {
+            ("batch_cancelled", CANCELLED_MESSAGE)
         };
-        let error_file_id = match (&stored.reserved_error_file_id, failed + unrun > 0) {
-            (Some(id), true) => {
-                let (code, message) = if target == BatchStatus::Expired {
-                    ("batch_expired", EXPIRED_MESSAGE)
-                } else {
-                    ("batch_cancelled", CANCELLED_MESSAGE)
+        let kind = self.line_kind(stored);
+        let mut failures_key = None;
+        let (output_file_id, error_file_id) = match &stored.format {
+            BatchFormat::OpenAiJsonl => {
+                let output_file_id = match (&stored.reserved_output_file_id, completed > 0) {
+                    (Some(id), true) => {
+                        let body = concat_blobs(Arc::clone(&self.blobs), output_keys);
+                        Some(self.write_result_file(stored, id, "output", body).await?)
+                    }
+                    _ => None,
                 };
-                let not_run = self.not_run_lines(stored, chunks.clone(), code, message);
-                let body = concat_blobs(Arc::clone(&self.blobs), error_keys).chain(not_run).boxed();
-                Some(self.write_result_file(stored, id, "error", body).await?)
+                let error_file_id = match (&stored.reserved_error_file_id, failed + unrun > 0) {
+                    (Some(id), true) => {
+                        let not_run = self.not_run_lines(stored, kind, chunks.clone(), code, message);
+                        let body = concat_blobs(Arc::clone(&self.blobs), error_keys).chain(not_run).boxed();
+                        Some(self.write_result_file(stored, id, "error", body).await?)
+                    }
+                    _ => None,
+                };
+                (output_file_id, error_file_id)
             }
-            _ => None,
+            // The results are the inference records; what failed or never ran is kept beside
+            // the batch for polling.
+            BatchFormat::TensorZero(_) => {
+                if failed + unrun > 0 {
+                    let key = format!("batch_inference/{}/{}/failures.jsonl", stored.project, batch_id);
+                    let not_run = self.not_run_lines(stored, kind, chunks.clone(), code, message);
+                    let body = concat_blobs(Arc::clone(&self.blobs), error_keys).chain(not_run).boxed();
+                    self.blobs.put_stream(&key, body).await?;
+                    failures_key = Some(key);
+                }
+                (None, None)
+            }
         };
 
         let now = self.now_s();
@@ -238,6 +257,11 @@ impl BatchService {
             object.error_file_id = error_file_id.clone();
             object.request_counts.failed += unrun;
             batch.finalize_lease_until_ms = 0;
+            if let BatchFormat::TensorZero(plan) = &mut batch.format {
+                plan.failures_key = failures_key.clone();
+                // Nothing runs any more: the credentials go.
+                plan.credentials.clear();
+            }
             Edit::Save(())
         })
         .await?;
@@ -271,6 +295,7 @@ impl BatchService {
     fn not_run_lines(
         &self,
         stored: &StoredBatch,
+        kind: Arc<dyn LineKind>,
         chunks: Vec<StoredChunk>,
         code: &'static str,
         message: &'static str,
@@ -283,6 +308,7 @@ impl BatchService {
             .then(move |chunk| {
                 let blobs = Arc::clone(&blobs);
                 let ids = Arc::clone(&ids);
+                let kind = Arc::clone(&kind);
                 let input = input.clone();
                 let input_file_id = input_file_id.clone();
                 async move {
@@ -299,8 +325,7 @@ impl BatchService {
                     let skip = usize::try_from(chunk.lines_done).unwrap_or(usize::MAX);
                     let mut out = Vec::new();
                     for line in request_lines(&bytes).iter().skip(skip) {
-                        let custom_id = custom_id_of(line).unwrap_or_default();
-                        out.extend_from_slice(not_run_line(ids.as_ref(), &custom_id, code, message).as_bytes());
+                        out.extend_from_slice(kind.not_run(ids.as_ref(), line, code, message).as_bytes());
                         out.push(b'\n');
                     }
                     Ok::<Bytes, StorageError>(Bytes::from(out))

@@ -261,6 +261,31 @@ pub struct ChunkLimits {
     pub bytes: u64,
 }
 
+/// Plan the chunks of lines checked already (a `/batch_inference` batch's items, checked when it
+/// was submitted): every non-blank line is a request.
+pub fn plan_checked_lines(bytes: &[u8], limits: ChunkLimits) -> ValidationReport {
+    let mut validator = Validator {
+        endpoint: BatchEndpoint::ChatCompletions,
+        model_exists: &|_| true,
+        lines_per_chunk: limits.lines.max(1),
+        max_chunk_bytes: limits.bytes.max(1),
+        seen_ids: HashSet::new(),
+        report: ValidationReport::default(),
+        line_number: 0,
+    };
+    let mut start = 0;
+    for line in bytes.split_inclusive(|b| *b == b'\n') {
+        let end = start + line.len() as u64;
+        validator.line_number += 1;
+        if !line.trim_ascii().is_empty() {
+            validator.report.total_requests += 1;
+            validator.add_to_chunks(start, end);
+        }
+        start = end;
+    }
+    validator.report
+}
+
 /// Validate the stream of an input file and plan its chunks within `limits`.
 /// Memory holds one partial line and the set of custom ids, whatever the file's size.
 pub async fn validate_input(

@@ -16,7 +16,7 @@ mod api;
 mod chunk_run;
 mod finalize;
 pub mod input_validation;
-mod line_run;
+mod lines;
 mod missing_input;
 mod poller;
 mod progress;
@@ -24,21 +24,25 @@ mod records;
 mod slots;
 #[cfg(feature = "embedded")]
 mod takeover;
+mod tensorzero_api;
 mod validate_job;
 mod worker;
 
 pub use api::ListBatches;
 pub use input_validation::{BatchEndpoint, ChunkRange, MAX_REQUESTS};
+pub use lines::tensorzero::ItemResult;
 pub use poller::{PollReport, Poller};
 pub use records::JobMessage;
 #[cfg(feature = "embedded")]
 pub use takeover::TakeoverReport;
+pub use tensorzero_api::{BatchInferenceCreated, BatchInferenceError, BatchInferencePoll, PollQuery, PollStatus};
 pub use worker::{BatchWorker, JobResult};
 
 use crate::files::{FilesError, FilesService};
+use crate::functions::inference::FunctionService;
 use crate::idempotency::IdempotencyKeys;
 use crate::inference::InferenceService;
-use crate::ports::{BlobStore, Clock, IdSource, JobQueue, StateStore, StorageError};
+use crate::ports::{BlobStore, Clock, IdSource, InferenceStore, JobQueue, StateStore, StorageError};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -127,6 +131,10 @@ pub struct BatchService {
     pub(crate) ids: Arc<dyn IdSource>,
     pub(crate) files: FilesService,
     pub(crate) inference: Arc<InferenceService>,
+    /// Runs `/batch_inference` items.
+    pub(crate) functions: Arc<FunctionService>,
+    /// Where `/batch_inference` items' inference records go.
+    pub(crate) records: Arc<dyn InferenceStore>,
     pub(crate) idempotency: IdempotencyKeys,
     pub(crate) settings: Arc<BatchSettings>,
 }
@@ -140,6 +148,8 @@ pub struct BatchDeps {
     pub ids: Arc<dyn IdSource>,
     pub files: FilesService,
     pub inference: Arc<InferenceService>,
+    pub functions: Arc<FunctionService>,
+    pub records: Arc<dyn InferenceStore>,
 }
 
 impl BatchService {
@@ -153,6 +163,8 @@ impl BatchService {
             ids: deps.ids,
             files: deps.files,
             inference: deps.inference,
+            functions: deps.functions,
+            records: deps.records,
             settings: Arc::new(settings),
         }
     }

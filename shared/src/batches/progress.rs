@@ -21,7 +21,7 @@ pub(crate) struct PendingSegment {
 }
 
 impl PendingSegment {
-    pub fn push(&mut self, result: super::line_run::LineResult) {
+    pub fn push(&mut self, result: super::lines::LineResult) {
         self.lines += 1;
         let target = if result.ok {
             self.completed += 1;

@@ -54,6 +54,35 @@ pub(crate) struct StoredBatch {
     /// The create request's `output_expires_after`, applied to the output and error files.
     #[serde(default)]
     pub output_expires_after: Option<ExpiresAfter>,
+    /// What its lines are (records written before formats existed are OpenAI batches).
+    #[serde(default)]
+    pub format: BatchFormat,
+}
+
+/// What a batch's lines are, and where their results go.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(crate) enum BatchFormat {
+    /// `/v1/batches`: OpenAI request lines in, output and error files out.
+    #[default]
+    OpenAiJsonl,
+    /// `/batch_inference`: one `/inference` item per line, inference records out.
+    TensorZero(TensorZeroPlan),
+}
+
+/// A `/batch_inference` batch's own facts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct TensorZeroPlan {
+    pub function_name: String,
+    pub variant_name: String,
+    /// The model the variant calls.
+    pub model: String,
+    /// The dynamic credentials it was submitted with; dropped when the batch ends.
+    #[serde(default)]
+    pub credentials: std::collections::HashMap<String, String>,
+    /// Where the results of failed and never-run items are kept once it has ended.
+    #[serde(default)]
+    pub failures_key: Option<String>,
 }
 
 impl StoredBatch {

@@ -2,6 +2,7 @@
 //! and variants, tools, templates, and the variant sampler. Built once at start-up by
 //! [`crate::config::load_config`]; the `/inference` endpoint reads it.
 
+pub mod batch_request;
 pub mod feedback;
 pub mod inference;
 pub mod openai_compat;

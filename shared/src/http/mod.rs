@@ -13,6 +13,7 @@ mod middleware;
 mod multipart_stream;
 pub mod public_url;
 pub mod sse;
+mod tensorzero_batch_routes;
 pub mod tensorzero_error;
 mod tensorzero_openai_routes;
 mod tensorzero_records_routes;
@@ -85,12 +86,15 @@ pub fn files_router(state: AppState) -> Router {
     host_router(state, file_api_routes())
 }
 
-/// The batches function's routes: `/v1/batches`, health.
+/// The batches function's routes: `/v1/batches`, `/batch_inference`, health.
 pub fn batches_router(state: AppState) -> Router {
-    host_router(
-        state,
-        batch_routes::routes().layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES)),
-    )
+    host_router(state, batches_function_routes())
+}
+
+fn batches_function_routes() -> Router<AppState> {
+    batch_routes::routes()
+        .merge(tensorzero_batch_routes::routes())
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
 }
 
 /// Every function's routes on one router: what the local server serves. Its clients keep
@@ -98,7 +102,7 @@ pub fn batches_router(state: AppState) -> Router {
 /// (in Lambda, API Gateway owns the connection and the body is already read).
 pub fn local_router(state: AppState) -> Router {
     let routes = inference_function_routes()
-        .merge(batch_routes::routes().layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES)))
+        .merge(batches_function_routes())
         .merge(file_api_routes());
     host_router(state, routes).layer(axum::middleware::from_fn(body_drain::drain_unread_body))
 }

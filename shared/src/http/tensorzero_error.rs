@@ -4,6 +4,7 @@
 
 use super::error::ApiError;
 use super::json_body::JsonBody;
+use crate::batches::BatchInferenceError;
 use crate::functions::feedback::FeedbackError;
 use crate::functions::inference::{FailureKind, FunctionError};
 use crate::ports::StorageError;
@@ -75,6 +76,18 @@ impl From<StorageError> for TensorZeroError {
     fn from(err: StorageError) -> Self {
         tracing::error!(error = %err, "storage failed");
         Self::internal("The request could not be completed because storage failed; try again.")
+    }
+}
+
+impl From<BatchInferenceError> for TensorZeroError {
+    fn from(err: BatchInferenceError) -> Self {
+        match err {
+            BatchInferenceError::Function(function) => function.into(),
+            BatchInferenceError::BatchNotFound(_) | BatchInferenceError::InferenceNotFound { .. } => {
+                Self::not_found(err.to_string())
+            }
+            BatchInferenceError::Storage(storage) => storage.into(),
+        }
     }
 }
 

@@ -280,9 +280,7 @@ impl StateStore for SqliteStateStore {
     async fn get(&self, kind: &str, id: &str) -> Result<Option<Record>, StorageError> {
         let (kind, id) = (kind.to_owned(), id.to_owned());
         self.with_conn(move |conn| {
-            let mut statement = conn
-                .prepare_cached(SELECT_ONE)
-                .map_err(db_error)?;
+            let mut statement = conn.prepare_cached(SELECT_ONE).map_err(db_error)?;
             let row = statement
                 .query_row(params![kind, id], row_to_record)
                 .optional()
@@ -426,7 +424,8 @@ mod tests {
     async fn while_busy<T>(store: &SqliteStateStore, queued: Vec<futures::future::BoxFuture<'_, T>>) -> Vec<T> {
         let (release, held) = mpsc::channel::<()>();
         let busy = store.with_conn(move |_| {
-            held.recv().map_err(|_| StorageError::Backend("never released".into()))?;
+            held.recv()
+                .map_err(|_| StorageError::Backend("never released".into()))?;
             Ok(())
         });
         // join3 polls in order: the busy operation is sent first, then everything queued, and

@@ -1,6 +1,7 @@
 //! TensorZero-style `/inference`: the request, its checks, variant choice with fallback,
 //! templates, tools, json mode, and the function's output (whole or streamed).
 
+mod batch_item;
 mod episode;
 mod error;
 pub mod input;
@@ -14,6 +15,7 @@ mod stream;
 mod streaming;
 mod validate;
 
+pub use batch_item::BatchVariant;
 pub use episode::{parse_episode_id, EpisodeIdError};
 pub use error::{FailureKind, FunctionError, VariantFailure};
 pub use input::FunctionInput;

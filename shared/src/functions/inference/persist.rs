@@ -94,7 +94,7 @@ impl InferencePersistence {
         }));
     }
 
-    fn build_record(&self, f: Finished<'_>) -> InferenceRecord {
+    pub(super) fn build_record(&self, f: Finished<'_>) -> InferenceRecord {
         let now = self.clock.now_unix_ms();
         let request = &f.prepared.request;
         let tool_params = (!request.tools.is_empty()).then(|| {

@@ -5,6 +5,7 @@ use super::output::{FunctionOutput, JsonOutput, OutputBlock};
 use super::service::InferenceResult;
 use super::stream::UsageReport;
 use super::validate::Includes;
+use crate::functions::records::{FunctionType, InferenceRecord};
 use crate::model::FinishReason;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -68,6 +69,36 @@ impl InferenceReply {
             raw_response,
             raw_usage,
         }
+    }
+}
+
+impl InferenceReply {
+    /// The reply rebuilt from a stored record (what `/batch_inference` answers once its items
+    /// have run): content or output, usage, finish reason and ids; no raw provider data.
+    pub fn from_record(record: &InferenceRecord) -> Result<Self, serde_json::Error> {
+        let (content, output) = match record.function_type {
+            FunctionType::Chat => (Some(serde_json::from_value(record.output.clone())?), None),
+            FunctionType::Json => (None, Some(serde_json::from_value(record.output.clone())?)),
+        };
+        let finish_reason = match &record.finish_reason {
+            Some(name) => Some(serde_json::from_value(Value::String(name.clone()))?),
+            None => None,
+        };
+        Ok(Self {
+            inference_id: record.inference_id,
+            episode_id: record.episode_id,
+            variant_name: record.variant_name.clone(),
+            content,
+            output,
+            usage: UsageReport {
+                input_tokens: record.usage.input_tokens,
+                output_tokens: record.usage.output_tokens,
+            },
+            finish_reason,
+            original_response: None,
+            raw_response: None,
+            raw_usage: None,
+        })
     }
 }
 

@@ -115,6 +115,10 @@ impl FunctionService {
         self.ids.new_uuid()
     }
 
+    pub(super) fn persistence(&self) -> &InferencePersistence {
+        &self.persistence
+    }
+
     fn resolve<'a>(&'a self, call: &'a InferenceCall) -> Result<Resolved<'a>, FunctionError> {
         match &call.target {
             InferenceTarget::Function(name) => {
@@ -244,7 +248,7 @@ impl FunctionService {
     }
 
     /// Call one variant's model, retrying as the variant says, within its timeout.
-    async fn call_with_retries(
+    pub(super) async fn call_with_retries(
         &self,
         project: &str,
         config: Option<&ChatCompletionConfig>,

@@ -1,7 +1,8 @@
-//! One request line of a batch through the same inference layer as the synchronous API, and the
-//! output or error line it becomes.
+//! `/v1/batches` lines: one OpenAI request line through the same inference layer as the
+//! synchronous API, and the output or error file line it becomes.
 
-use super::BatchEndpoint;
+use super::{LineKind, LineResult};
+use crate::batches::{BatchEndpoint, BatchesError};
 use crate::http::inference_routes::take_credentials;
 use crate::http::json_body::parse_json_object;
 use crate::http::ApiError;
@@ -13,15 +14,30 @@ use crate::openai::to_model::OpenAiChatRequest;
 use crate::ports::IdSource;
 use crate::providers::router::RoutingError;
 use crate::providers::ProviderError;
+use async_trait::async_trait;
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 
-/// What became of one line.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct LineResult {
-    /// The JSONL line (without newline) for the output file (`ok`) or the error file.
-    pub line: String,
-    pub ok: bool,
-    pub usage: BatchUsage,
+/// The lines of an OpenAI batch input file, for one endpoint.
+pub(crate) struct OpenAiLines {
+    pub inference: Arc<InferenceService>,
+    pub ids: Arc<dyn IdSource>,
+    pub endpoint: BatchEndpoint,
+}
+
+#[async_trait]
+impl LineKind for OpenAiLines {
+    fn slot_of(&self, line: &[u8]) -> Option<String> {
+        model_of(line)
+    }
+
+    async fn run(&self, line: &[u8]) -> Result<LineResult, BatchesError> {
+        Ok(run_line(&self.inference, self.ids.as_ref(), self.endpoint, line).await)
+    }
+
+    fn not_run(&self, ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String {
+        not_run_line(ids, &custom_id_of(line).unwrap_or_default(), code, message)
+    }
 }
 
 /// `custom_id` and `body` of a request line (validated when the batch was created).

@@ -1,0 +1,60 @@
+//! What a line of a batch is: the one seam between the engine and a batch format. The engine
+//! (chunks, leases, segments, finalize, cancel and expiry, the poller) moves lines it does not
+//! read; a [`LineKind`] says which model's slots a line takes, runs it, and writes what it became.
+//!
+//! - `openai.rs`: `/v1/batches` — a JSONL request line in, an output or error file line out.
+//! - `tensorzero.rs`: `/batch_inference` — one `/inference` item in; its inference record stored,
+//!   and a short result line (its ids, or why it failed) kept for polling.
+
+pub(crate) mod openai;
+pub(crate) mod tensorzero;
+
+use super::records::{BatchFormat, StoredBatch};
+use super::{BatchEndpoint, BatchService, BatchesError};
+use crate::openai::batches::BatchUsage;
+use crate::ports::IdSource;
+use async_trait::async_trait;
+use std::sync::Arc;
+
+/// What became of one line.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LineResult {
+    /// The line (without newline) kept with the results (`ok`) or with the errors.
+    pub line: String,
+    pub ok: bool,
+    pub usage: BatchUsage,
+}
+
+/// One batch format's lines.
+#[async_trait]
+pub(crate) trait LineKind: Send + Sync {
+    /// The model whose concurrency slots (`[models.M] max_concurrency`) the line takes.
+    fn slot_of(&self, line: &[u8]) -> Option<String>;
+
+    /// Run the line. An `Err` is a failure to keep its result (storage): the run stops and the
+    /// line runs again later; anything else the line became is in the [`LineResult`].
+    async fn run(&self, line: &[u8]) -> Result<LineResult, BatchesError>;
+
+    /// The error line of a line that never ran (the batch was cancelled or expired).
+    fn not_run(&self, ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String;
+}
+
+impl BatchService {
+    /// The lines of `batch`'s format.
+    pub(crate) fn line_kind(&self, batch: &StoredBatch) -> Arc<dyn LineKind> {
+        match &batch.format {
+            BatchFormat::OpenAiJsonl => Arc::new(openai::OpenAiLines {
+                inference: Arc::clone(&self.inference),
+                ids: Arc::clone(&self.ids),
+                endpoint: BatchEndpoint::parse(&batch.batch.endpoint).unwrap_or(BatchEndpoint::ChatCompletions),
+            }),
+            BatchFormat::TensorZero(plan) => Arc::new(tensorzero::TensorZeroLines {
+                functions: Arc::clone(&self.functions),
+                records: Arc::clone(&self.records),
+                project: batch.project.clone(),
+                model: plan.model.clone(),
+                credentials: plan.credentials.clone(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! `/batch_inference` lines: one `/inference` item each (`functions::batch_request`). Running one
+//! stores its inference record, under the id minted at submission, before the line counts: a
+//! line run again after a crash finds its record there and the first one stays (every inference
+//! exactly once). The result line is short: the item's ids, or why it produced no inference.
+
+use super::{LineKind, LineResult};
+use crate::batches::BatchesError;
+use crate::functions::batch_request::item_ids;
+use crate::functions::inference::FunctionService;
+use crate::openai::batches::BatchUsage;
+use crate::ports::{IdSource, InferenceStore, StorageError};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// The lines of a `/batch_inference` batch: its project, the model its variant calls, and the
+/// dynamic credentials it was submitted with.
+pub(crate) struct TensorZeroLines {
+    pub functions: Arc<FunctionService>,
+    pub records: Arc<dyn InferenceStore>,
+    pub project: String,
+    pub model: String,
+    pub credentials: HashMap<String, String>,
+}
+
+/// What an item became: its ids, and for a failure why (`code` for items that never ran).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemResult {
+    pub inference_id: Option<Uuid>,
+    pub episode_id: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+impl ItemResult {
+    fn line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl LineKind for TensorZeroLines {
+    fn slot_of(&self, _line: &[u8]) -> Option<String> {
+        Some(self.model.clone())
+    }
+
+    async fn run(&self, line: &[u8]) -> Result<LineResult, BatchesError> {
+        let (ids, outcome) = self
+            .functions
+            .run_batch_line(&self.project, line, &self.credentials)
+            .await;
+        let mut result = ItemResult {
+            inference_id: ids.map(|i| i.inference_id),
+            episode_id: ids.map(|i| i.episode_id),
+            error: None,
+            code: None,
+        };
+        let mut usage = BatchUsage::default();
+        match outcome {
+            Ok(record) => {
+                match self.records.put(&record).await {
+                    // Stored by an earlier run of this line: that one stays.
+                    Ok(()) | Err(StorageError::Conflict) => {}
+                    Err(err) => return Err(err.into()),
+                }
+                usage.add(record.usage.input_tokens, record.usage.output_tokens);
+                Ok(LineResult {
+                    line: result.line(),
+                    ok: true,
+                    usage,
+                })
+            }
+            Err(error) => {
+                result.error = Some(error.to_string());
+                Ok(LineResult {
+                    line: result.line(),
+                    ok: false,
+                    usage,
+                })
+            }
+        }
+    }
+
+    fn not_run(&self, _ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String {
+        let ids = item_ids(line);
+        ItemResult {
+            inference_id: ids.map(|i| i.inference_id),
+            episode_id: ids.map(|i| i.episode_id),
+            error: Some(message.to_owned()),
+            code: Some(code.to_owned()),
+        }
+        .line()
+    }
+}

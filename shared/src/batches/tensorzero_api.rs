@@ -1,0 +1,369 @@
+//! `/batch_inference` (TensorZero's batch API) on the engine: submit checks every item and
+//! queues the batch like any other; polls answer `pending`, `failed` or `completed` with each
+//! inference rebuilt from its stored record, in input order.
+//!
+//! Paging (a Nimbus extension): `limit` items from after the item `after`; the reply then says
+//! `has_more` and, when there is more, `next_after`. Failed items are left out of `inferences`, as
+//! TensorZero leaves them out; `include_failures` lists them in `failed_inferences`.
+
+use super::lines::tensorzero::ItemResult;
+use super::records::{encode, BatchFormat, Loaded, StoredBatch, TensorZeroPlan, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND};
+use super::{BatchService, BatchesError, JobMessage};
+use crate::functions::batch_request::{item_ids, BatchInferenceRequest, ItemIds};
+use crate::functions::inference::{FunctionError, InferenceReply};
+use crate::openai::batches::{BatchObject, BatchStatus, BatchUsage, RequestCounts};
+use crate::ports::{Record, StorageError};
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use serde::Serialize;
+use serde_json::json;
+use std::collections::HashMap;
+use uuid::Uuid;
+
+/// How long a `/batch_inference` batch may run before what is left expires.
+const WINDOW_S: i64 = 24 * 3600;
+/// Records read at once when a poll rebuilds inferences.
+const READ_CONCURRENCY: usize = 32;
+
+/// Why a `/batch_inference` call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchInferenceError {
+    /// The request, as the function layer judged it (bad input, unknown function or variant).
+    #[error(transparent)]
+    Function(#[from] FunctionError),
+    #[error("Batch not found: {0}")]
+    BatchNotFound(Uuid),
+    #[error("Inference {inference_id} is not part of batch {batch_id}")]
+    InferenceNotFound { batch_id: Uuid, inference_id: Uuid },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl From<BatchesError> for BatchInferenceError {
+    fn from(err: BatchesError) -> Self {
+        match err {
+            BatchesError::Storage(storage) => Self::Storage(storage),
+            other => Self::Storage(StorageError::Backend(other.to_string())),
+        }
+    }
+}
+
+/// `POST /batch_inference`'s reply.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BatchInferenceCreated {
+    pub batch_id: Uuid,
+    pub inference_ids: Vec<Uuid>,
+    pub episode_ids: Vec<Uuid>,
+}
+
+/// Which results a poll returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PollQuery {
+    /// Only this item.
+    pub inference_id: Option<Uuid>,
+    /// Items after this one (in input order).
+    pub after: Option<Uuid>,
+    /// At most this many items; all when `None`.
+    pub limit: Option<usize>,
+    /// List failed items in `failed_inferences`.
+    pub include_failures: bool,
+}
+
+/// A poll's status, as TensorZero names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PollStatus {
+    Pending,
+    Failed,
+    Completed,
+}
+
+/// A poll's reply: `{"status": "pending"}`, `{"status": "failed"}`, or `completed` with
+/// `batch_id` and `inferences`; the extensions appear only when asked for.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BatchInferencePoll {
+    pub status: PollStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<Uuid>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inferences: Option<Vec<InferenceReply>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_inferences: Option<Vec<ItemResult>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub has_more: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<Uuid>,
+}
+
+impl BatchInferencePoll {
+    fn bare(status: PollStatus) -> Self {
+        Self {
+            status,
+            batch_id: None,
+            inferences: None,
+            failed_inferences: None,
+            has_more: None,
+            next_after: None,
+        }
+    }
+}
+
+/// Where a project's `/batch_inference` batches are listed (apart from its `/v1/batches`).
+fn owner_of(project: &str) -> String {
+    format!("{project}/batch_inference")
+}
+
+impl BatchService {
+    /// Check every item, store them as the batch's input, and queue the batch.
+    pub async fn submit_batch_inference(
+        &self,
+        project: &str,
+        request: BatchInferenceRequest,
+    ) -> Result<BatchInferenceCreated, BatchInferenceError> {
+        let planned = self.functions.plan_batch(request)?;
+        let batch_uuid = self.ids.new_uuid();
+        let batch_id = batch_uuid.to_string();
+        let mut input = Vec::new();
+        for item in &planned.items {
+            input.extend_from_slice(item.line.as_bytes());
+            input.push(b'\n');
+        }
+        let input_blob_key = format!("batch_inference/{project}/{batch_id}/items.jsonl");
+        self.blobs.put(&input_blob_key, Bytes::from(input)).await?;
+        let created_ms = self.now_ms();
+        let created_at = created_ms.div_euclid(1000);
+        let total = planned.items.len() as u64;
+        let stored = StoredBatch {
+            batch: BatchObject {
+                id: batch_id.clone(),
+                object: "batch".to_owned(),
+                endpoint: "/batch_inference".to_owned(),
+                errors: None,
+                input_file_id: String::new(),
+                completion_window: "24h".to_owned(),
+                status: BatchStatus::Validating,
+                output_file_id: None,
+                error_file_id: None,
+                created_at,
+                in_progress_at: None,
+                expires_at: Some(created_at + WINDOW_S),
+                finalizing_at: None,
+                completed_at: None,
+                failed_at: None,
+                expired_at: None,
+                cancelling_at: None,
+                cancelled_at: None,
+                request_counts: RequestCounts {
+                    total,
+                    completed: 0,
+                    failed: 0,
+                },
+                metadata: None,
+                usage: BatchUsage::default(),
+            },
+            project: project.to_owned(),
+            input_blob_key,
+            chunks: 0,
+            chunks_done: 0,
+            enqueued_at_ms: created_ms,
+            reserved_output_file_id: None,
+            reserved_error_file_id: None,
+            finalize_lease_until_ms: 0,
+            sealed: false,
+            output_expires_after: None,
+            format: BatchFormat::TensorZero(TensorZeroPlan {
+                function_name: planned.function_name.clone(),
+                variant_name: planned.variant.name.clone(),
+                model: planned.variant.model.clone(),
+                credentials: planned.credentials.clone(),
+                failures_key: None,
+            }),
+        };
+        // The marker first: a batch the poller cannot see could never be recovered.
+        let marker = Record {
+            kind: ACTIVE_KIND.to_owned(),
+            id: batch_id.clone(),
+            owner: ACTIVE_OWNER.to_owned(),
+            created_at_ms: created_ms,
+            version: 1,
+            expires_at: None,
+            body: json!({"project": project}),
+        };
+        self.state.create(&marker).await?;
+        let record = Record {
+            kind: BATCH_KIND.to_owned(),
+            id: batch_id.clone(),
+            owner: owner_of(project),
+            created_at_ms: created_ms,
+            version: 1,
+            expires_at: None,
+            body: encode(&stored)?,
+        };
+        self.state.create(&record).await?;
+        // If this send is lost, the poller enqueues the validation again.
+        if let Err(err) = self
+            .enqueue(&JobMessage::Validate {
+                batch_id: batch_id.clone(),
+            })
+            .await
+        {
+            tracing::warn!(batch = %batch_id, error = %err, "could not enqueue the batch; the poller will");
+        }
+        Ok(BatchInferenceCreated {
+            batch_id: batch_uuid,
+            inference_ids: planned.items.iter().map(|i| i.inference_id).collect(),
+            episode_ids: planned.items.iter().map(|i| i.episode_id).collect(),
+        })
+    }
+
+    /// Poll a batch (or one of its items).
+    pub async fn poll_batch_inference(
+        &self,
+        project: &str,
+        batch_id: Uuid,
+        query: PollQuery,
+    ) -> Result<BatchInferencePoll, BatchInferenceError> {
+        let not_found = || BatchInferenceError::BatchNotFound(batch_id);
+        let Some(loaded) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, &batch_id.to_string()).await?
+        else {
+            return Err(not_found());
+        };
+        let stored = loaded.body;
+        let BatchFormat::TensorZero(plan) = &stored.format else {
+            return Err(not_found());
+        };
+        if stored.project != project || loaded.record.owner != owner_of(project) {
+            return Err(not_found());
+        }
+        let status = stored.batch.status;
+        let ended = matches!(
+            status,
+            BatchStatus::Completed | BatchStatus::Failed | BatchStatus::Expired | BatchStatus::Cancelled
+        );
+        if !ended && query.inference_id.is_none() {
+            return Ok(BatchInferencePoll::bare(PollStatus::Pending));
+        }
+        // The item list: every id, in input order.
+        let items = self.batch_items(&stored).await?;
+        if let Some(inference_id) = query.inference_id {
+            if !items.iter().any(|item| item.inference_id == inference_id) {
+                return Err(BatchInferenceError::InferenceNotFound { batch_id, inference_id });
+            }
+        }
+        if !ended {
+            return Ok(BatchInferencePoll::bare(PollStatus::Pending));
+        }
+        let failures = self.failures(plan).await?;
+        let window = page(&items, query)?;
+        let has_more = window.end < items.len();
+        let chosen = &items[window.clone()];
+        let ok_ids: Vec<Uuid> = chosen
+            .iter()
+            .filter(|item| !failures.contains_key(&item.inference_id))
+            .map(|item| item.inference_id)
+            .collect();
+        let inferences = self.replies(project, &ok_ids).await?;
+        let failed: Vec<ItemResult> = chosen
+            .iter()
+            .filter_map(|item| failures.get(&item.inference_id).cloned())
+            .collect();
+        // As TensorZero: a batch with no inference (all failed, cancelled, expired) has failed;
+        // one item asked for on its own has failed when it did.
+        let succeeded = status == BatchStatus::Completed && stored.batch.request_counts.completed > 0;
+        let item_failed = query.inference_id.is_some() && inferences.is_empty();
+        let paged = query.limit.is_some() || query.after.is_some();
+        let mut poll = BatchInferencePoll::bare(if succeeded && !item_failed {
+            PollStatus::Completed
+        } else {
+            PollStatus::Failed
+        });
+        // A failed batch's reply is bare, as TensorZero's, unless the caller asked for more.
+        if poll.status == PollStatus::Completed || query.include_failures || paged {
+            poll.batch_id = Some(batch_id);
+            poll.inferences = Some(inferences);
+        }
+        if query.include_failures {
+            poll.batch_id = Some(batch_id);
+            poll.failed_inferences = Some(failed);
+        }
+        if paged {
+            poll.has_more = Some(has_more);
+            poll.next_after = has_more.then(|| chosen.last().map(|item| item.inference_id)).flatten();
+        }
+        Ok(poll)
+    }
+
+    /// The batch's items, in input order, from its stored input.
+    async fn batch_items(&self, stored: &StoredBatch) -> Result<Vec<ItemIds>, BatchInferenceError> {
+        let bytes = self.blobs.get(&stored.input_blob_key).await?;
+        Ok(bytes
+            .split(|b| *b == b'\n')
+            .filter(|line| !line.trim_ascii().is_empty())
+            .filter_map(item_ids)
+            .collect())
+    }
+
+    /// What failed or never ran, by inference id (empty when nothing did).
+    async fn failures(&self, plan: &TensorZeroPlan) -> Result<HashMap<Uuid, ItemResult>, BatchInferenceError> {
+        let Some(key) = &plan.failures_key else {
+            return Ok(HashMap::new());
+        };
+        let bytes = match self.blobs.get(key).await {
+            Ok(bytes) => bytes,
+            Err(StorageError::NotFound) => return Ok(HashMap::new()),
+            Err(err) => return Err(err.into()),
+        };
+        Ok(bytes
+            .split(|b| *b == b'\n')
+            .filter_map(|line| serde_json::from_slice::<ItemResult>(line).ok())
+            .filter_map(|result| result.inference_id.map(|id| (id, result)))
+            .collect())
+    }
+
+    /// The replies of these inferences, rebuilt from their records, in this order.
+    async fn replies(&self, project: &str, ids: &[Uuid]) -> Result<Vec<InferenceReply>, BatchInferenceError> {
+        let records = futures::stream::iter(ids.iter().copied())
+            .map(|id| async move { self.records.get(project, id).await.map(|record| (id, record)) })
+            .buffered(READ_CONCURRENCY)
+            .try_collect::<Vec<_>>()
+            .await?;
+        let mut replies = Vec::with_capacity(records.len());
+        for (id, record) in records {
+            let Some(record) = record else {
+                tracing::error!(inference_id = %id, "a batch inference counted as done has no record; left out");
+                continue;
+            };
+            match InferenceReply::from_record(&record) {
+                Ok(reply) => replies.push(reply),
+                Err(error) => {
+                    tracing::error!(inference_id = %id, %error, "a stored batch inference cannot be read; left out")
+                }
+            }
+        }
+        Ok(replies)
+    }
+}
+
+/// The items a poll covers: one, or a page after `after`.
+fn page(items: &[ItemIds], query: PollQuery) -> Result<std::ops::Range<usize>, BatchInferenceError> {
+    if let Some(id) = query.inference_id {
+        let at = items.iter().position(|item| item.inference_id == id).unwrap_or(0);
+        return Ok(at..(at + 1).min(items.len()));
+    }
+    let start = match query.after {
+        None => 0,
+        Some(after) => match items.iter().position(|item| item.inference_id == after) {
+            Some(at) => at + 1,
+            None => {
+                return Err(
+                    FunctionError::invalid(format!("`after` is not an inference of this batch: {after}")).into(),
+                )
+            }
+        },
+    };
+    let end = match query.limit {
+        Some(limit) => start.saturating_add(limit).min(items.len()),
+        None => items.len(),
+    };
+    Ok(start..end)
+}

@@ -1,0 +1,130 @@
+//! The items of a `/batch_inference` batch: one variant for the whole batch (pinned, or drawn
+//! with the first episode id), every item checked against it before anything is queued, and each
+//! item run later by a queue worker on that variant alone (no fallback, no cache). The record is
+//! handed back rather than written after a response: the worker stores it before the item counts.
+
+use super::error::{FunctionError, VariantFailure};
+use super::output::function_output;
+use super::persist::Finished;
+use super::prepare::{prepare, PreparedCall, VariantPlan};
+use super::service::FunctionService;
+use super::validate::{InferenceCall, InferenceTarget};
+use crate::functions::records::InferenceRecord;
+use crate::user_text::excerpt;
+use std::collections::BTreeSet;
+use std::time::Instant;
+use uuid::Uuid;
+
+/// The variant a batch runs, and the model it calls (whose concurrency slots the items take).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchVariant {
+    pub name: String,
+    pub model: String,
+}
+
+impl FunctionService {
+    /// The variant of `function` a batch runs: `pinned` (404 when unknown), else the one drawn
+    /// for `first_episode`, as `/inference` would draw it.
+    pub fn batch_variant(
+        &self,
+        function: &str,
+        pinned: Option<&str>,
+        first_episode: Uuid,
+    ) -> Result<BatchVariant, FunctionError> {
+        let found = self
+            .functions()
+            .function(function)
+            .map_err(|_| FunctionError::UnknownFunction(function.to_owned()))?;
+        let variant = match pinned {
+            Some(name) => found.variant(name).map_err(|_| FunctionError::UnknownVariant {
+                function: function.to_owned(),
+                variant: name.to_owned(),
+            })?,
+            None => found.choose_variant(first_episode, &BTreeSet::new()).ok_or_else(|| {
+                FunctionError::invalid(format!(
+                    "Function `{}` has no variant that can be sampled",
+                    excerpt(function)
+                ))
+            })?,
+        };
+        Ok(BatchVariant {
+            name: variant.name.clone(),
+            model: variant.config.model.clone(),
+        })
+    }
+
+    /// Everything the worker will check before calling the model (input schemas, templates,
+    /// tools, the output schema), done now so that a bad item fails the submission.
+    pub fn check_batch_item(&self, call: &InferenceCall) -> Result<(), FunctionError> {
+        self.prepare_batch_item(call).map(|_| ())
+    }
+
+    /// Run one item on its pinned variant: the variant's timeout and retries apply, no other
+    /// variant is tried, nothing is cached. The record to store, or why there is none.
+    pub async fn infer_batch_item(
+        &self,
+        project: &str,
+        call: &InferenceCall,
+        inference_id: Uuid,
+    ) -> Result<InferenceRecord, FunctionError> {
+        let started = Instant::now();
+        let (plan, prepared) = self.prepare_batch_item(call)?;
+        let model_call = self
+            .call_with_retries(project, plan.config, &prepared, call)
+            .await
+            .map_err(|(failure, _)| {
+                FunctionError::AllVariantsFailed(vec![VariantFailure {
+                    variant: plan.variant_name.to_owned(),
+                    ..failure
+                }])
+            })?;
+        let choice = model_call.response.choices.first();
+        let output = function_output(plan.kind, choice, &prepared.rules);
+        let finish_reason = choice.and_then(|c| c.finish_reason);
+        let usage = model_call.response.usage.clone();
+        Ok(self.persistence().build_record(Finished {
+            project,
+            call,
+            prepared: &prepared,
+            inference_id,
+            function_name: plan.function_name,
+            variant_name: plan.variant_name,
+            kind: plan.kind,
+            output: &output,
+            usage: &usage,
+            finish_reason,
+            model_call: &model_call,
+            processing_time: started.elapsed(),
+        }))
+    }
+
+    /// The item's variant (it must be pinned) and its prepared model request.
+    fn prepare_batch_item<'a>(
+        &'a self,
+        call: &'a InferenceCall,
+    ) -> Result<(VariantPlan<'a>, PreparedCall), FunctionError> {
+        let (InferenceTarget::Function(function), Some(variant)) = (&call.target, &call.variant_name) else {
+            return Err(FunctionError::invalid(
+                "a batch item needs a function and its batch's variant",
+            ));
+        };
+        let found = self
+            .functions()
+            .function(function)
+            .map_err(|_| FunctionError::UnknownFunction(function.clone()))?;
+        let chosen = found.variant(variant).map_err(|_| FunctionError::UnknownVariant {
+            function: function.clone(),
+            variant: variant.clone(),
+        })?;
+        let plan = VariantPlan {
+            function_name: &found.name,
+            variant_name: &chosen.name,
+            kind: found.config.kind,
+            model: &chosen.config.model,
+            config: Some(&chosen.config),
+            function: Some(found),
+        };
+        let prepared = prepare(self.functions(), plan, call)?;
+        Ok((plan, prepared))
+    }
+}
