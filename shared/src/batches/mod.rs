@@ -33,7 +33,7 @@ pub use poller::{PollReport, Poller};
 pub use records::JobMessage;
 #[cfg(feature = "embedded")]
 pub use takeover::TakeoverReport;
-pub use worker::{BatchWorker, JobResult};
+pub use worker::BatchWorker;
 
 use crate::files::{FilesError, FilesService};
 use crate::idempotency::IdempotencyKeys;
