@@ -9,7 +9,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use nimbus_shared::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
 use nimbus_shared::app::{batch_service, Adapters};
-use nimbus_shared::batches::{BatchService, BatchSettings, BatchWorker, JobResult, Poller};
+use nimbus_shared::batches::{BatchService, BatchSettings, BatchWorker, Poller};
 use nimbus_shared::config::{Config, LoadedConfig};
 use nimbus_shared::files::{FileContent, FilesService, ListFiles, NewFile};
 use nimbus_shared::inference::InferenceService;
@@ -19,7 +19,8 @@ use nimbus_shared::openai::chat::ChatCompletion;
 use nimbus_shared::openai::files::{FileObject, FilePurpose};
 use nimbus_shared::openai::from_model::completion_to_model;
 use nimbus_shared::ports::{
-    BlobStore, Clock, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record, StateStore, StorageError, SystemClock,
+    BlobStore, Clock, JobOutcome, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record, StateStore, StorageError,
+    SystemClock,
 };
 use nimbus_shared::providers::retry::RetryPolicy;
 use nimbus_shared::providers::router::{ModelRouter, RoutedModel};
@@ -425,7 +426,7 @@ impl Harness {
     }
 
     /// Handle one delivery like a worker does: delete it when done, else delay it as asked.
-    pub async fn handle(&self, message: &QueueMessage) -> JobResult {
+    pub async fn handle(&self, message: &QueueMessage) -> JobOutcome {
         let result = self
             .worker
             .handle_until(&message.body, Instant::now() + self.settings.max_run)
@@ -434,10 +435,12 @@ impl Harness {
         result
     }
 
-    pub async fn settle(&self, message: &QueueMessage, result: JobResult) {
+    pub async fn settle(&self, message: &QueueMessage, result: JobOutcome) {
         match result {
-            JobResult::Done => self.queue.delete(&message.receipt).await.unwrap(),
-            JobResult::RetryAfter(wait) => self.queue.change_visibility(&message.receipt, wait).await.unwrap(),
+            JobOutcome::Done => self.queue.delete(&message.receipt).await.unwrap(),
+            JobOutcome::Retry { retry_after: wait } => {
+                self.queue.change_visibility(&message.receipt, wait).await.unwrap()
+            }
         }
     }
 
@@ -449,7 +452,7 @@ impl Harness {
             "expected a validate job: {}",
             message.body
         );
-        assert_eq!(self.handle(&message).await, JobResult::Done);
+        assert_eq!(self.handle(&message).await, JobOutcome::Done);
     }
 
     /// Handle every message until the queue is empty (waiting for delayed ones), at most `limit`.
@@ -540,7 +543,7 @@ impl Harness {
 
     /// `lines_done` of a chunk (0 if it has no record).
     /// A worker running `message` in the background for up to a minute (abort it to "kill" it).
-    pub fn spawn_run(&self, message: &QueueMessage) -> tokio::task::JoinHandle<JobResult> {
+    pub fn spawn_run(&self, message: &QueueMessage) -> tokio::task::JoinHandle<JobOutcome> {
         let worker = self.worker.clone();
         let body = message.body.clone();
         tokio::spawn(async move {

@@ -12,9 +12,8 @@ use nimbus_integration_tests::batch_harness::{
     batch_record_with_status, custom_ids, lines_for, settings, slow_settings, BatchResults, Harness, ScriptedProvider,
     MODEL, PROJECT, VISIBILITY,
 };
-use nimbus_shared::batches::JobResult;
 use nimbus_shared::openai::batches::{BatchObject, BatchStatus};
-use nimbus_shared::ports::JobQueue;
+use nimbus_shared::ports::{JobOutcome, JobQueue};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -28,7 +27,7 @@ async fn start_slow_batch(
 ) -> (
     BatchObject,
     Vec<nimbus_shared::ports::QueueMessage>,
-    tokio::task::JoinHandle<JobResult>,
+    tokio::task::JoinHandle<JobOutcome>,
 ) {
     let created = h.create_batch(&lines_for(MODEL, ids)).await;
     h.validate().await;
@@ -78,10 +77,10 @@ async fn cancelling_mid_run_keeps_what_ran_and_lists_the_rest_as_cancelled() {
     assert_eq!(cancelling.status, BatchStatus::Cancelling, "a chunk is still running");
     assert!(cancelling.cancelling_at.is_some());
     // The running chunk notices, saves what it finished and finalizes.
-    assert_eq!(run.await.unwrap(), JobResult::Done);
-    h.settle(&rest[0], JobResult::Done).await;
+    assert_eq!(run.await.unwrap(), JobOutcome::Done);
+    h.settle(&rest[0], JobOutcome::Done).await;
     for message in &rest[1..] {
-        assert_eq!(h.handle(message).await, JobResult::Done);
+        assert_eq!(h.handle(message).await, JobOutcome::Done);
     }
     let batch = h.run_to_end(&created.id).await;
     assert_eq!(batch.status, BatchStatus::Cancelled);
@@ -104,10 +103,10 @@ async fn expiring_mid_run_keeps_what_ran_and_lists_the_rest_as_expired() {
     let (created, rest, run) = start_slow_batch(&h, &ids).await;
 
     h.clock.advance(Duration::from_secs(25 * 3600));
-    assert_eq!(run.await.unwrap(), JobResult::Done);
-    h.settle(&rest[0], JobResult::Done).await;
+    assert_eq!(run.await.unwrap(), JobOutcome::Done);
+    h.settle(&rest[0], JobOutcome::Done).await;
     for message in &rest[1..] {
-        assert_eq!(h.handle(message).await, JobResult::Done);
+        assert_eq!(h.handle(message).await, JobOutcome::Done);
     }
     let report = h.poller.run_once().await.unwrap();
     assert_eq!(report.errors, 0);
@@ -127,7 +126,7 @@ async fn the_poller_expires_an_overdue_batch_nobody_is_running() {
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     h.validate().await;
     let chunk0 = h.receive().await.unwrap();
-    assert_eq!(h.handle(&chunk0).await, JobResult::Done);
+    assert_eq!(h.handle(&chunk0).await, JobOutcome::Done);
 
     h.clock.advance(Duration::from_secs(25 * 3600));
     let report = h.poller.run_once().await.unwrap();
@@ -159,11 +158,17 @@ async fn cancelling_while_validation_is_half_done_lists_lines_consistently() {
         .worker
         .handle_until(&validate.body, Instant::now() + Duration::from_secs(60))
         .await;
-    assert!(matches!(result, JobResult::RetryAfter(_)), "{result:?}");
+    assert!(matches!(result, JobOutcome::Retry { .. }), "{result:?}");
     assert_eq!(h.batch(&created.id).await.status, BatchStatus::Validating);
 
     let cancelled = h.service.cancel_batch(PROJECT, &created.id).await.unwrap();
-    h.settle(&validate, JobResult::RetryAfter(Duration::ZERO)).await;
+    h.settle(
+        &validate,
+        JobOutcome::Retry {
+            retry_after: Duration::ZERO,
+        },
+    )
+    .await;
     h.drain(Duration::from_secs(5)).await;
     h.poller.run_once().await.unwrap();
     let batch = h.batch(&created.id).await;
@@ -207,13 +212,13 @@ async fn cancelling_while_a_dead_worker_holds_a_chunk_finishes_within_seconds() 
     let cancelling = h.service.cancel_batch(PROJECT, &created.id).await.unwrap();
     assert_eq!(cancelling.status, BatchStatus::Cancelling);
     for message in &rest[1..] {
-        assert_eq!(h.handle(message).await, JobResult::Done);
+        assert_eq!(h.handle(message).await, JobOutcome::Done);
     }
     // The dead run's lease (a minute and more) still stands: the cancel's finalize job waits a
     // few seconds for it to save, then finishes without it.
     let finalize = h.receive().await.unwrap();
     assert!(finalize.body.contains("finalize"), "{}", finalize.body);
-    let JobResult::RetryAfter(wait) = h.handle(&finalize).await else {
+    let JobOutcome::Retry { retry_after: wait } = h.handle(&finalize).await else {
         panic!("the finalize job should wait for the leased chunk briefly");
     };
     assert!(wait <= Duration::from_secs(3), "{wait:?}");
@@ -224,7 +229,7 @@ async fn cancelling_while_a_dead_worker_holds_a_chunk_finishes_within_seconds() 
         .receive(1, wait + Duration::from_secs(1), VISIBILITY)
         .await
         .unwrap();
-    assert_eq!(h.handle(&again[0]).await, JobResult::Done);
+    assert_eq!(h.handle(&again[0]).await, JobOutcome::Done);
     let batch = h.batch(&created.id).await;
     assert_eq!(batch.status, BatchStatus::Cancelled);
     assert!(
@@ -251,14 +256,14 @@ async fn a_worker_outliving_its_lease_cannot_add_to_a_cancelled_batch() {
     assert_eq!(cancelling.status, BatchStatus::Cancelling);
     let finalize = h.receive().await.unwrap();
     assert!(finalize.body.contains("finalize"), "{}", finalize.body);
-    assert_eq!(h.handle(&finalize).await, JobResult::Done);
+    assert_eq!(h.handle(&finalize).await, JobOutcome::Done);
     let cancelled = h.batch(&created.id).await;
     assert_eq!(cancelled.status, BatchStatus::Cancelled);
 
-    assert_eq!(stalled.await.unwrap(), JobResult::Done);
-    h.settle(&rest[0], JobResult::Done).await;
+    assert_eq!(stalled.await.unwrap(), JobOutcome::Done);
+    h.settle(&rest[0], JobOutcome::Done).await;
     for message in &rest[1..] {
-        assert_eq!(h.handle(message).await, JobResult::Done);
+        assert_eq!(h.handle(message).await, JobOutcome::Done);
     }
     h.drain(Duration::from_secs(5)).await;
     h.poller.run_once().await.unwrap();
@@ -291,23 +296,29 @@ async fn a_stalled_worker_cannot_count_lines_into_a_sealed_batch() {
         .worker
         .handle_until(&finalize.body, Instant::now() + Duration::from_secs(60))
         .await;
-    assert!(matches!(result, JobResult::RetryAfter(_)), "{result:?}");
+    assert!(matches!(result, JobOutcome::Retry { .. }), "{result:?}");
     assert!(h.state.injected() >= 1);
     let sealed = h.batch(&created.id).await;
     assert_eq!(sealed.status, BatchStatus::Cancelling);
     // The stalled run finishes its line now and tries to save it.
-    assert_eq!(stalled.await.unwrap(), JobResult::Done);
+    assert_eq!(stalled.await.unwrap(), JobOutcome::Done);
     assert_eq!(
         h.batch(&created.id).await.request_counts,
         sealed.request_counts,
         "nothing is counted into a sealed batch"
     );
     h.state.clear_faults();
-    h.settle(&rest[0], JobResult::Done).await;
+    h.settle(&rest[0], JobOutcome::Done).await;
     for message in &rest[1..] {
-        assert_eq!(h.handle(message).await, JobResult::Done);
+        assert_eq!(h.handle(message).await, JobOutcome::Done);
     }
-    h.settle(&finalize, JobResult::RetryAfter(Duration::ZERO)).await;
+    h.settle(
+        &finalize,
+        JobOutcome::Retry {
+            retry_after: Duration::ZERO,
+        },
+    )
+    .await;
     h.drain(Duration::from_secs(5)).await;
     h.poller.run_once().await.unwrap();
     let batch = h.batch(&created.id).await;

@@ -11,8 +11,8 @@ use nimbus_integration_tests::batch_assertions::{
 use nimbus_integration_tests::batch_harness::{
     batch_record_with_status, custom_ids, lines_for, settings, Harness, ScriptedProvider, MODEL,
 };
-use nimbus_shared::batches::JobResult;
 use nimbus_shared::openai::batches::BatchStatus;
+use nimbus_shared::ports::JobOutcome;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,7 +59,7 @@ async fn pollers_racing_the_last_chunk_write_one_set_of_files() {
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     h.validate().await;
     let chunk0 = h.receive().await.unwrap();
-    assert_eq!(h.handle(&chunk0).await, JobResult::Done);
+    assert_eq!(h.handle(&chunk0).await, JobOutcome::Done);
     let chunk1 = h.receive().await.unwrap();
 
     let done = AtomicBool::new(false);
@@ -80,7 +80,7 @@ async fn pollers_racing_the_last_chunk_write_one_set_of_files() {
         result
     };
     let (result, _, _) = tokio::join!(work, poll(), poll());
-    assert_eq!(result, JobResult::Done);
+    assert_eq!(result, JobOutcome::Done);
 
     let batch = h.batch(&created.id).await;
     assert_completed_cleanly(&h, &batch, &ids).await;

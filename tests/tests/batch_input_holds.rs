@@ -6,10 +6,9 @@
 
 use nimbus_integration_tests::batch_assertions::{assert_cleaned_up, run_to_end_exactly_once};
 use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, settings, Harness, MODEL, PROJECT};
-use nimbus_shared::batches::JobResult;
 use nimbus_shared::files::{FilesError, HOLD_BACKSTOP_MS};
 use nimbus_shared::openai::batches::BatchStatus;
-use nimbus_shared::ports::{BlobStore, QueueMessage};
+use nimbus_shared::ports::{BlobStore, JobOutcome, QueueMessage};
 use std::time::Duration;
 
 fn blob_key(file_id: &str) -> String {
@@ -33,7 +32,7 @@ async fn deleting_the_input_of_a_running_batch_keeps_its_bytes_until_the_batch_e
     let file_id = created.input_file_id.clone();
     h.validate().await;
     let chunk0 = h.receive().await.unwrap();
-    assert_eq!(h.handle(&chunk0).await, JobResult::Done);
+    assert_eq!(h.handle(&chunk0).await, JobOutcome::Done);
 
     let deleted = h.files.delete_file(PROJECT, &file_id).await.unwrap();
     assert!(deleted.deleted);
@@ -99,7 +98,7 @@ async fn bytes_held_by_two_batches_go_when_the_second_ends() {
         if message.body.contains(&second.id) {
             aside.push(message);
         } else {
-            assert_eq!(h.handle(&message).await, JobResult::Done);
+            assert_eq!(h.handle(&message).await, JobOutcome::Done);
         }
     }
     assert!(bytes_exist(&h, &file.id).await, "the second batch still holds them");
@@ -109,7 +108,13 @@ async fn bytes_held_by_two_batches_go_when_the_second_ends() {
     );
 
     for message in &aside {
-        h.settle(message, JobResult::RetryAfter(Duration::ZERO)).await;
+        h.settle(
+            message,
+            JobOutcome::Retry {
+                retry_after: Duration::ZERO,
+            },
+        )
+        .await;
     }
     let batch = h.run_to_end(&second.id).await;
     assert_eq!(batch.status, BatchStatus::Completed);
@@ -165,7 +170,7 @@ async fn a_batch_whose_input_object_vanished_fails_those_requests_instead_of_ret
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     h.validate().await;
     let chunk0 = h.receive().await.unwrap();
-    assert_eq!(h.handle(&chunk0).await, JobResult::Done);
+    assert_eq!(h.handle(&chunk0).await, JobOutcome::Done);
     // The bytes disappear behind the engine's back (an operator, a bucket rule).
     h.blobs.delete(&blob_key(&created.input_file_id)).await.unwrap();
 

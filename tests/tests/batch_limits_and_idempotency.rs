@@ -8,9 +8,9 @@ use nimbus_integration_tests::batch_assertions::{assert_counts_and_usage, each_c
 use nimbus_integration_tests::batch_harness::{
     custom_ids, lines_for, settings, Harness, ScriptedProvider, MODEL, PROJECT, VISIBILITY,
 };
-use nimbus_shared::batches::{BatchesError, JobResult, ListBatches};
+use nimbus_shared::batches::{BatchesError, ListBatches};
 use nimbus_shared::openai::batches::BatchStatus;
-use nimbus_shared::ports::JobQueue;
+use nimbus_shared::ports::{JobOutcome, JobQueue};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,7 +95,7 @@ async fn a_killed_workers_model_slots_expire_with_its_lease() {
     // for them, and the poller brings the killed one back.
     h.clock.advance(Duration::from_secs(100));
     let started = Instant::now();
-    assert_eq!(h.handle(&chunk1).await, JobResult::Done);
+    assert_eq!(h.handle(&chunk1).await, JobOutcome::Done);
     assert!(started.elapsed() < Duration::from_secs(5), "the run waited for slots");
     assert_eq!(h.poller.run_once().await.unwrap().chunks_requeued, 1);
     let batch = h.run_to_end(&created.id).await;

@@ -11,9 +11,8 @@ use nimbus_integration_tests::batch_assertions::{
 use nimbus_integration_tests::batch_harness::{
     custom_ids, lines_for, settings, slow_settings, Harness, ScriptedProvider, MODEL, VISIBILITY,
 };
-use nimbus_shared::batches::JobResult;
 use nimbus_shared::openai::batches::BatchStatus;
-use nimbus_shared::ports::JobQueue;
+use nimbus_shared::ports::{JobOutcome, JobQueue};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -64,19 +63,19 @@ async fn a_chunk_delivered_twice_in_sequence_counts_once() {
     let ids = custom_ids(20, Some(4));
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
     let validate = h.receive().await.unwrap();
-    assert_eq!(h.handle(&validate).await, JobResult::Done);
+    assert_eq!(h.handle(&validate).await, JobOutcome::Done);
     // The validation delivered again does not plan or enqueue anything twice.
     assert_eq!(
         h.worker
             .handle_until(&validate.body, Harness::deadline_after(Duration::from_secs(30)))
             .await,
-        JobResult::Done
+        JobOutcome::Done
     );
     assert_eq!(h.queue.len(), 2, "one job per chunk, not more");
     assert_eq!(h.batch(&created.id).await.request_counts.total, 20);
 
     let first = h.receive().await.unwrap();
-    assert_eq!(h.handle(&first).await, JobResult::Done);
+    assert_eq!(h.handle(&first).await, JobOutcome::Done);
     let after_first = h.batch(&created.id).await;
     assert_eq!(
         after_first.request_counts.completed + after_first.request_counts.failed,
@@ -88,7 +87,7 @@ async fn a_chunk_delivered_twice_in_sequence_counts_once() {
             .worker
             .handle_until(&first.body, Harness::deadline_after(Duration::from_secs(30)))
             .await;
-        assert_eq!(again, JobResult::Done);
+        assert_eq!(again, JobOutcome::Done);
     }
     assert_eq!(h.batch(&created.id).await.request_counts, after_first.request_counts);
     assert_eq!(provider.total_calls(), 10);
@@ -100,7 +99,7 @@ async fn a_chunk_delivered_twice_in_sequence_counts_once() {
         h.worker
             .handle_until(&first.body, Harness::deadline_after(Duration::from_secs(30)))
             .await,
-        JobResult::Done
+        JobOutcome::Done
     );
     assert_eq!(h.batch(&created.id).await, batch);
 
@@ -127,8 +126,8 @@ async fn a_chunk_delivered_twice_at_once_runs_once() {
         h.worker.handle_until(&validate.body, deadline),
         h.worker.handle_until(&validate.body, deadline)
     );
-    assert_eq!((a, b), (JobResult::Done, JobResult::Done));
-    h.settle(&validate, JobResult::Done).await;
+    assert_eq!((a, b), (JobOutcome::Done, JobOutcome::Done));
+    h.settle(&validate, JobOutcome::Done).await;
     assert_eq!(h.queue.len(), 2, "one job per chunk, not more");
 
     let chunk0 = h.receive().await.unwrap();
@@ -138,10 +137,10 @@ async fn a_chunk_delivered_twice_at_once_runs_once() {
     );
     // One run takes the chunk; the other finds it leased (retry later) or already done.
     assert!(
-        a == JobResult::Done || b == JobResult::Done,
+        a == JobOutcome::Done || b == JobOutcome::Done,
         "one of the runs finishes the chunk: {a:?} {b:?}"
     );
-    h.settle(&chunk0, JobResult::Done).await;
+    h.settle(&chunk0, JobOutcome::Done).await;
     let chunk = h.chunk(&created.id, 0).await.unwrap();
     assert_eq!(chunk["done"], true);
     assert_eq!(chunk["lines_done"], 10);
@@ -216,7 +215,7 @@ async fn a_worker_killed_mid_chunk_is_recovered_without_rerunning_saved_lines() 
     // The delivery is lost with the worker (say it went to the dead-letter queue).
     h.queue.delete(&chunk0.receipt).await.unwrap();
 
-    assert_eq!(h.handle(&chunk1).await, JobResult::Done);
+    assert_eq!(h.handle(&chunk1).await, JobOutcome::Done);
     assert_eq!(h.batch(&created.id).await.status, BatchStatus::InProgress);
 
     // The dead run's lease still holds the chunk: the poller leaves it alone (though it was
@@ -263,9 +262,9 @@ async fn a_worker_outliving_its_lease_cannot_save_over_its_successor() {
         .worker
         .handle_until(&chunk0.body, Instant::now() + Duration::from_secs(60))
         .await;
-    assert_eq!(successor, JobResult::Done);
-    assert_eq!(stalled.await.unwrap(), JobResult::Done, "the stalled run gives up");
-    h.settle(&chunk0, JobResult::Done).await;
+    assert_eq!(successor, JobOutcome::Done);
+    assert_eq!(stalled.await.unwrap(), JobOutcome::Done, "the stalled run gives up");
+    h.settle(&chunk0, JobOutcome::Done).await;
 
     let batch = h.batch(&created.id).await;
     assert_completed_cleanly(&h, &batch, &ids).await;
@@ -293,7 +292,12 @@ async fn a_run_reaching_its_deadline_hands_over_and_the_next_run_finishes() {
         .worker
         .handle_until(&chunk0.body, Harness::deadline_after(Duration::from_millis(600)))
         .await;
-    assert_eq!(result, JobResult::RetryAfter(Duration::ZERO));
+    assert_eq!(
+        result,
+        JobOutcome::Retry {
+            retry_after: Duration::ZERO
+        }
+    );
     let saved = h.lines_done(&created.id, 0).await;
     assert!(
         (1..=8).contains(&saved),
@@ -321,7 +325,12 @@ async fn a_run_too_close_to_its_deadline_starts_nothing() {
         .worker
         .handle_until(&chunk0.body, Instant::now() + Duration::from_secs(20))
         .await;
-    assert_eq!(result, JobResult::RetryAfter(Duration::ZERO));
+    assert_eq!(
+        result,
+        JobOutcome::Retry {
+            retry_after: Duration::ZERO
+        }
+    );
     assert_eq!(provider.total_calls(), 0);
     assert!(h.chunk(&created.id, 0).await.unwrap()["lease"].is_null());
     h.settle(&chunk0, result).await;
@@ -351,7 +360,7 @@ async fn a_segment_whose_save_fails_is_run_again_and_counted_once() {
         .worker
         .handle_until(&chunk0.body, Instant::now() + Duration::from_secs(60))
         .await;
-    assert!(matches!(result, JobResult::RetryAfter(_)), "{result:?}");
+    assert!(matches!(result, JobOutcome::Retry { .. }), "{result:?}");
     assert_eq!(h.state.injected(), 1);
     assert_eq!(h.lines_done(&created.id, 0).await, 0, "nothing was counted");
     let counts = h.batch(&created.id).await.request_counts;
@@ -361,7 +370,13 @@ async fn a_segment_whose_save_fails_is_run_again_and_counted_once() {
 
     // Whatever lease the failed run left has run out by now.
     h.clock.advance(Duration::from_secs(100));
-    h.settle(&chunk0, JobResult::RetryAfter(Duration::ZERO)).await;
+    h.settle(
+        &chunk0,
+        JobOutcome::Retry {
+            retry_after: Duration::ZERO,
+        },
+    )
+    .await;
     let batch = h.run_to_end(&created.id).await;
     assert_completed_cleanly(&h, &batch, &ids).await;
     // Lines of the lost segment ran again; the others once.

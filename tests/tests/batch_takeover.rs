@@ -11,9 +11,8 @@ use nimbus_integration_tests::batch_harness::{
     custom_ids, lines_for, slow_settings, Harness, ScriptedProvider, MODEL, PROJECT, VISIBILITY,
 };
 use nimbus_shared::adapters::embedded::DataDirLock;
-use nimbus_shared::batches::JobResult;
 use nimbus_shared::openai::batches::BatchStatus;
-use nimbus_shared::ports::JobQueue;
+use nimbus_shared::ports::{JobOutcome, JobQueue};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,7 +64,7 @@ async fn a_takeover_resumes_a_killed_processs_batch_at_once() {
     // Every chunk runs at once: none waits for the dead run's lease or its model slot.
     let started = Instant::now();
     while let Some(message) = h.receive().await {
-        assert_eq!(h.handle(&message).await, JobResult::Done, "{}", message.body);
+        assert_eq!(h.handle(&message).await, JobOutcome::Done, "{}", message.body);
     }
     assert!(
         started.elapsed() < Duration::from_secs(5),
@@ -92,7 +91,7 @@ async fn a_takeover_finishes_a_cancel_the_killed_process_left_unfinished() {
     assert_eq!((report.batches, report.chunk_leases_broken), (1, 1), "{report:?}");
     let finalize = h.receive().await.expect("a finalize job");
     assert!(finalize.body.contains("finalize"), "{}", finalize.body);
-    assert_eq!(h.handle(&finalize).await, JobResult::Done);
+    assert_eq!(h.handle(&finalize).await, JobOutcome::Done);
     let batch = h.batch(&batch_id).await;
     assert_eq!(batch.status, BatchStatus::Cancelled);
     assert_stopped_after(&h, &batch, &ids, &ids[..saved], "batch_cancelled").await;

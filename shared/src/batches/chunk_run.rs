@@ -5,10 +5,9 @@
 use super::lines::LineKind;
 use super::progress::{ChunkRun, LeaseOutcome, PendingSegment};
 use super::records::{Loaded, StoredBatch, StoredChunk, BATCH_KIND};
-use super::worker::JobResult;
 use super::{BatchService, BatchesError};
 use crate::openai::batches::BatchStatus;
-use crate::ports::StorageError;
+use crate::ports::{JobOutcome, StorageError};
 use bytes::Bytes;
 use futures::StreamExt;
 use std::collections::{BTreeSet, HashMap};
@@ -60,24 +59,26 @@ impl BatchService {
         batch_id: &str,
         index: u32,
         deadline: Instant,
-    ) -> Result<JobResult, BatchesError> {
+    ) -> Result<JobOutcome, BatchesError> {
         let Some(batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
-            return Ok(JobResult::Done);
+            return Ok(JobOutcome::Done);
         };
         let batch = batch.body;
         if batch.batch.status != BatchStatus::InProgress || self.is_overdue(&batch) {
             self.finalize_quietly(batch_id).await;
-            return Ok(JobResult::Done);
+            return Ok(JobOutcome::Done);
         }
         let token = self.ids.new_uuid().simple().to_string();
         let run_for = deadline.saturating_duration_since(Instant::now());
         let lease_until_ms = self.now_ms() + i64::try_from((run_for + LEASE_MARGIN).as_millis()).unwrap_or(i64::MAX);
         let chunk = match self.lease_chunk(batch_id, index, &token, lease_until_ms).await? {
             LeaseOutcome::Taken(chunk) => *chunk,
-            LeaseOutcome::Done | LeaseOutcome::Missing => return Ok(JobResult::Done),
+            LeaseOutcome::Done | LeaseOutcome::Missing => return Ok(JobOutcome::Done),
             LeaseOutcome::HeldUntil(until_ms) => {
                 let wait_ms = u64::try_from((until_ms - self.now_ms()).max(1000)).unwrap_or(1000);
-                return Ok(JobResult::RetryAfter(Duration::from_millis(wait_ms)));
+                return Ok(JobOutcome::Retry {
+                    retry_after: Duration::from_millis(wait_ms),
+                });
             }
         };
         let run = ChunkRun {
@@ -113,7 +114,9 @@ impl BatchService {
             Ok(Some(limits)) => limits,
             Ok(None) => {
                 self.release_chunk(batch_id, index, &token).await?;
-                return Ok(JobResult::RetryAfter(Duration::from_secs(5)));
+                return Ok(JobOutcome::Retry {
+                    retry_after: Duration::from_secs(5),
+                });
             }
             Err(err) => return Err(self.give_back(&run, err).await),
         };
@@ -142,13 +145,15 @@ impl BatchService {
         let all_done = outcome.batch.as_ref().is_some_and(StoredBatch::all_chunks_done);
         if all_done || signal.stop.load(Ordering::SeqCst) {
             self.finalize_quietly(batch_id).await;
-            return Ok(JobResult::Done);
+            return Ok(JobOutcome::Done);
         }
         if outcome.finished || outcome.lease_lost {
-            Ok(JobResult::Done)
+            Ok(JobOutcome::Done)
         } else {
             // The deadline came first: run the rest in a fresh run.
-            Ok(JobResult::RetryAfter(Duration::ZERO))
+            Ok(JobOutcome::Retry {
+                retry_after: Duration::ZERO,
+            })
         }
     }
 

@@ -10,12 +10,11 @@ use super::missing_input::missing_input_lines;
 use super::records::{
     decode, edit, list_all, BatchFormat, Edit, Loaded, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND, CHUNK_KIND,
 };
-use super::worker::JobResult;
 use super::{BatchService, BatchesError};
 use crate::files::NewFile;
 use crate::openai::batches::BatchStatus;
 use crate::openai::files::FilePurpose;
-use crate::ports::{BlobStore, ByteStream, IdSource, StorageError};
+use crate::ports::{BlobStore, ByteStream, IdSource, JobOutcome, StorageError};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use std::sync::Arc;
@@ -61,13 +60,15 @@ impl BatchService {
     }
 
     /// The `finalize` job (sent by a cancel): tried again while running chunks may still save.
-    pub(crate) async fn finalize_job(&self, batch_id: &str) -> Result<JobResult, BatchesError> {
+    pub(crate) async fn finalize_job(&self, batch_id: &str) -> Result<JobOutcome, BatchesError> {
         Ok(match self.finalize_step(batch_id).await? {
             FinalizeStep::WaitUntil(until_ms) => {
                 let wait_ms = u64::try_from(until_ms - self.now_ms()).unwrap_or(0).max(100);
-                JobResult::RetryAfter(std::time::Duration::from_millis(wait_ms))
+                JobOutcome::Retry {
+                    retry_after: std::time::Duration::from_millis(wait_ms),
+                }
             }
-            FinalizeStep::Finished | FinalizeStep::NotReady => JobResult::Done,
+            FinalizeStep::Finished | FinalizeStep::NotReady => JobOutcome::Done,
         })
     }
 

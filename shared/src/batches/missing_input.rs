@@ -6,9 +6,8 @@
 use super::input_validation::ChunkRange;
 use super::progress::{ChunkRun, PendingSegment};
 use super::records::{Loaded, StoredChunk};
-use super::worker::JobResult;
 use super::{BatchService, BatchesError};
-use crate::ports::IdSource;
+use crate::ports::{IdSource, JobOutcome};
 use serde_json::json;
 
 pub(crate) const INPUT_MISSING_CODE: &str = "input_file_missing";
@@ -44,7 +43,7 @@ impl BatchService {
         &self,
         run: &ChunkRun<'_>,
         chunk: Loaded<StoredChunk>,
-    ) -> Result<JobResult, BatchesError> {
+    ) -> Result<JobOutcome, BatchesError> {
         let batch = &run.batch;
         let range = chunk.body.range;
         let unrun = range.lines.saturating_sub(chunk.body.lines_done);
@@ -80,6 +79,6 @@ impl BatchService {
             // Lease lost or batch sealed: whoever holds it now accounts for these requests.
             None => self.release_chunk(&batch.batch.id, run.index, &run.token).await?,
         }
-        Ok(JobResult::Done)
+        Ok(JobOutcome::Done)
     }
 }

@@ -36,7 +36,7 @@ pub use records::JobMessage;
 #[cfg(feature = "embedded")]
 pub use takeover::TakeoverReport;
 pub use tensorzero_api::{BatchInferenceCreated, BatchInferenceError, BatchInferencePoll, PollQuery, PollStatus};
-pub use worker::{BatchWorker, JobResult};
+pub use worker::BatchWorker;
 
 use crate::files::{FilesError, FilesService};
 use crate::functions::inference::FunctionService;

@@ -10,9 +10,8 @@ use super::records::{
     decode, edit, list_all, Edit, StoredBatch, StoredChunk, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND, CHUNK_KIND,
 };
 use super::{BatchService, BatchesError, JobMessage, Poller};
-use crate::adapters::embedded::DataDirLock;
 use crate::openai::batches::BatchStatus;
-use crate::ports::StorageError;
+use crate::ports::{SoleWorkerGuard, StorageError};
 use serde::Serialize;
 
 /// What a takeover found and did.
@@ -27,9 +26,9 @@ pub struct TakeoverReport {
 }
 
 impl Poller {
-    /// Take over every unfinished batch of the storage. `_lock` proves this process is its only
+    /// Take over every unfinished batch of the storage. `_guard` proves this process is its only
     /// worker; run it before this process starts any job.
-    pub async fn take_over(&self, _lock: &DataDirLock) -> Result<TakeoverReport, BatchesError> {
+    pub async fn take_over(&self, _guard: &dyn SoleWorkerGuard) -> Result<TakeoverReport, BatchesError> {
         let service = &self.service;
         let mut report = TakeoverReport {
             slot_leases_broken: service.clear_slot_leases().await?,

@@ -2,20 +2,11 @@
 //! in-process worker tasks).
 
 use super::{BatchService, JobMessage};
-use crate::adapters::embedded::{JobHandler, JobOutcome};
+use crate::ports::{JobHandler, JobOutcome};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
-
-/// What to do with a message after handling it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobResult {
-    /// Acknowledge it.
-    Done,
-    /// Deliver it again after this long.
-    RetryAfter(Duration),
-}
 
 /// Runs `validate` and `chunk` jobs.
 #[derive(Clone)]
@@ -29,17 +20,17 @@ impl BatchWorker {
     }
 
     /// Handle one message body; work stops in time for `deadline`.
-    pub async fn handle_until(&self, body: &str, deadline: Instant) -> JobResult {
+    pub async fn handle_until(&self, body: &str, deadline: Instant) -> JobOutcome {
         let job: JobMessage = match serde_json::from_str(body) {
             Ok(job) => job,
             Err(err) => {
                 // Redelivering a message nobody can read would only fill the dead-letter queue.
                 tracing::error!(error = %err, body, "dropping an unreadable job message");
-                return JobResult::Done;
+                return JobOutcome::Done;
             }
         };
         let result = match &job {
-            JobMessage::Validate { batch_id } => self.service.run_validation(batch_id).await.map(|()| JobResult::Done),
+            JobMessage::Validate { batch_id } => self.service.run_validation(batch_id).await.map(|()| JobOutcome::Done),
             JobMessage::Chunk { batch_id, chunk } => self.service.run_chunk(batch_id, *chunk, deadline).await,
             JobMessage::Finalize { batch_id } => self.service.finalize_job(batch_id).await,
         };
@@ -47,7 +38,9 @@ impl BatchWorker {
             Ok(result) => result,
             Err(err) => {
                 tracing::warn!(?job, error = %err, "job failed; it will be retried");
-                JobResult::RetryAfter(Duration::from_secs(5))
+                JobOutcome::Retry {
+                    retry_after: Duration::from_secs(5),
+                }
             }
         }
     }
@@ -58,8 +51,8 @@ impl BatchWorker {
     pub async fn handle_delivery(&self, body: &str, receipt: &str, deadline: SystemTime) -> bool {
         let left = deadline.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
         match self.handle_until(body, Instant::now() + left).await {
-            JobResult::Done => true,
-            JobResult::RetryAfter(wait) => {
+            JobOutcome::Done => true,
+            JobOutcome::Retry { retry_after: wait } => {
                 if let Err(err) = self.service.queue.change_visibility(receipt, wait).await {
                     tracing::warn!(error = %err, "could not set the retry delay; the visibility timeout applies");
                 }
@@ -72,12 +65,7 @@ impl BatchWorker {
 #[async_trait]
 impl JobHandler for BatchWorker {
     async fn handle(&self, body: &str) -> JobOutcome {
-        match self
-            .handle_until(body, Instant::now() + self.service.settings.max_run)
+        self.handle_until(body, Instant::now() + self.service.settings.max_run)
             .await
-        {
-            JobResult::Done => JobOutcome::Done,
-            JobResult::RetryAfter(retry_after) => JobOutcome::Retry { retry_after },
-        }
     }
 }

@@ -1,78 +1,12 @@
-//! Every error the HTTP surface returns, mapped in one place to the OpenAI envelope
-//! `{"error": {"message", "type", "param", "code"}}` and a status.
+//! The OpenAI error value ([`ApiError`], `crate::openai::error`) as an HTTP response, and axum's
+//! extractor rejections mapped to it.
 
-use crate::auth::AuthError;
-use crate::batches::BatchesError;
-use crate::files::FilesError;
-use crate::functions::inference::FunctionError;
-use crate::inference::InferenceError;
-use crate::providers::router::{ProviderFailure, RoutingError};
-use crate::providers::ProviderError;
+pub use crate::openai::error::ApiError;
 use crate::user_text::excerpt;
 use axum::extract::path::ErrorKind as PathErrorKind;
 use axum::extract::rejection::{ExtensionRejection, PathRejection, QueryRejection};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub message: String,
-    pub kind: &'static str,
-    pub param: Option<String>,
-    pub code: Option<String>,
-    /// Tell the OpenAI SDKs not to retry (the gateway already retried and fell back).
-    pub no_client_retry: bool,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            message: message.into(),
-            kind,
-            param: None,
-            code: None,
-            no_client_retry: false,
-        }
-    }
-
-    pub fn with_param(mut self, param: impl Into<String>) -> Self {
-        self.param = Some(param.into());
-        self
-    }
-
-    pub fn with_code(mut self, code: impl Into<String>) -> Self {
-        self.code = Some(code.into());
-        self
-    }
-
-    pub fn invalid_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
-    }
-
-    pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
-    }
-
-    pub fn method_not_allowed(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", message)
-    }
-
-    pub fn payload_too_large(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", message)
-    }
-
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
-    }
-
-    /// The envelope as JSON (also used for errors inside an SSE stream).
-    pub fn envelope(&self) -> Value {
-        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
-    }
-}
 
 /// The message of the [`ApiError`] a response was rendered from, kept as a response extension so
 /// that another API surface (TensorZero's routes) can render the same error in its own shape.
@@ -140,318 +74,30 @@ impl From<ExtensionRejection> for ApiError {
     }
 }
 
-impl From<AuthError> for ApiError {
-    fn from(err: AuthError) -> Self {
-        match err {
-            AuthError::Missing => Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", err.to_string())
-                .with_code("missing_api_key"),
-            AuthError::Invalid => Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", err.to_string())
-                .with_code("invalid_api_key"),
-            AuthError::Backend(message) => {
-                tracing::error!(%message, "authentication backend failed");
-                Self::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "server_error",
-                    "Authentication is unavailable; try again.",
-                )
-            }
-        }
-    }
-}
-
-impl From<FilesError> for ApiError {
-    fn from(err: FilesError) -> Self {
-        match err {
-            FilesError::NotFound { .. } => Self::not_found(err.to_string()).with_param("id"),
-            FilesError::Invalid { message, param } => {
-                let error = Self::invalid_request(message);
-                match param {
-                    Some(param) => error.with_param(param),
-                    None => error,
-                }
-            }
-            FilesError::TooLarge { message } => Self::payload_too_large(message),
-            FilesError::Storage(storage) => {
-                tracing::error!(error = %storage, "storage failed");
-                Self::internal("The request could not be completed because storage failed; try again.")
-            }
-        }
-    }
-}
-
-impl From<BatchesError> for ApiError {
-    fn from(err: BatchesError) -> Self {
-        match err {
-            BatchesError::NotFound { param, .. } => Self::not_found(err.to_string()).with_param(param),
-            BatchesError::Invalid { message, param, code } => {
-                let mut error = Self::invalid_request(message);
-                error.param = param;
-                error.code = code.map(str::to_owned);
-                error
-            }
-            BatchesError::Conflict(message) => Self::new(StatusCode::CONFLICT, "invalid_request_error", message),
-            BatchesError::Files(files) => files.into(),
-            BatchesError::Storage(storage) => FilesError::Storage(storage).into(),
-        }
-    }
-}
-
-impl From<InferenceError> for ApiError {
-    fn from(err: InferenceError) -> Self {
-        match err {
-            InferenceError::InvalidRequest { message, param, code } => {
-                let mut error = Self::invalid_request(message);
-                error.param = param;
-                error.code = code.map(str::to_owned);
-                error
-            }
-            InferenceError::Routing(routing) => routing.into(),
-        }
-    }
-}
-
-/// TensorZero's OpenAI-compatible routes: the function layer's errors in OpenAI's envelope, with
-/// the statuses `/inference` uses.
-impl From<FunctionError> for ApiError {
-    fn from(err: FunctionError) -> Self {
-        let status = super::tensorzero_error::TensorZeroError::from(err.clone()).status;
-        let kind = match status.as_u16() {
-            400 => "invalid_request_error",
-            404 => "not_found_error",
-            _ => "api_error",
-        };
-        let error = Self::new(status, kind, err.to_string());
-        match err {
-            FunctionError::UnknownFunction(_) | FunctionError::UnknownModel(_) => error.with_param("model"),
-            _ => error,
-        }
-    }
-}
-
-impl From<RoutingError> for ApiError {
-    fn from(err: RoutingError) -> Self {
-        match err {
-            RoutingError::ModelNotFound(model) => Self::not_found(format!(
-                "The model `{}` does not exist or you do not have access to it.",
-                excerpt(&model)
-            ))
-            .with_param("model")
-            .with_code("model_not_found"),
-            RoutingError::Unsupported { model, capability } => Self::invalid_request(format!(
-                "The model `{}` does not support {capability}.",
-                excerpt(&model)
-            ))
-            .with_param("model")
-            .with_code("model_not_supported"),
-            RoutingError::AllFailed { model, failures } => from_failures(&model, &failures),
-        }
-    }
-}
-
-/// The status that best describes why every provider failed.
-fn from_failures(model: &str, failures: &[ProviderFailure]) -> ApiError {
-    let detail = failures
-        .iter()
-        .map(|f| {
-            format!(
-                "{} ({} attempt{}): {}",
-                f.provider,
-                f.attempts,
-                if f.attempts == 1 { "" } else { "s" },
-                f.error
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ");
-    if let Some(name) = failures.iter().find_map(|f| match &f.error {
-        ProviderError::MissingCredential(name) => Some(name.clone()),
-        _ => None,
-    }) {
-        let (name, model) = (excerpt(&name), excerpt(model));
-        return ApiError::invalid_request(format!(
-            "Missing credential `{name}` for model `{model}`: pass it in the request body as `credentials: {{\"{name}\": \"...\"}}`."
-        ))
-        .with_param("credentials")
-        .with_code("missing_credential");
-    }
-    // An edit the client sent that a provider could not apply: the client's to fix.
-    if let Some((param, problem)) = failures.iter().find_map(|f| match &f.error {
-        ProviderError::InvalidExtraBody(e) => Some(("extra_body", e.to_string())),
-        ProviderError::InvalidExtraHeader(e) => Some(("extra_headers", e.to_string())),
-        _ => None,
-    }) {
-        return ApiError::invalid_request(format!("Invalid '{param}' for model `{}`: {problem}.", excerpt(model)))
-            .with_param(param)
-            .with_code(format!("invalid_{param}"));
-    }
-    let last = failures.last().map(|f| &f.error);
-    // A request the provider called invalid is the client's to fix.
-    if let Some(ProviderError::Http { status, message, .. }) = last {
-        if matches!(status, 400 | 413 | 422) {
-            let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST);
-            return ApiError::new(status, "invalid_request_error", message.clone());
-        }
-    }
-    let all_timeouts = !failures.is_empty()
-        && failures
-            .iter()
-            .all(|f| matches!(f.error, ProviderError::Timeout { .. }));
-    let (status, code) = if all_timeouts {
-        (StatusCode::GATEWAY_TIMEOUT, "provider_timeout")
-    } else {
-        (StatusCode::BAD_GATEWAY, "provider_error")
-    };
-    let mut error = ApiError::new(
-        status,
-        "server_error",
-        format!("All providers for model `{}` failed: {detail}", excerpt(model)),
-    )
-    .with_code(code);
-    error.no_client_retry = true;
-    error
-}
-
-impl From<ProviderError> for ApiError {
-    /// An error in the middle of a stream.
-    fn from(err: ProviderError) -> Self {
-        let status = match err {
-            ProviderError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            _ => StatusCode::BAD_GATEWAY,
-        };
-        ApiError::new(status, "server_error", err.to_string()).with_code("provider_error")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    fn failure(error: ProviderError) -> ProviderFailure {
-        ProviderFailure {
-            provider: "p".into(),
-            attempts: 3,
-            error,
-        }
-    }
+    use crate::providers::router::{ProviderFailure, RoutingError};
+    use crate::providers::ProviderError;
 
     #[test]
-    fn envelope_has_all_four_keys() {
-        let value = ApiError::invalid_request("bad").envelope();
-        let error = value["error"].as_object().unwrap();
-        for key in ["message", "type", "param", "code"] {
-            assert!(error.contains_key(key), "{key}");
-        }
-    }
-
-    #[test]
-    fn routing_errors_map_to_statuses() {
-        let cases = [
-            (RoutingError::ModelNotFound("m".into()), StatusCode::NOT_FOUND),
-            (
-                RoutingError::Unsupported {
-                    model: "m".into(),
-                    capability: "embeddings",
-                },
-                StatusCode::BAD_REQUEST,
-            ),
-            (
-                RoutingError::AllFailed {
-                    model: "m".into(),
-                    failures: vec![failure(ProviderError::Http {
-                        status: 500,
-                        message: "boom".into(),
-                        retry_after: None,
-                        body: None,
-                    })],
-                },
-                StatusCode::BAD_GATEWAY,
-            ),
-            (
-                RoutingError::AllFailed {
-                    model: "m".into(),
-                    failures: vec![failure(ProviderError::Timeout {
-                        after: Duration::from_secs(1),
-                    })],
-                },
-                StatusCode::GATEWAY_TIMEOUT,
-            ),
-            (
-                RoutingError::AllFailed {
-                    model: "m".into(),
-                    failures: vec![failure(ProviderError::Http {
-                        status: 422,
-                        message: "bad arg".into(),
-                        retry_after: None,
-                        body: None,
-                    })],
-                },
-                StatusCode::UNPROCESSABLE_ENTITY,
-            ),
-            (
-                RoutingError::AllFailed {
-                    model: "m".into(),
-                    failures: vec![failure(ProviderError::MissingCredential("k".into()))],
-                },
-                StatusCode::BAD_REQUEST,
-            ),
-        ];
-        for (err, status) in cases {
-            assert_eq!(ApiError::from(err.clone()).status, status, "{err:?}");
-        }
-    }
-
-    #[test]
-    fn an_extra_body_edit_that_cannot_apply_is_a_400_naming_extra_body() {
-        use crate::model::{ExtraBodyError, ExtraHeaderError};
+    fn provider_failures_stop_sdk_retries() {
         let err = ApiError::from(RoutingError::AllFailed {
             model: "m".into(),
-            failures: vec![
-                failure(ProviderError::Http {
+            failures: vec![ProviderFailure {
+                provider: "p".into(),
+                attempts: 3,
+                error: ProviderError::Http {
                     status: 503,
-                    message: "down".into(),
+                    message: "overloaded".into(),
                     retry_after: None,
                     body: None,
-                }),
-                failure(ProviderError::InvalidExtraBody(ExtraBodyError::NotAContainer(
-                    "/messages/x".into(),
-                ))),
-            ],
+                },
+            }],
         });
-        assert_eq!(err.status, StatusCode::BAD_REQUEST);
-        assert_eq!(err.param.as_deref(), Some("extra_body"));
-        assert_eq!(err.code.as_deref(), Some("invalid_extra_body"));
-        assert!(err.message.contains("/messages/x"), "{}", err.message);
-        let err = ApiError::from(RoutingError::AllFailed {
-            model: "m".into(),
-            failures: vec![failure(ProviderError::InvalidExtraHeader(
-                ExtraHeaderError::InvalidName("a b".into()),
-            ))],
-        });
-        assert_eq!(err.status, StatusCode::BAD_REQUEST);
-        assert_eq!(err.param.as_deref(), Some("extra_headers"));
-    }
-
-    #[test]
-    fn provider_failures_keep_the_provider_message_and_stop_sdk_retries() {
-        let err = ApiError::from(RoutingError::AllFailed {
-            model: "m".into(),
-            failures: vec![failure(ProviderError::Http {
-                status: 503,
-                message: "overloaded".into(),
-                retry_after: None,
-                body: None,
-            })],
-        });
-        assert!(err.message.contains("overloaded"));
         let response = err.into_response();
         assert_eq!(response.headers()["x-should-retry"], "false");
-    }
-
-    #[test]
-    fn model_not_found_has_code_and_param() {
-        let err = ApiError::from(RoutingError::ModelNotFound("x".into()));
-        assert_eq!(err.code.as_deref(), Some("model_not_found"));
-        assert_eq!(err.param.as_deref(), Some("model"));
+        let plain = ApiError::invalid_request("bad").into_response();
+        assert!(plain.headers().get("x-should-retry").is_none());
     }
 }

@@ -57,7 +57,7 @@ fn query_params<T: DeserializeOwned>(pairs: Vec<(String, String)>) -> Result<T, 
     }
     serde_path_to_error::deserialize(Value::Object(object)).map_err(|err| {
         let path = err.path().to_string();
-        let message = super::json_body::bounded_serde_message(&err.inner().to_string());
+        let message = crate::openai::json_body::bounded_serde_message(&err.inner().to_string());
         let error = ApiError::invalid_request(format!("Invalid query string: {message}.")).with_code("invalid_value");
         if path == "." {
             error

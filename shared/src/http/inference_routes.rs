@@ -6,15 +6,14 @@ use super::json_body::JsonBody;
 use super::sse::sse_response;
 use super::AppState;
 use crate::openai::chat::ChatCompletionRequest;
+use crate::openai::credentials::take_credentials;
 use crate::openai::embeddings::EmbeddingRequest;
 use crate::openai::to_model::OpenAiChatRequest;
-use crate::user_text::excerpt;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{json, Map, Value};
-use std::collections::HashMap;
+use serde_json::{json, Value};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -26,26 +25,6 @@ pub(super) fn routes() -> Router<AppState> {
 
 pub(super) async fn health() -> Json<Value> {
     Json(json!({"status": "ok"}))
-}
-
-/// Take the gateway-only `credentials` object (`{"name": "key"}`) out of the raw body.
-pub(crate) fn take_credentials(raw: &mut Map<String, Value>) -> Result<HashMap<String, String>, ApiError> {
-    match raw.remove("credentials") {
-        None | Some(Value::Null) => Ok(HashMap::new()),
-        Some(Value::Object(map)) => map
-            .into_iter()
-            .map(|(name, value)| match value {
-                Value::String(key) => Ok((name, key)),
-                _ => Err(
-                    ApiError::invalid_request(format!("Credential `{}` must be a string.", excerpt(&name)))
-                        .with_param(format!("credentials.{}", excerpt(&name))),
-                ),
-            })
-            .collect(),
-        Some(_) => {
-            Err(ApiError::invalid_request("`credentials` must be an object of strings.").with_param("credentials"))
-        }
-    }
 }
 
 async fn chat_completions(

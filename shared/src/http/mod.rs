@@ -7,7 +7,7 @@ mod body_drain;
 pub mod error;
 mod extract;
 mod files_routes;
-pub(crate) mod inference_routes;
+mod inference_routes;
 pub mod json_body;
 mod middleware;
 mod multipart_stream;

@@ -6,7 +6,8 @@ use super::error::ApiError;
 use super::json_body::JsonBody;
 use crate::batches::BatchInferenceError;
 use crate::functions::feedback::FeedbackError;
-use crate::functions::inference::{FailureKind, FunctionError};
+use crate::functions::inference::FunctionError;
+use crate::openai::error::function_error_status;
 use crate::ports::StorageError;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
@@ -101,25 +102,10 @@ impl From<FeedbackError> for TensorZeroError {
     }
 }
 
-/// TensorZero's statuses for the function layer: 400 bad input (also when every variant failed
-/// for the client's reason, e.g. a missing dynamic credential), 404 lookups, 408 when every variant
-/// timed out, 502 when they failed otherwise.
+/// The function layer's errors with TensorZero's statuses ([`function_error_status`]).
 impl From<FunctionError> for TensorZeroError {
     fn from(error: FunctionError) -> Self {
-        let status = match &error {
-            FunctionError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            FunctionError::UnknownFunction(_)
-            | FunctionError::UnknownVariant { .. }
-            | FunctionError::UnknownModel(_) => StatusCode::NOT_FOUND,
-            FunctionError::AllVariantsFailed(_) => match error.uniform_failure() {
-                Some(FailureKind::Client) => StatusCode::BAD_REQUEST,
-                Some(FailureKind::Timeout) => StatusCode::REQUEST_TIMEOUT,
-                _ => StatusCode::BAD_GATEWAY,
-            },
-            FunctionError::StreamInterrupted(_) => StatusCode::BAD_GATEWAY,
-            FunctionError::Storage(_) => StatusCode::SERVICE_UNAVAILABLE,
-        };
-        Self::new(status, error.to_string())
+        Self::new(function_error_status(&error), error.to_string())
     }
 }
 

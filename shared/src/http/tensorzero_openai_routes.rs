@@ -65,7 +65,7 @@ async fn chat_completions(
 
 async fn embeddings(State(state): State<AppState>, body: JsonBody<EmbeddingRequest>) -> Result<Response, ApiError> {
     let JsonBody { mut typed, mut raw, .. } = body;
-    let credentials = super::inference_routes::take_credentials(&mut raw)?;
+    let credentials = crate::openai::credentials::take_credentials(&mut raw)?;
     let asked = typed.model.clone();
     typed.model = asked
         .strip_prefix(EMBEDDING_MODEL_PREFIX)

@@ -3,6 +3,7 @@
 //! that no other worker uses the directory's state, which lets the server take over at once what
 //! a previous process left running.
 
+use crate::ports::SoleWorkerGuard;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -72,6 +73,9 @@ impl DataDirLock {
         &self.dir
     }
 }
+
+/// Holding the lock proves that no other worker uses the directory's state.
+impl SoleWorkerGuard for DataDirLock {}
 
 #[cfg(test)]
 mod tests {

@@ -71,6 +71,28 @@ fn io_error(err: std::io::Error) -> StorageError {
     }
 }
 
+/// Move a written temporary file to its key's path. Like an object store's put, this succeeds
+/// even when a concurrent `delete_prefix` removes the key's folder meanwhile: the folder is made
+/// again and the move retried.
+async fn place(tmp: &Path, path: &Path) -> Result<(), StorageError> {
+    let mut attempts = 0;
+    loop {
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
+        }
+        match tokio::fs::rename(tmp, path).await {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && attempts < 5 && tmp.exists() => {
+                attempts += 1;
+            }
+            Err(err) => {
+                let _ = tokio::fs::remove_file(tmp).await;
+                return Err(io_error(err));
+            }
+            Ok(()) => return Ok(()),
+        }
+    }
+}
+
 async fn open_existing(path: &Path) -> Result<tokio::fs::File, StorageError> {
     tokio::fs::File::open(path).await.map_err(io_error)
 }
@@ -79,22 +101,16 @@ async fn open_existing(path: &Path) -> Result<tokio::fs::File, StorageError> {
 impl BlobStore for FileBlobStore {
     async fn put(&self, key: &str, body: Bytes) -> Result<(), StorageError> {
         let path = self.path_of(key)?;
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
-        }
         let tmp = self.root.join(".tmp").join(uuid::Uuid::now_v7().simple().to_string());
         let mut file = tokio::fs::File::create(&tmp).await.map_err(io_error)?;
         file.write_all(&body).await.map_err(io_error)?;
         file.sync_all().await.map_err(io_error)?;
         drop(file);
-        tokio::fs::rename(&tmp, &path).await.map_err(io_error)
+        place(&tmp, &path).await
     }
 
     async fn put_stream(&self, key: &str, mut body: ByteStream) -> Result<u64, StorageError> {
         let path = self.path_of(key)?;
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
-        }
         let tmp = self.root.join(".tmp").join(uuid::Uuid::now_v7().simple().to_string());
         let mut file = tokio::fs::File::create(&tmp).await.map_err(io_error)?;
         let mut written: u64 = 0;
@@ -112,7 +128,7 @@ impl BlobStore for FileBlobStore {
             let _ = tokio::fs::remove_file(&tmp).await;
             return Err(err);
         }
-        tokio::fs::rename(&tmp, &path).await.map_err(io_error)?;
+        place(&tmp, &path).await?;
         Ok(written)
     }
 
@@ -181,10 +197,16 @@ impl BlobStore for FileBlobStore {
     async fn delete_prefix(&self, prefix: &str) -> Result<u64, StorageError> {
         let path = self.path_of(prefix)?;
         let count = count_files(&path).await?;
-        match tokio::fs::remove_dir_all(&path).await {
-            Ok(()) => Ok(count),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(0),
-            Err(err) => Err(io_error(err)),
+        // A put landing in the folder while it is removed makes the removal fail ("not empty"):
+        // remove again, as an object store's delete would simply have missed that object.
+        let mut attempts = 0;
+        loop {
+            match tokio::fs::remove_dir_all(&path).await {
+                Ok(()) => return Ok(count),
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(count),
+                Err(err) if err.kind() == std::io::ErrorKind::DirectoryNotEmpty && attempts < 10 => attempts += 1,
+                Err(err) => return Err(io_error(err)),
+            }
         }
     }
 
@@ -230,6 +252,30 @@ mod tests {
         let file = std::fs::File::create(&path).unwrap();
         file.set_modified(std::time::SystemTime::now() - age).unwrap();
         path
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_put_succeeds_while_its_folder_is_deleted_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(FileBlobStore::open(dir.path()).unwrap());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let deleter = {
+            let (store, stop) = (std::sync::Arc::clone(&store), std::sync::Arc::clone(&stop));
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    store.delete_prefix("results/batch").await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        for i in 0..300 {
+            let key = format!("results/batch/segment-{i}.jsonl");
+            store.put(&key, Bytes::from_static(b"line\n")).await.unwrap();
+            let stream = futures::stream::iter([Ok(Bytes::from_static(b"line\n"))]).boxed();
+            store.put_stream(&format!("{key}.s"), stream).await.unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        deleter.await.unwrap();
     }
 
     #[tokio::test]

@@ -10,6 +10,6 @@ mod sqlite_state;
 pub use data_dir_lock::{DataDirLock, DataDirLockError};
 pub use file_blobs::FileBlobStore;
 pub use memory_queue::MemoryQueue;
-pub use queue_workers::{spawn_queue_workers, JobHandler, JobOutcome};
+pub use queue_workers::spawn_queue_workers;
 #[cfg(feature = "embedded")]
 pub use sqlite_state::SqliteStateStore;

@@ -1,26 +1,10 @@
 //! In-process worker tasks that drain a [`JobQueue`], standing in locally for the SQS-triggered
 //! worker Lambda: a message is deleted only after its handler succeeds, so failures redeliver.
 
-use crate::ports::JobQueue;
-use async_trait::async_trait;
+use crate::ports::{JobHandler, JobOutcome, JobQueue};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
-
-/// What became of one message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JobOutcome {
-    /// Done: acknowledge (delete) the message.
-    Done,
-    /// Failed: leave it to be redelivered after `retry_after`.
-    Retry { retry_after: Duration },
-}
-
-/// Handles one job message body.
-#[async_trait]
-pub trait JobHandler: Send + Sync {
-    async fn handle(&self, body: &str) -> JobOutcome;
-}
 
 /// Start `workers` tasks receiving from `queue` and handing each message to `handler`.
 /// Each message stays invisible for `visibility` while it is handled.
@@ -65,6 +49,7 @@ pub fn spawn_queue_workers(
 mod tests {
     use super::*;
     use crate::adapters::embedded::MemoryQueue;
+    use async_trait::async_trait;
     use std::sync::Mutex;
 
     struct FailOnce {

@@ -3,13 +3,13 @@
 
 use super::{LineKind, LineResult};
 use crate::batches::{BatchEndpoint, BatchesError};
-use crate::http::inference_routes::take_credentials;
-use crate::http::json_body::parse_json_object;
-use crate::http::ApiError;
 use crate::inference::{InferenceError, InferenceService};
 use crate::openai::batches::BatchUsage;
 use crate::openai::chat::ChatCompletionRequest;
+use crate::openai::credentials::take_credentials;
 use crate::openai::embeddings::EmbeddingRequest;
+use crate::openai::error::ApiError;
+use crate::openai::json_body::parse_json_object;
 use crate::openai::to_model::OpenAiChatRequest;
 use crate::ports::IdSource;
 use crate::providers::router::RoutingError;
