@@ -6,7 +6,7 @@ use super::records::{
 use super::{BatchEndpoint, BatchService, BatchesError, JobMessage};
 use crate::files::{check_expires_after, ExpiryField, FilesError};
 use crate::idempotency::{fingerprint, Reservation};
-use crate::openai::batches::{BatchList, BatchObject, BatchStatus, BatchUsage, CreateBatchRequest, RequestCounts};
+use crate::openai::batches::{BatchList, BatchObject, BatchStatus, CreateBatchRequest};
 use crate::openai::metadata::{self, MetadataProblem, MAX_KEY_CHARS, MAX_PAIRS, MAX_VALUE_CHARS};
 use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
 use crate::user_text::excerpt;
@@ -174,29 +174,15 @@ impl BatchService {
         let created_ms = id_time_ms(&id).unwrap_or_else(|| self.now_ms());
         let created_at = created_ms.div_euclid(1000);
         let output_expires_after = request.output_expires_after.clone();
-        let batch = BatchObject {
-            id: id.clone(),
-            object: "batch".to_owned(),
-            endpoint: endpoint.path().to_owned(),
-            errors: None,
-            input_file_id: request.input_file_id,
-            completion_window: request.completion_window,
-            status: BatchStatus::Validating,
-            output_file_id: None,
-            error_file_id: None,
+        let mut batch = BatchObject::validating(
+            id.clone(),
+            endpoint.path(),
+            request.input_file_id,
+            request.completion_window,
             created_at,
-            in_progress_at: None,
-            expires_at: Some(created_at + window_s),
-            finalizing_at: None,
-            completed_at: None,
-            failed_at: None,
-            expired_at: None,
-            cancelling_at: None,
-            cancelled_at: None,
-            request_counts: RequestCounts::default(),
-            metadata,
-            usage: BatchUsage::default(),
-        };
+            window_s,
+        );
+        batch.metadata = metadata;
         let stored = StoredBatch {
             batch: batch.clone(),
             project: project.to_owned(),

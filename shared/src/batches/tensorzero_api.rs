@@ -11,7 +11,7 @@ use super::records::{encode, BatchFormat, Loaded, StoredBatch, TensorZeroPlan, A
 use super::{BatchService, BatchesError, JobMessage};
 use crate::functions::batch_request::{item_ids, BatchInferenceRequest, ItemIds};
 use crate::functions::inference::{FunctionError, InferenceReply};
-use crate::openai::batches::{BatchObject, BatchStatus, BatchUsage, RequestCounts};
+use crate::openai::batches::{BatchObject, BatchStatus};
 use crate::ports::{Record, StorageError};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -134,32 +134,17 @@ impl BatchService {
         let created_at = created_ms.div_euclid(1000);
         let total = planned.items.len() as u64;
         let stored = StoredBatch {
-            batch: BatchObject {
-                id: batch_id.clone(),
-                object: "batch".to_owned(),
-                endpoint: "/batch_inference".to_owned(),
-                errors: None,
-                input_file_id: String::new(),
-                completion_window: "24h".to_owned(),
-                status: BatchStatus::Validating,
-                output_file_id: None,
-                error_file_id: None,
-                created_at,
-                in_progress_at: None,
-                expires_at: Some(created_at + WINDOW_S),
-                finalizing_at: None,
-                completed_at: None,
-                failed_at: None,
-                expired_at: None,
-                cancelling_at: None,
-                cancelled_at: None,
-                request_counts: RequestCounts {
-                    total,
-                    completed: 0,
-                    failed: 0,
-                },
-                metadata: None,
-                usage: BatchUsage::default(),
+            batch: {
+                let mut batch = BatchObject::validating(
+                    batch_id.clone(),
+                    "/batch_inference",
+                    String::new(),
+                    "24h".to_owned(),
+                    created_at,
+                    WINDOW_S,
+                );
+                batch.request_counts.total = total;
+                batch
             },
             project: project.to_owned(),
             input_blob_key,

@@ -118,6 +118,42 @@ pub struct BatchObject {
     pub usage: BatchUsage,
 }
 
+impl BatchObject {
+    /// A new batch, `validating`, created at `created_at` and due `window_s` later.
+    pub fn validating(
+        id: String,
+        endpoint: &str,
+        input_file_id: String,
+        completion_window: String,
+        created_at: i64,
+        window_s: i64,
+    ) -> Self {
+        Self {
+            id,
+            object: "batch".to_owned(),
+            endpoint: endpoint.to_owned(),
+            errors: None,
+            input_file_id,
+            completion_window,
+            status: BatchStatus::Validating,
+            output_file_id: None,
+            error_file_id: None,
+            created_at,
+            in_progress_at: None,
+            expires_at: Some(created_at + window_s),
+            finalizing_at: None,
+            completed_at: None,
+            failed_at: None,
+            expired_at: None,
+            cancelling_at: None,
+            cancelled_at: None,
+            request_counts: RequestCounts::default(),
+            metadata: None,
+            usage: BatchUsage::default(),
+        }
+    }
+}
+
 /// `POST /v1/batches`. Fields Nimbus does not model are ignored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreateBatchRequest {
