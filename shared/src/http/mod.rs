@@ -91,10 +91,14 @@ pub fn batches_router(state: AppState) -> Router {
     host_router(state, batches_function_routes())
 }
 
+/// Request bodies may be gzip-encoded (`Content-Encoding: gzip`): a large `/batch_inference`
+/// submission then fits the 6 MB a Lambda request may carry; the body limit applies to the
+/// decoded JSON.
 fn batches_function_routes() -> Router<AppState> {
     batch_routes::routes()
         .merge(tensorzero_batch_routes::routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
+        .layer(tower_http::decompression::RequestDecompressionLayer::new())
 }
 
 /// Every function's routes on one router: what the local server serves. Its clients keep

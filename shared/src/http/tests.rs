@@ -252,3 +252,58 @@ async fn tensorzero_routes_answer_errors_before_their_handler_in_tensorzeros_sha
         (StatusCode::UNAUTHORIZED, Some("missing_api_key"))
     );
 }
+
+#[tokio::test]
+async fn a_gzip_encoded_batch_inference_submission_is_decoded() {
+    use flate2::write::GzEncoder;
+    use std::io::Write;
+    let config = format!(
+        "{CONFIG}\n[functions.echo]\ntype = \"chat\"\n[functions.echo.variants.only]\ntype = \"chat_completion\"\nmodel = \"dummy\"\n"
+    );
+    let config = Config::from_toml(&config).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let state = app_state(
+        &crate::config::LoadedConfig::without_files(config.clone()).unwrap(),
+        &adapters(dir.path()),
+        AuthSettings {
+            mode: AuthMode::OpenWhenNoKeys,
+            cache_ttl: Duration::ZERO,
+        },
+        HttpSettings {
+            inline_content_limit: u64::MAX,
+            public_url: None,
+        },
+        crate::batches::BatchSettings::from_config(&config),
+    )
+    .unwrap();
+    let router = batches_router(state);
+    let inputs: Vec<Value> = (0..500)
+        .map(
+            |i| json!({"messages": [{"role": "user", "content": format!("item {i}: the same words again and again")}]}),
+        )
+        .collect();
+    let body = json!({"function_name": "echo", "inputs": inputs}).to_string();
+    let mut encoder = GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(body.as_bytes()).unwrap();
+    let gzipped = encoder.finish().unwrap();
+    assert!(gzipped.len() * 5 < body.len(), "{} of {}", gzipped.len(), body.len());
+    let send = |encoded: bool| {
+        let mut request = Request::builder()
+            .method("POST")
+            .uri("/batch_inference")
+            .header("content-type", "application/json");
+        if encoded {
+            request = request.header("content-encoding", "gzip");
+        }
+        router
+            .clone()
+            .oneshot(request.body(Body::from(gzipped.clone())).unwrap())
+    };
+    let response = send(true).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    let created: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(created["inference_ids"].as_array().unwrap().len(), 500);
+    // Without the header the bytes are not JSON.
+    assert_eq!(send(false).await.unwrap().status(), StatusCode::BAD_REQUEST);
+}
