@@ -1,7 +1,7 @@
 """Helpers for the Batch API tests on its AWS path (test_batches_lambda_*.py): `nimbus-batches`,
 `nimbus-worker` and `nimbus-poller` under the Runtime Interface Emulator, with their state, bytes
 and jobs in moto, driven by the `infra/events/batches-*.json`, `worker-*.json` and `poller-*.json`
-event files.
+event files (`/v1/batches`, and TensorZero's `/batch_inference` in `batches-batch-inference-*.json`).
 
 Moto runs no Lambda triggers, so the tests play both AWS services that start the functions:
 - the SQS event source: receive the jobs queue's messages (boto3), wrap each in an SQS event shaped
@@ -34,9 +34,32 @@ import nimbus_testkit as kit
 PROJECT = "demo"
 FILE_ID_PLACEHOLDER = "file-REPLACE_WITH_FILE_ID"
 BATCH_ID_PLACEHOLDER = "batch_REPLACE_WITH_BATCH_ID"
+# `/batch_inference` ids are bare UUIDs (no `batch_` prefix).
+TZ_BATCH_ID_PLACEHOLDER = "REPLACE_WITH_BATCH_ID"
+TZ_INFERENCE_ID_PLACEHOLDER = "REPLACE_WITH_INFERENCE_ID"
+TZ_SUBMIT_EVENT = "batches-batch-inference-submit.json"
+TZ_POLL_EVENT = "batches-batch-inference-poll.json"
+TZ_POLL_ONE_EVENT = "batches-batch-inference-poll-inference.json"
 TERMINAL = kit.BATCH_TERMINAL_STATUSES
 BATCH_KEYS = kit.BATCH_KEYS
 WORKER_TIMEOUT_S = 300  # template.yaml: NimbusWorkerFunction Timeout
+
+# A function whose only variant calls the always-failing model: a `/batch_inference` batch of it
+# fails item by item. Added to the default config by `config_with_failing_function`.
+FAILING_FUNCTION = "always_fails"
+_FAILING_FUNCTION_TOML = f"""
+[functions.{FAILING_FUNCTION}]
+type = "chat"
+
+[functions.{FAILING_FUNCTION}.variants.broken]
+type = "chat_completion"
+model = "dummy-error"
+"""
+
+
+def config_with_failing_function() -> str:
+    """The default config plus `FAILING_FUNCTION`."""
+    return f"{kit.DEFAULT_CONFIG.read_text().rstrip()}\n{_FAILING_FUNCTION_TOML}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,6 +277,28 @@ class Api:
         assert status == 200, file
         return file
 
+    def submit_batch_inference(self, **changes: Any) -> tuple[int, Any]:
+        """`POST /batch_inference` with the event file's body, top-level keys replaced by
+        `changes` (a `None` removes the key)."""
+        event = self.event(TZ_SUBMIT_EVENT)
+        if changes:
+            body = {**json.loads(event["body"]), **changes}
+            event = kit.with_body(event, {k: v for k, v in body.items() if v is not None})
+        return invoke_json(self.batches, event)
+
+    def poll_batch_inference(
+        self, batch_id: str, inference_id: str | None = None, query: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        """`GET /batch_inference/{batch_id}` (or `/inference/{inference_id}` of it), with `query`."""
+        name = TZ_POLL_EVENT if inference_id is None else TZ_POLL_ONE_EVENT
+        event = kit.replace_strings(self.event(name), TZ_BATCH_ID_PLACEHOLDER, batch_id)
+        if inference_id is not None:
+            event = kit.replace_strings(event, TZ_INFERENCE_ID_PLACEHOLDER, inference_id)
+        if query:
+            event["queryStringParameters"] = dict(query)
+            event["rawQueryString"] = "&".join(f"{k}={v}" for k, v in query.items())
+        return invoke_json(self.batches, event)
+
     def results(self, batch: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         def lines(file_id: str | None) -> list[dict[str, Any]]:
             return parse_jsonl(self.file_content(file_id)) if file_id else []
@@ -280,6 +325,28 @@ def run_until(
         if time.monotonic() > deadline:
             raise AssertionError(
                 f"batch {batch_id} not done within {timeout:.0f}s; last: {batch!r}; "
+                f"jobs delivered: {[(d.job, d.failed) for d in source.jobs_for(batch_id)]}; "
+                f"last poll report: {source.poll_reports[-1:]!r}"
+            )
+        if source.pump() == 0:
+            source.poll()
+            time.sleep(0.3)
+
+
+def run_batch_inference_until_done(
+    api: Api, source: EventSource, batch_id: str, *, timeout: float = 180.0
+) -> dict[str, Any]:
+    """Deliver queued jobs, and run the poller whenever the queue is idle, until polling the
+    `/batch_inference` batch no longer answers `{"status": "pending"}`; returns that answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, poll = api.poll_batch_inference(batch_id)
+        assert status == 200, poll
+        if poll != {"status": "pending"}:
+            return poll
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"batch {batch_id} still pending after {timeout:.0f}s; "
                 f"jobs delivered: {[(d.job, d.failed) for d in source.jobs_for(batch_id)]}; "
                 f"last poll report: {source.poll_reports[-1:]!r}"
             )

@@ -253,7 +253,7 @@ def batch_lambda_factory(moto: kit.MotoServer, logs_dir: Path) -> Iterator[Calla
 
 @pytest.fixture(scope="session")
 def batches_lambda(moto: kit.MotoServer, logs_dir: Path) -> Iterator[kit.LambdaUnderRie]:
-    """`nimbus-batches` under the RIE (the `/v1/batches` routes), as template.yaml declares
+    """`nimbus-batches` under the RIE (`/v1/batches` and `/batch_inference`), as template.yaml declares
     NimbusBatchesFunction, against the moto table, bucket and queue."""
     function = _batch_function(
         moto, logs_dir, "NimbusBatchesFunction", "nimbus-batches", memory="256", timeout="30", name="rie-batches"

@@ -1,13 +1,15 @@
 """The batch path's event files (`infra/events/batches-*.json`, `worker-*.json`, `poller-*.json`):
 their shape, what each produces as it is (placeholders left in), and the HTTP events with real ids,
 against `nimbus-batches`, `nimbus-worker` and `nimbus-poller` under the RIE with moto (helpers in
-batch_lambda_kit.py).
+batch_lambda_kit.py). The `/batch_inference` events (`batches-batch-inference-*.json`) are checked
+here too; their flow is in test_batch_inference_lambda.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 
 import pytest
@@ -17,6 +19,8 @@ from batch_lambda_kit import (
     BATCH_ID_PLACEHOLDER,
     BATCH_KEYS,
     FILE_ID_PLACEHOLDER,
+    TZ_BATCH_ID_PLACEHOLDER,
+    TZ_INFERENCE_ID_PLACEHOLDER,
     WORKER_TIMEOUT_S,
     Api,
     EventSource,
@@ -30,6 +34,9 @@ from batch_lambda_kit import (
 )
 
 HTTP_EVENT_NAMES = [path.name for path in kit.event_files("batches-*.json")]
+# TensorZero's batch API on the same function: `/batch_inference` (errors are `{"error": "…"}`).
+TZ_EVENT_NAMES = [path.name for path in kit.event_files("batches-batch-inference-*.json")]
+OPENAI_EVENT_NAMES = [name for name in HTTP_EVENT_NAMES if name not in TZ_EVENT_NAMES]
 WORKER_EVENT_NAMES = [path.name for path in kit.event_files("worker-*.json")]
 POLLER_EVENT_NAMES = [path.name for path in kit.event_files("poller-*.json")]
 EVENT_NAMES = HTTP_EVENT_NAMES + WORKER_EVENT_NAMES + POLLER_EVENT_NAMES
@@ -41,6 +48,9 @@ EXPECTED: dict[str, str] = {
     "batches-list.json": "401",
     "batches-retrieve.json": "401",
     "batches-cancel.json": "401",
+    "batches-batch-inference-submit.json": "401",
+    "batches-batch-inference-poll.json": "401",
+    "batches-batch-inference-poll-inference.json": "401",
     "worker-sqs-validate.json": "no failure reported (unknown batch: the job is dropped)",
     "worker-sqs-chunk.json": "no failure reported (unknown batch: the job is dropped)",
     "poller-scheduled.json": "a JSON report",
@@ -58,7 +68,7 @@ def test_every_batch_event_has_an_expectation() -> None:
     )
 
 
-@pytest.mark.parametrize("name", HTTP_EVENT_NAMES)
+@pytest.mark.parametrize("name", OPENAI_EVENT_NAMES)
 def test_batches_event_is_well_formed(name: str) -> None:
     event = kit.load_event(name)
     headers, context = kit.check_http_api_event(event)
@@ -73,6 +83,70 @@ def test_batches_event_is_well_formed(name: str) -> None:
         assert body["input_file_id"] == FILE_ID_PLACEHOLDER
     else:
         assert "content-length" not in headers
+
+
+def test_batch_inference_has_an_event_per_route() -> None:
+    events = [kit.load_event(name) for name in TZ_EVENT_NAMES]
+    routes = {(event["requestContext"]["http"]["method"], event["rawPath"]) for event in events}
+    assert routes == {
+        ("POST", "/batch_inference"),
+        ("GET", f"/batch_inference/{TZ_BATCH_ID_PLACEHOLDER}"),
+        ("GET", f"/batch_inference/{TZ_BATCH_ID_PLACEHOLDER}/inference/{TZ_INFERENCE_ID_PLACEHOLDER}"),
+    }, routes
+
+
+@pytest.mark.parametrize("name", TZ_EVENT_NAMES)
+def test_batch_inference_event_is_well_formed(name: str) -> None:
+    event = kit.load_event(name)
+    headers, context = kit.check_http_api_event(event)
+    assert event["rawPath"].startswith("/batch_inference")
+    assert event["isBase64Encoded"] is False
+    if context["http"]["method"] == "POST":
+        assert headers["content-type"] == "application/json"
+        assert headers["content-length"] == str(len(event["body"].encode()))
+        body = json.loads(event["body"])
+        # Every per-item list is as long as `inputs`, or the batches function answers 400.
+        inputs = len(body["inputs"])
+        assert inputs >= 1
+        per_item = [body[k] for k in ("episode_ids", "tags") if k in body]
+        per_item += list(body.get("params", {}).get("chat_completion", {}).values())
+        assert all(len(values) == inputs for values in per_item), body
+    else:
+        assert not event.get("body") and "content-length" not in headers
+
+
+def path_pattern(path: str) -> re.Pattern[str]:
+    """An HttpApi route path as a pattern: `{name}` is one segment, `{name+}` the rest."""
+    segments = []
+    for segment in path.strip("/").split("/"):
+        if segment.startswith("{") and segment.endswith("+}"):
+            segments.append(".+")
+        elif segment.startswith("{") and segment.endswith("}"):
+            segments.append("[^/]+")
+        else:
+            segments.append(re.escape(segment))
+    return re.compile("/" + "/".join(segments))
+
+
+def template_routes(function: str) -> list[tuple[str, re.Pattern[str]]]:
+    """The HttpApi routes template.yaml gives `function`: method and path pattern."""
+    from samcli.yamlhelper import yaml_parse  # noqa: PLC0415 - only this test needs the SAM CLI
+
+    events = yaml_parse(kit.TEMPLATE.read_text())["Resources"][function]["Properties"]["Events"]
+    return [
+        (event["Properties"]["Method"], path_pattern(event["Properties"]["Path"]))
+        for event in events.values()
+        if event["Type"] == "HttpApi"
+    ]
+
+
+@pytest.mark.parametrize("name", HTTP_EVENT_NAMES)
+def test_event_route_is_declared_in_the_template(name: str) -> None:
+    """API Gateway hands the batches function only the routes template.yaml declares for it."""
+    event = kit.load_event(name)
+    method, path = event["requestContext"]["http"]["method"], event["rawPath"]
+    routes = template_routes("NimbusBatchesFunction")
+    assert any(m == method and p.fullmatch(path) for m, p in routes), f"{method} {path} is not routed to the function"
 
 
 @pytest.mark.parametrize("name", WORKER_EVENT_NAMES)
@@ -109,6 +183,10 @@ def test_poller_event_is_well_formed(name: str) -> None:
 def test_placeholder_key_is_rejected(batches_lambda: kit.LambdaUnderRie, name: str) -> None:
     status, body = invoke_json(batches_lambda, kit.load_event(name))
     assert status == 401, f"{name}: HTTP {status}: {body}"
+    if name in TZ_EVENT_NAMES:
+        # TensorZero's routes answer in its shape: {"error": "<message>"}.
+        assert isinstance(body["error"], str) and "key" in body["error"].lower(), body
+        return
     assert body["error"]["code"] == "invalid_api_key", body
 
 

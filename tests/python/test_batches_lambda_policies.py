@@ -1,6 +1,7 @@
 """The AWS requests of one batch on the AWS path, recorded by a moto server of their own, and whether
 the policies template.yaml gives each function (`nimbus-files`, `nimbus-batches`, `nimbus-worker`,
-`nimbus-poller` under the RIE) allow them. Helpers in batch_lambda_kit.py.
+`nimbus-poller` under the RIE) allow them: `/v1/batches` batches and TensorZero's `/batch_inference`
+ones. Helpers in batch_lambda_kit.py.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import base64
 import fnmatch
 import json
 import re
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,13 +23,17 @@ import requests
 
 import nimbus_testkit as kit
 from batch_lambda_kit import (
+    FAILING_FUNCTION,
     PROJECT,
     WORKER_TIMEOUT_S,
     Api,
     EventSource,
     chat_line,
     check_results,
+    config_with_failing_function,
+    invoke_worker,
     jsonl,
+    run_batch_inference_until_done,
     run_until,
 )
 
@@ -297,3 +303,75 @@ def test_cancel_and_poller_requests_are_allowed_by_the_template(recorded_stack: 
     denied, counts = denied_requests(stack.recording(), stack.moto.bucket)
     assert not denied, "template.yaml does not allow:\n" + "\n".join(denied)
     assert any(fn == "NimbusPollerFunction" for fn, _ in counts), counts
+
+
+@pytest.fixture(scope="module")
+def recorded_failing_functions(
+    recorded_stack: RecordedStack, batch_lambda_factory: Callable[..., kit.LambdaUnderRie]
+) -> tuple[Api, EventSource]:
+    """A batches function and a worker on the recorded moto whose config (read from S3 at their
+    first invocation, before any recording) adds `FAILING_FUNCTION`; signed as the functions they
+    stand for."""
+    stack = recorded_stack
+    config_source = stack.moto.put_config("recorded-failing", config_with_failing_function())
+    started = {}
+    for resource, binary, memory, timeout in (
+        ("NimbusBatchesFunction", "nimbus-batches", "256", "30"),
+        ("NimbusWorkerFunction", "nimbus-worker", "512", str(WORKER_TIMEOUT_S)),
+    ):
+        started[resource] = batch_lambda_factory(
+            resource,
+            binary,
+            memory=memory,
+            timeout=timeout,
+            name=f"rie-recorded-failing-{binary.removeprefix('nimbus-')}",
+            moto=stack.moto,
+            extra_env={"AWS_ACCESS_KEY_ID": FUNCTION_KEYS[resource], "NIMBUS_CONFIG_SOURCE": config_source},
+        )
+    api = Api(stack.api.files, started["NimbusBatchesFunction"], stack.api.api_key)
+    # Initialize both (the config is read then) with requests that change nothing.
+    status, _ = api.poll_batch_inference(str(uuid.UUID(int=0)))
+    assert status == 404
+    assert invoke_worker(started["NimbusWorkerFunction"], kit.load_event("worker-sqs-chunk.json")) == set()
+    return api, EventSource(stack.moto, started["NimbusWorkerFunction"], stack.source.poller)
+
+
+def test_batch_inference_requests_are_allowed_by_the_template(
+    recorded_stack: RecordedStack, recorded_failing_functions: tuple[Api, EventSource], logs_dir: Path
+) -> None:
+    """Two `/batch_inference` batches recorded from submit to the last poll: one that completes
+    (items stored, records written, replies rebuilt from the records) and one whose every model call
+    fails (its failures list written when it ends, and read when polled)."""
+    stack = recorded_stack
+    failing_api, failing_source = recorded_failing_functions
+    stack.post("reset-recording")
+    stack.post("start-recording")
+    try:
+        status, created = stack.api.submit_batch_inference()
+        assert status == 200, created
+        done = run_batch_inference_until_done(stack.api, stack.source, created["batch_id"])
+        assert done["status"] == "completed", done
+        for inference_id in (None, created["inference_ids"][0]):
+            status, poll = stack.api.poll_batch_inference(created["batch_id"], inference_id)
+            assert status == 200 and poll["status"] == "completed", poll
+        status, failing = failing_api.submit_batch_inference(
+            function_name=FAILING_FUNCTION,
+            inputs=[{"messages": [{"role": "user", "content": "fails"}]}],
+            episode_ids=None,
+            tags=None,
+            params=None,
+        )
+        assert status == 200, failing
+        failed = run_batch_inference_until_done(failing_api, failing_source, failing["batch_id"])
+        assert failed == {"status": "failed"}, failed
+        status, detailed = failing_api.poll_batch_inference(failing["batch_id"], query={"include_failures": "true"})
+        assert status == 200 and len(detailed["failed_inferences"]) == 1, detailed
+        stack.source.poll()
+    finally:
+        stack.post("stop-recording")
+    denied, counts = denied_requests(stack.recording(), stack.moto.bucket)
+    (logs_dir / "batch-inference-aws-requests.json").write_text(
+        json.dumps({f"{fn} {action}": n for (fn, action), n in sorted(counts.items())}, indent=2)
+    )
+    assert not denied, "template.yaml does not allow:\n" + "\n".join(denied)
+    assert ("NimbusWorkerFunction", "dynamodb:PutItem") in counts, counts
