@@ -20,7 +20,6 @@ Every process a fixture starts is stopped by that fixture, even when a test fail
 
 from __future__ import annotations
 
-import shutil
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ import openai
 import pytest
 
 import nimbus_testkit as kit
+import tensorzero_kit as tzk
 from batch_lambda_kit import Api, EventSource
 from mock_upstream import RecordingUpstream
 
@@ -307,9 +307,6 @@ def source(moto: kit.MotoServer, worker_lambda: kit.LambdaUnderRie, poller_lambd
 # TensorZero's `/inference` with the real `tensorzero` client
 # --------------------------------------------------------------------------------------------
 
-TZ_CONFIG_DIR = Path(__file__).resolve().parent / "tensorzero_config"
-
-
 @pytest.fixture(scope="session")
 def tz_upstream() -> Iterator[RecordingUpstream]:
     upstream = RecordingUpstream()
@@ -324,17 +321,7 @@ def tz_server(
     tz_upstream: RecordingUpstream, server_factory: Callable[..., kit.NimbusServer], tmp_path_factory: pytest.TempPathFactory
 ) -> kit.NimbusServer:
     """A server on a copy of the default config directory with the test functions appended."""
-    config_dir = tmp_path_factory.mktemp("tz-config") / "config"
-    shutil.copytree(kit.DEFAULT_CONFIG.parent, config_dir)
-    (config_dir / "test_files").mkdir()
-    for extra in TZ_CONFIG_DIR.iterdir():
-        if extra.suffix != ".toml":
-            shutil.copy(extra, config_dir / "test_files" / extra.name)
-    additions = (TZ_CONFIG_DIR / "test_functions.toml").read_text()
-    config = config_dir / kit.DEFAULT_CONFIG.name
-    config.write_text(
-        config.read_text() + "\n" + additions.replace("{upstream_api_base}", tz_upstream.api_base)
-    )
+    config = tzk.write_test_config(tmp_path_factory.mktemp("tz-config"), tz_upstream.api_base)
     return server_factory("nimbus-tensorzero", config=config)
 
 

@@ -10,6 +10,10 @@ last). A request whose last message contains a marker behaves differently:
 - `[finish:REASON]`: every choice finishes with `REASON` (e.g. TGI's `eos_token`) instead of `stop`.
 - `[call:NAME]`: the answer is a call of tool NAME with arguments `{"zone": "UTC"}` (streamed in two
   pieces); `[call-garbled:NAME]` the same with arguments that are not JSON.
+- `[reply-json]`: every choice's content is `JSON_REPLY` (a JSON object) instead of the greeting.
+
+`hold(marker)` keeps the answers to requests mentioning `marker` back (they are recorded at once)
+until its block ends, so a test can look at a gateway while calls are in flight.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import json
 import re
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,6 +35,9 @@ STALL_SECONDS = 6.0
 FINISH_MARKER = re.compile(r"\[finish:([a-z_]+)\]")
 CALL_MARKER = re.compile(r"\[call(-garbled)?:([A-Za-z0-9_-]+)\]")
 TOOL_ARGUMENTS = '{"zone": "UTC"}'
+JSON_REPLY_MARKER = "[reply-json]"
+JSON_REPLY = '{"answer": "yes"}'
+HOLD_LIMIT_SECONDS = 60.0
 
 
 @dataclass
@@ -59,6 +68,7 @@ class RecordingUpstream:
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
+        self._held: dict[str, threading.Event] = {}
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -78,6 +88,10 @@ class RecordingUpstream:
                 )
                 with upstream._lock:
                     upstream.requests.append(recorded)
+                    messages = json.dumps(body.get("messages"))
+                    gates = [gate for marker, gate in upstream._held.items() if marker in messages]
+                for gate in gates:
+                    gate.wait(HOLD_LIMIT_SECONDS)
                 text = _last_text(body)
                 if FAIL_MARKER in text:
                     error = {"error": {"message": "mock upstream failed", "type": "server_error", "param": None, "code": None}}
@@ -96,7 +110,8 @@ class RecordingUpstream:
                 if body.get("stream"):
                     self._stream(body, finish_reason, breaks=STREAM_BREAK_MARKER in text)
                     return
-                self._answer(body, finish_reason)
+                content = JSON_REPLY if JSON_REPLY_MARKER in text else None
+                self._answer(body, finish_reason, content)
 
             def _tool_call(self, body: dict[str, Any], name: str, arguments: str) -> None:
                 usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
@@ -121,12 +136,12 @@ class RecordingUpstream:
                 payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
                 self._send(200, "text/event-stream", payload.encode())
 
-            def _answer(self, body: dict[str, Any], finish_reason: str) -> None:
+            def _answer(self, body: dict[str, Any], finish_reason: str, content: str | None = None) -> None:
                 n = int(body.get("n") or 1)
                 choices = [
                     {
                         "index": i,
-                        "message": {"role": "assistant", "content": f"Hello from choice {i}"},
+                        "message": {"role": "assistant", "content": content or f"Hello from choice {i}"},
                         "finish_reason": finish_reason,
                     }
                     for i in range(n)
@@ -210,6 +225,19 @@ class RecordingUpstream:
         found = self.with_text(marker)
         assert len(found) == 1, f"expected one upstream request mentioning {marker!r}, got {len(found)}"
         return found[0]
+
+    @contextmanager
+    def hold(self, marker: str) -> Iterator[None]:
+        """Answer no request that mentions `marker` until the block ends (or `HOLD_LIMIT_SECONDS`)."""
+        gate = threading.Event()
+        with self._lock:
+            self._held[marker] = gate
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held.pop(marker, None)
+            gate.set()
 
     def stop(self) -> None:
         self.server.shutdown()

@@ -3,14 +3,36 @@
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tensorzero import TensorZeroError
 
+import nimbus_testkit as kit
+
+TEST_CONFIG_DIR = Path(__file__).resolve().parent / "tensorzero_config"
+
 EMAIL_SYSTEM = {"sender_name": "Ada"}
 EMAIL_USER = {"recipient": "Bob", "topic": "lunch"}
+
+
+def write_test_config(parent: Path, upstream_api_base: str) -> Path:
+    """A copy of the default config directory under `parent` with tensorzero_config/test_functions.toml
+    appended (on the recording upstream at `upstream_api_base`) and the other files of
+    tensorzero_config/ in its `test_files/`; the config file's path."""
+    config_dir = parent / "config"
+    shutil.copytree(kit.DEFAULT_CONFIG.parent, config_dir)
+    (config_dir / "test_files").mkdir()
+    for extra in TEST_CONFIG_DIR.iterdir():
+        if extra.suffix != ".toml":
+            shutil.copy(extra, config_dir / "test_files" / extra.name)
+    additions = (TEST_CONFIG_DIR / "test_functions.toml").read_text()
+    config = config_dir / kit.DEFAULT_CONFIG.name
+    config.write_text(config.read_text() + "\n" + additions.replace("{upstream_api_base}", upstream_api_base))
+    return config
 
 
 def tag() -> str:

@@ -41,19 +41,19 @@ pub struct InputMessage {
     pub content: Vec<InputBlock>,
 }
 
+/// `content`: text (one text block), an object (the arguments of the role's template: one text
+/// block with `arguments`, as TensorZero reads it), or a list of blocks.
 fn text_or_blocks<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<InputBlock>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Content {
-        Text(String),
-        Blocks(Vec<Value>),
-    }
-    match Content::deserialize(deserializer)? {
-        Content::Text(text) => Ok(vec![InputBlock::Text(TextInput {
+    match Value::deserialize(deserializer)? {
+        Value::String(text) => Ok(vec![InputBlock::Text(TextInput {
             text: Some(text),
             arguments: None,
         })]),
-        Content::Blocks(blocks) => blocks
+        Value::Object(arguments) => Ok(vec![InputBlock::Text(TextInput {
+            text: None,
+            arguments: Some(Value::Object(arguments)),
+        })]),
+        Value::Array(blocks) => blocks
             .into_iter()
             .enumerate()
             .map(|(index, block)| {
@@ -62,6 +62,9 @@ fn text_or_blocks<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Inpu
                 })
             })
             .collect(),
+        _ => Err(serde::de::Error::custom(
+            "`content` must be text, an object of template arguments, or a list of content blocks",
+        )),
     }
 }
 
@@ -246,5 +249,22 @@ mod tests {
         assert!(
             serde_json::from_value::<FunctionInput>(json!({"messages": [{"role": "system", "content": "x"}]})).is_err()
         );
+        let error = serde_json::from_value::<FunctionInput>(json!({"messages": [{"role": "user", "content": 3}]}))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("`content` must be text"), "{error}");
+    }
+
+    #[test]
+    fn an_object_content_is_the_arguments_of_the_roles_template() {
+        let input: FunctionInput = serde_json::from_value(json!({
+            "messages": [{"role": "user", "content": {"recipient": "Bob", "topic": "lunch"}}]
+        }))
+        .unwrap();
+        let [InputBlock::Text(text)] = input.messages[0].content.as_slice() else {
+            panic!("not one text block: {:?}", input.messages[0].content)
+        };
+        assert_eq!(text.text, None);
+        assert_eq!(text.arguments, Some(json!({"recipient": "Bob", "topic": "lunch"})));
     }
 }
