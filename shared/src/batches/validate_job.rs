@@ -2,11 +2,9 @@
 //! every error listed, or write its chunk records, move it to `in_progress` and enqueue the chunks.
 //! Running it twice is harmless: the plan is deterministic and chunk records are create-if-absent.
 
-use super::input_validation::{plan_checked_lines, validate_input, ChunkLimits, LineError};
-use super::records::{
-    chunk_id, edit, encode, BatchFormat, Edit, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND,
-};
-use super::{BatchEndpoint, BatchService, BatchesError, JobMessage};
+use super::input_validation::{ChunkLimits, LineError};
+use super::records::{chunk_id, edit, encode, Edit, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
+use super::{BatchService, BatchesError, JobMessage};
 use crate::openai::batches::{BatchError, BatchErrors, BatchStatus};
 use crate::ports::{Record, StorageError};
 
@@ -38,26 +36,14 @@ impl BatchService {
             self.finalize_quietly(batch_id).await;
             return Ok(());
         }
-        let endpoint = BatchEndpoint::parse(&batch.body.batch.endpoint).unwrap_or(BatchEndpoint::ChatCompletions);
         let limits = ChunkLimits {
             lines: self.settings.lines_per_chunk,
             bytes: self.settings.max_chunk_bytes,
         };
-        let inference = &self.inference;
-        let model_exists = |model: &str| inference.can_route(model);
-        let input = &batch.body.input_blob_key;
-        let report = match &batch.body.format {
-            BatchFormat::OpenAiJsonl => match self.blobs.get_stream(input).await {
-                Ok(stream) => validate_input(stream, endpoint, &model_exists, limits).await,
-                Err(err) => Err(err),
-            },
-            // Its items were checked when it was submitted: only the chunks are planned.
-            BatchFormat::TensorZero(_) => self
-                .blobs
-                .get(input)
-                .await
-                .map(|bytes| plan_checked_lines(&bytes, limits)),
-        };
+        let report = self
+            .line_kind(&batch.body)
+            .plan(self.blobs.as_ref(), &batch.body.input_blob_key, limits)
+            .await;
         let report = match report {
             Ok(report) => report,
             Err(StorageError::NotFound) => {

@@ -1,6 +1,9 @@
 //! What a line of a batch is: the one seam between the engine and a batch format. The engine
 //! (chunks, leases, segments, finalize, cancel and expiry, the poller) moves lines it does not
-//! read; a [`LineKind`] says which model's slots a line takes, runs it, and writes what it became.
+//! read; a [`LineKind`] checks a batch's input and plans its chunks, says which model's slots a
+//! line takes, runs it, and writes what it became (a never-run line included). Where the results
+//! end up when the batch ends (output and error files, or the items' failures beside their
+//! inference records) is decided once, by the batch's format, in `finalize.rs`.
 //!
 //! - `openai.rs`: `/v1/batches` — a JSONL request line in, an output or error file line out.
 //! - `tensorzero.rs`: `/batch_inference` — one `/inference` item in; its inference record stored,
@@ -9,10 +12,11 @@
 pub(crate) mod openai;
 pub(crate) mod tensorzero;
 
+use super::input_validation::{ChunkLimits, ValidationReport};
 use super::records::{BatchFormat, StoredBatch};
 use super::{BatchEndpoint, BatchService, BatchesError};
 use crate::openai::batches::BatchUsage;
-use crate::ports::IdSource;
+use crate::ports::{BlobStore, IdSource, StorageError};
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -28,6 +32,14 @@ pub(crate) struct LineResult {
 /// One batch format's lines.
 #[async_trait]
 pub(crate) trait LineKind: Send + Sync {
+    /// Check the batch's stored input (what a format checks) and plan its chunks.
+    async fn plan(
+        &self,
+        blobs: &dyn BlobStore,
+        input: &str,
+        limits: ChunkLimits,
+    ) -> Result<ValidationReport, StorageError>;
+
     /// The model whose concurrency slots (`[models.M] max_concurrency`) the line takes.
     fn slot_of(&self, line: &[u8]) -> Option<String>;
 

@@ -2,6 +2,7 @@
 //! synchronous API, and the output or error file line it becomes.
 
 use super::{LineKind, LineResult};
+use crate::batches::input_validation::{validate_input, ChunkLimits, ValidationReport};
 use crate::batches::{BatchEndpoint, BatchesError};
 use crate::inference::{InferenceError, InferenceService};
 use crate::openai::batches::BatchUsage;
@@ -11,7 +12,7 @@ use crate::openai::embeddings::EmbeddingRequest;
 use crate::openai::error::ApiError;
 use crate::openai::json_body::parse_json_object;
 use crate::openai::to_model::OpenAiChatRequest;
-use crate::ports::IdSource;
+use crate::ports::{BlobStore, IdSource, StorageError};
 use crate::providers::router::RoutingError;
 use crate::providers::ProviderError;
 use async_trait::async_trait;
@@ -27,6 +28,17 @@ pub(crate) struct OpenAiLines {
 
 #[async_trait]
 impl LineKind for OpenAiLines {
+    async fn plan(
+        &self,
+        blobs: &dyn BlobStore,
+        input: &str,
+        limits: ChunkLimits,
+    ) -> Result<ValidationReport, StorageError> {
+        let stream = blobs.get_stream(input).await?;
+        let model_exists = |model: &str| self.inference.can_route(model);
+        validate_input(stream, self.endpoint, &model_exists, limits).await
+    }
+
     fn slot_of(&self, line: &[u8]) -> Option<String> {
         model_of(line)
     }

@@ -4,11 +4,12 @@
 //! exactly once). The result line is short: the item's ids, or why it produced no inference.
 
 use super::{LineKind, LineResult};
+use crate::batches::input_validation::{plan_checked_lines, ChunkLimits, ValidationReport};
 use crate::batches::BatchesError;
 use crate::functions::batch_request::item_ids;
 use crate::functions::inference::FunctionService;
 use crate::openai::batches::BatchUsage;
-use crate::ports::{IdSource, InferenceStore, StorageError};
+use crate::ports::{BlobStore, IdSource, InferenceStore, StorageError};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -44,6 +45,16 @@ impl ItemResult {
 
 #[async_trait]
 impl LineKind for TensorZeroLines {
+    /// Its items were checked when the batch was submitted: only the chunks are planned.
+    async fn plan(
+        &self,
+        blobs: &dyn BlobStore,
+        input: &str,
+        limits: ChunkLimits,
+    ) -> Result<ValidationReport, StorageError> {
+        Ok(plan_checked_lines(&blobs.get(input).await?, limits))
+    }
+
     fn slot_of(&self, _line: &[u8]) -> Option<String> {
         Some(self.model.clone())
     }
