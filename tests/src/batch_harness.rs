@@ -10,7 +10,6 @@ use futures::StreamExt;
 use nimbus_shared::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
 use nimbus_shared::app::{batch_service, Adapters};
 use nimbus_shared::batches::{BatchService, BatchSettings, BatchWorker, JobResult, Poller};
-use nimbus_shared::config::{Config, LoadedConfig};
 use nimbus_shared::files::{FileContent, FilesService, ListFiles, NewFile};
 use nimbus_shared::inference::InferenceService;
 use nimbus_shared::model::{ModelRequest, ModelResponse};
@@ -19,7 +18,7 @@ use nimbus_shared::openai::chat::ChatCompletion;
 use nimbus_shared::openai::files::{FileObject, FilePurpose};
 use nimbus_shared::openai::from_model::completion_to_model;
 use nimbus_shared::ports::{
-    BlobStore, Clock, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record, StateStore, StorageError, SystemClock,
+    BlobStore, Clock, InferenceStore, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record, StateStore, StorageError, SystemClock,
 };
 use nimbus_shared::providers::retry::RetryPolicy;
 use nimbus_shared::providers::router::{ModelRouter, RoutedModel};
@@ -88,6 +87,19 @@ pub struct ScriptedProvider {
     total_calls: AtomicUsize,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
+    on_repeat: Mutex<OnRepeat>,
+}
+
+/// How the scripted provider answers a content it was already called with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnRepeat {
+    /// As the first time.
+    #[default]
+    Same,
+    /// With one more completion token per earlier call (a rerun answers differently).
+    MoreTokens,
+    /// With a failure (HTTP 500), whatever the content.
+    Fail,
 }
 
 /// Counts a call out of flight when dropped (also when the call is abandoned mid-way).
@@ -107,7 +119,13 @@ impl ScriptedProvider {
             total_calls: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
+            on_repeat: Mutex::new(OnRepeat::Same),
         })
+    }
+
+    /// Answer repeated calls as `how` from now on.
+    pub fn on_repeat(&self, how: OnRepeat) {
+        *self.on_repeat.lock().unwrap() = how;
     }
 
     /// Calls made with this content (started, whether or not they finished).
@@ -150,13 +168,23 @@ impl ChatProvider for ScriptedProvider {
             .clone()
             .or_else(|| request.messages.first().map(|m| m.text()))
             .unwrap_or_default();
-        *self.calls.lock().unwrap().entry(content.clone()).or_default() += 1;
+        let call = {
+            let mut calls = self.calls.lock().unwrap();
+            let count = calls.entry(content.clone()).or_default();
+            *count += 1;
+            *count
+        };
+        let on_repeat = if call > 1 {
+            *self.on_repeat.lock().unwrap()
+        } else {
+            OnRepeat::Same
+        };
         self.total_calls.fetch_add(1, Ordering::SeqCst);
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
         let _guard = InFlight(&self.in_flight);
         tokio::time::sleep(self.latency).await;
-        if content.starts_with("fail-") {
+        if content.starts_with("fail-") || on_repeat == OnRepeat::Fail {
             return Err(ProviderError::Http {
                 status: 500,
                 message: format!("scripted failure for {content}"),
@@ -164,7 +192,10 @@ impl ChatProvider for ScriptedProvider {
                 body: None,
             });
         }
-        let (prompt, completion) = tokens_for(&content);
+        let (prompt, mut completion) = tokens_for(&content);
+        if on_repeat == OnRepeat::MoreTokens {
+            completion += u64::from(call - 1);
+        }
         let answer: ChatCompletion = serde_json::from_value(json!({
             "id": "upstream",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("echo:{content}")},
@@ -298,7 +329,8 @@ impl BatchResults {
     }
 }
 
-/// One engine over fresh embedded adapters.
+/// One engine over fresh embedded adapters; each model `M` also has a chat function `chat_M` (see
+/// [`crate::batch_inference_harness`]).
 pub struct Harness {
     pub dir: tempfile::TempDir,
     pub clock: Arc<TestClock>,
@@ -310,6 +342,8 @@ pub struct Harness {
     pub worker: BatchWorker,
     pub poller: Poller,
     pub settings: BatchSettings,
+    /// The inference records `/batch_inference` items are stored in.
+    pub records: Arc<dyn InferenceStore>,
 }
 
 impl Harness {
@@ -347,9 +381,9 @@ impl Harness {
             Arc::clone(&adapters.clock),
             Arc::clone(&adapters.ids),
         ));
-        let loaded = Config::from_toml("")
-            .and_then(LoadedConfig::without_files)
-            .expect("an empty configuration compiles");
+        let names: Vec<&str> = models.iter().map(|(name, _)| *name).collect();
+        let loaded = crate::batch_inference_harness::config_for(&names);
+        let records = adapters.inference_records();
         let service = batch_service(&loaded, &adapters, inference, settings.clone());
         Self {
             dir,
@@ -362,6 +396,7 @@ impl Harness {
             poller: Poller::new(Arc::clone(&service)),
             service,
             settings,
+            records,
         }
     }
 
