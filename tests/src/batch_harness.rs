@@ -18,7 +18,8 @@ use nimbus_shared::openai::chat::ChatCompletion;
 use nimbus_shared::openai::files::{FileObject, FilePurpose};
 use nimbus_shared::openai::from_model::completion_to_model;
 use nimbus_shared::ports::{
-    BlobStore, Clock, InferenceStore, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record, StateStore, StorageError, SystemClock,
+    BlobStore, Clock, InferenceStore, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record, StateStore,
+    StorageError, SystemClock,
 };
 use nimbus_shared::providers::retry::RetryPolicy;
 use nimbus_shared::providers::router::{ModelRouter, RoutedModel};

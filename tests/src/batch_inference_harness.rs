@@ -136,7 +136,10 @@ impl Harness {
     }
 
     pub async fn poll(&self, batch_id: Uuid, query: PollQuery) -> BatchInferencePoll {
-        self.service.poll_batch_inference(PROJECT, batch_id, query).await.unwrap()
+        self.service
+            .poll_batch_inference(PROJECT, batch_id, query)
+            .await
+            .unwrap()
     }
 
     /// The batch object of a `/batch_inference` batch, as stored (it is not a `/v1/batches` one).
@@ -192,7 +195,12 @@ pub async fn assert_each_inference_once(h: &Harness, batch: &SubmittedBatch) {
         }
     }
     if let Some(episode) = batch.episode {
-        let listed: Vec<Uuid> = h.episode_records(episode).await.iter().map(|r| r.inference_id).collect();
+        let listed: Vec<Uuid> = h
+            .episode_records(episode)
+            .await
+            .iter()
+            .map(|r| r.inference_id)
+            .collect();
         assert_eq!(listed, succeeding, "the episode holds each inference once, in order");
     }
 
@@ -228,11 +236,21 @@ pub async fn assert_each_inference_once(h: &Harness, batch: &SubmittedBatch) {
     assert_eq!(poll.status, expected_status);
     let inferences = poll.inferences.clone().unwrap();
     let answered: Vec<Uuid> = inferences.iter().map(|r| r.inference_id).collect();
-    assert_eq!(answered, succeeding, "each succeeding item answered once, in input order");
+    assert_eq!(
+        answered, succeeding,
+        "each succeeding item answered once, in input order"
+    );
     for reply in &inferences {
         let content = batch.content_of(reply.inference_id);
-        assert_eq!(reply_text(reply), format!("echo:{content}"), "the answer is its own item's");
-        assert_eq!(reply, &InferenceReply::from_record(&records[&reply.inference_id]).unwrap());
+        assert_eq!(
+            reply_text(reply),
+            format!("echo:{content}"),
+            "the answer is its own item's"
+        );
+        assert_eq!(
+            reply,
+            &InferenceReply::from_record(&records[&reply.inference_id]).unwrap()
+        );
         assert_eq!(reply.usage.input_tokens, tokens_for(content).0);
     }
     let failed = poll.failed_inferences.clone().unwrap();

@@ -10,9 +10,7 @@ use nimbus_integration_tests::batch_harness::{
     batch_record_with_status, custom_ids, settings, slow_settings, Harness, OnRepeat, ScriptedProvider, MODEL,
     VISIBILITY,
 };
-use nimbus_integration_tests::batch_inference_harness::{
-    assert_each_inference_once, function_for, SubmittedBatch,
-};
+use nimbus_integration_tests::batch_inference_harness::{assert_each_inference_once, function_for, SubmittedBatch};
 use nimbus_shared::batches::{JobResult, PollQuery, PollStatus};
 use nimbus_shared::openai::batches::{BatchObject, BatchStatus};
 use nimbus_shared::ports::JobQueue;
@@ -22,7 +20,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 async fn submit(h: &Harness, contents: &[String]) -> SubmittedBatch {
-    h.submit_inference(&function_for(MODEL), contents, Some(Uuid::now_v7())).await
+    h.submit_inference(&function_for(MODEL), contents, Some(Uuid::now_v7()))
+        .await
 }
 
 /// Items counted so far (succeeded or failed).
@@ -37,11 +36,17 @@ async fn happy_path_every_inference_once_with_exact_counts_and_usage() {
     let (h, provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let contents = custom_ids(35, Some(7));
     let batch = submit(&h, &contents).await;
-    assert_eq!(h.poll(batch.id(), PollQuery::default()).await.status, PollStatus::Pending);
+    assert_eq!(
+        h.poll(batch.id(), PollQuery::default()).await.status,
+        PollStatus::Pending
+    );
 
     h.validate().await;
     assert_eq!(h.queue.len(), 4, "35 items in chunks of 10 → 4 chunk jobs");
-    assert_eq!(h.poll(batch.id(), PollQuery::default()).await.status, PollStatus::Pending);
+    assert_eq!(
+        h.poll(batch.id(), PollQuery::default()).await.status,
+        PollStatus::Pending
+    );
     let ended = h.run_inference_to_end(batch.id()).await;
     assert_eq!(ended.request_counts.failed, 5);
     assert_each_inference_once(&h, &batch).await;
@@ -74,7 +79,10 @@ async fn a_chunk_delivered_again_after_it_finished_stores_and_counts_nothing_mor
     for _ in 0..2 {
         assert_eq!(h.worker.handle_until(&first.body, deadline).await, JobResult::Done);
     }
-    assert_eq!(h.inference_batch(batch.id()).await.request_counts, after_first.request_counts);
+    assert_eq!(
+        h.inference_batch(batch.id()).await.request_counts,
+        after_first.request_counts
+    );
     assert_eq!(provider.total_calls(), 10);
 
     h.run_inference_to_end(batch.id()).await;
@@ -139,7 +147,11 @@ async fn a_worker_killed_mid_chunk_is_recovered_with_each_inference_once() {
 
     assert_eq!(h.handle(&chunk1).await, JobResult::Done);
     h.clock.advance(Duration::from_secs(5));
-    assert_eq!(h.poller.run_once().await.unwrap().chunks_requeued, 0, "the chunk is leased");
+    assert_eq!(
+        h.poller.run_once().await.unwrap().chunks_requeued,
+        0,
+        "the chunk is leased"
+    );
     h.clock.advance(Duration::from_secs(95));
     assert_eq!(h.poller.run_once().await.unwrap().chunks_requeued, 1);
 
@@ -244,11 +256,18 @@ async fn two_pollers_finalizing_at_once_finish_the_batch_once() {
     let pending = h.inference_batch(batch.id()).await;
     assert_eq!(pending.status, BatchStatus::InProgress);
     assert_eq!(counted(&pending), 25);
-    assert_eq!(h.poll(batch.id(), PollQuery::default()).await.status, PollStatus::Pending);
+    assert_eq!(
+        h.poll(batch.id(), PollQuery::default()).await.status,
+        PollStatus::Pending
+    );
 
     let (a, b) = tokio::join!(h.poller.run_once(), h.poller.run_once());
     let (a, b) = (a.unwrap(), b.unwrap());
-    assert_eq!(a.finalized + b.finalized, 1, "exactly one poller finalizes: {a:?} {b:?}");
+    assert_eq!(
+        a.finalized + b.finalized,
+        1,
+        "exactly one poller finalizes: {a:?} {b:?}"
+    );
     assert_eq!(a.errors + b.errors, 0);
     assert_each_inference_once(&h, &batch).await;
     each_called_once(&provider, &contents);
@@ -301,9 +320,16 @@ async fn a_finalizer_dying_before_recording_the_end_is_finished_once_after_its_l
     assert!(h.state.injected() >= 1);
     h.state.clear_faults();
     assert_eq!(h.inference_batch(batch.id()).await.status, BatchStatus::Finalizing);
-    assert_eq!(h.poll(batch.id(), PollQuery::default()).await.status, PollStatus::Pending);
+    assert_eq!(
+        h.poll(batch.id(), PollQuery::default()).await.status,
+        PollStatus::Pending
+    );
 
-    assert_eq!(h.poller.run_once().await.unwrap().finalized, 0, "within the dead finalizer's lease");
+    assert_eq!(
+        h.poller.run_once().await.unwrap().finalized,
+        0,
+        "within the dead finalizer's lease"
+    );
     h.clock.advance(Duration::from_secs(16 * 60));
     assert_eq!(h.poller.run_once().await.unwrap().finalized, 1);
     assert_each_inference_once(&h, &batch).await;

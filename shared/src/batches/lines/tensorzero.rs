@@ -66,7 +66,12 @@ impl LineKind for TensorZeroLines {
             Ok(record) => match self.records.put(&record).await {
                 Ok(()) => Some(record),
                 // Stored by an earlier run of this line: that one stays, and is what counts.
-                Err(StorageError::Conflict) => Some(self.records.get(&self.project, record.inference_id).await?.unwrap_or(record)),
+                Err(StorageError::Conflict) => Some(
+                    self.records
+                        .get(&self.project, record.inference_id)
+                        .await?
+                        .unwrap_or(record),
+                ),
                 Err(err) => return Err(err.into()),
             },
             Err(error) => {
