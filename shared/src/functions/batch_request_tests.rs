@@ -89,7 +89,7 @@ fn bodies(planned: &PlannedBatch) -> Vec<Value> {
 #[test]
 fn every_per_item_list_of_the_wrong_length_is_refused_naming_it_and_both_lengths() {
     let service = service();
-    let cases: Vec<(&str, Box<dyn Fn(&mut BatchInferenceRequest)>)> = vec![
+    let cases: Vec<(&str, SetList)> = vec![
         ("episode_ids", Box::new(|r| r.episode_ids = one())),
         ("tags", Box::new(|r| r.tags = one())),
         ("output_schemas", Box::new(|r| r.output_schemas = one())),
@@ -125,6 +125,9 @@ fn every_per_item_list_of_the_wrong_length_is_refused_naming_it_and_both_lengths
         );
     }
 }
+
+/// Sets one per-item list of a request.
+type SetList = Box<dyn Fn(&mut BatchInferenceRequest)>;
 
 /// A per-item list of one entry (null).
 fn one<T>() -> Option<Vec<Option<T>>> {
