@@ -7,3 +7,4 @@ pub mod batch_inference_harness;
 pub mod contract;
 pub mod moto;
 pub mod records_contract;
+pub mod scripted_provider;
