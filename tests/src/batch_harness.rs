@@ -10,27 +10,24 @@ use futures::StreamExt;
 use nimbus_shared::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
 use nimbus_shared::app::{batch_service, Adapters};
 use nimbus_shared::batches::{BatchService, BatchSettings, BatchWorker, Poller};
-use nimbus_shared::config::{Config, LoadedConfig};
 use nimbus_shared::files::{FileContent, FilesService, ListFiles, NewFile};
 use nimbus_shared::inference::InferenceService;
-use nimbus_shared::model::{ModelRequest, ModelResponse};
 use nimbus_shared::openai::batches::{BatchObject, CreateBatchRequest};
-use nimbus_shared::openai::chat::ChatCompletion;
 use nimbus_shared::openai::files::{FileObject, FilePurpose};
-use nimbus_shared::openai::from_model::completion_to_model;
 use nimbus_shared::ports::{
-    BlobStore, Clock, JobOutcome, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record, StateStore, StorageError,
-    SystemClock,
+    BlobStore, Clock, InferenceStore, JobOutcome, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record,
+    StateStore, StorageError, SystemClock,
 };
 use nimbus_shared::providers::retry::RetryPolicy;
 use nimbus_shared::providers::router::{ModelRouter, RoutedModel};
-use nimbus_shared::providers::{CallContext, ChatProvider, ProviderError, ProviderHandle};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
+
+pub use crate::scripted_provider::{tokens_for, OnRepeat, ScriptedProvider};
 
 pub const PROJECT: &str = "proj_batch_tests";
 /// The model most tests register their scripted provider under.
@@ -77,103 +74,6 @@ impl TestClock {
 impl Clock for TestClock {
     fn now_unix_ms(&self) -> i64 {
         SystemClock.now_unix_ms() + self.offset_ms.load(Ordering::SeqCst)
-    }
-}
-
-/// A chat model that answers `echo:<content>` after `latency`, fails (HTTP 500) for contents
-/// starting with `fail-`, and records every call by the content of the first message.
-#[derive(Debug)]
-pub struct ScriptedProvider {
-    latency: Duration,
-    calls: Mutex<HashMap<String, u32>>,
-    total_calls: AtomicUsize,
-    in_flight: AtomicUsize,
-    max_in_flight: AtomicUsize,
-}
-
-/// Counts a call out of flight when dropped (also when the call is abandoned mid-way).
-struct InFlight<'a>(&'a AtomicUsize);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl ScriptedProvider {
-    pub fn new(latency: Duration) -> Arc<Self> {
-        Arc::new(Self {
-            latency,
-            calls: Mutex::new(HashMap::new()),
-            total_calls: AtomicUsize::new(0),
-            in_flight: AtomicUsize::new(0),
-            max_in_flight: AtomicUsize::new(0),
-        })
-    }
-
-    /// Calls made with this content (started, whether or not they finished).
-    pub fn calls_for(&self, content: &str) -> u32 {
-        self.calls.lock().unwrap().get(content).copied().unwrap_or(0)
-    }
-
-    pub fn calls(&self) -> HashMap<String, u32> {
-        self.calls.lock().unwrap().clone()
-    }
-
-    pub fn total_calls(&self) -> usize {
-        self.total_calls.load(Ordering::SeqCst)
-    }
-
-    pub fn max_in_flight(&self) -> usize {
-        self.max_in_flight.load(Ordering::SeqCst)
-    }
-
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::SeqCst)
-    }
-
-    pub fn handle(self: &Arc<Self>, name: &str) -> ProviderHandle {
-        ProviderHandle::chat_only(name, Arc::clone(self) as Arc<dyn ChatProvider>)
-    }
-}
-
-/// Tokens the scripted provider reports for a content: `(prompt, completion)`.
-pub fn tokens_for(content: &str) -> (u64, u64) {
-    (content.len() as u64, 3)
-}
-
-#[async_trait]
-impl ChatProvider for ScriptedProvider {
-    async fn chat(&self, request: &ModelRequest, _ctx: CallContext<'_>) -> Result<ModelResponse, ProviderError> {
-        // The first message's text (instructions included).
-        let content = request
-            .system
-            .clone()
-            .or_else(|| request.messages.first().map(|m| m.text()))
-            .unwrap_or_default();
-        *self.calls.lock().unwrap().entry(content.clone()).or_default() += 1;
-        self.total_calls.fetch_add(1, Ordering::SeqCst);
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
-        let _guard = InFlight(&self.in_flight);
-        tokio::time::sleep(self.latency).await;
-        if content.starts_with("fail-") {
-            return Err(ProviderError::Http {
-                status: 500,
-                message: format!("scripted failure for {content}"),
-                retry_after: None,
-                body: None,
-            });
-        }
-        let (prompt, completion) = tokens_for(&content);
-        let answer: ChatCompletion = serde_json::from_value(json!({
-            "id": "upstream",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": format!("echo:{content}")},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
-        }))
-        .unwrap();
-        Ok(completion_to_model(answer, None))
     }
 }
 
@@ -299,7 +199,8 @@ impl BatchResults {
     }
 }
 
-/// One engine over fresh embedded adapters.
+/// One engine over fresh embedded adapters; each model `M` also has a chat function `chat_M` (see
+/// [`crate::batch_inference_harness`]).
 pub struct Harness {
     pub dir: tempfile::TempDir,
     pub clock: Arc<TestClock>,
@@ -311,6 +212,8 @@ pub struct Harness {
     pub worker: BatchWorker,
     pub poller: Poller,
     pub settings: BatchSettings,
+    /// The inference records `/batch_inference` items are stored in.
+    pub records: Arc<dyn InferenceStore>,
 }
 
 impl Harness {
@@ -348,9 +251,9 @@ impl Harness {
             Arc::clone(&adapters.clock),
             Arc::clone(&adapters.ids),
         ));
-        let loaded = Config::from_toml("")
-            .and_then(LoadedConfig::without_files)
-            .expect("an empty configuration compiles");
+        let names: Vec<&str> = models.iter().map(|(name, _)| *name).collect();
+        let loaded = crate::batch_inference_harness::config_for(&names);
+        let records = adapters.inference_records();
         let service = batch_service(&loaded, &adapters, inference, settings.clone());
         Self {
             dir,
@@ -363,6 +266,7 @@ impl Harness {
             poller: Poller::new(Arc::clone(&service)),
             service,
             settings,
+            records,
         }
     }
 

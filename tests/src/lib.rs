@@ -3,6 +3,8 @@
 
 pub mod batch_assertions;
 pub mod batch_harness;
+pub mod batch_inference_harness;
 pub mod contract;
 pub mod moto;
 pub mod records_contract;
+pub mod scripted_provider;

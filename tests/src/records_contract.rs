@@ -120,9 +120,19 @@ pub async fn large_inference_records_spill_to_blobs(state: Arc<dyn StateStore>, 
         "the state record keeps only a pointer"
     );
     assert_eq!(stored.owner, format!("p1/{episode}"));
-    let key = format!("inferences/p1/{}.json", large.inference_id);
-    assert_eq!(stored.body["payload_blob"], key);
+    let key = stored.body["payload_blob"].as_str().unwrap().to_owned();
+    assert!(
+        key.starts_with(&format!("inferences/p1/{}/", large.inference_id)),
+        "{key}"
+    );
     assert!(blobs.size(&key).await.unwrap().unwrap() > u64::try_from(SPILL_THRESHOLD_BYTES).unwrap());
+
+    // A second put of the id (a batch item run again) conflicts and leaves the first record whole:
+    // its payload blob is not replaced.
+    let mut rerun = inference("p1", episode, 1_777_000_001_000, format!("{}y", large_text()));
+    rerun.inference_id = large.inference_id;
+    assert_eq!(store.put(&rerun).await, Err(StorageError::Conflict));
+    assert_eq!(store.get("p1", large.inference_id).await.unwrap(), Some(large.clone()));
 
     // Listed with the small ones.
     let small = inference("p1", episode, 1_777_000_002_000, "{}".into());

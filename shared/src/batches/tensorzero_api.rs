@@ -252,30 +252,19 @@ impl BatchService {
             .iter()
             .filter_map(|item| failures.get(&item.inference_id).cloned())
             .collect();
-        // As TensorZero: a batch with no inference (all failed, cancelled, expired) has failed;
-        // one item asked for on its own has failed when it did.
-        let succeeded = status == BatchStatus::Completed && stored.batch.request_counts.completed > 0;
-        let item_failed = query.inference_id.is_some() && inferences.is_empty();
-        let paged = query.limit.is_some() || query.after.is_some();
-        let mut poll = BatchInferencePoll::bare(if succeeded && !item_failed {
-            PollStatus::Completed
-        } else {
-            PollStatus::Failed
-        });
-        // A failed batch's reply is bare, as TensorZero's, unless the caller asked for more.
-        if poll.status == PollStatus::Completed || query.include_failures || paged {
-            poll.batch_id = Some(batch_id);
-            poll.inferences = Some(inferences);
-        }
-        if query.include_failures {
-            poll.batch_id = Some(batch_id);
-            poll.failed_inferences = Some(failed);
-        }
-        if paged {
-            poll.has_more = Some(has_more);
-            poll.next_after = has_more.then(|| chosen.last().map(|item| item.inference_id)).flatten();
-        }
-        Ok(poll)
+        let found = Found {
+            inferences,
+            failed,
+            has_more,
+            last: chosen.last().map(|item| item.inference_id),
+        };
+        Ok(ended_reply(
+            batch_id,
+            status,
+            stored.batch.request_counts.completed,
+            query,
+            found,
+        ))
     }
 
     /// The batch's items, in input order, from its stored input.
@@ -329,6 +318,52 @@ impl BatchService {
     }
 }
 
+/// What a poll of an ended batch found among the items it covers.
+struct Found {
+    /// The replies of the items that have an inference, in input order.
+    inferences: Vec<InferenceReply>,
+    /// The items that failed or never ran, in input order.
+    failed: Vec<ItemResult>,
+    /// Items follow the covered ones.
+    has_more: bool,
+    /// The last covered item.
+    last: Option<Uuid>,
+}
+
+/// The reply to a poll of an ended batch (`completed` `completed` items so far), as TensorZero
+/// shapes it: a batch with no inference (all failed, cancelled, expired) has failed, and so has an
+/// item asked for on its own that has no inference; a failed reply is bare unless the caller asked
+/// for failures or a page.
+fn ended_reply(
+    batch_id: Uuid,
+    status: BatchStatus,
+    completed: u64,
+    query: PollQuery,
+    found: Found,
+) -> BatchInferencePoll {
+    let succeeded = status == BatchStatus::Completed && completed > 0;
+    let item_failed = query.inference_id.is_some() && found.inferences.is_empty();
+    let paged = query.limit.is_some() || query.after.is_some();
+    let mut poll = BatchInferencePoll::bare(if succeeded && !item_failed {
+        PollStatus::Completed
+    } else {
+        PollStatus::Failed
+    });
+    if poll.status == PollStatus::Completed || query.include_failures || paged {
+        poll.batch_id = Some(batch_id);
+        poll.inferences = Some(found.inferences);
+    }
+    if query.include_failures {
+        poll.batch_id = Some(batch_id);
+        poll.failed_inferences = Some(found.failed);
+    }
+    if paged {
+        poll.has_more = Some(found.has_more);
+        poll.next_after = found.last.filter(|_| found.has_more);
+    }
+    poll
+}
+
 /// The items a poll covers: one, or a page after `after`.
 fn page(items: &[ItemIds], query: PollQuery) -> Result<std::ops::Range<usize>, BatchInferenceError> {
     if let Some(id) = query.inference_id {
@@ -352,3 +387,7 @@ fn page(items: &[ItemIds], query: PollQuery) -> Result<std::ops::Range<usize>, B
     };
     Ok(start..end)
 }
+
+#[cfg(test)]
+#[path = "tensorzero_api_tests.rs"]
+mod tests;

@@ -362,3 +362,7 @@ fn bounded(message: &str) -> String {
         Some((cut, _)) => format!("{}…", &message[..cut]),
     }
 }
+
+#[cfg(test)]
+#[path = "batch_request_tests.rs"]
+mod tests;

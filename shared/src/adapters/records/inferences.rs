@@ -28,8 +28,10 @@ fn episode_owner(project: &str, episode_id: Uuid) -> String {
     format!("{project}/{episode_id}")
 }
 
-fn blob_key(project: &str, inference_id: Uuid) -> String {
-    format!("inferences/{project}/{inference_id}.json")
+/// A key of its own for each write: a second put of an id (a batch item run again after a crash)
+/// must not replace the payload of the record that stays.
+fn blob_key(project: &str, inference_id: Uuid, write: Uuid) -> String {
+    format!("inferences/{project}/{inference_id}/{}.json", write.simple())
 }
 
 impl StateInferenceStore {
@@ -59,14 +61,10 @@ impl InferenceStore for StateInferenceStore {
         body.insert("episode_id".into(), Value::String(record.episode_id.to_string()));
         body.insert("function_name".into(), Value::String(record.function_name.clone()));
         body.insert("variant_name".into(), Value::String(record.variant_name.clone()));
-        stash(
-            self.blobs.as_ref(),
-            &blob_key(project, record.inference_id),
-            record,
-            &mut body,
-        )
-        .await?;
-        self.state
+        let key = blob_key(project, record.inference_id, Uuid::now_v7());
+        let spilled = stash(self.blobs.as_ref(), &key, record, &mut body).await?;
+        let created = self
+            .state
             .create(&Record {
                 kind: KIND.into(),
                 id: record_id(project, record.inference_id),
@@ -76,7 +74,14 @@ impl InferenceStore for StateInferenceStore {
                 expires_at: None,
                 body: Value::Object(body),
             })
-            .await
+            .await;
+        if spilled && matches!(created, Err(StorageError::Conflict)) {
+            // The record that stays names its own blob: this one is nobody's.
+            if let Err(err) = self.blobs.delete(&key).await {
+                tracing::warn!(key = %key, error = %err, "could not delete the payload of a duplicate inference record");
+            }
+        }
+        created
     }
 
     async fn get(&self, project: &str, inference_id: Uuid) -> Result<Option<InferenceRecord>, StorageError> {

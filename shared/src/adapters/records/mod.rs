@@ -8,7 +8,7 @@
 //!
 //! | kind | id | owner | blob when large |
 //! |---|---|---|---|
-//! | `inference` | `{project}/{inference_id}` | `{project}/{episode_id}` | `inferences/{project}/{inference_id}.json` |
+//! | `inference` | `{project}/{inference_id}` | `{project}/{episode_id}` | `inferences/{project}/{inference_id}/{write}.json` (one key per write: a duplicate put never replaces the payload of the record that stays) |
 //! | `model_cache` | the key's digest | the digest | `cache/{project}/{digest}.json` |
 //! | `feedback` | `{project}/{feedback_id}` | `{project}/{target_id}` | `feedback/{project}/{feedback_id}.json` |
 //!

@@ -12,23 +12,23 @@ pub const SPILL_THRESHOLD_BYTES: usize = 256 * 1024;
 const INLINE: &str = "payload";
 const IN_BLOB: &str = "payload_blob";
 
-/// Put `payload` into `body`: inline, or written to `blob_key` first and named there.
+/// Put `payload` into `body`: inline, or written to `blob_key` first and named there. Whether it
+/// went to the blob.
 pub(super) async fn stash(
     blobs: &dyn BlobStore,
     blob_key: &str,
     payload: &impl Serialize,
     body: &mut Map<String, Value>,
-) -> Result<(), StorageError> {
+) -> Result<bool, StorageError> {
     let bytes = serde_json::to_vec(payload).map_err(|e| StorageError::Invalid(format!("record payload: {e}")))?;
     if bytes.len() > SPILL_THRESHOLD_BYTES {
         blobs.put(blob_key, Bytes::from(bytes)).await?;
         body.insert(IN_BLOB.to_owned(), Value::String(blob_key.to_owned()));
-    } else {
-        let value =
-            serde_json::from_slice(&bytes).map_err(|e| StorageError::Invalid(format!("record payload: {e}")))?;
-        body.insert(INLINE.to_owned(), value);
+        return Ok(true);
     }
-    Ok(())
+    let value = serde_json::from_slice(&bytes).map_err(|e| StorageError::Invalid(format!("record payload: {e}")))?;
+    body.insert(INLINE.to_owned(), value);
+    Ok(false)
 }
 
 /// The payload of a stored `body`; [`StorageError::NotFound`] when its blob is gone.

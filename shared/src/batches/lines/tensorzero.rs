@@ -1,7 +1,9 @@
 //! `/batch_inference` lines: one `/inference` item each (`functions::batch_request`). Running one
 //! stores its inference record, under the id minted at submission, before the line counts: a
 //! line run again after a crash finds its record there and the first one stays (every inference
-//! exactly once). The result line is short: the item's ids, or why it produced no inference.
+//! exactly once): what the line counts (success, usage) is then the stored record's, even when the
+//! rerun's own model call failed or answered differently. The result line is short: the item's
+//! ids, or why it produced no inference.
 
 use super::{LineKind, LineResult};
 use crate::batches::input_validation::{plan_checked_lines, ChunkLimits, ValidationReport};
@@ -71,29 +73,39 @@ impl LineKind for TensorZeroLines {
             code: None,
         };
         let mut usage = BatchUsage::default();
-        match outcome {
-            Ok(record) => {
-                match self.records.put(&record).await {
-                    // Stored by an earlier run of this line: that one stays.
-                    Ok(()) | Err(StorageError::Conflict) => {}
-                    Err(err) => return Err(err.into()),
-                }
-                usage.add(record.usage.input_tokens, record.usage.output_tokens);
-                Ok(LineResult {
-                    line: result.line(),
-                    ok: true,
-                    usage,
-                })
-            }
+        let stored = match outcome {
+            Ok(record) => match self.records.put(&record).await {
+                Ok(()) => Some(record),
+                // Stored by an earlier run of this line: that one stays, and is what counts.
+                Err(StorageError::Conflict) => Some(
+                    self.records
+                        .get(&self.project, record.inference_id)
+                        .await?
+                        .unwrap_or(record),
+                ),
+                Err(err) => return Err(err.into()),
+            },
             Err(error) => {
-                result.error = Some(error.to_string());
-                Ok(LineResult {
-                    line: result.line(),
-                    ok: false,
-                    usage,
-                })
+                // An earlier run of this line stored its inference before this run failed: the
+                // item has its inference, and is not a failure.
+                let earlier = match result.inference_id {
+                    Some(id) => self.records.get(&self.project, id).await?,
+                    None => None,
+                };
+                if earlier.is_none() {
+                    result.error = Some(error.to_string());
+                }
+                earlier
             }
+        };
+        if let Some(record) = &stored {
+            usage.add(record.usage.input_tokens, record.usage.output_tokens);
         }
+        Ok(LineResult {
+            line: result.line(),
+            ok: stored.is_some(),
+            usage,
+        })
     }
 
     fn not_run(&self, _ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String {

@@ -301,3 +301,75 @@ async fn a_dryrun_stores_nothing_and_a_stream_is_recorded_when_it_ends() {
     assert!(record.output[0]["text"].as_str().unwrap().contains("hello"));
     assert!(records.get("p", answer.inference_id).await.unwrap().is_none());
 }
+
+/// What `/batch_inference` polls answer, rebuilt from the stored record, is exactly the reply
+/// `/inference` gave (without raw provider data), for chat and json functions.
+#[tokio::test]
+async fn a_reply_rebuilt_from_its_record_is_the_reply_inference_gave() {
+    let (service, records) = service_with_records();
+    for (function, variant) in [("weighted", "a"), ("extract", "tool")] {
+        let mut body = hello(function);
+        body["variant_name"] = json!(variant);
+        body["tags"] = json!({"k": "v"});
+        let result = service.infer("p", &call(&service, body)).await.unwrap();
+        let given = InferenceReply::new(&result, Includes::default());
+        let record = stored(&records, result.inference_id).await;
+        let rebuilt = InferenceReply::from_record(&record).unwrap();
+        assert_eq!(rebuilt, given, "{function}");
+        assert_eq!(
+            serde_json::to_value(&rebuilt).unwrap(),
+            serde_json::to_value(&given).unwrap(),
+            "{function}"
+        );
+        assert_eq!(rebuilt.content.is_some(), function == "weighted");
+        assert_eq!(rebuilt.output.is_some(), function == "extract");
+    }
+}
+
+#[test]
+fn from_record_reads_usage_and_finish_reason_and_refuses_a_record_that_does_not_fit() {
+    use crate::functions::records::{FunctionType, InferenceRecord, TokenUsage};
+    let record = InferenceRecord {
+        project: "p".into(),
+        inference_id: Uuid::now_v7(),
+        episode_id: Uuid::now_v7(),
+        function_name: "f".into(),
+        variant_name: "v".into(),
+        function_type: FunctionType::Chat,
+        input: json!({}),
+        output: json!([{"type": "text", "text": "hi"}]),
+        tags: Default::default(),
+        tool_params: None,
+        output_schema: None,
+        inference_params: json!({}),
+        processing_time_ms: 1,
+        ttft_ms: None,
+        usage: TokenUsage {
+            input_tokens: 2,
+            output_tokens: 1,
+        },
+        finish_reason: Some("length".into()),
+        cached: false,
+        created_at: "2026-01-01T00:00:00Z".into(),
+        timestamp: 0,
+        model_calls: vec![],
+    };
+    let reply = InferenceReply::from_record(&record).unwrap();
+    assert_eq!(reply.finish_reason, Some(crate::model::FinishReason::Length));
+    assert_eq!((reply.usage.input_tokens, reply.usage.output_tokens), (2, 1));
+    assert!(reply.raw_response.is_none() && reply.original_response.is_none());
+
+    let as_json = InferenceRecord {
+        function_type: FunctionType::Json,
+        ..record.clone()
+    };
+    assert!(
+        InferenceReply::from_record(&as_json).is_err(),
+        "chat blocks are no json output"
+    );
+    let odd_finish = InferenceRecord {
+        finish_reason: Some("sideways".into()),
+        ..record
+    };
+    assert!(InferenceReply::from_record(&odd_finish).is_err());
+}
