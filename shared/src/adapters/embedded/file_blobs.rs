@@ -75,20 +75,27 @@ fn io_error(err: std::io::Error) -> StorageError {
 /// even when a concurrent `delete_prefix` removes the key's folder meanwhile: the folder is made
 /// again and the move retried.
 async fn place(tmp: &Path, path: &Path) -> Result<(), StorageError> {
-    let mut attempts = 0;
+    const ATTEMPTS: u32 = 100;
+    let mut attempt = 0;
     loop {
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
-        }
-        match tokio::fs::rename(tmp, path).await {
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound && attempts < 5 && tmp.exists() => {
-                attempts += 1;
+        attempt += 1;
+        let made = match path.parent() {
+            Some(parent) => tokio::fs::create_dir_all(parent).await,
+            None => Ok(()),
+        };
+        let moved = match made {
+            Ok(()) => tokio::fs::rename(tmp, path).await,
+            Err(err) => Err(err),
+        };
+        match moved {
+            Ok(()) => return Ok(()),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && attempt < ATTEMPTS && tmp.exists() => {
+                tokio::task::yield_now().await;
             }
             Err(err) => {
                 let _ = tokio::fs::remove_file(tmp).await;
                 return Err(io_error(err));
             }
-            Ok(()) => return Ok(()),
         }
     }
 }
@@ -204,7 +211,10 @@ impl BlobStore for FileBlobStore {
             match tokio::fs::remove_dir_all(&path).await {
                 Ok(()) => return Ok(count),
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(count),
-                Err(err) if err.kind() == std::io::ErrorKind::DirectoryNotEmpty && attempts < 10 => attempts += 1,
+                Err(err) if err.kind() == std::io::ErrorKind::DirectoryNotEmpty && attempts < 100 => {
+                    attempts += 1;
+                    tokio::task::yield_now().await;
+                }
                 Err(err) => return Err(io_error(err)),
             }
         }
