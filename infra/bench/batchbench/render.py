@@ -454,8 +454,9 @@ def splice(doc: Path, section: str) -> None:
     doc.write_text(text)
 
 
-def extract(doc: Path) -> str | None:
+def extract(doc: Path, begin: str = BEGIN, end: str = END) -> str | None:
+    """The block between `begin` and `end` (the batches section by default), markers included."""
     if not doc.exists():
         return None
-    match = re.search(re.escape(BEGIN.split(":")[0]) + r".*?" + re.escape(END) + r"\n?", doc.read_text(), re.S)
+    match = re.search(re.escape(begin.split(":")[0]) + r".*?" + re.escape(end) + r"\n?", doc.read_text(), re.S)
     return match.group(0) if match else None
