@@ -158,10 +158,11 @@ def main() -> int:
                 part["quiet_waited_s"] = waited
                 part["meta"] = {k: results["meta"][k] for k in ("measured_at", "commit")}
                 results["parts"][name] = part
+                # Saved after every part, so that a part that fails later loses nothing measured.
+                args.results.parent.mkdir(parents=True, exist_ok=True)
+                args.results.write_text(json.dumps(results, indent=1))
         finally:
             subprocess.run(["rm", "-rf", str(scratch)], check=False)
-        args.results.parent.mkdir(parents=True, exist_ok=True)
-        args.results.write_text(json.dumps(results, indent=1))
     # A section is rewritten only when one of its parts ran (or on --render-only, when it has results).
     if any(name not in TZ_PARTS for name in ran):
         section = render(results)

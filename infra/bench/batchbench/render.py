@@ -437,7 +437,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         *body,
         "Reproduce: `make bench-batches` (builds the release binaries it needs, then runs "
-        "`infra/bench/batch_bench.py`, about 5 minutes; `--parts validate,local,aws,aws-slow` picks parts; "
+        "`infra/bench/batch_bench.py`, about 8 minutes; `--parts validate,local,aws,aws-slow,tz-local,tz-aws` picks parts; "
         "`--render-only` re-renders this section from the raw results).",
         END,
     ]
