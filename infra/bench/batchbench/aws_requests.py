@@ -155,9 +155,10 @@ class AwsStack:
     `bench`, the benchmark config with its files in S3, and `nimbus-files`, `nimbus-batches` (twice:
     `batches` takes the submissions, `status` the client's polls), `nimbus-poller` and
     `worker_instances` × `nimbus-worker` under the RIE, each signing with its own fake key; the
-    HTTP functions behind API Gateway relays. Cold starts happen in `__init__` (phase `init`)."""
+    HTTP functions behind API Gateway relays. Cold starts happen in `__init__` (phase `init`).
+    `serialize_moto`: the proxy hands moto one request at a time (see `CountingProxy`)."""
 
-    def __init__(self, bin_dir: Path, scratch: Path, worker_instances: int):
+    def __init__(self, bin_dir: Path, scratch: Path, worker_instances: int, *, serialize_moto: bool = False):
         import nimbus_testkit as kit
 
         os.environ["NIMBUS_BIN_DIR"] = str(bin_dir)
@@ -166,6 +167,7 @@ class AwsStack:
             raise SkipPart(f"Lambda binaries missing in {bin_dir}: {', '.join(sorted(set(missing)))}")
         self.kit = kit
         self.worker_instances = worker_instances
+        self.serialize_moto = serialize_moto
         logs = scratch / "logs"
         self.started: list[Any] = []
         self.proxy: CountingProxy | None = None
@@ -193,7 +195,7 @@ class AwsStack:
         self.config_source = moto.put_config(config.stem, config.read_text(), config_dir=config.parent)
 
         access_keys = {f"AKIABENCH{name.upper()}": name for name in RESOURCES}
-        proxy = self.proxy = CountingProxy(moto.port, access_keys)
+        proxy = self.proxy = CountingProxy(moto.port, access_keys, serialize=self.serialize_moto)
         by_name = {v: k for k, v in access_keys.items()}
 
         def start_function(name: str, instance: str = "") -> TimedLambda:
@@ -360,12 +362,13 @@ def part_aws(
     lines: int = LINES,
     model: str = MODEL,
     system: str | None = None,
+    serialize_moto: bool = False,
 ) -> dict[str, Any]:
     """One `/v1/batches` batch of `lines` chat requests (after a `system` message when given) from
     a direct upload to `completed` and its output downloaded."""
     import requests
 
-    stack = AwsStack(bin_dir, scratch, worker_instances)
+    stack = AwsStack(bin_dir, scratch, worker_instances, serialize_moto=serialize_moto)
     try:
         proxy, clients, key = stack.proxy, stack.clients, stack.key
         assert proxy is not None
@@ -435,6 +438,7 @@ def part_aws(
             "idle_poll_entries": stack.idle_poll_entries,
             "inference_records": stack.inference_records(),
             "config_source": stack.config_source,
+            "serialized_moto": serialize_moto,
         }
         counted = sum(1 for e in proxy.entries if e["phase"] == "batch" and e["function"] != "status")
         log(

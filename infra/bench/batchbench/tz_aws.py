@@ -7,7 +7,10 @@ Phases of the proxy's entries for `/batch_inference`: `batch` is the POST (the b
 stores the items and queues the batch) and everything the worker and poller do until the batch
 has ended; the client's pending polls come from the `status` instance (counted apart, as for
 `/v1/batches`); `fetch` is the poll that saw `completed` (with the first page) and the pages after
-it (`limit`/`after`: a Lambda reply carries at most 4 MiB)."""
+it (`limit`/`after`: a Lambda reply carries at most 4 MiB).
+
+Both stacks have the proxy hand moto one request at a time (`CountingProxy(serialize=True)`): moto
+breaks under the concurrent record writes of a 10,000-item batch (see `CountingProxy`)."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ TZ_PAGE = 2000
 
 
 def tz_aws_run(bin_dir: Path, scratch: Path, timeout: float, worker_instances: int) -> dict[str, Any]:
-    stack = AwsStack(bin_dir, scratch, worker_instances)
+    stack = AwsStack(bin_dir, scratch, worker_instances, serialize_moto=True)
     try:
         proxy = stack.proxy
         assert proxy is not None
@@ -91,6 +94,7 @@ def tz_aws_run(bin_dir: Path, scratch: Path, timeout: float, worker_instances: i
             "entries": proxy.entries,
             "idle_poll_entries": stack.idle_poll_entries,
             "config_source": stack.config_source,
+            "serialized_moto": True,
         }
         counted = sum(1 for e in proxy.entries if e["phase"] == "batch" and e["function"] != "status")
         fetched = sum(1 for e in proxy.entries if e["phase"] == "fetch")
@@ -106,5 +110,14 @@ def tz_aws_run(bin_dir: Path, scratch: Path, timeout: float, worker_instances: i
 
 def part_tz_aws(bin_dir: Path, scratch: Path, timeout: float, worker_instances: int) -> dict[str, Any]:
     tz = tz_aws_run(bin_dir, scratch, timeout, worker_instances)
-    openai = part_aws(bin_dir, scratch, timeout, worker_instances, lines=TZ_INPUTS, model=MODEL, system=TZ_SYSTEM_TEXT)
+    openai = part_aws(
+        bin_dir,
+        scratch,
+        timeout,
+        worker_instances,
+        lines=TZ_INPUTS,
+        model=MODEL,
+        system=TZ_SYSTEM_TEXT,
+        serialize_moto=True,
+    )
     return {"inputs": TZ_INPUTS, "tz": tz, "openai": openai}
