@@ -79,7 +79,11 @@ def render_tz_local(p: dict[str, Any]) -> list[str]:
         f"{p['openai_to_completed']['median_s']:.2f} s to `completed`, upload not included). "
         f"`/batch_inference` is {abs(gap):.2f} s {'slower' if gap > 0 else 'faster'} on the median: "
         "it validates and stores its items inside the `POST`, writes one inference record per item as the "
-        "chunk runs (the `/v1/batches` run writes none), and rebuilds each reply from its record when polled.",
+        "chunk runs (the `/v1/batches` run writes none), and rebuilds each reply from its record when polled. "
+        f"Peak server RSS: {max(r['server_peak_rss_kb'] for r in tz) / 1024:.0f} MiB at most for `/batch_inference` "
+        f"(the whole batch in one `POST`, and all its inferences in one reply) against "
+        f"{max(r['server_peak_rss_kb'] for r in openai) / 1024:.0f} MiB for `/v1/batches` (streamed file in, "
+        "file out).",
         "",
     ]
 
@@ -159,6 +163,10 @@ def aws_summary(tz: dict[str, Any], oa: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def chunk_s(part: dict[str, Any]) -> list[float]:
+    return part["worker_seconds_by_job"].get("chunk") or [0.0]
+
+
 def render_tz_aws(p: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     tz, oa = p["tz"], p["openai"]
     s = aws_summary(tz, oa)
@@ -175,7 +183,12 @@ def render_tz_aws(p: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         f"the `/v1/batches` status polls), then the results in {tz['pages']} pages of {tz['page']:,} "
         f"(`limit`/`after`; the first page is the poll that saw `completed`; {tz['fetched_bytes'] / 1e6:.1f} MB in all). "
         "`/v1/batches`: the same conversations as a 10,000-line file by direct upload, `batches.create`, the "
-        "output file downloaded.",
+        "output file downloaded. For both, the proxy hands moto one request at a time: moto's "
+        "`TransactWriteItems` deep-copies the whole table while other requests add items, and answered 500 "
+        "(every chunk failed and was retried) once thousands of records were being written at once. That "
+        "changes no count, but makes every time on this path moto's: a chunk that writes records ran "
+        f"{min(chunk_s(tz)):.0f}–{max(chunk_s(tz)):.0f} s here against {min(chunk_s(oa)):.0f}–{max(chunk_s(oa)):.0f} s "
+        "for a `/v1/batches` chunk, so the Lambda time (and its cost) of `/batch_inference` below is an upper bound.",
         "",
         f"Runs: `/batch_inference` POST {tz['submit_s']:.1f} s, `completed` seen at {tz['completed_seen_s']:.1f} s, "
         f"results fetched in {tz['fetch_s']:.1f} s; worker invocations "
@@ -192,7 +205,7 @@ def render_tz_aws(p: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         f"{fmt_int(o['batch'])} |",
         f"| Fetching the results | {fmt_int(t['fetch'])} ({tz['pages']} pages) | {fmt_int(o['download'])} (download) |",
         f"| **AWS requests per batch** | **{fmt_int(t['requests'])}** | **{fmt_int(o['requests'])}** |",
-        f"| Of which DynamoDB write request units | {t['priced']['wru']:,.0f} | {o['priced']['wru']:,.0f} |",
+        f"| DynamoDB write request units in those requests | {t['priced']['wru']:,.0f} | {o['priced']['wru']:,.0f} |",
         f"| Cost of those requests | {fmt_usd(t['requests_cost'])} | {fmt_usd(o['requests_cost'])} |",
         f"| Lambda (files, batches, worker, poller; fetch pages) | {fmt_usd(t['lambda_cost'])} | "
         f"{fmt_usd(o['lambda_cost'])} |",
@@ -205,9 +218,11 @@ def render_tz_aws(p: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         *requests_table(tz, oa),
         "",
         f"Priced as in 4.3. `PutItem` in the `/batch_inference` run: {fmt_int(ops['PutItem'])} (one inference record "
-        "per item, created before its chunk's segment counts), `GetItem` "
+        "per item, created before its chunk's segment counts; each about "
+        f"{t['priced']['wru'] / max(1, ops['PutItem']):.1f} write units with its `by_owner` index entry), `GetItem` "
         f"{fmt_int(ops['GetItem'])}; the fetch reads every record back "
-        f"({fmt_int(Counter(e['operation'] for e in phase_entries(tz, 'fetch', status=True))['GetItem'])} `GetItem`).",
+        f"({fmt_int(Counter(e['operation'] for e in phase_entries(tz, 'fetch', status=True))['GetItem'])} `GetItem`). "
+        "`TransactWriteItems (failed)`: conditional segment saves that lost and were retried, as in 4.4.",
         "",
     ]
     return lines, s
@@ -218,8 +233,12 @@ def render_tz(results: dict[str, Any]) -> str | None:
     parts = {name: results["parts"][name] for name in PARTS if name in results["parts"]}
     if not parts:
         return None
-    # Measured when its parts ran (the results' meta is that of the last run of any part).
-    meta = {**results["meta"], **next(iter(parts.values())).get("meta", {})}
+    meta = results["meta"]
+    # When and from which source each part ran (the results' meta is that of the last run).
+    when = ", ".join(
+        f"`{name}` on {p.get('meta', meta)['measured_at']} from `{p.get('meta', meta)['commit']}`"
+        for name, p in sorted(parts.items())
+    )
     load = "; ".join(
         f"{name}: {p['other_cpu_s']:.1f} CPU s over {p['elapsed_s']:.0f} s (waited {p.get('quiet_waited_s', 0):.0f} s "
         "for a quiet machine first)"
@@ -254,15 +273,19 @@ def render_tz(results: dict[str, Any]) -> str | None:
         BEGIN,
         "### 4.5 `/batch_inference`: 10,000 inputs beside `/v1/batches`",
         "",
-        f"_Generated by `infra/bench/batch_bench.py --parts tz-local,tz-aws` on {meta['measured_at']}; "
-        f"{meta['nproc']} CPUs; {meta['rustc']}; source `{meta['commit']}`; raw results: `{meta['results_path']}`._ "
+        f"_Generated by `infra/bench/batch_bench.py --parts tz-local,tz-aws`: {when}; {meta['nproc']} CPUs; "
+        f"{meta['rustc']}; raw results: `{meta['results_path']}`._ "
         f"Function `{TZ_FUNCTION}`: chat, a system schema and a system template (`You are {{{{ assistant_name }}}}, a "
         f"concise assistant. …`), one variant on `{MODEL}` ({MODEL_LATENCY_S * 1000:.0f} ms per answer), "
         f"`max_tokens = 16`; each input is that system argument and one user message. The `/v1/batches` batch "
         f"carries the same conversations with the system prompt written out ({LINES_PER_CHUNK:,} lines per chunk, "
         f"{LINE_CONCURRENCY} at once, for both).",
         "",
-        f"CPU used on the machine by other work while each part ran (2 shared cores): {load or 'not recorded'}.",
+        f"CPU used on the machine by other work while each part ran (2 shared cores): {load or 'not recorded'}. "
+        "It is all busy CPU outside this script and the children it reaps: other work sharing the machine "
+        "(other sessions' builds and tests ran meanwhile) and, in `tz-aws`, also the Lambda binaries, which run "
+        "as the emulator's children. The local table gives it run by run; the request counts do not depend "
+        "on it, the times do.",
         "",
         *body,
         ("**Reading:** " + "; ".join(reading) + ".") if reading else "",
