@@ -73,7 +73,8 @@ sam-build: test-deps
 bench: test-deps
 	bash infra/bench/run-benchmarks.sh
 
-# Batch benchmarks only: validation throughput, a 50,000-line batch locally, AWS requests per batch.
+# Batch benchmarks only: validation throughput, a 50,000-line batch locally, AWS requests per batch,
+# 10,000-input /batch_inference beside /v1/batches (locally and on the AWS path).
 bench-batches: test-deps
 	cargo build --release -p nimbus-local -p nimbus-inference -p nimbus-bench -p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller
 	$(VENV)/bin/python infra/bench/batch_bench.py --bin-dir $(CARGO_TARGET_DIR)/release

@@ -437,12 +437,11 @@ class MotoServer:
             "NIMBUS_JOBS_QUEUE_URL": self.queue_url,
         }
 
-    def put_config(self, name: str, config: str) -> str:
-        """Store `config` as `config/<name>.toml` in the bucket, with the files the default config
-        refers to (templates, schemas) beside it, as a deployment puts them; return its
-        `NIMBUS_CONFIG_SOURCE` (`s3://…`)."""
+    def put_config(self, name: str, config: str, *, config_dir: Path = DEFAULT_CONFIG.parent) -> str:
+        """Store `config` as `config/<name>.toml` in the bucket, with the files of `config_dir`
+        (by default the default config's templates and schemas) beside it, as a deployment puts
+        them; return its `NIMBUS_CONFIG_SOURCE` (`s3://…`)."""
         s3 = self.client("s3")
-        config_dir = DEFAULT_CONFIG.parent
         for path in config_dir.rglob("*"):
             if path.is_file() and path.suffix != ".toml":
                 key = f"config/{path.relative_to(config_dir).as_posix()}"

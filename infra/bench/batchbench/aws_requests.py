@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,9 @@ from .common import (
     RESOURCES,
     TIMEOUT_S,
     SkipPart,
-    bench_config,
     count_lines,
     log,
+    write_bench_config,
     write_input,
 )
 from .counting_proxy import CountingProxy
@@ -149,22 +150,36 @@ class EventSource:
             thread.join(timeout=15)
 
 
-def part_aws(
-    bin_dir: Path, scratch: Path, timeout: float, worker_instances: int, *, lines: int = LINES, model: str = MODEL
-) -> dict[str, Any]:
-    import nimbus_testkit as kit
-    import requests
+class AwsStack:
+    """moto (table, bucket, queue as template.yaml) behind the counting proxy, a key of project
+    `bench`, the benchmark config with its files in S3, and `nimbus-files`, `nimbus-batches` (twice:
+    `batches` takes the submissions, `status` the client's polls), `nimbus-poller` and
+    `worker_instances` × `nimbus-worker` under the RIE, each signing with its own fake key; the
+    HTTP functions behind API Gateway relays. Cold starts happen in `__init__` (phase `init`).
+    `serialize_moto`: the proxy hands moto one request at a time (see `CountingProxy`)."""
 
-    os.environ["NIMBUS_BIN_DIR"] = str(bin_dir)
-    missing = [b for _, b in RESOURCES.values() if not (bin_dir / b).is_file()]
-    if missing:
-        raise SkipPart(f"Lambda binaries missing in {bin_dir}: {', '.join(sorted(set(missing)))}")
-    logs = scratch / "logs"
-    started: list[Any] = []
-    moto = kit.MotoServer(logs)
-    started.append(moto)
-    proxy = None
-    try:
+    def __init__(self, bin_dir: Path, scratch: Path, worker_instances: int, *, serialize_moto: bool = False):
+        import nimbus_testkit as kit
+
+        os.environ["NIMBUS_BIN_DIR"] = str(bin_dir)
+        missing = [b for _, b in RESOURCES.values() if not (bin_dir / b).is_file()]
+        if missing:
+            raise SkipPart(f"Lambda binaries missing in {bin_dir}: {', '.join(sorted(set(missing)))}")
+        self.kit = kit
+        self.worker_instances = worker_instances
+        self.serialize_moto = serialize_moto
+        logs = scratch / "logs"
+        self.started: list[Any] = []
+        self.proxy: CountingProxy | None = None
+        try:
+            self._start(kit, scratch, logs)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, kit: Any, scratch: Path, logs: Path) -> None:
+        moto = self.moto = kit.MotoServer(logs)
+        self.started.append(moto)
         moto.create_resources()
         # The queue as template.yaml declares it (moto's default visibility timeout is 30 s, shorter
         # than a chunk with a slow model: SQS would hand the same chunk to a second worker).
@@ -174,12 +189,13 @@ def part_aws(
         moto.client("sqs").set_queue_attributes(
             QueueUrl=moto.queue_url, Attributes={"VisibilityTimeout": str(queue["VisibilityTimeout"])}
         )
-        key = kit.NimbusCli(kit.clean_env(moto.aws_env()), backend="aws").create_key(PROJECT, name="batch-bench")
-        config_key = "config/bench-batches.toml"
-        moto.client("s3").put_object(Bucket=moto.bucket, Key=config_key, Body=bench_config().encode())
+        self.key = kit.NimbusCli(kit.clean_env(moto.aws_env()), backend="aws").create_key(PROJECT, name="batch-bench")
+        # The config as a deployment puts it: the TOML with its templates and schemas beside it.
+        config = write_bench_config(scratch / "aws-config")
+        self.config_source = moto.put_config(config.stem, config.read_text(), config_dir=config.parent)
 
         access_keys = {f"AKIABENCH{name.upper()}": name for name in RESOURCES}
-        proxy = CountingProxy(moto.port, access_keys)
+        proxy = self.proxy = CountingProxy(moto.port, access_keys, serialize=self.serialize_moto)
         by_name = {v: k for k, v in access_keys.items()}
 
         def start_function(name: str, instance: str = "") -> TimedLambda:
@@ -190,7 +206,7 @@ def part_aws(
                     **moto.aws_env(),
                     "AWS_ENDPOINT_URL": proxy.endpoint,
                     "AWS_ACCESS_KEY_ID": by_name[name],
-                    "NIMBUS_CONFIG_SOURCE": f"s3://{moto.bucket}/{config_key}",
+                    "NIMBUS_CONFIG_SOURCE": self.config_source,
                     "AWS_LAMBDA_FUNCTION_NAME": resource,
                     "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(MEMORY_MB["batches" if name == "status" else name]),
                     "AWS_LAMBDA_FUNCTION_TIMEOUT": str(TIMEOUT_S["batches" if name == "status" else name]),
@@ -198,27 +214,30 @@ def part_aws(
                 }
             )
             function = kit.LambdaUnderRie(kit.binary(binary), env, logs, name=f"rie-bench-{name}{instance}")
-            started.append(function)
+            self.started.append(function)
             return TimedLambda(function, name)
 
-        files = start_function("files")
-        batches = start_function("batches")
-        status = start_function("status")
-        poller = start_function("poller")
-        workers = [start_function("worker", f"-{i}") for i in range(worker_instances)]
-        http_functions = (("files", files), ("batches", batches), ("status", status))
-        relays = {name: kit.ApiGatewayRelay(fn) for name, fn in http_functions}
-        started.extend(relays.values())
-        clients = {name: kit.make_client(relay.api_base, key["api_key"], timeout=300) for name, relay in relays.items()}
+        self.files = start_function("files")
+        self.batches = start_function("batches")
+        self.status = start_function("status")
+        self.poller = start_function("poller")
+        self.workers = [start_function("worker", f"-{i}") for i in range(self.worker_instances)]
+        http_functions = (("files", self.files), ("batches", self.batches), ("status", self.status))
+        self.relays = {name: kit.ApiGatewayRelay(fn) for name, fn in http_functions}
+        self.started.extend(self.relays.values())
+        self.clients = {
+            name: kit.make_client(relay.api_base, self.key["api_key"], timeout=300)
+            for name, relay in self.relays.items()
+        }
 
         # Cold starts (each function reads its config from S3 once): one harmless call each, so
         # that init requests are not mixed with the batch's.
         proxy.phase = "init"
-        clients["files"].files.list(limit=1)
-        clients["batches"].batches.list(limit=1)
-        clients["status"].batches.list(limit=1)
-        poller.invoke(kit.load_event("poller-scheduled.json"), timeout=330)
-        for worker in workers:
+        self.clients["files"].files.list(limit=1)
+        self.clients["batches"].batches.list(limit=1)
+        self.clients["status"].batches.list(limit=1)
+        self.poll_schedule()
+        for worker in self.workers:
             worker.invoke(
                 kit.replace_strings(
                     kit.load_event("worker-sqs-chunk.json"), "batch_REPLACE_WITH_BATCH_ID", "batch_none"
@@ -227,18 +246,139 @@ def part_aws(
             )
         idle_start = len(proxy.entries)
         proxy.phase = "idle-poll"
-        poller.invoke(kit.load_event("poller-scheduled.json"), timeout=330)
-        idle_poll = proxy.entries[idle_start:]
-        for fn in [files, batches, status, poller, *workers]:
+        self.poll_schedule()
+        self.idle_poll_entries = len(proxy.entries) - idle_start
+        for fn in self.functions():
             fn.durations.clear()
 
+    def functions(self) -> list[TimedLambda]:
+        return [self.files, self.batches, self.status, self.poller, *self.workers]
+
+    def poll_schedule(self) -> None:
+        """One EventBridge-scheduled poller pass."""
+        self.poller.invoke(self.kit.load_event("poller-scheduled.json"), timeout=330)
+
+    def run_batch(self, poll: Callable[[], str], timeout: float, t0: float) -> dict[str, Any]:
+        """Deliver jobs to the workers and play the schedule until `poll()` (the client's status
+        poll, returning the batch's status) answers a terminal status; then let the last worker
+        and poller pass finish. Requests meanwhile are in phase `batch`; times are from `t0` (a
+        `perf_counter` just before the batch was created)."""
+        kit = self.kit
+        source = EventSource(self.moto, self.workers)
+        source.start()
+        assert self.proxy is not None
+        self.proxy.phase = "batch"
+        seen: dict[str, float] = {}
+        poller_runs = 0
+        last_poll_at = 0
+        last_poll_time = time.monotonic()
+        status_polls = 0
+        order = ["validating", "in_progress", "finalizing", "completed"]
+        try:
+            while True:
+                time.sleep(1.0)
+                done_jobs = source.total_invocations()
+                # The schedule: once a minute, or (to keep the run short) after every 10 worker runs.
+                if done_jobs - last_poll_at >= 10 or time.monotonic() - last_poll_time >= 60:
+                    last_poll_at = done_jobs
+                    last_poll_time = time.monotonic()
+                    self.poll_schedule()
+                    poller_runs += 1
+                status = poll()
+                status_polls += 1
+                now = time.perf_counter() - t0
+                if status in order:
+                    for s in order[: order.index(status) + 1]:
+                        seen.setdefault(s, now)
+                if status in kit.BATCH_TERMINAL_STATUSES:
+                    seen.setdefault(status, now)
+                    break
+                if not source.busy() and source.queue_empty():
+                    self.poll_schedule()
+                    poller_runs += 1
+                if now > timeout:
+                    raise SystemExit(f"AWS-path batch not done in {timeout:.0f}s: {status}; {source.errors}")
+            # The worker that finalized may still be cleaning up: wait for it, then one last poller pass.
+            deadline = time.monotonic() + 60
+            while (source.busy() or not source.queue_empty()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            source.stop()
+        self.poll_schedule()
+        poller_runs += 1
+        return {
+            "status": status,
+            "batch_wall_s": time.perf_counter() - t0,
+            "first_seen_s": seen,
+            "status_polls": status_polls,
+            "poller_runs": poller_runs,
+            "worker_invocations": dict(source.invocations),
+            "worker_seconds_by_job": dict(source.job_seconds),
+            "worker_failures_reported": source.failures,
+            "event_source": {
+                "receives_with_message": source.receives_with_message,
+                "empty_receives": source.empty_receives,
+                "deletes": source.deletes,
+            },
+            "event_source_errors": source.errors[:5],
+        }
+
+    def durations(self) -> dict[str, list[float]]:
+        return {
+            name: [d for fn in fns for d in fn.durations]
+            for name, fns in (
+                ("files", [self.files]),
+                ("batches", [self.batches]),
+                ("status", [self.status]),
+                ("poller", [self.poller]),
+                ("worker", self.workers),
+            )
+        }
+
+    def inference_records(self) -> int:
+        """Inference records in the table (read from moto directly, not counted)."""
+        pages = self.moto.client("dynamodb").get_paginator("scan").paginate(
+            TableName=self.moto.table,
+            Select="COUNT",
+            FilterExpression="begins_with(pk, :kind)",
+            ExpressionAttributeValues={":kind": {"S": "inference#"}},
+        )
+        return sum(page["Count"] for page in pages)
+
+    def close(self) -> None:
+        if self.proxy is not None:
+            self.proxy.stop()
+        for process in reversed(self.started):
+            with contextlib.suppress(Exception):
+                process.stop()
+
+
+def part_aws(
+    bin_dir: Path,
+    scratch: Path,
+    timeout: float,
+    worker_instances: int,
+    *,
+    lines: int = LINES,
+    model: str = MODEL,
+    system: str | None = None,
+    serialize_moto: bool = False,
+) -> dict[str, Any]:
+    """One `/v1/batches` batch of `lines` chat requests (after a `system` message when given) from
+    a direct upload to `completed` and its output downloaded."""
+    import requests
+
+    stack = AwsStack(bin_dir, scratch, worker_instances, serialize_moto=serialize_moto)
+    try:
+        proxy, clients, key = stack.proxy, stack.clients, stack.key
+        assert proxy is not None
         # Upload: a direct upload (POST /v1/direct_uploads, then PUT to the presigned URL).
         data = scratch / "input-aws.jsonl"
-        size = write_input(data, lines=lines, size=None, model=model)
+        size = write_input(data, lines=lines, size=None, model=model, system=system)
         proxy.phase = "upload"
         t_upload = time.perf_counter()
         answer = requests.post(
-            f"{relays['files'].api_base}/direct_uploads",
+            f"{stack.relays['files'].api_base}/direct_uploads",
             headers={"authorization": f"Bearer {key['api_key']}"},
             json={"filename": "bench.jsonl", "purpose": "batch", "bytes": size},
             timeout=60,
@@ -257,103 +397,54 @@ def part_aws(
         data.unlink()
 
         # The batch: create, then deliver jobs until completed.
-        source = EventSource(moto, workers)
-        source.start()
         proxy.phase = "batch"
-        t0 = time.perf_counter()
+        t_create = time.perf_counter()
         batch = clients["batches"].batches.create(
             input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
         )
-        seen: dict[str, float] = {}
-        poller_runs = 0
-        last_poll_at = 0
-        last_poll_time = time.monotonic()
-        status_polls = 0
-        order = ["validating", "in_progress", "finalizing", "completed"]
-        while True:
-            time.sleep(1.0)
-            done_jobs = source.total_invocations()
-            # The schedule: once a minute, or (to keep the run short) after every 10 worker runs.
-            if done_jobs - last_poll_at >= 10 or time.monotonic() - last_poll_time >= 60:
-                last_poll_at = done_jobs
-                last_poll_time = time.monotonic()
-                poller.invoke(kit.load_event("poller-scheduled.json"), timeout=330)
-                poller_runs += 1
-            current = clients["status"].batches.retrieve(batch.id)
-            status_polls += 1
-            now = time.perf_counter() - t0
-            if current.status in order:
-                for s in order[: order.index(current.status) + 1]:
-                    seen.setdefault(s, now)
-            if current.status in kit.BATCH_TERMINAL_STATUSES:
-                break
-            if not source.busy() and source.queue_empty():
-                poller.invoke(kit.load_event("poller-scheduled.json"), timeout=330)
-                poller_runs += 1
-            if now > timeout:
-                raise SystemExit(f"AWS-path batch not done in {timeout:.0f}s: {current.model_dump()}; {source.errors}")
-        # The worker that finalized may still be cleaning up: wait for it, then one last poller pass.
-        deadline = time.monotonic() + 60
-        while (source.busy() or not source.queue_empty()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        source.stop()
-        poller.invoke(kit.load_event("poller-scheduled.json"), timeout=330)
-        poller_runs += 1
-        batch_wall_s = time.perf_counter() - t0
+        create_s = time.perf_counter() - t_create
+        last: dict[str, Any] = {}
+
+        def poll() -> str:
+            last["batch"] = clients["status"].batches.retrieve(batch.id)
+            return last["batch"].status
+
+        run = stack.run_batch(poll, timeout, t_create)
+        current = last["batch"]
         proxy.phase = "download"
         if current.status != "completed" or current.request_counts.completed != lines:
             raise SystemExit(f"AWS-path batch ended wrong: {current.model_dump()}")
+        t_download = time.perf_counter()
         with clients["files"].files.with_streaming_response.content(current.output_file_id) as response:
             output_lines = count_lines(response.iter_bytes(1024 * 1024))
+        download_s = time.perf_counter() - t_download
         if output_lines != lines:
             raise SystemExit(f"AWS-path output has {output_lines} lines, not {lines}")
         proxy.phase = "done"
 
-        durations = {
-            name: [d for fn in fns for d in fn.durations]
-            for name, fns in (
-                ("files", [files]),
-                ("batches", [batches]),
-                ("status", [status]),
-                ("poller", [poller]),
-                ("worker", workers),
-            )
-        }
         result = {
             "lines": lines,
             "model": model,
             "input_bytes": size,
             "worker_instances": worker_instances,
             "upload_s": upload_s,
-            "batch_wall_s": batch_wall_s,
-            "first_seen_s": seen,
-            "status_polls": status_polls,
-            "poller_runs": poller_runs,
-            "worker_invocations": dict(source.invocations),
-            "worker_seconds_by_job": dict(source.job_seconds),
-            "worker_failures_reported": source.failures,
-            "event_source": {
-                "receives_with_message": source.receives_with_message,
-                "empty_receives": source.empty_receives,
-                "deletes": source.deletes,
-            },
-            "event_source_errors": source.errors[:5],
+            "create_s": create_s,
+            "download_s": download_s,
+            **run,
             "output_lines": output_lines,
             "request_counts": current.request_counts.model_dump(),
-            "durations_s": durations,
+            "durations_s": stack.durations(),
             "entries": proxy.entries,
-            "idle_poll_entries": len(idle_poll),
-            "config_key": config_key,
+            "idle_poll_entries": stack.idle_poll_entries,
+            "inference_records": stack.inference_records(),
+            "config_source": stack.config_source,
+            "serialized_moto": serialize_moto,
         }
         counted = sum(1 for e in proxy.entries if e["phase"] == "batch" and e["function"] != "status")
         log(
-            f"aws ({lines} lines, {model}): completed in {batch_wall_s:.1f}s with {worker_instances} worker instances; "
-            f"{counted + source.deletes} requests"
+            f"aws ({lines} lines, {model}): completed in {result['batch_wall_s']:.1f}s with {worker_instances} "
+            f"worker instances; {counted + run['event_source']['deletes']} requests"
         )
         return result
     finally:
-        if proxy is not None:
-            proxy.stop()
-        for process in reversed(started):
-            with contextlib.suppress(Exception):
-                process.stop()
+        stack.close()

@@ -3,8 +3,11 @@ process and machine-load helpers, and the generated input files and config."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -26,6 +29,14 @@ LINE_CONCURRENCY = 16
 LINES_PER_CHUNK = 1000
 TARGET_RATIO = 1.25
 TARGET_AWS_REQUESTS = 2000
+
+# `/batch_inference` (parts `tz-local`, `tz-aws`): a chat function on `MODEL` with a templated system
+# prompt, and the same requests as a `/v1/batches` chat batch.
+TZ_INPUTS = 10_000
+TZ_FUNCTION = "bench_batch"
+TZ_ASSISTANT = "Ann"
+TZ_SYSTEM_TEMPLATE = "You are {{ assistant_name }}, a concise assistant. Answer in one sentence."
+TZ_SYSTEM_TEXT = f"You are {TZ_ASSISTANT}, a concise assistant. Answer in one sentence."
 
 # Function sizes from template.yaml (MemorySize, MB).
 MEMORY_MB = {"files": 1024, "batches": 256, "worker": 512, "poller": 256}
@@ -103,11 +114,20 @@ class SkipPart(Exception):
 # --------------------------------------------------------------------------------------------
 
 
-def write_input(path: Path, *, lines: int, size: int | None, model: str) -> int:
-    """`lines` chat requests `{"custom_id":"req-000001",…}`; with `size`, each message content is
-    padded with words so the file is exactly `size` bytes. Returns the file's size."""
+def user_text(i: int) -> str:
+    """The user message of request `i` (the same in every part that does not pad)."""
+    return f"Say something about the number {i}."
+
+
+def write_input(path: Path, *, lines: int, size: int | None, model: str, system: str | None = None) -> int:
+    """`lines` chat requests `{"custom_id":"req-000001",…}`, each after a `system` message when
+    given; with `size`, each user message is padded with words so the file is exactly `size`
+    bytes. Returns the file's size."""
     head = '{"custom_id":"req-%06d","method":"POST","url":"/v1/chat/completions","body":{"model":"' + model
-    head += '","messages":[{"role":"user","content":"'
+    head += '","messages":['
+    if system is not None:
+        head += json.dumps({"role": "system", "content": system}).replace("%", "%%") + ","
+    head += '{"role":"user","content":"'
     tail = '"}],"max_tokens":16}}\n'
     base = len(head % 0) + len(tail)
     words = ("lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor " * 4096).encode()
@@ -115,7 +135,7 @@ def write_input(path: Path, *, lines: int, size: int | None, model: str) -> int:
     with path.open("wb", buffering=8 * 1024 * 1024) as out:
         for i in range(lines):
             if size is None:
-                text = f"Say something about the number {i}.".encode()
+                text = user_text(i).encode()
             else:
                 room = (size - written) // (lines - i) - base
                 if room < 1:
@@ -127,8 +147,45 @@ def write_input(path: Path, *, lines: int, size: int | None, model: str) -> int:
     return written
 
 
+def tz_inputs(count: int) -> list[dict]:
+    """`count` `/inference` inputs of the benchmark function: the same conversations as the lines
+    `write_input(..., system=TZ_SYSTEM_TEXT)` writes, the system prompt coming from the template."""
+    return [
+        {"system": {"assistant_name": TZ_ASSISTANT}, "messages": [{"role": "user", "content": user_text(i)}]}
+        for i in range(count)
+    ]
+
+
+def write_bench_config(directory: Path) -> Path:
+    """The benchmark's config directory: `bench-batches.toml` (`bench_config()`), the files
+    infra/config/nimbus.toml refers to (templates, schemas, tools) and the benchmark function's
+    own, at the same relative paths. Returns the TOML's path."""
+    import nimbus_testkit as kit
+
+    source = kit.DEFAULT_CONFIG.parent
+    for path in source.rglob("*"):
+        if path.is_file() and path.suffix != ".toml":
+            target = directory / path.relative_to(source)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+    function_dir = directory / "functions" / TZ_FUNCTION
+    function_dir.mkdir(parents=True, exist_ok=True)
+    (function_dir / "system.minijinja").write_text(TZ_SYSTEM_TEMPLATE)
+    schema = {
+        "type": "object",
+        "properties": {"assistant_name": {"type": "string"}},
+        "required": ["assistant_name"],
+        "additionalProperties": False,
+    }
+    (function_dir / "system_schema.json").write_text(json.dumps(schema, indent=2))
+    config = directory / "bench-batches.toml"
+    config.write_text(bench_config())
+    return config
+
+
 def bench_config() -> str:
-    """infra/config/nimbus.toml plus `dummy-20ms` and explicit `[batches]` settings."""
+    """infra/config/nimbus.toml plus `dummy-20ms`, `dummy-2s`, explicit `[batches]` settings and
+    the chat function `bench_batch` on `dummy-20ms` (its files: `write_bench_config`)."""
     import nimbus_testkit as kit
 
     text = kit.DEFAULT_CONFIG.read_text()
@@ -154,7 +211,31 @@ type = "dummy"
 latency_ms = {latency * 1000:.0f}
 """
         )
-    return text
+    return (
+        text.rstrip()
+        + f"""
+
+# Benchmark function (`/batch_inference`): a templated system prompt, one variant on `{MODEL}`.
+[functions.{TZ_FUNCTION}]
+type = "chat"
+system_schema = "functions/{TZ_FUNCTION}/system_schema.json"
+
+[functions.{TZ_FUNCTION}.variants.main]
+type = "chat_completion"
+model = "{MODEL}"
+system_template = "functions/{TZ_FUNCTION}/system.minijinja"
+max_tokens = 16
+"""
+    )
+
+
+def engine_floor_s(lines: int, latency_ms: float, workers: int = BATCH_WORKERS) -> float:
+    """What a perfect engine would take with this model and this chunking: every worker busy with
+    whole chunks (ceil(chunks / workers) rounds), each chunk ceil(lines / concurrency) waves of
+    the model's real latency."""
+    chunks = math.ceil(lines / LINES_PER_CHUNK)
+    per_chunk = min(lines, LINES_PER_CHUNK)
+    return math.ceil(chunks / workers) * math.ceil(per_chunk / LINE_CONCURRENCY) * latency_ms / 1000
 
 
 def count_lines(chunks) -> int:

@@ -4,6 +4,7 @@ it and is recorded by phase, function, service and operation, with DynamoDB capa
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import math
@@ -111,10 +112,16 @@ def s3_operation(method: str, key: str, query: dict[str, list[str]], headers: di
 class CountingProxy:
     """A threaded HTTP proxy on 127.0.0.1 in front of moto: forwards every request and records
     (phase, function, service, operation, units, bytes). The function is told apart by the access
-    key it signs with (each function gets its own fake key)."""
+    key it signs with (each function gets its own fake key).
 
-    def __init__(self, upstream_port: int, functions_by_key: dict[str, str]):
+    With `serialize`, requests reach moto one at a time: moto is not safe under concurrent writes
+    (its `TransactWriteItems` deep-copies the whole table for rollback while other threads add
+    items, and answers 500 when that copy races a `PutItem`), which a batch writing one record per
+    item hits. The counts do not change; the timings do (each request waits for the previous)."""
+
+    def __init__(self, upstream_port: int, functions_by_key: dict[str, str], *, serialize: bool = False):
         self.upstream_port = upstream_port
+        self.upstream_lock = threading.Lock() if serialize else contextlib.nullcontext()
         self.functions_by_key = functions_by_key
         self.entries: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -157,9 +164,10 @@ class CountingProxy:
                 for attempt in range(2):
                     conn = upstream()
                     try:
-                        conn.request(self.command, self.path, body=body, headers=headers)
-                        response = conn.getresponse()
-                        payload = response.read()
+                        with proxy.upstream_lock:
+                            conn.request(self.command, self.path, body=body, headers=headers)
+                            response = conn.getresponse()
+                            payload = response.read()
                         break
                     except (http.client.HTTPException, OSError):
                         conn.close()

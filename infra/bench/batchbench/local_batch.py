@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import sqlite3
 import statistics
 import time
 from pathlib import Path
@@ -19,11 +20,12 @@ from .common import (
     MODEL_LATENCY_S,
     MachineLoad,
     SkipPart,
-    bench_config,
     count_lines,
     cpu_seconds,
+    engine_floor_s,
     log,
     proc_kb,
+    write_bench_config,
     write_input,
 )
 
@@ -53,97 +55,124 @@ def provider_latency_ms(api_base: str, samples: int = 40) -> dict[str, float]:
     }
 
 
-def local_run(
-    kit: Any, bin_dir: Path, scratch: Path, data: Path, config: Path, run: int, timeout: float
-) -> dict[str, Any]:
-    """One fresh server, one 50,000-line batch."""
-    server = kit.NimbusServer(
-        scratch / f"data-local-{run}",
+def start_server(kit: Any, scratch: Path, config: Path, name: str) -> Any:
+    """A release `nimbus serve` with a fresh data directory, the poller every second and
+    `BATCH_WORKERS` queue workers."""
+    return kit.NimbusServer(
+        scratch / f"data-{name}",
         scratch / "logs",
         config=config,
-        name=f"nimbus-batch-bench-{run}",
+        name=name,
         extra_env={
             "RUST_LOG": "warn",
             "NIMBUS_SCHEDULE_INTERVAL_SECS": "1",
             "NIMBUS_BATCH_WORKERS": str(BATCH_WORKERS),
         },
     )
-    try:
-        pid = server.process.pid
-        client = kit.make_client(server.api_base, timeout=120)
-        calibration = provider_latency_ms(server.api_base) if run == 0 else None
-        start = time.perf_counter()
-        with data.open("rb") as f:
-            uploaded = client.files.create(file=(data.name, f), purpose="batch")
-        upload_s = time.perf_counter() - start
-        rss_idle_kb = proc_kb(pid, "VmRSS:")
-        cpu_before = cpu_seconds(pid)
-        load = MachineLoad()
 
-        seen: dict[str, float] = {}
-        timeline: list[tuple[float, int]] = []  # (s since create, request_counts.completed)
-        polls = 0
-        t0 = time.perf_counter()
-        batch = client.batches.create(
-            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
-        )
-        seen["create_returned"] = time.perf_counter() - t0
-        order = ["validating", "in_progress", "finalizing", "completed"]
-        while True:
-            batch = client.batches.retrieve(batch.id)
-            polls += 1
-            now = time.perf_counter() - t0
-            if batch.request_counts and (not timeline or timeline[-1][1] != batch.request_counts.completed):
-                timeline.append((now, batch.request_counts.completed))
-            if batch.status in order:
-                for status in order[: order.index(batch.status) + 1]:
-                    seen.setdefault(status, now)
-            if batch.status in kit.BATCH_TERMINAL_STATUSES:
-                break
-            if now > timeout:
-                raise SystemExit(f"local batch not done in {timeout:.0f}s: {batch.model_dump()}")
-            time.sleep(0.2)
-        cpu_s = cpu_seconds(pid) - cpu_before
-        other = load.other_cpu_s(own_cpu_s=cpu_s)
-        peak_kb = proc_kb(pid, "VmHWM:")
-        if batch.status != "completed":
-            raise SystemExit(f"local batch ended {batch.status}: {batch.model_dump()}")
-        with client.files.with_streaming_response.content(batch.output_file_id) as response:
-            output_lines = count_lines(response.iter_bytes(1024 * 1024))
-        ideal = LINES * MODEL_LATENCY_S / (BATCH_WORKERS * LINE_CONCURRENCY)
-        # Progress moves a chunk (1,000 lines) at a time: the steady rate between 10% and 90%.
-        lo = next((t, n) for t, n in timeline if n >= LINES * 0.1)
-        hi = next((t, n) for t, n in timeline if n >= LINES * 0.9)
-        result = {
-            "calibration": calibration,
-            "timeline": timeline,
-            "steady_lines_per_s": (hi[1] - lo[1]) / (hi[0] - lo[0]) if hi[0] > lo[0] else None,
-            "upload_s": upload_s,
-            "wall_to_in_progress_s": seen["in_progress"],
-            "wall_to_completed_s": seen["completed"],
-            "first_seen_s": seen,
-            "polls": polls,
-            "server_timestamps": {
-                k: getattr(batch, k) for k in ("created_at", "in_progress_at", "finalizing_at", "completed_at")
-            },
-            "request_counts": batch.request_counts.model_dump(),
-            "output_lines": output_lines,
-            "error_file_id": batch.error_file_id,
-            "ratio": seen["completed"] / ideal,
-            "server_cpu_s": cpu_s,
-            "other_cpu_s": other,
-            "server_rss_idle_kb": rss_idle_kb,
-            "server_peak_rss_kb": peak_kb,
-        }
-        if output_lines != LINES or batch.request_counts.completed != LINES or batch.error_file_id:
-            raise SystemExit(f"local batch output is wrong: {result}")
-        log(
-            f"local run {run + 1}: completed in {seen['completed']:.2f}s (in_progress at {seen['in_progress']:.2f}s), "
-            f"ideal {ideal:.2f}s, ratio {result['ratio']:.2f}, other CPU {other:.1f}s"
-        )
-        return result
+
+def inference_records(server: Any) -> int:
+    """Inference records in the server's state database."""
+    db = sqlite3.connect(server.data_dir / "state.sqlite3", timeout=10)
+    try:
+        return db.execute("SELECT count(*) FROM records WHERE kind = 'inference'").fetchone()[0]
+    finally:
+        db.close()
+
+
+def local_run(
+    kit: Any, bin_dir: Path, scratch: Path, data: Path, config: Path, run: int, timeout: float
+) -> dict[str, Any]:
+    """One fresh server, one 50,000-line batch."""
+    server = start_server(kit, scratch, config, f"nimbus-batch-bench-{run}")
+    try:
+        return openai_batch_run(kit, server, data, LINES, timeout, calibrate=run == 0, label=f"local run {run + 1}")
     finally:
         server.stop()
+
+
+def openai_batch_run(
+    kit: Any, server: Any, data: Path, lines: int, timeout: float, *, calibrate: bool, label: str
+) -> dict[str, Any]:
+    """Upload `data` (`lines` chat requests), run it as a `/v1/batches` batch polled every 0.2 s,
+    download and count the output."""
+    pid = server.process.pid
+    client = kit.make_client(server.api_base, timeout=120)
+    calibration = provider_latency_ms(server.api_base) if calibrate else None
+    start = time.perf_counter()
+    with data.open("rb") as f:
+        uploaded = client.files.create(file=(data.name, f), purpose="batch")
+    upload_s = time.perf_counter() - start
+    rss_idle_kb = proc_kb(pid, "VmRSS:")
+    cpu_before = cpu_seconds(pid)
+    load = MachineLoad()
+
+    seen: dict[str, float] = {}
+    timeline: list[tuple[float, int]] = []  # (s since create, request_counts.completed)
+    polls = 0
+    t0 = time.perf_counter()
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    seen["create_returned"] = time.perf_counter() - t0
+    order = ["validating", "in_progress", "finalizing", "completed"]
+    while True:
+        batch = client.batches.retrieve(batch.id)
+        polls += 1
+        now = time.perf_counter() - t0
+        if batch.request_counts and (not timeline or timeline[-1][1] != batch.request_counts.completed):
+            timeline.append((now, batch.request_counts.completed))
+        if batch.status in order:
+            for status in order[: order.index(batch.status) + 1]:
+                seen.setdefault(status, now)
+        if batch.status in kit.BATCH_TERMINAL_STATUSES:
+            break
+        if now > timeout:
+            raise SystemExit(f"local batch not done in {timeout:.0f}s: {batch.model_dump()}")
+        time.sleep(0.2)
+    cpu_s = cpu_seconds(pid) - cpu_before
+    other = load.other_cpu_s(own_cpu_s=cpu_s)
+    peak_kb = proc_kb(pid, "VmHWM:")
+    if batch.status != "completed":
+        raise SystemExit(f"local batch ended {batch.status}: {batch.model_dump()}")
+    t_download = time.perf_counter()
+    with client.files.with_streaming_response.content(batch.output_file_id) as response:
+        output_lines = count_lines(response.iter_bytes(1024 * 1024))
+    download_s = time.perf_counter() - t_download
+    ideal = lines * MODEL_LATENCY_S / (BATCH_WORKERS * LINE_CONCURRENCY)
+    # Progress moves a chunk (1,000 lines) at a time: the steady rate between 10% and 90%.
+    lo = next((t, n) for t, n in timeline if n >= lines * 0.1)
+    hi = next((t, n) for t, n in timeline if n >= lines * 0.9)
+    result = {
+        "calibration": calibration,
+        "timeline": timeline,
+        "steady_lines_per_s": (hi[1] - lo[1]) / (hi[0] - lo[0]) if hi[0] > lo[0] else None,
+        "upload_s": upload_s,
+        "wall_to_in_progress_s": seen["in_progress"],
+        "wall_to_completed_s": seen["completed"],
+        "first_seen_s": seen,
+        "polls": polls,
+        "server_timestamps": {
+            k: getattr(batch, k) for k in ("created_at", "in_progress_at", "finalizing_at", "completed_at")
+        },
+        "request_counts": batch.request_counts.model_dump(),
+        "output_lines": output_lines,
+        "download_s": download_s,
+        "error_file_id": batch.error_file_id,
+        "ratio": seen["completed"] / ideal,
+        "server_cpu_s": cpu_s,
+        "other_cpu_s": other,
+        "server_rss_idle_kb": rss_idle_kb,
+        "server_peak_rss_kb": peak_kb,
+        "inference_records": inference_records(server),
+    }
+    if output_lines != lines or batch.request_counts.completed != lines or batch.error_file_id:
+        raise SystemExit(f"local batch output is wrong: {result}")
+    log(
+        f"{label}: completed in {seen['completed']:.2f}s (in_progress at {seen['in_progress']:.2f}s), "
+        f"ideal {ideal:.2f}s, ratio {result['ratio']:.2f}, other CPU {other:.1f}s"
+    )
+    return result
 
 
 def part_local(bin_dir: Path, scratch: Path, timeout: float, runs: int) -> dict[str, Any]:
@@ -152,8 +181,7 @@ def part_local(bin_dir: Path, scratch: Path, timeout: float, runs: int) -> dict[
     os.environ["NIMBUS_BIN_DIR"] = str(bin_dir)
     if not (bin_dir / "nimbus").is_file():
         raise SkipPart(f"{bin_dir / 'nimbus'} is missing (cargo build --release -p nimbus-local)")
-    config = scratch / "bench-batches.toml"
-    config.write_text(bench_config())
+    config = write_bench_config(scratch / "config")
     data = scratch / "input-local.jsonl"
     size = write_input(data, lines=LINES, size=None, model=MODEL)
     try:
@@ -162,13 +190,7 @@ def part_local(bin_dir: Path, scratch: Path, timeout: float, runs: int) -> dict[
         data.unlink(missing_ok=True)
     ideal = LINES * MODEL_LATENCY_S / (BATCH_WORKERS * LINE_CONCURRENCY)
     chunks = math.ceil(LINES / LINES_PER_CHUNK)
-    latency_ms = results[0]["calibration"]["latency_ms"]
-    # What a perfect engine would take with this dummy and this chunking: every worker busy with
-    # whole chunks (ceil(chunks / workers) rounds), each chunk ceil(lines / concurrency) waves of
-    # the model's real latency.
-    floor = (
-        math.ceil(chunks / BATCH_WORKERS) * math.ceil(LINES_PER_CHUNK / LINE_CONCURRENCY) * latency_ms / 1000
-    )
+    floor = engine_floor_s(LINES, results[0]["calibration"]["latency_ms"])
     median = sorted(results, key=lambda r: r["wall_to_completed_s"])[len(results) // 2]
     return {
         "lines": LINES,

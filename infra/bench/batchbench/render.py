@@ -437,7 +437,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         *body,
         "Reproduce: `make bench-batches` (builds the release binaries it needs, then runs "
-        "`infra/bench/batch_bench.py`, about 5 minutes; `--parts validate,local,aws,aws-slow` picks parts; "
+        "`infra/bench/batch_bench.py`, about 8 minutes; `--parts validate,local,aws,aws-slow,tz-local,tz-aws` picks parts; "
         "`--render-only` re-renders this section from the raw results).",
         END,
     ]
@@ -454,8 +454,9 @@ def splice(doc: Path, section: str) -> None:
     doc.write_text(text)
 
 
-def extract(doc: Path) -> str | None:
+def extract(doc: Path, begin: str = BEGIN, end: str = END) -> str | None:
+    """The block between `begin` and `end` (the batches section by default), markers included."""
     if not doc.exists():
         return None
-    match = re.search(re.escape(BEGIN.split(":")[0]) + r".*?" + re.escape(END) + r"\n?", doc.read_text(), re.S)
+    match = re.search(re.escape(begin.split(":")[0]) + r".*?" + re.escape(end) + r"\n?", doc.read_text(), re.S)
     return match.group(0) if match else None
