@@ -8,14 +8,21 @@ use bytes::Bytes;
 use futures::StreamExt;
 use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::sync::RwLock;
 use tokio_stream::wrappers::ReceiverStream;
 
 /// Blob store rooted at a local directory.
 #[derive(Debug, Clone)]
 pub struct FileBlobStore {
     root: PathBuf,
+    /// Puts place their files under it shared, a prefix delete removes folders under it alone:
+    /// a put never finds its folder removed between making it and moving its file in, and a
+    /// removal never finds a file appearing in a folder it empties (as with an object store,
+    /// both succeed whatever the order).
+    folders: Arc<RwLock<()>>,
 }
 
 impl FileBlobStore {
@@ -23,7 +30,10 @@ impl FileBlobStore {
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, StorageError> {
         let root = root.into();
         std::fs::create_dir_all(root.join(".tmp")).map_err(io_error)?;
-        Ok(Self { root })
+        Ok(Self {
+            root,
+            folders: Arc::new(RwLock::new(())),
+        })
     }
 
     /// Remove temporary files of interrupted writes that are older than `older_than` (every one
@@ -71,33 +81,21 @@ fn io_error(err: std::io::Error) -> StorageError {
     }
 }
 
-/// Move a written temporary file to its key's path. Like an object store's put, this succeeds
-/// even when a concurrent `delete_prefix` removes the key's folder meanwhile: the folder is made
-/// again and the move retried.
+/// Move a written temporary file to its key's path (its folder made first), or remove it.
 async fn place(tmp: &Path, path: &Path) -> Result<(), StorageError> {
-    const ATTEMPTS: u32 = 100;
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let made = match path.parent() {
-            Some(parent) => tokio::fs::create_dir_all(parent).await,
-            None => Ok(()),
-        };
-        let moved = match made {
-            Ok(()) => tokio::fs::rename(tmp, path).await,
-            Err(err) => Err(err),
-        };
-        match moved {
-            Ok(()) => return Ok(()),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound && attempt < ATTEMPTS && tmp.exists() => {
-                tokio::task::yield_now().await;
-            }
-            Err(err) => {
-                let _ = tokio::fs::remove_file(tmp).await;
-                return Err(io_error(err));
-            }
-        }
+    let made = match path.parent() {
+        Some(parent) => tokio::fs::create_dir_all(parent).await,
+        None => Ok(()),
+    };
+    let moved = match made {
+        Ok(()) => tokio::fs::rename(tmp, path).await,
+        Err(err) => Err(err),
+    };
+    if let Err(err) = moved {
+        let _ = tokio::fs::remove_file(tmp).await;
+        return Err(io_error(err));
     }
+    Ok(())
 }
 
 async fn open_existing(path: &Path) -> Result<tokio::fs::File, StorageError> {
@@ -113,6 +111,7 @@ impl BlobStore for FileBlobStore {
         file.write_all(&body).await.map_err(io_error)?;
         file.sync_all().await.map_err(io_error)?;
         drop(file);
+        let _shared = self.folders.read().await;
         place(&tmp, &path).await
     }
 
@@ -135,6 +134,7 @@ impl BlobStore for FileBlobStore {
             let _ = tokio::fs::remove_file(&tmp).await;
             return Err(err);
         }
+        let _shared = self.folders.read().await;
         place(&tmp, &path).await?;
         Ok(written)
     }
@@ -203,20 +203,12 @@ impl BlobStore for FileBlobStore {
 
     async fn delete_prefix(&self, prefix: &str) -> Result<u64, StorageError> {
         let path = self.path_of(prefix)?;
+        let _alone = self.folders.write().await;
         let count = count_files(&path).await?;
-        // A put landing in the folder while it is removed makes the removal fail ("not empty"):
-        // remove again, as an object store's delete would simply have missed that object.
-        let mut attempts = 0;
-        loop {
-            match tokio::fs::remove_dir_all(&path).await {
-                Ok(()) => return Ok(count),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(count),
-                Err(err) if err.kind() == std::io::ErrorKind::DirectoryNotEmpty && attempts < 100 => {
-                    attempts += 1;
-                    tokio::task::yield_now().await;
-                }
-                Err(err) => return Err(io_error(err)),
-            }
+        match tokio::fs::remove_dir_all(&path).await {
+            Ok(()) => Ok(count),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(err) => Err(io_error(err)),
         }
     }
 
