@@ -1,7 +1,4 @@
 use super::*;
-use crate::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
-use crate::app::{function_service, inference_service, Adapters};
-use crate::config::{Config, LoadedConfig};
 use crate::functions::records::InferenceRecord;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -40,14 +37,7 @@ model = "good"
 "#;
 
 fn service() -> Arc<FunctionService> {
-    let loaded = LoadedConfig::without_files(Config::from_toml(CONFIG).unwrap()).unwrap();
-    let adapters = Adapters::new(
-        Arc::new(SqliteStateStore::in_memory().unwrap()),
-        Arc::new(FileBlobStore::open(tempfile::tempdir().unwrap().keep()).unwrap()),
-        Arc::new(MemoryQueue::new()),
-    );
-    let inference = inference_service(&loaded.config, &adapters).unwrap();
-    function_service(&loaded, &adapters, inference, adapters.inference_records())
+    crate::functions::inference::tests::service_for(CONFIG).0
 }
 
 fn inputs(n: usize) -> Vec<Value> {

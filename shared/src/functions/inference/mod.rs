@@ -29,4 +29,4 @@ pub use stream::{ChunkBody, ContentChunk, InferenceChunk, UsageReport};
 pub use validate::{EditScope, Includes, InferenceCall, InferenceTarget, ScopedEdit};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,9 +1,6 @@
 use super::*;
 use crate::config::{Config, LoadedConfig};
 use crate::functions::inference::request::InferenceRequest as Request;
-use crate::inference::InferenceService;
-use crate::ports::{SystemClock, UuidV7Ids};
-use crate::providers::router::ModelRouter;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -77,40 +74,28 @@ model = "good"
 json_mode = "tool"
 "#;
 
-fn service() -> FunctionService {
+fn service() -> Arc<FunctionService> {
     service_with_records().0
 }
 
-fn service_with_records() -> (FunctionService, Arc<dyn crate::ports::InferenceStore>) {
-    let config = Config::from_toml(CONFIG).unwrap();
-    let loaded = LoadedConfig::without_files(config).unwrap();
-    let router = ModelRouter::from_config(&loaded.config).unwrap();
-    let inference = Arc::new(InferenceService::new(
-        router,
-        Arc::new(SystemClock),
-        Arc::new(UuidV7Ids),
-    ));
-    let state: Arc<dyn crate::ports::StateStore> =
-        Arc::new(crate::adapters::embedded::SqliteStateStore::in_memory().unwrap());
-    let blobs: Arc<dyn crate::ports::BlobStore> =
-        Arc::new(crate::adapters::embedded::FileBlobStore::open(tempfile::tempdir().unwrap().keep()).unwrap());
-    let records: Arc<dyn crate::ports::InferenceStore> = Arc::new(crate::adapters::records::StateInferenceStore::new(
-        Arc::clone(&state),
-        Arc::clone(&blobs),
-    ));
-    let persistence = InferencePersistence {
-        records: Arc::clone(&records),
-        cache: Arc::new(crate::adapters::records::StateModelCache::new(
-            state,
-            blobs,
-            Arc::new(SystemClock),
-        )),
-        cache_config: loaded.config.gateway.cache.clone(),
-        after_response: Arc::new(crate::adapters::DeferredTasks::new()),
-        clock: Arc::new(SystemClock),
-    };
+fn service_with_records() -> (Arc<FunctionService>, Arc<dyn crate::ports::InferenceStore>) {
+    service_for(CONFIG)
+}
+
+/// The function layer as the app wires it, over embedded adapters, for `config`; and its records.
+pub(crate) fn service_for(config: &str) -> (Arc<FunctionService>, Arc<dyn crate::ports::InferenceStore>) {
+    use crate::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
+    use crate::app::{function_service, inference_service, Adapters};
+    let loaded = LoadedConfig::without_files(Config::from_toml(config).unwrap()).unwrap();
+    let adapters = Adapters::new(
+        Arc::new(SqliteStateStore::in_memory().unwrap()),
+        Arc::new(FileBlobStore::open(tempfile::tempdir().unwrap().keep()).unwrap()),
+        Arc::new(MemoryQueue::new()),
+    );
+    let inference = inference_service(&loaded.config, &adapters).unwrap();
+    let records = adapters.inference_records();
     (
-        FunctionService::new(loaded.functions, inference, persistence, Arc::new(UuidV7Ids)),
+        function_service(&loaded, &adapters, inference, Arc::clone(&records)),
         records,
     )
 }
