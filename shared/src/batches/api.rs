@@ -1,8 +1,6 @@
 //! The Batch API's calls: create, get, list, cancel.
 
-use super::records::{
-    decode, edit, encode, BatchFormat, Edit, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND,
-};
+use super::records::{active_marker, decode, edit, encode, BatchFormat, Edit, Loaded, StoredBatch, BATCH_KIND};
 use super::{BatchEndpoint, BatchService, BatchesError, JobMessage};
 use crate::files::{check_expires_after, ExpiryField, FilesError};
 use crate::idempotency::{fingerprint, Reservation};
@@ -10,7 +8,6 @@ use crate::openai::batches::{BatchList, BatchObject, BatchStatus, CreateBatchReq
 use crate::openai::metadata::{self, MetadataProblem, MAX_KEY_CHARS, MAX_PAIRS, MAX_VALUE_CHARS};
 use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
 use crate::user_text::excerpt;
-use serde_json::json;
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
@@ -198,15 +195,7 @@ impl BatchService {
             format: BatchFormat::OpenAiJsonl,
         };
         // The marker first: a batch the poller cannot see could never be recovered.
-        let marker = Record {
-            kind: ACTIVE_KIND.to_owned(),
-            id: id.clone(),
-            owner: ACTIVE_OWNER.to_owned(),
-            created_at_ms: created_ms,
-            version: 1,
-            expires_at: None,
-            body: json!({"project": project}),
-        };
+        let marker = active_marker(&id, project, created_ms);
         match self.state.create(&marker).await {
             Ok(()) | Err(StorageError::Conflict) => {}
             Err(err) => return Err(self.abandon_input(&stored, err).await),
@@ -381,6 +370,7 @@ pub(crate) fn id_time_ms(id: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn completion_windows_are_24h_to_7_days_and_seconds_only_for_tests() {

@@ -83,6 +83,7 @@ impl BatchService {
         };
         let run = ChunkRun {
             batch: &batch,
+            lines: self.line_kind(&batch),
             index,
             token: token.clone(),
             lease_until_ms,
@@ -106,9 +107,8 @@ impl BatchService {
         let skip = usize::try_from(chunk.body.lines_done).unwrap_or(usize::MAX);
         let pending: Vec<Bytes> = lines.into_iter().skip(skip).collect();
 
-        let lines_of = self.line_kind(&batch);
         let limits = match self
-            .take_model_slots(lines_of.as_ref(), &pending, &token, lease_until_ms)
+            .take_model_slots(run.lines.as_ref(), &pending, &token, lease_until_ms)
             .await
         {
             Ok(Some(limits)) => limits,
@@ -127,7 +127,7 @@ impl BatchService {
         let watcher = tokio::spawn(self.clone().watch_for_stop(batch_id.to_owned(), Arc::clone(&signal)));
         let progress = Progress { chunk, total };
         let outcome = self
-            .run_lines(&run, lines_of.as_ref(), progress, pending, &limits, &signal, deadline)
+            .run_lines(&run, progress, pending, &limits, &signal, deadline)
             .await;
         watcher.abort();
         for model in limits.keys() {
@@ -245,17 +245,16 @@ impl BatchService {
         batch.batch.expires_at.is_some_and(|at| self.now_s() >= at)
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn run_lines(
         &self,
         run: &ChunkRun<'_>,
-        kind: &dyn LineKind,
         progress: Progress,
         pending: Vec<Bytes>,
         limits: &HashMap<String, Arc<Semaphore>>,
         signal: &StopSignal,
         deadline: Instant,
     ) -> Result<RunOutcome, BatchesError> {
+        let kind = run.lines.as_ref();
         let total = progress.total;
         let first_segment = progress.chunk.body.segments.len();
         let lines_done = progress.chunk.body.lines_done;

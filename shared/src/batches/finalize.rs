@@ -199,7 +199,6 @@ impl BatchService {
             ("batch_cancelled", CANCELLED_MESSAGE)
         };
         let kind = self.line_kind(stored);
-        let mut failures_key = None;
         let (output_file_id, error_file_id) = match &stored.format {
             BatchFormat::OpenAiJsonl => {
                 let output_file_id = match (&stored.reserved_output_file_id, completed > 0) {
@@ -223,11 +222,9 @@ impl BatchService {
             // the batch for polling.
             BatchFormat::TensorZero(_) => {
                 if failed + unrun > 0 {
-                    let key = format!("batch_inference/{}/{}/failures.jsonl", stored.project, batch_id);
                     let not_run = self.not_run_lines(stored, kind, chunks.clone(), code, message);
                     let body = concat_blobs(Arc::clone(&self.blobs), error_keys).chain(not_run).boxed();
-                    self.blobs.put_stream(&key, body).await?;
-                    failures_key = Some(key);
+                    self.blobs.put_stream(&stored.failures_key(), body).await?;
                 }
                 (None, None)
             }
@@ -259,7 +256,6 @@ impl BatchService {
             object.request_counts.failed += unrun;
             batch.finalize_lease_until_ms = 0;
             if let BatchFormat::TensorZero(plan) = &mut batch.format {
-                plan.failures_key = failures_key.clone();
                 // Nothing runs any more: the credentials go.
                 plan.credentials.clear();
             }

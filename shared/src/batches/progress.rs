@@ -40,9 +40,10 @@ impl PendingSegment {
     }
 }
 
-/// One run of one chunk: who it is (`token`) and until when it holds the chunk.
+/// One run of one chunk: who it is (`token`), until when it holds the chunk, and what its lines are.
 pub(crate) struct ChunkRun<'a> {
     pub batch: &'a StoredBatch,
+    pub lines: std::sync::Arc<dyn super::lines::LineKind>,
     pub index: u32,
     pub token: String,
     pub lease_until_ms: i64,
@@ -129,6 +130,7 @@ impl BatchService {
             index,
             token,
             lease_until_ms,
+            ..
         } = run;
         let (index, lease_until_ms) = (*index, *lease_until_ms);
         let prefix = format!(

@@ -75,14 +75,30 @@ pub(crate) enum BatchFormat {
 pub(crate) struct TensorZeroPlan {
     pub function_name: String,
     pub variant_name: String,
-    /// The model the variant calls.
-    pub model: String,
     /// The dynamic credentials it was submitted with; dropped when the batch ends.
     #[serde(default)]
     pub credentials: std::collections::HashMap<String, String>,
-    /// Where the results of failed and never-run items are kept once it has ended.
-    #[serde(default)]
-    pub failures_key: Option<String>,
+}
+
+/// The marker of an unfinished batch, what the poller walks; written before the batch record.
+pub(crate) fn active_marker(batch_id: &str, project: &str, created_ms: i64) -> Record {
+    Record {
+        kind: ACTIVE_KIND.to_owned(),
+        id: batch_id.to_owned(),
+        owner: ACTIVE_OWNER.to_owned(),
+        created_at_ms: created_ms,
+        version: 1,
+        expires_at: None,
+        body: serde_json::json!({ "project": project }),
+    }
+}
+
+impl StoredBatch {
+    /// Where a `/batch_inference` batch keeps what failed or never ran, once it has ended (only
+    /// when its `request_counts.failed` is not 0).
+    pub fn failures_key(&self) -> String {
+        format!("batch_inference/{}/{}/failures.jsonl", self.project, self.batch.id)
+    }
 }
 
 impl StoredBatch {

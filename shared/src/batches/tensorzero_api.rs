@@ -7,7 +7,7 @@
 //! TensorZero leaves them out; `include_failures` lists them in `failed_inferences`.
 
 use super::lines::tensorzero::ItemResult;
-use super::records::{encode, BatchFormat, Loaded, StoredBatch, TensorZeroPlan, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND};
+use super::records::{active_marker, encode, BatchFormat, Loaded, StoredBatch, TensorZeroPlan, BATCH_KIND};
 use super::{BatchService, BatchesError, JobMessage};
 use crate::functions::batch_request::{item_ids, BatchInferenceRequest, ItemIds};
 use crate::functions::inference::{FunctionError, InferenceReply};
@@ -16,7 +16,6 @@ use crate::ports::{Record, StorageError};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
-use serde_json::json;
 use std::collections::HashMap;
 use uuid::Uuid;
 
@@ -159,21 +158,11 @@ impl BatchService {
             format: BatchFormat::TensorZero(TensorZeroPlan {
                 function_name: planned.function_name.clone(),
                 variant_name: planned.variant.name.clone(),
-                model: planned.variant.model.clone(),
                 credentials: planned.credentials.clone(),
-                failures_key: None,
             }),
         };
         // The marker first: a batch the poller cannot see could never be recovered.
-        let marker = Record {
-            kind: ACTIVE_KIND.to_owned(),
-            id: batch_id.clone(),
-            owner: ACTIVE_OWNER.to_owned(),
-            created_at_ms: created_ms,
-            version: 1,
-            expires_at: None,
-            body: json!({"project": project}),
-        };
+        let marker = active_marker(&batch_id, project, created_ms);
         self.state.create(&marker).await?;
         let record = Record {
             kind: BATCH_KIND.to_owned(),
@@ -214,9 +203,9 @@ impl BatchService {
             return Err(not_found());
         };
         let stored = loaded.body;
-        let BatchFormat::TensorZero(plan) = &stored.format else {
+        if !matches!(stored.format, BatchFormat::TensorZero(_)) {
             return Err(not_found());
-        };
+        }
         if stored.project != project || loaded.record.owner != owner_of(project) {
             return Err(not_found());
         }
@@ -238,7 +227,7 @@ impl BatchService {
         if !ended {
             return Ok(BatchInferencePoll::bare(PollStatus::Pending));
         }
-        let failures = self.failures(plan).await?;
+        let failures = self.failures(&stored).await?;
         let window = page(&items, query)?;
         let has_more = window.end < items.len();
         let chosen = &items[window.clone()];
@@ -278,11 +267,11 @@ impl BatchService {
     }
 
     /// What failed or never ran, by inference id (empty when nothing did).
-    async fn failures(&self, plan: &TensorZeroPlan) -> Result<HashMap<Uuid, ItemResult>, BatchInferenceError> {
-        let Some(key) = &plan.failures_key else {
+    async fn failures(&self, stored: &StoredBatch) -> Result<HashMap<Uuid, ItemResult>, BatchInferenceError> {
+        if stored.batch.request_counts.failed == 0 {
             return Ok(HashMap::new());
-        };
-        let bytes = match self.blobs.get(key).await {
+        }
+        let bytes = match self.blobs.get(&stored.failures_key()).await {
             Ok(bytes) => bytes,
             Err(StorageError::NotFound) => return Ok(HashMap::new()),
             Err(err) => return Err(err.into()),

@@ -3,6 +3,7 @@
 //! pinned on every item, and every item is checked before anything is queued.
 
 use super::inference::{BatchVariant, FunctionError, FunctionService, InferenceCall, InferenceRequest};
+use crate::openai::json_body::bounded_serde_message;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -323,44 +324,40 @@ impl FunctionService {
         line: &[u8],
         credentials: &HashMap<String, String>,
     ) -> (Option<ItemIds>, Result<super::records::InferenceRecord, FunctionError>) {
-        let ids = item_ids(line);
+        // One parse on the way; the ids alone only when the line is not a whole item.
         let parsed: ItemLine = match serde_json::from_slice(line) {
             Ok(parsed) => parsed,
             Err(e) => {
                 return (
-                    ids,
+                    item_ids(line),
                     Err(FunctionError::invalid(format!(
                         "the stored batch item cannot be read: {e}"
                     ))),
                 )
             }
         };
-        let mut call = match parsed.request.into_call(i64::MAX, || parsed.inference_id) {
+        let inference_id = parsed.inference_id;
+        let mut call = match parsed.request.into_call(i64::MAX, || inference_id) {
             Ok(call) => call,
-            Err(e) => return (ids, Err(e)),
+            Err(e) => return (item_ids(line), Err(e)),
         };
+        let ids = Some(ItemIds {
+            inference_id,
+            episode_id: call.episode_id,
+        });
         call.credentials = credentials.clone();
-        let outcome = self.infer_batch_item(project, &call, parsed.inference_id).await;
+        let outcome = self.infer_batch_item(project, &call, inference_id).await;
         (ids, outcome)
     }
 }
 
 /// An item body as the call a worker makes (the credentials are the batch's).
 fn item_call(body: &Value, now_ms: i64, credentials: &HashMap<String, String>) -> Result<InferenceCall, FunctionError> {
-    let request: InferenceRequest =
-        serde_json::from_value(body.clone()).map_err(|e| FunctionError::invalid(bounded(&e.to_string())))?;
+    let request: InferenceRequest = serde_json::from_value(body.clone())
+        .map_err(|e| FunctionError::invalid(bounded_serde_message(&e.to_string())))?;
     let mut call = request.into_call(now_ms, Uuid::now_v7)?;
     call.credentials = credentials.clone();
     Ok(call)
-}
-
-/// A parse error's message, bounded (it may quote the client's values).
-fn bounded(message: &str) -> String {
-    const MAX_CHARS: usize = 400;
-    match message.char_indices().nth(MAX_CHARS) {
-        None => message.to_owned(),
-        Some((cut, _)) => format!("{}…", &message[..cut]),
-    }
 }
 
 #[cfg(test)]

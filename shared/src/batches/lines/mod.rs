@@ -64,7 +64,12 @@ impl BatchService {
                 functions: Arc::clone(&self.functions),
                 records: Arc::clone(&self.records),
                 project: batch.project.clone(),
-                model: plan.model.clone(),
+                // The variant's model as configured now: the one its items call.
+                model: self
+                    .functions
+                    .batch_variant(&plan.function_name, Some(&plan.variant_name), uuid::Uuid::nil())
+                    .ok()
+                    .map(|variant| variant.model),
                 credentials: plan.credentials.clone(),
             }),
         }

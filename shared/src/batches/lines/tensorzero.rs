@@ -18,13 +18,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use uuid::Uuid;
 
-/// The lines of a `/batch_inference` batch: its project, the model its variant calls, and the
-/// dynamic credentials it was submitted with.
+/// The lines of a `/batch_inference` batch: its project, the model its variant calls (none when
+/// the variant is no longer configured: its items then fail), and the dynamic credentials it was
+/// submitted with.
 pub(crate) struct TensorZeroLines {
     pub functions: Arc<FunctionService>,
     pub records: Arc<dyn InferenceStore>,
     pub project: String,
-    pub model: String,
+    pub model: Option<String>,
     pub credentials: HashMap<String, String>,
 }
 
@@ -58,7 +59,7 @@ impl LineKind for TensorZeroLines {
     }
 
     fn slot_of(&self, _line: &[u8]) -> Option<String> {
-        Some(self.model.clone())
+        self.model.clone()
     }
 
     async fn run(&self, line: &[u8]) -> Result<LineResult, BatchesError> {
