@@ -329,6 +329,14 @@ impl Harness {
         Instant::now() + Duration::from_secs(30) + run_for
     }
 
+    /// The same message run by two workers at once (a duplicate delivery racing the first).
+    pub async fn run_twice_at_once(&self, message: &QueueMessage, deadline: Instant) -> (JobOutcome, JobOutcome) {
+        tokio::join!(
+            self.worker.handle_until(&message.body, deadline),
+            self.worker.handle_until(&message.body, deadline)
+        )
+    }
+
     /// Handle one delivery like a worker does: delete it when done, else delay it as asked.
     pub async fn handle(&self, message: &QueueMessage) -> JobOutcome {
         let result = self

@@ -99,19 +99,13 @@ async fn a_chunk_delivered_twice_at_once_stores_each_inference_once() {
     let batch = submit(&h, &contents).await;
     let validate = h.receive().await.unwrap();
     let deadline = Harness::deadline_after(Duration::from_secs(30));
-    let (a, b) = tokio::join!(
-        h.worker.handle_until(&validate.body, deadline),
-        h.worker.handle_until(&validate.body, deadline)
-    );
+    let (a, b) = h.run_twice_at_once(&validate, deadline).await;
     assert_eq!((a, b), (JobOutcome::Done, JobOutcome::Done));
     h.settle(&validate, JobOutcome::Done).await;
     assert_eq!(h.queue.len(), 2, "one job per chunk, not more");
 
     let chunk0 = h.receive().await.unwrap();
-    let (a, b) = tokio::join!(
-        h.worker.handle_until(&chunk0.body, deadline),
-        h.worker.handle_until(&chunk0.body, deadline)
-    );
+    let (a, b) = h.run_twice_at_once(&chunk0, deadline).await;
     assert!(a == JobOutcome::Done || b == JobOutcome::Done, "{a:?} {b:?}");
     h.settle(&chunk0, JobOutcome::Done).await;
     assert_eq!(counted(&h.inference_batch(batch.id()).await), 10);

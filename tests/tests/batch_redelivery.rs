@@ -122,19 +122,13 @@ async fn a_chunk_delivered_twice_at_once_runs_once() {
     // The validation delivered twice at once: one plan, one job per chunk.
     let validate = h.receive().await.unwrap();
     let deadline = Harness::deadline_after(Duration::from_secs(30));
-    let (a, b) = tokio::join!(
-        h.worker.handle_until(&validate.body, deadline),
-        h.worker.handle_until(&validate.body, deadline)
-    );
+    let (a, b) = h.run_twice_at_once(&validate, deadline).await;
     assert_eq!((a, b), (JobOutcome::Done, JobOutcome::Done));
     h.settle(&validate, JobOutcome::Done).await;
     assert_eq!(h.queue.len(), 2, "one job per chunk, not more");
 
     let chunk0 = h.receive().await.unwrap();
-    let (a, b) = tokio::join!(
-        h.worker.handle_until(&chunk0.body, deadline),
-        h.worker.handle_until(&chunk0.body, deadline)
-    );
+    let (a, b) = h.run_twice_at_once(&chunk0, deadline).await;
     // One run takes the chunk; the other finds it leased (retry later) or already done.
     assert!(
         a == JobOutcome::Done || b == JobOutcome::Done,
