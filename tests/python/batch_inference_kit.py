@@ -142,21 +142,20 @@ def projects(config: Path, server_factory: Callable[..., kit.NimbusServer]) -> t
     return server, keys
 
 
-@pytest.fixture(scope="module")
-def alpha(projects: tuple[kit.NimbusServer, dict[str, str]]) -> Iterator[Gateway]:
+def _gateway(projects: tuple[kit.NimbusServer, dict[str, str]], project: str) -> Iterator[Gateway]:
     server, keys = projects
-    gateway = Gateway(server, keys["alpha"])
+    gateway = Gateway(server, keys[project])
     try:
         yield gateway
     finally:
         gateway.close()
+
+
+@pytest.fixture(scope="module")
+def alpha(projects: tuple[kit.NimbusServer, dict[str, str]]) -> Iterator[Gateway]:
+    yield from _gateway(projects, "alpha")
 
 
 @pytest.fixture(scope="module")
 def beta(projects: tuple[kit.NimbusServer, dict[str, str]]) -> Iterator[Gateway]:
-    server, keys = projects
-    gateway = Gateway(server, keys["beta"])
-    try:
-        yield gateway
-    finally:
-        gateway.close()
+    yield from _gateway(projects, "beta")
