@@ -1,0 +1,115 @@
+//! Typed records over [`StateStore`]: a body decoded from its record, changed, and written back
+//! only at the version it was read at. Every domain module that keeps records uses these.
+
+use crate::ports::{ListOrder, ListQuery, Record, StateStore, StorageError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// The body of `record` as `T`; a body that does not decode is a storage fault (corrupt record).
+pub fn decode<T: DeserializeOwned>(record: &Record) -> Result<T, StorageError> {
+    serde_json::from_value(record.body.clone())
+        .map_err(|e| StorageError::Backend(format!("corrupt {} record {}: {e}", record.kind, record.id)))
+}
+
+/// `value` as a record body.
+pub fn encode<T: Serialize>(value: &T) -> Result<serde_json::Value, StorageError> {
+    serde_json::to_value(value).map_err(|e| StorageError::Invalid(e.to_string()))
+}
+
+/// A record with its decoded body, to change and write back at the next version.
+#[derive(Debug, Clone)]
+pub struct Loaded<T> {
+    pub record: Record,
+    pub body: T,
+}
+
+impl<T: Serialize + DeserializeOwned> Loaded<T> {
+    pub async fn get(state: &dyn StateStore, kind: &str, id: &str) -> Result<Option<Self>, StorageError> {
+        match state.get(kind, id).await? {
+            None => Ok(None),
+            Some(record) => Ok(Some(Self {
+                body: decode(&record)?,
+                record,
+            })),
+        }
+    }
+
+    /// The record carrying the (changed) body at the next version, and the version it replaces.
+    pub fn next(&self) -> Result<(Record, u64), StorageError> {
+        Ok((
+            Record {
+                version: self.record.version + 1,
+                body: encode(&self.body)?,
+                ..self.record.clone()
+            },
+            self.record.version,
+        ))
+    }
+
+    /// Write the changed body back; [`StorageError::Conflict`] if someone wrote in between. On
+    /// success `self` holds the written version.
+    pub async fn save(&mut self, state: &dyn StateStore) -> Result<(), StorageError> {
+        let (record, expected) = self.next()?;
+        state.update(&record, expected).await?;
+        self.record = record;
+        Ok(())
+    }
+}
+
+/// Every record of `kind` owned by `owner`, in ascending order (all pages).
+pub async fn list_all(state: &dyn StateStore, kind: &str, owner: &str) -> Result<Vec<Record>, StorageError> {
+    let mut records = Vec::new();
+    let mut after = None;
+    loop {
+        let page = state
+            .list_by_owner(&ListQuery {
+                kind: kind.to_owned(),
+                owner: owner.to_owned(),
+                after: after.take(),
+                limit: 1000,
+                order: ListOrder::Asc,
+            })
+            .await?;
+        after = page.records.last().map(Record::cursor);
+        records.extend(page.records);
+        if !page.has_more {
+            return Ok(records);
+        }
+    }
+}
+
+/// What an edit decided about the record it was shown.
+pub enum Edit<R> {
+    /// Write the changed body back, then answer `R`.
+    Save(R),
+    /// Leave the record as it is and answer `R`.
+    Keep(R),
+}
+
+/// Read, change and conditionally write one record until the write wins: after a lost write,
+/// `change` sees the fresh body. `None` when the record does not exist.
+pub async fn edit<T, R>(
+    state: &dyn StateStore,
+    kind: &str,
+    id: &str,
+    mut change: impl FnMut(&mut T) -> Edit<R>,
+) -> Result<Option<(R, Loaded<T>)>, StorageError>
+where
+    T: Serialize + DeserializeOwned,
+{
+    for _ in 0..20 {
+        let Some(mut loaded) = Loaded::<T>::get(state, kind, id).await? else {
+            return Ok(None);
+        };
+        let answer = match change(&mut loaded.body) {
+            Edit::Keep(answer) => return Ok(Some((answer, loaded))),
+            Edit::Save(answer) => answer,
+        };
+        match loaded.save(state).await {
+            Ok(()) => return Ok(Some((answer, loaded))),
+            Err(StorageError::Conflict) => continue,
+            Err(err) => return Err(err),
+        }
+    }
+    Err(StorageError::Conflict)
+}
