@@ -17,3 +17,4 @@ pub mod ports;
 pub mod providers;
 pub mod telemetry;
 pub mod user_text;
+pub mod webhooks;

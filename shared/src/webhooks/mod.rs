@@ -1,0 +1,6 @@
+//! Outgoing webhooks: signing secrets and signatures (Standard Webhooks, Baseten), the URL policy
+//! that keeps webhooks off internal addresses, and one delivery with its retry schedule.
+
+pub mod signing;
+
+pub use signing::{baseten_signature, standard_signature, SecretFormatError, SigningSecret};
