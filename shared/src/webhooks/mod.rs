@@ -2,5 +2,7 @@
 //! that keeps webhooks off internal addresses, and one delivery with its retry schedule.
 
 pub mod signing;
+pub mod url_policy;
 
 pub use signing::{baseten_signature, standard_signature, SecretFormatError, SigningSecret};
+pub use url_policy::{forbidden_address, UrlPolicy, WebhookUrl, WebhookUrlError};
