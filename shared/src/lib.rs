@@ -19,3 +19,4 @@ pub mod providers;
 pub mod records;
 pub mod telemetry;
 pub mod user_text;
+pub mod webhooks;

@@ -9,6 +9,7 @@ pub mod jobs;
 pub mod model_cache;
 pub mod queue;
 pub mod state;
+pub mod webhook;
 
 pub use after_response::AfterResponse;
 pub use blob::{BlobStore, ByteStream};
@@ -19,6 +20,7 @@ pub use jobs::{JobHandler, JobOutcome, SoleWorkerGuard};
 pub use model_cache::{CacheKey, CachedModelResponse, ModelCache};
 pub use queue::{JobQueue, QueueMessage};
 pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore, MAX_UPDATE_ALL};
+pub use webhook::{PostOutcome, WebhookTransport};
 
 /// Failures of any storage-like port (blobs, state, queue).
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
