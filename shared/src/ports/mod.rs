@@ -18,7 +18,7 @@ pub use feedback_store::FeedbackStore;
 pub use inference_store::{InferencePage, InferenceStore};
 pub use jobs::{JobHandler, JobOutcome, SoleWorkerGuard};
 pub use model_cache::{CacheKey, CachedModelResponse, ModelCache};
-pub use queue::{JobQueue, QueueMessage};
+pub use queue::{JobQueue, Priority, QueueMessage, UnknownPriority};
 pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore, MAX_UPDATE_ALL};
 pub use webhook::{PostOutcome, WebhookTransport};
 
