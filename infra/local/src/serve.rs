@@ -13,6 +13,7 @@ use nimbus_shared::http::{HttpSettings, PublicBaseUrl};
 use nimbus_shared::ports::{Clock, OffsetClock, SystemClock};
 use nimbus_shared::scheduler::Scheduler;
 use nimbus_shared::telemetry::{init, LogFormat};
+use nimbus_shared::webhooks::UrlPolicy;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::path::PathBuf;
@@ -50,6 +51,14 @@ pub struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     allow_short_completion_windows: bool,
+    /// Accept plain-http webhook URLs to localhost/127.0.0.1 (development receivers). Never in Lambda.
+    #[arg(
+        long,
+        env = "NIMBUS_WEBHOOKS_ALLOW_LOOPBACK",
+        default_value_t = true,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    webhooks_allow_loopback: bool,
 }
 
 #[derive(clap::Args)]
@@ -61,6 +70,14 @@ pub struct PollArgs {
     /// Run as if the time were this Unix timestamp (seconds).
     #[arg(long)]
     as_of: Option<i64>,
+    /// As `nimbus serve --webhooks-allow-loopback`.
+    #[arg(
+        long,
+        env = "NIMBUS_WEBHOOKS_ALLOW_LOOPBACK",
+        default_value_t = true,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    webhooks_allow_loopback: bool,
 }
 
 #[derive(clap::Args)]
@@ -107,7 +124,10 @@ pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
     let adapters = embedded_adapters(&args.data_dir, args.as_of)?;
     let settings = local_batch_settings(config, false);
     let inference = inference_service(config, &adapters).map_err(anyhow::Error::msg)?;
-    let parts = WorkerParts::new(&loaded, &adapters, inference, settings);
+    let webhook_urls = UrlPolicy {
+        allow_loopback_http: args.webhooks_allow_loopback,
+    };
+    let parts = WorkerParts::new(&loaded, &adapters, inference, settings, webhook_urls);
     let report = scheduler(&parts).run_once().await;
     // This process has its own in-memory queue: drain what the pass enqueued before exiting.
     let worker = job_dispatcher(&parts);
@@ -198,6 +218,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             public_url: Some(public_url),
         },
         local_batch_settings(config, args.allow_short_completion_windows),
+        UrlPolicy {
+            allow_loopback_http: args.webhooks_allow_loopback,
+        },
     )
     .map_err(anyhow::Error::msg)?;
     let keys_exist = adapters.api_keys().any_active().await?;
@@ -205,6 +228,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         adapters: adapters.clone(),
         inference: Arc::clone(&state.inference),
         batches: Arc::clone(&state.batches),
+        async_requests: Arc::clone(&state.async_requests),
         max_run: LOCAL_MAX_RUN,
     };
     // Before any worker starts: what a previous process left leased or queued resumes at once.

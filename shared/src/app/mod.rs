@@ -10,6 +10,7 @@ pub mod lambda_host;
 
 use crate::adapters::records::{StateFeedbackStore, StateInferenceStore, StateModelCache};
 use crate::adapters::DeferredTasks;
+use crate::async_requests::{AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncService, AsyncSettings};
 use crate::auth::{ApiKeyService, AuthMode, Authenticator};
 use crate::batches::{BatchDeps, BatchRecovery, BatchService, BatchSettings, BatchWorker};
 use crate::config::{Config, LoadedConfig};
@@ -26,6 +27,7 @@ use crate::ports::{
 };
 use crate::providers::router::ModelRouter;
 use crate::scheduler::Scheduler;
+use crate::webhooks::UrlPolicy;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -176,6 +178,29 @@ pub fn function_service(
     ))
 }
 
+/// Async requests (`/async_predict`) over `adapters`, run through the inference and function
+/// layers; `webhook_urls` says which webhook URLs are accepted (loopback only locally).
+pub fn async_service(
+    loaded: &LoadedConfig,
+    adapters: &Adapters,
+    inference: Arc<InferenceService>,
+    functions: Arc<FunctionService>,
+    webhook_urls: UrlPolicy,
+) -> Arc<AsyncService> {
+    let deps = AsyncDeps {
+        state: Arc::clone(&adapters.state),
+        blobs: Arc::clone(&adapters.blobs),
+        queue: Arc::clone(&adapters.queue),
+        clock: Arc::clone(&adapters.clock),
+        ids: Arc::clone(&adapters.ids),
+        executor: AsyncExecutor { inference, functions },
+    };
+    Arc::new(AsyncService::new(
+        deps,
+        AsyncSettings::from_config(&loaded.config, webhook_urls),
+    ))
+}
+
 /// Build the handler state from a validated configuration and adapters.
 pub fn app_state(
     loaded: &LoadedConfig,
@@ -183,12 +208,21 @@ pub fn app_state(
     auth: AuthSettings,
     http: HttpSettings,
     batches: BatchSettings,
+    webhook_urls: UrlPolicy,
 ) -> Result<AppState, String> {
     let config = &loaded.config;
     let inference = inference_service(config, adapters)?;
     let records = adapters.inference_records();
+    let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
     Ok(AppState {
-        functions: function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records)),
+        async_requests: async_service(
+            loaded,
+            adapters,
+            Arc::clone(&inference),
+            Arc::clone(&functions),
+            webhook_urls,
+        ),
+        functions,
         batches: batch_service(loaded, adapters, Arc::clone(&inference), batches),
         inference,
         files: Arc::new(adapters.files()),
@@ -206,6 +240,7 @@ pub struct WorkerParts {
     pub adapters: Adapters,
     pub inference: Arc<InferenceService>,
     pub batches: Arc<BatchService>,
+    pub async_requests: Arc<AsyncService>,
     /// The longest a job runs when its host gives no deadline of its own.
     pub max_run: Duration,
 }
@@ -217,9 +252,13 @@ impl WorkerParts {
         adapters: &Adapters,
         inference: Arc<InferenceService>,
         batch_settings: BatchSettings,
+        webhook_urls: UrlPolicy,
     ) -> Self {
         let max_run = batch_settings.max_run;
+        let records = adapters.inference_records();
+        let functions = function_service(loaded, adapters, Arc::clone(&inference), records);
         Self {
+            async_requests: async_service(loaded, adapters, Arc::clone(&inference), functions, webhook_urls),
             batches: batch_service(loaded, adapters, Arc::clone(&inference), batch_settings),
             inference,
             adapters: adapters.clone(),
@@ -239,4 +278,5 @@ pub fn scheduler(parts: &WorkerParts) -> Scheduler {
     Scheduler::new(Arc::clone(&parts.adapters.clock))
         .with_task(Arc::new(FilesSweep::new(parts.adapters.files())))
         .with_task(Arc::new(BatchRecovery::new(Arc::clone(&parts.batches))))
+        .with_task(Arc::new(AsyncDueWork::new(Arc::clone(&parts.async_requests))))
 }

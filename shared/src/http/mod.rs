@@ -1,6 +1,8 @@
 //! The HTTP surface: one axum router, served by `lambda_http` in Lambda and by a plain server
 //! locally. Handlers parse, call the business layer, and map errors; nothing else.
 
+mod async_routes;
+pub mod baseten_error;
 mod batch_routes;
 pub mod body_budget;
 mod body_drain;
@@ -25,6 +27,7 @@ pub use error::ApiError;
 pub use public_url::PublicBaseUrl;
 pub use tensorzero_error::{TensorZeroError, TensorZeroJson};
 
+use crate::async_requests::AsyncService;
 use crate::auth::Authenticator;
 use crate::batches::BatchService;
 use crate::files::FilesService;
@@ -50,6 +53,7 @@ pub struct AppState {
     pub records: Arc<dyn InferenceStore>,
     /// `POST /feedback`.
     pub feedback: Arc<FeedbackService>,
+    pub async_requests: Arc<AsyncService>,
 }
 
 /// Host-specific choices.
@@ -97,6 +101,7 @@ pub fn batches_router(state: AppState) -> Router {
 fn batches_function_routes() -> Router<AppState> {
     batch_routes::routes()
         .merge(tensorzero_batch_routes::routes())
+        .merge(async_routes::routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .layer(tower_http::decompression::RequestDecompressionLayer::new())
 }
@@ -138,7 +143,7 @@ pub fn with_common_layers(router: Router) -> Router {
         .method_not_allowed_fallback(middleware::method_not_allowed)
         .layer(axum::middleware::from_fn(middleware::envelope_every_error))
         .layer(axum::middleware::from_fn(public_url::reject_unusual_host))
-        .layer(axum::middleware::from_fn(tensorzero_surface::tensorzero_error_bodies));
+        .layer(axum::middleware::from_fn(tensorzero_surface::surface_error_bodies));
     middleware::add_request_id_layers(router)
 }
 

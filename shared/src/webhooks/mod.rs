@@ -8,3 +8,13 @@ pub mod url_policy;
 pub use delivery::{Delivery, DeliveryAttempt, DeliveryState, SignatureStyle};
 pub use signing::{baseten_signature, standard_signature, SecretFormatError, SigningSecret};
 pub use url_policy::{forbidden_address, UrlPolicy, WebhookUrl, WebhookUrlError};
+
+use crate::ports::StorageError;
+use async_trait::async_trait;
+
+/// Where a project's signing secrets come from (`POST /v1/webhook_secrets`).
+#[async_trait]
+pub trait SecretSource: Send + Sync {
+    /// Every secret of `project` that signs now (unexpired, unrevoked), newest first.
+    async fn signing_secrets(&self, project: &str) -> Result<Vec<SigningSecret>, StorageError>;
+}
