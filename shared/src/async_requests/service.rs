@@ -175,6 +175,7 @@ impl AsyncService {
             output_key: None,
             output_bytes: None,
             delivery: None,
+            due_version: Some(1),
         };
         let record = Record {
             kind: KIND.to_owned(),
@@ -188,7 +189,7 @@ impl AsyncService {
         self.deps.state.create(&record).await?;
         // The expiry check comes due when the request may wait no longer; a worker that finishes
         // it first clears it.
-        if let Err(err) = self.due.set(DUE_LANE, &request_id, stored.queue_deadline_ms()).await {
+        if let Err(err) = self.due.create(DUE_LANE, &request_id, stored.queue_deadline_ms()).await {
             self.deps.state.delete(KIND, &request_id, None).await.ok();
             return Err(err.into());
         }
