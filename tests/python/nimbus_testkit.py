@@ -289,6 +289,16 @@ class NimbusCli:
             raise HarnessError(f"`nimbus sweep` should print exactly one JSON line, got: {lines!r}")
         return lines[0]
 
+    def poll(self, data_dir: Path, *, as_of: int | None = None) -> dict[str, Any]:
+        """`nimbus poll --data-dir DIR [--as-of T]`: one scheduler pass; its JSON report."""
+        args = ["poll", "--data-dir", str(data_dir), "--config", str(DEFAULT_CONFIG)]
+        if as_of is not None:
+            args += ["--as-of", str(as_of)]
+        lines = self._json_lines(self.run(*args).stdout)
+        if len(lines) != 1:
+            raise HarnessError(f"`nimbus poll` should print exactly one JSON line, got: {lines!r}")
+        return lines[0]
+
 
 class NimbusServer:
     """`nimbus serve` on a free loopback port with its own data directory."""

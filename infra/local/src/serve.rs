@@ -114,8 +114,8 @@ pub async fn sweep_once(args: SweepArgs) -> anyhow::Result<()> {
 }
 
 /// `nimbus poll`: one pass of the scheduler (files sweep, batch recovery, …), its report printed
-/// as JSON. Jobs it enqueues go to the running server's queue only when run inside it; here they
-/// are run at once.
+/// as JSON (exit status 1 when a task failed). Jobs it enqueues go to the running server's queue
+/// only when run inside it; here they are run at once.
 pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
     let loaded = load_local_config(&args.config)
         .await
@@ -143,6 +143,9 @@ pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
         adapters.queue.delete(&message.receipt).await?;
     }
     println!("{}", serde_json::to_string(&report)?);
+    if report.errors > 0 {
+        anyhow::bail!("{} scheduled task(s) failed (see `tasks` above)", report.errors);
+    }
     Ok(())
 }
 

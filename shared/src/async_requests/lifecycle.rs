@@ -90,7 +90,7 @@ impl AsyncService {
             .and_then(|delivery| delivery.next_attempt_at_ms.map(|at| (at, delivery.attempts.len())));
         match next_delivery {
             Some((at, made)) => {
-                self.due.set(DUE_LANE, &request.request_id, at).await?;
+                self.move_due_entry(request, at).await?;
                 let wait = Duration::from_millis(u64::try_from(at - now).unwrap_or(0));
                 if wait <= MAX_QUEUE_DELAY {
                     let job = JobMessage::AsyncDeliver {
@@ -106,10 +106,28 @@ impl AsyncService {
             }
             None => {
                 let purge_at = self.expires_at_s(request.created_at_ms).saturating_mul(1000);
-                self.due.set(DUE_LANE, &request.request_id, purge_at).await
+                self.move_due_entry(request, purge_at).await
             }
         }
     }
+
+    /// Move the request's due-index entry to `at`: one write when the record knows the entry's
+    /// version (it was saved with the version this move makes, see [`StoredRequest::due_version`]).
+    async fn move_due_entry(&self, request: &StoredRequest, at: i64) -> Result<(), StorageError> {
+        match request.due_version {
+            Some(version) if version > 1 => {
+                self.due
+                    .reschedule(DUE_LANE, &request.request_id, at, version - 1)
+                    .await
+            }
+            _ => self.due.set(DUE_LANE, &request.request_id, at).await,
+        }
+    }
+}
+
+/// Before saving a request whose due-index entry is about to move: the version that move makes.
+pub(crate) fn expect_due_move(request: &mut StoredRequest) {
+    request.due_version = request.due_version.map(|version| version + 1);
 }
 
 /// The webhook id of a request's delivery: the same on every attempt, so receivers can
