@@ -3,6 +3,7 @@
 
 pub mod adapters;
 pub mod app;
+pub mod async_requests;
 pub mod auth;
 pub mod batches;
 pub mod config;
@@ -11,11 +12,14 @@ pub mod functions;
 pub mod http;
 pub mod idempotency;
 pub mod inference;
+pub mod jobs;
 pub mod model;
 pub mod model_slots;
 pub mod openai;
 pub mod ports;
 pub mod providers;
 pub mod records;
+pub mod scheduler;
 pub mod telemetry;
 pub mod user_text;
+pub mod webhooks;

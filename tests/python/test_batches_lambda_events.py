@@ -203,9 +203,21 @@ def test_worker_drops_a_job_of_an_unknown_batch(worker_lambda: kit.LambdaUnderRi
 @pytest.mark.parametrize("name", POLLER_EVENT_NAMES)
 def test_poller_event_returns_a_report(poller_lambda: kit.LambdaUnderRie, name: str) -> None:
     report = poller_lambda.invoke(kit.load_event(name), timeout=WORKER_TIMEOUT_S + 30)
-    assert isinstance(report, dict) and report, f"not a JSON report: {report!r}"
-    assert all(isinstance(count, int) and count >= 0 for count in report.values()), report
-    assert report.get("errors", 0) == 0, report
+    assert isinstance(report, dict) and set(report) == {"tasks", "errors"}, f"not a scheduler report: {report!r}"
+    assert report["errors"] == 0, report
+    # Each scheduled task's own counters.
+    assert set(report["tasks"]) >= {"files_sweep", "batches"}, report
+    assert set(report["tasks"]["files_sweep"]) == {"tasks_run", "tasks_failed"}, report
+    assert set(report["tasks"]["batches"]) == {
+        "active_batches",
+        "finalized",
+        "validations_requeued",
+        "chunks_requeued",
+        "errors",
+    }, report
+    for counters in report["tasks"].values():
+        assert all(isinstance(count, int) and count >= 0 for count in counters.values()), report
+    assert report["tasks"]["batches"]["errors"] == 0, report
 
 
 def test_worker_answers_each_record(worker_lambda: kit.LambdaUnderRie) -> None:

@@ -8,10 +8,11 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
 use nimbus_shared::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
-use nimbus_shared::app::{batch_service, Adapters};
-use nimbus_shared::batches::{BatchService, BatchSettings, BatchWorker, Poller};
+use nimbus_shared::app::{batch_service, job_dispatcher, scheduler, Adapters, WorkerParts};
+use nimbus_shared::batches::{BatchRecovery, BatchService, BatchSettings, RecoveryReport};
 use nimbus_shared::files::{FileContent, FilesService, ListFiles, NewFile};
 use nimbus_shared::inference::InferenceService;
+use nimbus_shared::jobs::JobDispatcher;
 use nimbus_shared::openai::batches::{BatchObject, CreateBatchRequest};
 use nimbus_shared::openai::files::{FileObject, FilePurpose};
 use nimbus_shared::ports::{
@@ -20,6 +21,7 @@ use nimbus_shared::ports::{
 };
 use nimbus_shared::providers::retry::RetryPolicy;
 use nimbus_shared::providers::router::{ModelRouter, RoutedModel};
+use nimbus_shared::scheduler::Scheduler;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
@@ -209,8 +211,12 @@ pub struct Harness {
     pub queue: Arc<MemoryQueue>,
     pub files: FilesService,
     pub service: Arc<BatchService>,
-    pub worker: BatchWorker,
-    pub poller: Poller,
+    /// The queue's jobs, dispatched as the app wires them (`app::job_dispatcher`).
+    pub worker: JobDispatcher,
+    /// The poller's pass, as the app wires it (`app::scheduler`); see [`Harness::schedule_pass`].
+    pub scheduler: Scheduler,
+    /// For the local server's start-up takeover.
+    pub recovery: BatchRecovery,
     pub settings: BatchSettings,
     /// The inference records `/batch_inference` items are stored in.
     pub records: Arc<dyn InferenceStore>,
@@ -254,7 +260,13 @@ impl Harness {
         let names: Vec<&str> = models.iter().map(|(name, _)| *name).collect();
         let loaded = crate::batch_inference_harness::config_for(&names);
         let records = adapters.inference_records();
-        let service = batch_service(&loaded, &adapters, inference, settings.clone());
+        let service = batch_service(&loaded, &adapters, Arc::clone(&inference), settings.clone());
+        let parts = WorkerParts {
+            adapters: adapters.clone(),
+            inference,
+            batches: Arc::clone(&service),
+            max_run: settings.max_run,
+        };
         Self {
             dir,
             clock,
@@ -262,8 +274,9 @@ impl Harness {
             blobs,
             queue,
             files: adapters.files(),
-            worker: BatchWorker::new(Arc::clone(&service)),
-            poller: Poller::new(Arc::clone(&service)),
+            worker: job_dispatcher(&parts),
+            scheduler: scheduler(&parts),
+            recovery: BatchRecovery::new(Arc::clone(&service)),
             service,
             settings,
             records,
@@ -275,6 +288,21 @@ impl Harness {
         let provider = ScriptedProvider::new(latency);
         let harness = Self::new(settings, &[(MODEL, Arc::clone(&provider))]);
         (harness, provider)
+    }
+
+    /// One pass of the scheduler, as the poller runs it: no task may fail; the batch recovery's
+    /// report.
+    pub async fn schedule_pass(&self) -> Result<RecoveryReport, String> {
+        let report = self.scheduler.run_once().await;
+        if report.errors > 0 {
+            return Err(format!("a scheduled task failed: {report:?}"));
+        }
+        let batches = report
+            .tasks
+            .get("batches")
+            .cloned()
+            .ok_or("no `batches` task in the report")?;
+        serde_json::from_value(batches).map_err(|e| e.to_string())
     }
 
     /// Upload `lines` as a batch input file.

@@ -4,7 +4,10 @@
 
 use bytes::Bytes;
 use futures::StreamExt;
-use nimbus_shared::ports::{BlobStore, JobQueue, ListOrder, ListQuery, Record, SortCursor, StateStore, StorageError};
+use nimbus_shared::ports::{
+    BlobStore, JobQueue, ListOrder, ListQuery, Priority, Record, SortCursor, StateStore, StorageError,
+};
+use nimbus_shared::scheduler::{DueIndex, DueItem};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -267,6 +270,131 @@ pub async fn queue_send_receive(queue: &dyn JobQueue) {
     let mut expected = many.clone();
     expected.sort();
     assert_eq!(got, expected);
+    assert!(queue
+        .receive(10, Duration::from_secs(1), Duration::ZERO)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// The scheduler's due index: set creates or moves an item, due lists what is due by a time in due
+/// order (at most `limit`), lanes are apart, clear removes.
+pub async fn due_index_lists_due_work_in_order(state: Arc<dyn StateStore>) {
+    let index = DueIndex::new(state);
+    let due = |items: Vec<DueItem>| items.into_iter().map(|i| (i.target, i.due_at_ms)).collect::<Vec<_>>();
+    index.set("async_request", "req-c", 3_000).await.unwrap();
+    index.set("async_request", "req-a", 1_000).await.unwrap();
+    index.set("async_request", "req-b", 2_000).await.unwrap();
+    index.set("webhook", "req-a", 500).await.unwrap();
+    // Setting again to the same time changes nothing; to another time moves it.
+    index.set("async_request", "req-b", 2_000).await.unwrap();
+    assert_eq!(
+        due(index.due("async_request", 2_500, 10).await.unwrap()),
+        [("req-a".to_owned(), 1_000), ("req-b".to_owned(), 2_000)]
+    );
+    index.set("async_request", "req-a", 5_000).await.unwrap();
+    assert_eq!(
+        due(index.due("async_request", 10_000, 10).await.unwrap()),
+        [
+            ("req-b".to_owned(), 2_000),
+            ("req-c".to_owned(), 3_000),
+            ("req-a".to_owned(), 5_000)
+        ]
+    );
+    assert_eq!(
+        due(index.due("async_request", 10_000, 2).await.unwrap()),
+        [("req-b".to_owned(), 2_000), ("req-c".to_owned(), 3_000)]
+    );
+    assert!(index.due("async_request", 1_999, 10).await.unwrap().is_empty());
+    // Due exactly at `now` counts; the other lane has its own items.
+    assert_eq!(
+        due(index.due("webhook", 500, 10).await.unwrap()),
+        [("req-a".to_owned(), 500)]
+    );
+
+    index.clear("async_request", "req-b").await.unwrap();
+    index.clear("async_request", "req-b").await.unwrap();
+    assert_eq!(
+        due(index.due("async_request", 10_000, 10).await.unwrap()),
+        [("req-c".to_owned(), 3_000), ("req-a".to_owned(), 5_000)]
+    );
+    assert_eq!(
+        due(index.due("webhook", 10_000, 10).await.unwrap()),
+        [("req-a".to_owned(), 500)]
+    );
+    // Targets may hold ':'; lanes may not (the record id would be ambiguous).
+    index.set("webhook", "d:1", 600).await.unwrap();
+    assert_eq!(
+        due(index.due("webhook", 600, 10).await.unwrap()),
+        [("req-a".to_owned(), 500), ("d:1".to_owned(), 600)]
+    );
+    assert!(matches!(index.set("a:b", "x", 1).await, Err(StorageError::Invalid(_))));
+
+    // More than one page of items (the index reads 100 at a time).
+    for i in 0..130 {
+        index.set("many", &format!("t{i:03}"), 10_000 + i).await.unwrap();
+    }
+    let listed = index.due("many", 10_000 + 120, 1_000).await.unwrap();
+    assert_eq!(listed.len(), 121);
+    assert!(listed.windows(2).all(|w| w[0].due_at_ms < w[1].due_at_ms));
+    assert_eq!(listed.last().unwrap().target, "t120");
+}
+
+/// Every lane of the queue (the batch lane and one per priority): receives start with P0 and end
+/// with P2; each lane's receipts acknowledge and hand back its own messages.
+pub async fn queue_priority_lanes(queue: &dyn JobQueue) {
+    queue
+        .send_priority("lane-p2", Priority::P2, Duration::ZERO)
+        .await
+        .unwrap();
+    queue
+        .send_priority("lane-p1", Priority::P1, Duration::ZERO)
+        .await
+        .unwrap();
+    queue.send("lane-batch", Duration::ZERO).await.unwrap();
+    queue
+        .send_priority("lane-p0", Priority::P0, Duration::ZERO)
+        .await
+        .unwrap();
+    let mut received = Vec::new();
+    for _ in 0..20 {
+        received.extend(
+            queue
+                .receive(1, Duration::from_secs(1), Duration::from_secs(30))
+                .await
+                .unwrap(),
+        );
+        if received.len() >= 4 {
+            break;
+        }
+    }
+    let bodies: Vec<&str> = received.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(bodies, ["lane-p0", "lane-p1", "lane-batch", "lane-p2"]);
+    assert!(received.iter().all(|m| m.receive_count == 1));
+
+    // Each message handed back through its receipt comes back on its own lane.
+    for message in &received {
+        queue.change_visibility(&message.receipt, Duration::ZERO).await.unwrap();
+    }
+    let mut again = Vec::new();
+    for _ in 0..20 {
+        again.extend(
+            queue
+                .receive(10, Duration::from_secs(1), Duration::from_secs(30))
+                .await
+                .unwrap(),
+        );
+        if again.len() >= 4 {
+            break;
+        }
+    }
+    let mut bodies: Vec<&str> = again.iter().map(|m| m.body.as_str()).collect();
+    bodies.sort_unstable();
+    assert_eq!(bodies, ["lane-batch", "lane-p0", "lane-p1", "lane-p2"]);
+    assert!(again.iter().all(|m| m.receive_count == 2), "{again:?}");
+    for message in &again {
+        queue.delete(&message.receipt).await.unwrap();
+    }
     assert!(queue
         .receive(10, Duration::from_secs(1), Duration::ZERO)
         .await

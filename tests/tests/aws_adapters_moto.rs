@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use nimbus_integration_tests::contract;
 use nimbus_integration_tests::moto::{create_bucket, create_queue, create_state_table, MotoServer};
-use nimbus_shared::adapters::aws::{DynamoDbStateStore, S3BlobStore, SqsJobQueue};
-use nimbus_shared::ports::BlobStore;
+use nimbus_shared::adapters::aws::{delivered_receipt, DynamoDbStateStore, S3BlobStore, SqsJobQueue};
+use nimbus_shared::ports::{BlobStore, JobQueue, Priority};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,9 +26,70 @@ async fn aws_adapters_honour_the_contract_on_moto() {
     contract::state_update_all_is_all_or_nothing(&state).await;
     contract::state_lists_by_owner_with_cursor(&state).await;
     contract::state_races_have_one_winner(Arc::new(state)).await;
+    create_state_table(&config, "nimbus-due").await.unwrap();
+    contract::due_index_lists_due_work_in_order(Arc::new(DynamoDbStateStore::new(&config, "nimbus-due"))).await;
 
     let queue_url = create_queue(&config, "nimbus-jobs").await.unwrap();
     contract::queue_send_receive(&SqsJobQueue::new(&config, queue_url)).await;
+    priority_queues_work(&config).await;
+}
+
+/// The jobs queue plus one queue per priority: each lane's messages land in its own queue, and a
+/// receipt the event source delivered (qualified with the queue's ARN) acknowledges on that queue.
+async fn priority_queues_work(config: &aws_config::SdkConfig) {
+    let jobs_url = create_queue(config, "lanes-jobs").await.unwrap();
+    let mut queue = SqsJobQueue::new(config, &jobs_url);
+    let mut urls = Vec::new();
+    for priority in Priority::ALL {
+        let url = create_queue(config, &format!("lanes-AsyncQueueP{}", priority.level()))
+            .await
+            .unwrap();
+        queue = queue.with_priority_queue(priority, &url);
+        urls.push((priority, url));
+    }
+    contract::queue_priority_lanes(&queue).await;
+
+    let sqs = aws_sdk_sqs::Client::new(config);
+    for (priority, url) in &urls {
+        let body = format!("{{\"job\":\"probe\",\"priority\":{}}}", priority.level());
+        queue.send_priority(&body, *priority, Duration::ZERO).await.unwrap();
+        let received = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        let messages = received.messages();
+        assert_eq!(messages.len(), 1, "{priority:?}: {messages:?}");
+        assert_eq!(messages[0].body(), Some(body.as_str()));
+        // As the worker gets it from Lambda: the handle, and the ARN of the queue it came from.
+        let arn = format!(
+            "arn:aws:sqs:us-east-1:123456789012:lanes-AsyncQueueP{}",
+            priority.level()
+        );
+        let receipt = delivered_receipt(Some(&arn), messages[0].receipt_handle().unwrap());
+        queue.change_visibility(&receipt, Duration::ZERO).await.unwrap();
+        let again = queue
+            .receive(10, Duration::from_secs(1), Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(again.len(), 1, "{priority:?}: {again:?}");
+        assert_eq!(again[0].body, body);
+        assert_eq!(again[0].receive_count, 2);
+        queue.delete(&again[0].receipt).await.unwrap();
+    }
+    // Nothing strayed into the jobs queue.
+    let jobs = sqs.receive_message().queue_url(&jobs_url).send().await.unwrap();
+    assert!(jobs.messages().is_empty(), "{jobs:?}");
+
+    // A function without the P1 queue's URL cannot send at P1, and says which variable is missing.
+    let without_p1 = SqsJobQueue::new(config, &jobs_url).with_priority_queue(Priority::P0, &urls[0].1);
+    let err = without_p1
+        .send_priority("x", Priority::P1, Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("NIMBUS_ASYNC_QUEUE_URL_P1"), "{err}");
 }
 
 async fn presigned_urls_work(blobs: &S3BlobStore) {

@@ -92,7 +92,7 @@ async fn cancelling_mid_run_keeps_what_ran_and_lists_the_rest_as_cancelled() {
 
     // Cancelling again returns it unchanged; a poller pass changes nothing.
     assert_eq!(h.service.cancel_batch(PROJECT, &created.id).await.unwrap(), batch);
-    h.poller.run_once().await.unwrap();
+    h.schedule_pass().await.unwrap();
     assert_eq!(h.batch(&created.id).await, batch);
 }
 
@@ -108,7 +108,7 @@ async fn expiring_mid_run_keeps_what_ran_and_lists_the_rest_as_expired() {
     for message in &rest[1..] {
         assert_eq!(h.handle(message).await, JobOutcome::Done);
     }
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!(report.errors, 0);
     let batch = h.run_to_end(&created.id).await;
     assert_eq!(batch.status, BatchStatus::Expired);
@@ -129,7 +129,7 @@ async fn the_poller_expires_an_overdue_batch_nobody_is_running() {
     assert_eq!(h.handle(&chunk0).await, JobOutcome::Done);
 
     h.clock.advance(Duration::from_secs(25 * 3600));
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!(report.finalized, 1);
     let batch = h.batch(&created.id).await;
     assert_eq!(batch.status, BatchStatus::Expired);
@@ -170,7 +170,7 @@ async fn cancelling_while_validation_is_half_done_lists_lines_consistently() {
     )
     .await;
     h.drain(Duration::from_secs(5)).await;
-    h.poller.run_once().await.unwrap();
+    h.schedule_pass().await.unwrap();
     let batch = h.batch(&created.id).await;
     assert_eq!(batch.status, BatchStatus::Cancelled, "{cancelled:?}");
     assert_eq!(provider.total_calls(), 0);
@@ -222,7 +222,7 @@ async fn cancelling_while_a_dead_worker_holds_a_chunk_finishes_within_seconds() 
         panic!("the finalize job should wait for the leased chunk briefly");
     };
     assert!(wait <= Duration::from_secs(3), "{wait:?}");
-    h.poller.run_once().await.unwrap();
+    h.schedule_pass().await.unwrap();
     assert_eq!(h.batch(&created.id).await.status, BatchStatus::Cancelling);
     let again = h
         .queue
@@ -266,7 +266,7 @@ async fn a_worker_outliving_its_lease_cannot_add_to_a_cancelled_batch() {
         assert_eq!(h.handle(message).await, JobOutcome::Done);
     }
     h.drain(Duration::from_secs(5)).await;
-    h.poller.run_once().await.unwrap();
+    h.schedule_pass().await.unwrap();
     let batch = h.batch(&created.id).await;
     assert_eq!(batch, cancelled, "nothing changes after the batch was finalized");
     let results = h.results(&batch).await;
@@ -320,7 +320,7 @@ async fn a_stalled_worker_cannot_count_lines_into_a_sealed_batch() {
     )
     .await;
     h.drain(Duration::from_secs(5)).await;
-    h.poller.run_once().await.unwrap();
+    h.schedule_pass().await.unwrap();
     let batch = h.batch(&created.id).await;
     assert_eq!(batch.status, BatchStatus::Cancelled);
     let results = h.results(&batch).await;

@@ -36,7 +36,7 @@ async fn two_pollers_finalizing_at_once_write_one_set_of_files() {
     assert_eq!(pending.request_counts.completed + pending.request_counts.failed, 25);
     assert!(h.result_files(&created.id).await.is_empty());
 
-    let (a, b) = tokio::join!(h.poller.run_once(), h.poller.run_once());
+    let (a, b) = tokio::join!(h.schedule_pass(), h.schedule_pass());
     let (a, b) = (a.unwrap(), b.unwrap());
     // A pass counts only the batches it finished itself.
     assert_eq!(
@@ -66,7 +66,7 @@ async fn pollers_racing_the_last_chunk_write_one_set_of_files() {
     let poll = || async {
         loop {
             let last = done.load(Ordering::SeqCst);
-            let report = h.poller.run_once().await.unwrap();
+            let report = h.schedule_pass().await.unwrap();
             assert_eq!(report.errors, 0);
             if last {
                 return;
@@ -148,13 +148,13 @@ async fn a_finalizer_dying_after_writing_the_files_is_finished_with_the_same_fil
     assert_eq!(before.len(), 2, "output and error file written before the crash");
 
     // Within the dead finalizer's lease nobody else finishes it.
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!(report.finalized, 0);
     assert_eq!(h.batch(&batch_id).await.status, BatchStatus::Finalizing);
 
     // After it, the poller finishes it with the same files.
     h.clock.advance(Duration::from_secs(16 * 60));
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!(report.finalized, 1);
     assert_finished_with_files(&h, &provider, &ids, &batch_id, &before).await;
 }
@@ -165,7 +165,7 @@ async fn a_finalizer_failing_after_writing_the_files_is_finished_at_once_with_th
     let before = result_file_ids(&h, &batch_id).await;
     assert_eq!(before.len(), 2, "output and error file written before the failure");
     // The failed finalizer handed its lease back: the next poller pass finishes it.
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!(report.finalized, 1);
     assert_finished_with_files(&h, &provider, &ids, &batch_id, &before).await;
 }

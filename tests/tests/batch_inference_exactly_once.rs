@@ -55,7 +55,7 @@ async fn happy_path_every_inference_once_with_exact_counts_and_usage() {
     assert_eq!(provider.total_calls(), 35);
 
     // A later poller pass changes nothing.
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!((report.finalized, report.chunks_requeued, report.errors), (0, 0, 0));
     assert_eq!(h.inference_batch(batch.id()).await, ended);
 }
@@ -143,12 +143,12 @@ async fn a_worker_killed_mid_chunk_is_recovered_with_each_inference_once() {
     assert_eq!(h.handle(&chunk1).await, JobOutcome::Done);
     h.clock.advance(Duration::from_secs(5));
     assert_eq!(
-        h.poller.run_once().await.unwrap().chunks_requeued,
+        h.schedule_pass().await.unwrap().chunks_requeued,
         0,
         "the chunk is leased"
     );
     h.clock.advance(Duration::from_secs(95));
-    assert_eq!(h.poller.run_once().await.unwrap().chunks_requeued, 1);
+    assert_eq!(h.schedule_pass().await.unwrap().chunks_requeued, 1);
 
     h.run_inference_to_end(batch.id()).await;
     assert_each_inference_once(&h, &batch).await;
@@ -262,7 +262,7 @@ async fn two_pollers_finalizing_at_once_finish_the_batch_once() {
         PollStatus::Pending
     );
 
-    let (a, b) = tokio::join!(h.poller.run_once(), h.poller.run_once());
+    let (a, b) = tokio::join!(h.schedule_pass(), h.schedule_pass());
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(
         a.finalized + b.finalized,
@@ -288,7 +288,7 @@ async fn pollers_racing_the_last_chunk_finish_the_batch_once() {
     let poll = || async {
         loop {
             let last = done.load(std::sync::atomic::Ordering::SeqCst);
-            assert_eq!(h.poller.run_once().await.unwrap().errors, 0);
+            assert_eq!(h.schedule_pass().await.unwrap().errors, 0);
             if last {
                 return;
             }
@@ -327,12 +327,12 @@ async fn a_finalizer_dying_before_recording_the_end_is_finished_once_after_its_l
     );
 
     assert_eq!(
-        h.poller.run_once().await.unwrap().finalized,
+        h.schedule_pass().await.unwrap().finalized,
         0,
         "within the dead finalizer's lease"
     );
     h.clock.advance(Duration::from_secs(16 * 60));
-    assert_eq!(h.poller.run_once().await.unwrap().finalized, 1);
+    assert_eq!(h.schedule_pass().await.unwrap().finalized, 1);
     assert_each_inference_once(&h, &batch).await;
     each_called_once(&provider, &contents);
 }

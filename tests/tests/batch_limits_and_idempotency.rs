@@ -97,7 +97,7 @@ async fn a_killed_workers_model_slots_expire_with_its_lease() {
     let started = Instant::now();
     assert_eq!(h.handle(&chunk1).await, JobOutcome::Done);
     assert!(started.elapsed() < Duration::from_secs(5), "the run waited for slots");
-    assert_eq!(h.poller.run_once().await.unwrap().chunks_requeued, 1);
+    assert_eq!(h.schedule_pass().await.unwrap().chunks_requeued, 1);
     let batch = h.run_to_end(&created.id).await;
     assert_eq!(batch.status, BatchStatus::Completed);
     assert_counts_and_usage(&batch, &ids, &ids);

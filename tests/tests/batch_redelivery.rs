@@ -49,7 +49,7 @@ async fn happy_path_every_line_once_with_exact_counts_and_usage() {
     assert_cleaned_up(&h, &batch.id).await;
 
     // A later poller pass changes nothing.
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!((report.finalized, report.chunks_requeued, report.errors), (0, 0, 0));
     assert_eq!(h.batch(&batch.id).await, batch);
     assert_result_files(&h, &batch).await;
@@ -155,12 +155,12 @@ async fn lost_queue_messages_are_enqueued_again_by_the_poller() {
     // The validation message is lost.
     let validate = h.receive().await.unwrap();
     h.queue.delete(&validate.receipt).await.unwrap();
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!(report.validations_requeued, 0, "not before requeue_after");
     h.clock.advance(Duration::from_secs(2));
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!(report.validations_requeued, 1);
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!(report.validations_requeued, 0);
     h.validate().await;
 
@@ -173,7 +173,7 @@ async fn lost_queue_messages_are_enqueued_again_by_the_poller() {
     h.drain(Duration::from_secs(5)).await;
     assert_eq!(h.batch(&created.id).await.status, BatchStatus::InProgress);
     h.clock.advance(Duration::from_secs(2));
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!(report.chunks_requeued, 2);
     run_to_end_exactly_once(&h, &created.id, &ids, &provider).await;
 }
@@ -215,15 +215,15 @@ async fn a_worker_killed_mid_chunk_is_recovered_without_rerunning_saved_lines() 
     // The dead run's lease still holds the chunk: the poller leaves it alone (though it was
     // enqueued longer than requeue_after ago).
     h.clock.advance(Duration::from_secs(5));
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!(report.chunks_requeued, 0, "the chunk is leased");
     assert!(h.queue.receive(1, Duration::ZERO, VISIBILITY).await.unwrap().is_empty());
 
     // Past the lease (60 s run + 30 s margin), the poller enqueues it once.
     h.clock.advance(Duration::from_secs(95));
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!(report.chunks_requeued, 1);
-    let report = h.poller.run_once().await.unwrap();
+    let report = h.schedule_pass().await.unwrap();
     assert_eq!(report.chunks_requeued, 0, "not enqueued again right away");
 
     let batch = h.run_to_end(&created.id).await;

@@ -55,7 +55,7 @@ async fn a_takeover_resumes_a_killed_processs_batch_at_once() {
     lose_the_queue(&h).await;
 
     let lock = DataDirLock::acquire(h.dir.path()).unwrap();
-    let report = h.poller.take_over(&lock).await.unwrap();
+    let report = h.recovery.take_over(&lock).await.unwrap();
     assert_eq!(report.batches, 1);
     assert_eq!(report.chunk_leases_broken, 1, "{report:?}");
     assert_eq!(report.slot_leases_broken, 1, "{report:?}");
@@ -87,7 +87,7 @@ async fn a_takeover_finishes_a_cancel_the_killed_process_left_unfinished() {
     lose_the_queue(&h).await;
 
     let lock = DataDirLock::acquire(h.dir.path()).unwrap();
-    let report = h.poller.take_over(&lock).await.unwrap();
+    let report = h.recovery.take_over(&lock).await.unwrap();
     assert_eq!((report.batches, report.chunk_leases_broken), (1, 1), "{report:?}");
     let finalize = h.receive().await.expect("a finalize job");
     assert!(finalize.body.contains("finalize"), "{}", finalize.body);
@@ -106,13 +106,13 @@ async fn a_takeover_validates_again_a_batch_whose_validation_was_lost() {
     lose_the_queue(&h).await;
 
     let lock = DataDirLock::acquire(h.dir.path()).unwrap();
-    let report = h.poller.take_over(&lock).await.unwrap();
+    let report = h.recovery.take_over(&lock).await.unwrap();
     assert_eq!((report.batches, report.jobs_enqueued), (1, 1), "{report:?}");
     let batch = h.run_to_end(&created.id).await;
     assert_eq!(batch.status, BatchStatus::Completed);
     h.results(&batch).await.assert_each_once(&ids);
     // A finished batch is left alone by a later takeover.
-    let again = h.poller.take_over(&lock).await.unwrap();
+    let again = h.recovery.take_over(&lock).await.unwrap();
     assert_eq!(again.batches, 0);
     assert!(h.queue.is_empty());
 }

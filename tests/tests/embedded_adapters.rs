@@ -31,6 +31,13 @@ async fn sqlite_state_honours_the_contract() {
 }
 
 #[tokio::test]
+async fn the_due_index_works_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = SqliteStateStore::open(&dir.path().join("state.sqlite3")).unwrap();
+    contract::due_index_lists_due_work_in_order(Arc::new(state)).await;
+}
+
+#[tokio::test]
 async fn sqlite_state_survives_reopening_and_is_shared_between_handles() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.sqlite3");
@@ -57,4 +64,5 @@ async fn sqlite_state_survives_reopening_and_is_shared_between_handles() {
 #[tokio::test]
 async fn memory_queue_honours_the_contract() {
     contract::queue_send_receive(&MemoryQueue::new()).await;
+    contract::queue_priority_lanes(&MemoryQueue::new()).await;
 }

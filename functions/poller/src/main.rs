@@ -1,19 +1,21 @@
-//! The poller Lambda, run by an EventBridge schedule (rate(1 minute)): one pass of the shared
-//! poller (files sweep, batch recovery and expiry). Any event starts a pass; the pass's report is
-//! the function's JSON result, and a failed pass is a failed invocation.
+//! The poller Lambda, run by an EventBridge schedule (rate(1 minute)): one pass of the scheduler
+//! (every registered task: files sweep, batch recovery and expiry, …; see `app::scheduler`). Any
+//! event starts a pass; the pass's report is the function's JSON result. A task that fails is
+//! counted in the report's `errors` (and logged) while the others still run; the next pass
+//! retries it.
 
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use nimbus_shared::app::lambda;
-use nimbus_shared::batches::{PollReport, Poller};
+use nimbus_shared::scheduler::{Scheduler, SchedulerReport};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda::prepare_function("nimbus-poller");
-    let poller = lambda::poller().await.map_err(Error::from)?;
-    let poller = &poller;
-    lambda_runtime::run(service_fn(move |event| handle(poller, event))).await
+    let scheduler = lambda::scheduler().await.map_err(Error::from)?;
+    let scheduler = &scheduler;
+    lambda_runtime::run(service_fn(move |event| handle(scheduler, event))).await
 }
 
-async fn handle(poller: &Poller, _event: LambdaEvent<serde_json::Value>) -> Result<PollReport, Error> {
-    poller.run_once().await.map_err(Error::from)
+async fn handle(scheduler: &Scheduler, _event: LambdaEvent<serde_json::Value>) -> Result<SchedulerReport, Error> {
+    Ok(scheduler.run_once().await)
 }

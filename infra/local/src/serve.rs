@@ -3,12 +3,15 @@
 use anyhow::Context;
 use nimbus_shared::adapters::embedded::{spawn_queue_workers, DataDirLock, FileBlobStore};
 use nimbus_shared::adapters::DeferredTasks;
-use nimbus_shared::app::{app_state, batch_service, embedded, inference_service, Adapters, AuthSettings};
+use nimbus_shared::app::{
+    app_state, embedded, inference_service, job_dispatcher, scheduler, Adapters, AuthSettings, WorkerParts,
+};
 use nimbus_shared::auth::AuthMode;
-use nimbus_shared::batches::{BatchSettings, BatchWorker, Poller};
+use nimbus_shared::batches::{BatchRecovery, BatchSettings};
 use nimbus_shared::config::{load_local_config, Config};
 use nimbus_shared::http::{HttpSettings, PublicBaseUrl};
 use nimbus_shared::ports::{Clock, OffsetClock, SystemClock};
+use nimbus_shared::scheduler::Scheduler;
 use nimbus_shared::telemetry::{init, LogFormat};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -28,7 +31,8 @@ pub struct ServeArgs {
     /// Where state (SQLite) and blobs live; survives restarts.
     #[arg(long, env = "NIMBUS_DATA_DIR", default_value = ".data")]
     data_dir: PathBuf,
-    /// Seconds between runs of the poller (its schedule in AWS): files sweep and batch recovery.
+    /// Seconds between passes of the scheduler (the poller's schedule in AWS): files sweep, batch
+    /// recovery, and every other scheduled task.
     #[arg(long, env = "NIMBUS_SCHEDULE_INTERVAL_SECS", default_value_t = 60)]
     schedule_interval_secs: u64,
     /// The URL clients reach this server at, for absolute URLs in responses (a direct upload's
@@ -92,8 +96,9 @@ pub async fn sweep_once(args: SweepArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `nimbus poll`: one pass of the poller (files sweep, batch recovery), printed as JSON. Jobs it
-/// enqueues go to the running server's queue only when run inside it; here they are run at once.
+/// `nimbus poll`: one pass of the scheduler (files sweep, batch recovery, …), its report printed
+/// as JSON. Jobs it enqueues go to the running server's queue only when run inside it; here they
+/// are run at once.
 pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
     let loaded = load_local_config(&args.config)
         .await
@@ -102,13 +107,10 @@ pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
     let adapters = embedded_adapters(&args.data_dir, args.as_of)?;
     let settings = local_batch_settings(config, false);
     let inference = inference_service(config, &adapters).map_err(anyhow::Error::msg)?;
-    let service = batch_service(&loaded, &adapters, inference, settings);
-    let report = Poller::new(Arc::clone(&service))
-        .run_once()
-        .await
-        .map_err(anyhow::Error::msg)?;
+    let parts = WorkerParts::new(&loaded, &adapters, inference, settings);
+    let report = scheduler(&parts).run_once().await;
     // This process has its own in-memory queue: drain what the pass enqueued before exiting.
-    let worker = BatchWorker::new(service);
+    let worker = job_dispatcher(&parts);
     while let Some(message) = adapters
         .queue
         .receive(1, Duration::ZERO, Duration::from_secs(300))
@@ -199,20 +201,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     )
     .map_err(anyhow::Error::msg)?;
     let keys_exist = adapters.api_keys().any_active().await?;
+    let parts = WorkerParts {
+        adapters: adapters.clone(),
+        inference: Arc::clone(&state.inference),
+        batches: Arc::clone(&state.batches),
+        max_run: LOCAL_MAX_RUN,
+    };
     // Before any worker starts: what a previous process left leased or queued resumes at once.
-    let poller = Poller::new(Arc::clone(&state.batches));
-    let takeover = poller.take_over(&lock).await?;
+    let takeover = BatchRecovery::new(Arc::clone(&parts.batches)).take_over(&lock).await?;
     if takeover.batches > 0 {
         tracing::info!(?takeover, "took over unfinished batches");
     }
     let workers = spawn_queue_workers(
         Arc::clone(&adapters.queue),
-        Arc::new(BatchWorker::new(Arc::clone(&state.batches))),
+        Arc::new(job_dispatcher(&parts)),
         args.batch_workers,
         LOCAL_MAX_RUN + Duration::from_secs(60),
     );
-    let poller = tokio::spawn(run_schedule(
-        poller,
+    let schedule = tokio::spawn(run_schedule(
+        scheduler(&parts),
         blobs,
         Duration::from_secs(args.schedule_interval_secs.max(1)),
     ));
@@ -245,7 +252,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if unfinished > 0 {
         tracing::warn!(unfinished, "stopping with deferred work still running");
     }
-    poller.abort();
+    schedule.abort();
     for worker in workers {
         worker.abort();
     }
@@ -253,16 +260,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The timer standing in for the scheduled poller: the janitor's due tasks (expired files and
-/// uploads, abandoned direct uploads, orphaned bytes), then batch recovery and finalization, and
-/// stale temporary files of blob writes. The first pass runs at once.
-async fn run_schedule(poller: Poller, blobs: FileBlobStore, every: Duration) {
+/// The timer standing in for the scheduled poller: a scheduler pass (the janitor's due tasks —
+/// expired files and uploads, abandoned direct uploads, orphaned bytes —, batch recovery and
+/// finalization, …), then stale temporary files of blob writes. The first pass runs at once.
+async fn run_schedule(scheduler: Scheduler, blobs: FileBlobStore, every: Duration) {
     let mut ticker = tokio::time::interval(every);
     loop {
         ticker.tick().await;
-        match poller.run_once().await {
-            Ok(report) => tracing::debug!(?report, "scheduled poll"),
-            Err(err) => tracing::warn!(error = %err, "scheduled poll failed"),
+        let report = scheduler.run_once().await;
+        if report.errors > 0 {
+            tracing::warn!(?report, "scheduled pass had failing tasks");
+        } else {
+            tracing::debug!(?report, "scheduled pass");
         }
         if let Err(err) = blobs.remove_temp_files(STALE_TEMP_FILE_AGE).await {
             tracing::warn!(error = %err, "could not remove stale temporary files");

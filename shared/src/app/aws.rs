@@ -1,15 +1,35 @@
 //! The AWS stack from the environment: `NIMBUS_TABLE`, `NIMBUS_BUCKET`, `NIMBUS_JOBS_QUEUE_URL`
 //! (set by the SAM template), plus the SDK's own variables (`AWS_REGION`, `AWS_ENDPOINT_URL`…).
+//! `NIMBUS_ASYNC_QUEUE_URL_P0`, `_P1` and `_P2` (the priority queues) are set only on the functions
+//! that send to them; without one, sending at that priority fails with an error naming it.
 
 use super::Adapters;
 use crate::adapters::aws::{load_sdk_config, DynamoDbStateStore, S3BlobStore, SqsJobQueue};
+use crate::ports::Priority;
 use std::sync::Arc;
 
+fn optional_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
 fn required_env(name: &str) -> Result<String, String> {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .ok_or_else(|| format!("environment variable {name} is not set"))
+    optional_env(name).ok_or_else(|| format!("environment variable {name} is not set"))
+}
+
+/// The environment variable holding the URL of `priority`'s queue.
+pub fn priority_queue_env(priority: Priority) -> String {
+    format!("NIMBUS_ASYNC_QUEUE_URL_P{}", priority.level())
+}
+
+/// The jobs queue at `jobs_url` with the priority queues the environment names.
+fn job_queue(sdk_config: &aws_config::SdkConfig, jobs_url: String) -> SqsJobQueue {
+    Priority::ALL.into_iter().fold(
+        SqsJobQueue::new(sdk_config, jobs_url),
+        |queue, priority| match optional_env(&priority_queue_env(priority)) {
+            Some(url) => queue.with_priority_queue(priority, url),
+            None => queue,
+        },
+    )
 }
 
 pub async fn state_store() -> Result<DynamoDbStateStore, String> {
@@ -24,6 +44,6 @@ pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, St
     Ok(Adapters::new(
         Arc::new(DynamoDbStateStore::new(sdk_config, table)),
         Arc::new(S3BlobStore::new(sdk_config, bucket)),
-        Arc::new(SqsJobQueue::new(sdk_config, queue_url)),
+        Arc::new(job_queue(sdk_config, queue_url)),
     ))
 }

@@ -2,13 +2,15 @@
 //! keys always required, the public URL from `NIMBUS_PUBLIC_URL` or API Gateway's request context.
 
 use super::config_source::ConfigSource;
-use super::{app_state, batch_service, inference_service, lambda_host, Adapters, AuthSettings};
+use super::{app_state, inference_service, lambda_host, Adapters, AuthSettings, WorkerParts};
 use crate::adapters::aws::load_sdk_config;
 use crate::adapters::DeferredTasks;
 use crate::auth::AuthMode;
-use crate::batches::{BatchService, BatchSettings, BatchWorker, Poller};
+use crate::batches::BatchSettings;
 use crate::config::{Config, LoadedConfig};
 use crate::http::{AppState, HttpSettings, PublicBaseUrl};
+use crate::jobs::JobDispatcher;
+use crate::scheduler::Scheduler;
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -90,10 +92,12 @@ fn with_request_public_url(router: Router) -> Router {
     router.layer(axum::middleware::from_fn(add_request_public_url))
 }
 
-async fn lambda_batch_service() -> Result<Arc<BatchService>, String> {
+/// What the worker and the poller are built from (see [`super::job_dispatcher`] and
+/// [`super::scheduler`], shared with the local server).
+async fn lambda_worker_parts() -> Result<WorkerParts, String> {
     let (loaded, adapters) = lambda_stack().await?;
     let inference = inference_service(&loaded.config, &adapters)?;
-    Ok(batch_service(
+    Ok(WorkerParts::new(
         &loaded,
         &adapters,
         inference,
@@ -154,14 +158,20 @@ pub async fn batches_function() -> Result<HttpFunction, String> {
     http_function(crate::http::batches_router).await
 }
 
-/// The SQS-triggered worker.
-pub async fn batch_worker() -> Result<BatchWorker, String> {
-    Ok(BatchWorker::new(lambda_batch_service().await?))
+/// The SQS-triggered worker: every job family's runner (see [`super::job_dispatcher`]).
+pub async fn worker() -> Result<JobDispatcher, String> {
+    Ok(super::job_dispatcher(&lambda_worker_parts().await?))
 }
 
-/// The scheduled poller.
-pub async fn poller() -> Result<Poller, String> {
-    Ok(Poller::new(lambda_batch_service().await?))
+/// The scheduled poller: every scheduled task (see [`super::scheduler`]).
+pub async fn scheduler() -> Result<Scheduler, String> {
+    Ok(super::scheduler(&lambda_worker_parts().await?))
+}
+
+/// The receipt of an SQS event record, for [`JobDispatcher::handle_delivery`]: qualified with the
+/// queue it came from (the worker consumes the jobs queue and the priority queues).
+pub fn sqs_record_receipt(event_source_arn: Option<&str>, receipt_handle: &str) -> String {
+    crate::adapters::aws::delivered_receipt(event_source_arn, receipt_handle)
 }
 
 #[cfg(test)]

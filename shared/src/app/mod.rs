@@ -11,18 +11,21 @@ pub mod lambda_host;
 use crate::adapters::records::{StateFeedbackStore, StateInferenceStore, StateModelCache};
 use crate::adapters::DeferredTasks;
 use crate::auth::{ApiKeyService, AuthMode, Authenticator};
-use crate::batches::{BatchDeps, BatchService, BatchSettings};
+use crate::batches::{BatchDeps, BatchRecovery, BatchService, BatchSettings, BatchWorker};
 use crate::config::{Config, LoadedConfig};
+use crate::files::sweep::FilesSweep;
 use crate::files::FilesService;
 use crate::functions::feedback::FeedbackService;
 use crate::functions::inference::{FunctionService, InferencePersistence};
 use crate::http::{AppState, HttpSettings};
 use crate::inference::InferenceService;
+use crate::jobs::{JobDispatcher, JobFamily};
 use crate::ports::{
     AfterResponse, BlobStore, Clock, FeedbackStore, IdSource, InferenceStore, JobQueue, ModelCache, StateStore,
     SystemClock, UuidV7Ids,
 };
 use crate::providers::router::ModelRouter;
+use crate::scheduler::Scheduler;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -194,4 +197,46 @@ pub fn app_state(
         feedback: feedback_service(config, adapters, Arc::clone(&records)),
         records,
     })
+}
+
+/// What the background work — the queue's jobs and the scheduled tasks — is built from: the same
+/// in the worker and poller Lambdas as in the local server.
+#[derive(Clone)]
+pub struct WorkerParts {
+    pub adapters: Adapters,
+    pub inference: Arc<InferenceService>,
+    pub batches: Arc<BatchService>,
+    /// The longest a job runs when its host gives no deadline of its own.
+    pub max_run: Duration,
+}
+
+impl WorkerParts {
+    /// The parts for a validated configuration over `adapters`, calling models through `inference`.
+    pub fn new(
+        loaded: &LoadedConfig,
+        adapters: &Adapters,
+        inference: Arc<InferenceService>,
+        batch_settings: BatchSettings,
+    ) -> Self {
+        let max_run = batch_settings.max_run;
+        Self {
+            batches: batch_service(loaded, adapters, Arc::clone(&inference), batch_settings),
+            inference,
+            adapters: adapters.clone(),
+            max_run,
+        }
+    }
+}
+
+/// The one place job runners are registered: every family of queued work and who runs it.
+pub fn job_dispatcher(parts: &WorkerParts) -> JobDispatcher {
+    JobDispatcher::new(Arc::clone(&parts.adapters.queue), parts.max_run)
+        .with_runner(JobFamily::Batch, Arc::new(BatchWorker::new(Arc::clone(&parts.batches))))
+}
+
+/// The one place scheduled tasks are registered: everything the poller (a timer locally) runs.
+pub fn scheduler(parts: &WorkerParts) -> Scheduler {
+    Scheduler::new(Arc::clone(&parts.adapters.clock))
+        .with_task(Arc::new(FilesSweep::new(parts.adapters.files())))
+        .with_task(Arc::new(BatchRecovery::new(Arc::clone(&parts.batches))))
 }

@@ -3,13 +3,14 @@
 //!
 //! - [`BatchService`] (`api.rs`): create (validates parameters; the input is validated by a job),
 //!   get, list, cancel. It mints every id and timestamp.
-//! - Jobs on the queue ([`JobMessage`]): `validate` streams the input file, plans chunks (byte
+//! - Jobs on the queue ([`JobMessage`], run by [`BatchWorker`], the batch family's
+//!   [`crate::jobs::JobRunner`]): `validate` streams the input file, plans chunks (byte
 //!   ranges of the input object) and enqueues them; `chunk` runs a chunk's lines (`chunk_run.rs`).
 //! - Progress is saved in segments: a segment's results go to the blob store first, then the
 //!   chunk record and the batch's counters move together in one conditional write, so a redelivered
 //!   or half-done chunk never counts, loses or duplicates a line and resumes after its last segment.
-//! - `finalize.rs` assembles the output and error files; [`Poller`] recovers what is stuck and
-//!   expires what is overdue. At start-up the local server, the only worker of its data
+//! - `finalize.rs` assembles the output and error files; [`BatchRecovery`] (a scheduled task)
+//!   recovers what is stuck and expires what is overdue. At start-up the local server, the only worker of its data
 //!   directory, takes over what a previous process left running (`takeover.rs`).
 
 mod api;
@@ -18,9 +19,9 @@ mod finalize;
 pub mod input_validation;
 mod lines;
 mod missing_input;
-mod poller;
 mod progress;
 mod records;
+mod recovery;
 mod slots;
 #[cfg(feature = "embedded")]
 mod takeover;
@@ -28,11 +29,11 @@ mod tensorzero_api;
 mod validate_job;
 mod worker;
 
+pub use crate::jobs::JobMessage;
 pub use api::ListBatches;
 pub use input_validation::{BatchEndpoint, ChunkRange, MAX_REQUESTS};
 pub use lines::tensorzero::ItemResult;
-pub use poller::{PollReport, Poller};
-pub use records::JobMessage;
+pub use recovery::{BatchRecovery, RecoveryReport};
 #[cfg(feature = "embedded")]
 pub use takeover::TakeoverReport;
 pub use tensorzero_api::{BatchInferenceCreated, BatchInferenceError, BatchInferencePoll, PollQuery, PollStatus};
@@ -188,10 +189,9 @@ impl BatchService {
         self.clock.now_unix_s()
     }
 
-    /// Put a job on the queue.
+    /// Put a job on the queue (the batch lane).
     pub(crate) async fn enqueue(&self, job: &JobMessage) -> Result<(), StorageError> {
-        let body = serde_json::to_string(job).map_err(|e| StorageError::Invalid(e.to_string()))?;
-        self.queue.send(&body, Duration::ZERO).await?;
+        self.queue.send(&job.to_body(), Duration::ZERO).await?;
         Ok(())
     }
 }

@@ -1,5 +1,5 @@
-//! What the batch engine stores: the batch, its chunks, the active-batch markers, and the jobs it
-//! puts on the queue.
+//! What the batch engine stores: the batch, its chunks and the active-batch markers (the jobs it
+//! puts on the queue are [`crate::jobs::JobMessage`]s).
 //!
 //! - `batch` (owner: the project): [`StoredBatch`], the API object plus engine state.
 //! - `batch_chunk` (owner: the batch id, `created_at_ms` = chunk index, so the owner listing is in
@@ -18,18 +18,6 @@ pub(crate) const BATCH_KIND: &str = "batch";
 pub(crate) const CHUNK_KIND: &str = "batch_chunk";
 pub(crate) const ACTIVE_KIND: &str = "batch_active";
 pub(crate) const ACTIVE_OWNER: &str = "_active";
-
-/// A job on the queue.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "job", rename_all = "snake_case")]
-pub enum JobMessage {
-    /// Validate a batch's input file and plan its chunks.
-    Validate { batch_id: String },
-    /// Run one chunk of a batch.
-    Chunk { batch_id: String, chunk: u32 },
-    /// Finish a batch that is ready (e.g. just cancelled).
-    Finalize { batch_id: String },
-}
 
 /// A batch record's body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

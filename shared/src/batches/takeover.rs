@@ -9,9 +9,9 @@
 use super::records::{
     decode, edit, list_all, Edit, StoredBatch, StoredChunk, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND, CHUNK_KIND,
 };
-use super::{BatchService, BatchesError, JobMessage, Poller};
+use super::{BatchRecovery, BatchService, BatchesError, JobMessage};
 use crate::openai::batches::BatchStatus;
-use crate::ports::{SoleWorkerGuard, StorageError};
+use crate::ports::SoleWorkerGuard;
 use serde::Serialize;
 
 /// What a takeover found and did.
@@ -25,7 +25,7 @@ pub struct TakeoverReport {
     pub jobs_enqueued: u64,
 }
 
-impl Poller {
+impl BatchRecovery {
     /// Take over every unfinished batch of the storage. `_guard` proves this process is its only
     /// worker; run it before this process starts any job.
     pub async fn take_over(&self, _guard: &dyn SoleWorkerGuard) -> Result<TakeoverReport, BatchesError> {
@@ -101,11 +101,7 @@ impl BatchService {
             BatchStatus::Cancelling | BatchStatus::Finalizing => jobs.push(finalize),
             _ => {}
         }
-        let bodies = jobs
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StorageError::Invalid(e.to_string()))?;
+        let bodies: Vec<String> = jobs.iter().map(JobMessage::to_body).collect();
         self.queue.send_all(&bodies).await?;
         report.jobs_enqueued += bodies.len() as u64;
         tracing::info!(batch = %batch_id, status = status.as_str(), jobs = bodies.len(), "took over an unfinished batch");

@@ -103,15 +103,15 @@ impl BatchService {
             self.finalize_quietly(batch_id).await;
             return Ok(());
         }
-        let jobs = (0..chunk_count)
+        let jobs: Vec<String> = (0..chunk_count)
             .map(|chunk| {
-                serde_json::to_string(&JobMessage::Chunk {
+                JobMessage::Chunk {
                     batch_id: batch_id.to_owned(),
                     chunk,
-                })
+                }
+                .to_body()
             })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StorageError::Invalid(e.to_string()))?;
+            .collect();
         // A lost send is noticed by the poller, which enqueues the chunks again.
         if let Err(err) = self.queue.send_all(&jobs).await {
             tracing::warn!(batch = %batch_id, error = %err, "could not enqueue every chunk; the poller will");

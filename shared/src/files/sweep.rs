@@ -6,6 +6,8 @@
 
 use super::{decode, FilesError, FilesService, StoredFile, FILE_KIND};
 use crate::ports::{ListOrder, ListQuery, Record, StorageError};
+use crate::scheduler::{ScheduleError, ScheduledTask};
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 const KIND: &str = "janitor";
@@ -29,7 +31,7 @@ pub enum JanitorTask {
 }
 
 /// What one sweep did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SweepReport {
     pub tasks_run: u64,
     pub tasks_failed: u64,
@@ -85,7 +87,11 @@ impl<'a> Janitor<'a> {
 impl FilesService {
     /// Run every janitor task due by now (at most `max_tasks`).
     pub async fn sweep(&self, max_tasks: usize) -> Result<SweepReport, FilesError> {
-        let now_ms = self.clock.now_unix_ms();
+        self.sweep_due(self.clock.now_unix_ms(), max_tasks).await
+    }
+
+    /// Run every janitor task due by `now_ms` (at most `max_tasks`).
+    pub async fn sweep_due(&self, now_ms: i64, max_tasks: usize) -> Result<SweepReport, FilesError> {
         let mut report = SweepReport::default();
         let mut after = None;
         while (report.tasks_run + report.tasks_failed) < max_tasks as u64 {
@@ -162,5 +168,38 @@ impl FilesService {
                 Ok(())
             }
         }
+    }
+}
+
+/// The janitor's sweep as a scheduled task (`files_sweep` in the scheduler's report).
+pub struct FilesSweep {
+    files: FilesService,
+}
+
+impl FilesSweep {
+    /// The most janitor tasks one pass runs; the rest wait for the next pass.
+    pub const MAX_TASKS_PER_PASS: usize = 10_000;
+
+    pub fn new(files: FilesService) -> Self {
+        Self { files }
+    }
+}
+
+#[async_trait]
+impl ScheduledTask for FilesSweep {
+    fn name(&self) -> &'static str {
+        "files_sweep"
+    }
+
+    async fn run(&self, now_ms: i64) -> Result<serde_json::Value, ScheduleError> {
+        let report = self
+            .files
+            .sweep_due(now_ms, Self::MAX_TASKS_PER_PASS)
+            .await
+            .map_err(|err| match err {
+                FilesError::Storage(err) => ScheduleError::Storage(err),
+                other => ScheduleError::Task(other.to_string()),
+            })?;
+        serde_json::to_value(report).map_err(|e| ScheduleError::Task(e.to_string()))
     }
 }

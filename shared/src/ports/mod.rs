@@ -10,6 +10,7 @@ pub mod jobs;
 pub mod model_cache;
 pub mod queue;
 pub mod state;
+pub mod webhook;
 
 pub use after_response::AfterResponse;
 pub use batch_events::{BatchEventSink, NoBatchEvents};
@@ -19,8 +20,9 @@ pub use feedback_store::FeedbackStore;
 pub use inference_store::{InferencePage, InferenceStore};
 pub use jobs::{JobHandler, JobOutcome, SoleWorkerGuard};
 pub use model_cache::{CacheKey, CachedModelResponse, ModelCache};
-pub use queue::{JobQueue, QueueMessage};
+pub use queue::{JobQueue, Priority, QueueMessage, UnknownPriority};
 pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore, MAX_UPDATE_ALL};
+pub use webhook::{PostOutcome, WebhookTransport};
 
 /// Failures of any storage-like port (blobs, state, queue).
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@ mod sqs_queue;
 
 pub use dynamodb_state::DynamoDbStateStore;
 pub use s3_blobs::S3BlobStore;
-pub use sqs_queue::SqsJobQueue;
+pub use sqs_queue::{delivered_receipt, SqsJobQueue};
 
 /// The SDK's HTTPS client: rustls with ring, the same crypto the provider HTTP client uses, so
 /// the binary carries one TLS stack (smaller, faster cold start).

@@ -1,6 +1,8 @@
-//! An in-process queue with SQS semantics: delays, visibility timeouts and redelivery.
+//! An in-process queue with SQS semantics: delays, visibility timeouts and redelivery; and strict
+//! priority between its lanes: a receive takes the visible messages of P0 first, then those of P1
+//! and the batch lane (in send order), then those of P2.
 
-use crate::ports::{JobQueue, QueueMessage, StorageError};
+use crate::ports::{JobQueue, Priority, QueueMessage, StorageError};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -8,9 +10,24 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// The order lanes are served in: lower first.
+type Rank = u8;
+
+const BATCH_LANE_RANK: Rank = 1;
+
+fn rank_of(priority: Priority) -> Rank {
+    match priority {
+        Priority::P0 => 0,
+        // The batch lane shares P1's rank.
+        Priority::P1 => BATCH_LANE_RANK,
+        Priority::P2 => 2,
+    }
+}
+
 #[derive(Debug, Clone)]
 struct StoredMessage {
     id: String,
+    rank: Rank,
     body: String,
     visible_at: Instant,
     receive_count: u32,
@@ -63,10 +80,14 @@ impl MemoryQueue {
         let mut taken = Vec::new();
         let mut next_visible: Option<Instant> = None;
         let mut receipts = Vec::new();
-        for message in inner.messages.iter_mut() {
+        // Best lane first; within a rank, send order (the sort is stable).
+        let mut order: Vec<usize> = (0..inner.messages.len()).collect();
+        order.sort_by_key(|&index| inner.messages[index].rank);
+        for index in order {
             if taken.len() >= max {
                 break;
             }
+            let message = &mut inner.messages[index];
             if message.visible_at > now {
                 next_visible = Some(next_visible.map_or(message.visible_at, |t| t.min(message.visible_at)));
                 continue;
@@ -89,6 +110,20 @@ impl MemoryQueue {
         Ok((taken, next_visible))
     }
 
+    fn push(&self, body: &str, rank: Rank, delay: Duration) -> Result<String, StorageError> {
+        let id = uuid::Uuid::now_v7().to_string();
+        self.lock()?.messages.push(StoredMessage {
+            id: id.clone(),
+            rank,
+            body: body.to_owned(),
+            visible_at: Instant::now() + delay,
+            receive_count: 0,
+            receipt: None,
+        });
+        self.notify.notify_waiters();
+        Ok(id)
+    }
+
     fn find_by_receipt<'a>(inner: &'a mut Inner, receipt: &str) -> Option<&'a mut StoredMessage> {
         let id = inner.by_receipt.get(receipt)?.clone();
         inner
@@ -101,16 +136,11 @@ impl MemoryQueue {
 #[async_trait]
 impl JobQueue for MemoryQueue {
     async fn send(&self, body: &str, delay: Duration) -> Result<String, StorageError> {
-        let id = uuid::Uuid::now_v7().to_string();
-        self.lock()?.messages.push(StoredMessage {
-            id: id.clone(),
-            body: body.to_owned(),
-            visible_at: Instant::now() + delay,
-            receive_count: 0,
-            receipt: None,
-        });
-        self.notify.notify_waiters();
-        Ok(id)
+        self.push(body, BATCH_LANE_RANK, delay)
+    }
+
+    async fn send_priority(&self, body: &str, priority: Priority, delay: Duration) -> Result<String, StorageError> {
+        self.push(body, rank_of(priority), delay)
     }
 
     async fn receive(
@@ -210,6 +240,77 @@ mod tests {
         queue.send("now", NO_WAIT).await.unwrap();
         let got = waiter.await.unwrap().unwrap();
         assert_eq!(got[0].body, "now");
+    }
+
+    async fn bodies(queue: &MemoryQueue, max: usize) -> Vec<String> {
+        queue
+            .receive(max, NO_WAIT, Duration::from_secs(300))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.body)
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn receive_serves_p0_then_p1_then_p2_whatever_the_send_order() {
+        let queue = MemoryQueue::new();
+        queue.send_priority("p2-a", Priority::P2, NO_WAIT).await.unwrap();
+        queue.send_priority("p1-a", Priority::P1, NO_WAIT).await.unwrap();
+        queue.send_priority("p0-a", Priority::P0, NO_WAIT).await.unwrap();
+        queue.send_priority("p2-b", Priority::P2, NO_WAIT).await.unwrap();
+        queue.send_priority("p0-b", Priority::P0, NO_WAIT).await.unwrap();
+        queue.send_priority("p1-b", Priority::P1, NO_WAIT).await.unwrap();
+        // One at a time, as the worker tasks receive.
+        let mut order = Vec::new();
+        for _ in 0..6 {
+            order.extend(bodies(&queue, 1).await);
+        }
+        assert_eq!(order, ["p0-a", "p0-b", "p1-a", "p1-b", "p2-a", "p2-b"]);
+        // Several at once: the same order.
+        for (body, priority) in [("p2", Priority::P2), ("p1", Priority::P1), ("p0", Priority::P0)] {
+            queue.send_priority(body, priority, NO_WAIT).await.unwrap();
+        }
+        assert_eq!(bodies(&queue, 10).await, ["p0", "p1", "p2"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_batch_lane_shares_p1s_turn_in_send_order() {
+        let queue = MemoryQueue::new();
+        queue.send_priority("p2", Priority::P2, NO_WAIT).await.unwrap();
+        queue.send("batch-a", NO_WAIT).await.unwrap();
+        queue.send_priority("p1", Priority::P1, NO_WAIT).await.unwrap();
+        queue.send("batch-b", NO_WAIT).await.unwrap();
+        queue.send_priority("p0", Priority::P0, NO_WAIT).await.unwrap();
+        assert_eq!(bodies(&queue, 10).await, ["p0", "batch-a", "p1", "batch-b", "p2"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delayed_p0_waits_its_delay_and_then_goes_first() {
+        let queue = MemoryQueue::new();
+        queue
+            .send_priority("p0-later", Priority::P0, Duration::from_secs(10))
+            .await
+            .unwrap();
+        queue.send_priority("p2-now", Priority::P2, NO_WAIT).await.unwrap();
+        queue.send_priority("p1-now", Priority::P1, NO_WAIT).await.unwrap();
+        assert_eq!(
+            bodies(&queue, 1).await,
+            ["p1-now"],
+            "the hidden P0 does not block the others"
+        );
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(bodies(&queue, 10).await, ["p0-later", "p2-now"]);
+        // A waiting receive wakes when the delay runs out.
+        queue
+            .send_priority("p1-later", Priority::P1, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let got = queue
+            .receive(1, Duration::from_secs(20), Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(got[0].body, "p1-later");
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,21 +1,21 @@
-//! The scheduled poller: the files janitor's sweep, then every unfinished batch — finalize what is
-//! ready or overdue, enqueue again what is stuck (a worker died, a message was lost or went to the
-//! dead-letter queue). Every step is idempotent, so two pollers at once, or one that crashed
-//! half-way, are harmless.
+//! Batch recovery, a scheduled task (`batches` in the scheduler's report): every unfinished batch —
+//! finalize what is ready or overdue, enqueue again what is stuck (a worker died, a message was
+//! lost or went to the dead-letter queue), tidy up what ended. Every step is idempotent, so two
+//! passes at once, or one that crashed half-way, are harmless.
 
 use super::records::StoredChunk;
 use super::records::{list_all, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND, CHUNK_KIND};
 use super::{BatchService, BatchesError, JobMessage};
 use crate::openai::batches::BatchStatus;
 use crate::ports::StorageError;
-use serde::Serialize;
+use crate::scheduler::{ScheduleError, ScheduledTask};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// What one pass did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct PollReport {
-    pub sweep_tasks_run: u64,
-    pub sweep_tasks_failed: u64,
+/// What one recovery pass did. `errors` counts batches it could not recover (each retried next pass).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryReport {
     pub active_batches: u64,
     pub finalized: u64,
     pub validations_requeued: u64,
@@ -23,29 +23,25 @@ pub struct PollReport {
     pub errors: u64,
 }
 
+/// Walks the active batches; the scheduled task of the batch engine.
 #[derive(Clone)]
-pub struct Poller {
+pub struct BatchRecovery {
     pub(super) service: Arc<BatchService>,
 }
 
-impl Poller {
+impl BatchRecovery {
     pub fn new(service: Arc<BatchService>) -> Self {
         Self { service }
     }
 
-    /// One pass over the janitor and every active batch.
-    pub async fn run_once(&self) -> Result<PollReport, String> {
-        let mut report = PollReport::default();
-        let sweep = self.service.files.sweep(10_000).await.map_err(|e| e.to_string())?;
-        report.sweep_tasks_run = sweep.tasks_run;
-        report.sweep_tasks_failed = sweep.tasks_failed;
-        let markers = list_all(self.service.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER)
-            .await
-            .map_err(|e| e.to_string())?;
+    /// One pass over every active batch (times from the service's clock).
+    pub async fn run_pass(&self) -> Result<RecoveryReport, BatchesError> {
+        let mut report = RecoveryReport::default();
+        let markers = list_all(self.service.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER).await?;
         report.active_batches = markers.len() as u64;
         for marker in markers {
             if let Err(err) = self.service.recover(&marker.id, &mut report).await {
-                tracing::warn!(batch = %marker.id, error = %err, "poller could not recover a batch");
+                tracing::warn!(batch = %marker.id, error = %err, "could not recover a batch");
                 report.errors += 1;
             }
         }
@@ -53,8 +49,23 @@ impl Poller {
     }
 }
 
+#[async_trait]
+impl ScheduledTask for BatchRecovery {
+    fn name(&self) -> &'static str {
+        "batches"
+    }
+
+    async fn run(&self, _now_ms: i64) -> Result<serde_json::Value, ScheduleError> {
+        let report = self.run_pass().await.map_err(|err| match err {
+            BatchesError::Storage(err) => ScheduleError::Storage(err),
+            other => ScheduleError::Task(other.to_string()),
+        })?;
+        serde_json::to_value(report).map_err(|e| ScheduleError::Task(e.to_string()))
+    }
+}
+
 impl BatchService {
-    async fn recover(&self, batch_id: &str, report: &mut PollReport) -> Result<(), BatchesError> {
+    async fn recover(&self, batch_id: &str, report: &mut RecoveryReport) -> Result<(), BatchesError> {
         let Some(mut batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
             self.state.delete(ACTIVE_KIND, batch_id, None).await?;
             return Ok(());

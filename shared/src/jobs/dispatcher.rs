@@ -1,0 +1,217 @@
+//! Hands each job message to the runner of its family, and settles SQS deliveries.
+
+use super::{JobFamily, JobMessage, JobRunner};
+use crate::ports::{JobHandler, JobOutcome, JobQueue};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+
+/// How long a message of a family with no runner waits before it is delivered again: a wiring
+/// error, fixed by a deploy; the message is kept until then (or its dead-letter queue).
+const NO_RUNNER_RETRY: Duration = Duration::from_secs(60);
+
+/// Routes job messages to the [`JobRunner`] of their [`JobFamily`].
+#[derive(Clone)]
+pub struct JobDispatcher {
+    queue: Arc<dyn JobQueue>,
+    max_run: Duration,
+    runners: HashMap<JobFamily, Arc<dyn JobRunner>>,
+}
+
+impl JobDispatcher {
+    /// A dispatcher acknowledging on `queue`; a message handled without a deadline of its own
+    /// ([`JobHandler::handle`]) runs at most `max_run`.
+    pub fn new(queue: Arc<dyn JobQueue>, max_run: Duration) -> Self {
+        Self {
+            queue,
+            max_run,
+            runners: HashMap::new(),
+        }
+    }
+
+    /// Run the jobs of `family` on `runner` (replacing any runner registered before).
+    pub fn with_runner(mut self, family: JobFamily, runner: Arc<dyn JobRunner>) -> Self {
+        self.runners.insert(family, runner);
+        self
+    }
+
+    /// Handle one message body; work stops in time for `deadline`.
+    pub async fn handle_until(&self, body: &str, deadline: Instant) -> JobOutcome {
+        let job: JobMessage = match serde_json::from_str(body) {
+            Ok(job) => job,
+            Err(err) => {
+                // Redelivering a message nobody can read would only fill the dead-letter queue.
+                tracing::error!(error = %err, body, "dropping an unreadable job message");
+                return JobOutcome::Done;
+            }
+        };
+        let family = job.family();
+        match self.runners.get(&family) {
+            Some(runner) => runner.run(&job, deadline).await,
+            None => {
+                tracing::error!(
+                    ?job,
+                    ?family,
+                    "no runner is registered for this job family (a wiring error); it will be retried"
+                );
+                JobOutcome::Retry {
+                    retry_after: NO_RUNNER_RETRY,
+                }
+            }
+        }
+    }
+
+    /// Handle one SQS delivery before the Lambda `deadline`. Returns whether the message is done;
+    /// otherwise its visibility is already set for the retry and it must be reported as a batch
+    /// item failure.
+    pub async fn handle_delivery(&self, body: &str, receipt: &str, deadline: SystemTime) -> bool {
+        let left = deadline.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+        match self.handle_until(body, Instant::now() + left).await {
+            JobOutcome::Done => true,
+            JobOutcome::Retry { retry_after } => {
+                if let Err(err) = self.queue.change_visibility(receipt, retry_after).await {
+                    tracing::warn!(error = %err, "could not set the retry delay; the visibility timeout applies");
+                }
+                false
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl JobHandler for JobDispatcher {
+    async fn handle(&self, body: &str) -> JobOutcome {
+        self.handle_until(body, Instant::now() + self.max_run).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::embedded::MemoryQueue;
+    use std::sync::Mutex;
+
+    /// Records what it ran and answers `outcome`.
+    struct Recording {
+        ran: Mutex<Vec<JobMessage>>,
+        outcome: JobOutcome,
+    }
+
+    impl Recording {
+        fn new(outcome: JobOutcome) -> Arc<Self> {
+            Arc::new(Self {
+                ran: Mutex::new(Vec::new()),
+                outcome,
+            })
+        }
+
+        fn ran(&self) -> Vec<JobMessage> {
+            self.ran.lock().unwrap().clone()
+        }
+    }
+
+    #[async_trait]
+    impl JobRunner for Recording {
+        async fn run(&self, job: &JobMessage, _deadline: Instant) -> JobOutcome {
+            self.ran.lock().unwrap().push(job.clone());
+            self.outcome
+        }
+    }
+
+    fn deadline() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
+    #[tokio::test]
+    async fn each_family_goes_to_its_runner() {
+        let batch = Recording::new(JobOutcome::Done);
+        let webhook = Recording::new(JobOutcome::Retry {
+            retry_after: Duration::from_secs(7),
+        });
+        let dispatcher = JobDispatcher::new(Arc::new(MemoryQueue::new()), Duration::from_secs(60))
+            .with_runner(JobFamily::Batch, batch.clone())
+            .with_runner(JobFamily::Webhook, webhook.clone());
+        let chunk = JobMessage::Chunk {
+            batch_id: "b".into(),
+            chunk: 1,
+        };
+        let delivery = JobMessage::WebhookDeliver {
+            delivery_id: "d".into(),
+            attempt: 0,
+        };
+        assert_eq!(
+            dispatcher.handle_until(&chunk.to_body(), deadline()).await,
+            JobOutcome::Done
+        );
+        assert_eq!(
+            dispatcher.handle_until(&delivery.to_body(), deadline()).await,
+            JobOutcome::Retry {
+                retry_after: Duration::from_secs(7)
+            }
+        );
+        assert_eq!(batch.ran(), [chunk]);
+        assert_eq!(webhook.ran(), [delivery]);
+    }
+
+    #[tokio::test]
+    async fn unreadable_bodies_are_dropped_and_unwired_families_retried_later() {
+        let batch = Recording::new(JobOutcome::Done);
+        let dispatcher = JobDispatcher::new(Arc::new(MemoryQueue::new()), Duration::from_secs(60))
+            .with_runner(JobFamily::Batch, batch.clone());
+        for body in [
+            "not json",
+            r#"{"job":"unknown_kind"}"#,
+            r#"{"job":"chunk","batch_id":"b"}"#,
+        ] {
+            assert_eq!(dispatcher.handle(body).await, JobOutcome::Done, "{body}");
+        }
+        let run = JobMessage::AsyncRun { request_id: "r".into() };
+        assert_eq!(
+            dispatcher.handle(&run.to_body()).await,
+            JobOutcome::Retry {
+                retry_after: NO_RUNNER_RETRY
+            }
+        );
+        assert!(batch.ran().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delivery_to_retry_is_hidden_for_the_runners_delay() {
+        let queue = Arc::new(MemoryQueue::new());
+        let retry = Recording::new(JobOutcome::Retry {
+            retry_after: Duration::from_secs(30),
+        });
+        let dispatcher =
+            JobDispatcher::new(queue.clone(), Duration::from_secs(60)).with_runner(JobFamily::Batch, retry);
+        let body = JobMessage::Finalize { batch_id: "b".into() }.to_body();
+        queue.send(&body, Duration::ZERO).await.unwrap();
+        let message = queue
+            .receive(1, Duration::ZERO, Duration::from_secs(900))
+            .await
+            .unwrap()
+            .remove(0);
+        let deadline = SystemTime::now() + Duration::from_secs(60);
+        assert!(
+            !dispatcher
+                .handle_delivery(&message.body, &message.receipt, deadline)
+                .await
+        );
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert!(queue
+            .receive(1, Duration::ZERO, Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_empty());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(
+            queue
+                .receive(1, Duration::ZERO, Duration::from_secs(1))
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}

@@ -1,0 +1,125 @@
+//! Jobs on the queue: what a message says ([`JobMessage`]), which family of work it belongs to
+//! ([`JobFamily`]), and the [`JobDispatcher`] a queue consumer (the SQS-triggered worker Lambda,
+//! the local server's worker tasks) hands each message to; it runs the message on the
+//! [`JobRunner`] registered for its family (`app::job_dispatcher` registers them).
+
+mod dispatcher;
+
+pub use dispatcher::JobDispatcher;
+
+use crate::ports::JobOutcome;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+/// A job on the queue. The wire format is `{"job": "<kind>", …fields}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "job", rename_all = "snake_case")]
+pub enum JobMessage {
+    /// Validate a batch's input file and plan its chunks.
+    Validate { batch_id: String },
+    /// Run one chunk of a batch.
+    Chunk { batch_id: String, chunk: u32 },
+    /// Finish a batch that is ready (e.g. just cancelled).
+    Finalize { batch_id: String },
+    /// Run an async inference request.
+    AsyncRun { request_id: String },
+    /// Deliver an async request's result to its webhook.
+    AsyncDeliver { request_id: String, attempt: u32 },
+    /// One attempt of a standalone webhook delivery.
+    WebhookDeliver { delivery_id: String, attempt: u32 },
+}
+
+/// The families of work, each run by its own [`JobRunner`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobFamily {
+    Batch,
+    AsyncRequest,
+    Webhook,
+}
+
+impl JobMessage {
+    pub fn family(&self) -> JobFamily {
+        match self {
+            JobMessage::Validate { .. } | JobMessage::Chunk { .. } | JobMessage::Finalize { .. } => JobFamily::Batch,
+            JobMessage::AsyncRun { .. } | JobMessage::AsyncDeliver { .. } => JobFamily::AsyncRequest,
+            JobMessage::WebhookDeliver { .. } => JobFamily::Webhook,
+        }
+    }
+
+    /// The message body as it goes on the queue.
+    pub fn to_body(&self) -> String {
+        // A tagged enum of strings and integers always serializes.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// Runs the jobs of one family.
+#[async_trait]
+pub trait JobRunner: Send + Sync {
+    /// Run `job`, stopping in time for `deadline`.
+    async fn run(&self, job: &JobMessage, deadline: Instant) -> JobOutcome;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_keep_their_wire_format() {
+        let cases = [
+            (
+                JobMessage::Validate {
+                    batch_id: "batch_1".into(),
+                },
+                json!({"job": "validate", "batch_id": "batch_1"}),
+                JobFamily::Batch,
+            ),
+            (
+                JobMessage::Chunk {
+                    batch_id: "batch_1".into(),
+                    chunk: 3,
+                },
+                json!({"job": "chunk", "batch_id": "batch_1", "chunk": 3}),
+                JobFamily::Batch,
+            ),
+            (
+                JobMessage::Finalize {
+                    batch_id: "batch_1".into(),
+                },
+                json!({"job": "finalize", "batch_id": "batch_1"}),
+                JobFamily::Batch,
+            ),
+            (
+                JobMessage::AsyncRun {
+                    request_id: "r1".into(),
+                },
+                json!({"job": "async_run", "request_id": "r1"}),
+                JobFamily::AsyncRequest,
+            ),
+            (
+                JobMessage::AsyncDeliver {
+                    request_id: "r1".into(),
+                    attempt: 2,
+                },
+                json!({"job": "async_deliver", "request_id": "r1", "attempt": 2}),
+                JobFamily::AsyncRequest,
+            ),
+            (
+                JobMessage::WebhookDeliver {
+                    delivery_id: "d1".into(),
+                    attempt: 0,
+                },
+                json!({"job": "webhook_deliver", "delivery_id": "d1", "attempt": 0}),
+                JobFamily::Webhook,
+            ),
+        ];
+        for (job, wire, family) in cases {
+            let body = job.to_body();
+            assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap(), wire);
+            assert_eq!(serde_json::from_str::<JobMessage>(&body).unwrap(), job);
+            assert_eq!(job.family(), family);
+        }
+    }
+}
