@@ -7,6 +7,7 @@ pub mod config_source;
 pub mod embedded;
 pub mod lambda;
 pub mod lambda_host;
+pub mod webhooks;
 
 use crate::adapters::records::{StateFeedbackStore, StateInferenceStore, StateModelCache};
 use crate::adapters::DeferredTasks;
@@ -22,10 +23,11 @@ use crate::inference::InferenceService;
 use crate::jobs::{JobDispatcher, JobFamily};
 use crate::ports::{
     AfterResponse, BlobStore, Clock, FeedbackStore, IdSource, InferenceStore, JobQueue, ModelCache, StateStore,
-    SystemClock, UuidV7Ids,
+    SystemClock, UuidV7Ids, WebhookTransport,
 };
 use crate::providers::router::ModelRouter;
 use crate::scheduler::Scheduler;
+use crate::webhooks::UrlPolicy;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +42,11 @@ pub struct Adapters {
     /// Where handlers defer work past the response. A host that must wait for that work (on
     /// shutdown, after a Lambda invocation) puts its own [`DeferredTasks`] here.
     pub after_response: Arc<dyn AfterResponse>,
+    /// Which webhook URLs are accepted and connected to (no plain-HTTP loopback unless a host
+    /// says so: [`Adapters::with_webhook_urls`]).
+    pub webhook_urls: UrlPolicy,
+    /// Sends webhooks, under `webhook_urls`.
+    pub webhooks: Arc<dyn WebhookTransport>,
 }
 
 impl Adapters {
@@ -51,7 +58,16 @@ impl Adapters {
             clock: Arc::new(SystemClock),
             ids: Arc::new(UuidV7Ids),
             after_response: Arc::new(DeferredTasks::new()),
+            webhook_urls: UrlPolicy::default(),
+            webhooks: webhooks::webhook_transport(UrlPolicy::default()),
         }
+    }
+
+    /// Accept and send webhooks under `policy` (the local server allows plain-HTTP loopback URLs).
+    pub fn with_webhook_urls(mut self, policy: UrlPolicy) -> Self {
+        self.webhook_urls = policy;
+        self.webhooks = webhooks::webhook_transport(policy);
+        self
     }
 
     pub fn api_keys(&self) -> ApiKeyService {
@@ -127,8 +143,9 @@ pub fn batch_service(
 ) -> Arc<BatchService> {
     let records = adapters.inference_records();
     let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
-    Arc::new(BatchService::new(
-        BatchDeps {
+    Arc::new(
+        BatchService::new(
+            BatchDeps {
             state: Arc::clone(&adapters.state),
             blobs: Arc::clone(&adapters.blobs),
             queue: Arc::clone(&adapters.queue),
@@ -140,7 +157,9 @@ pub fn batch_service(
             records,
         },
         settings,
-    ))
+        )
+        .with_events(webhooks::batch_webhooks(adapters)),
+    )
 }
 
 /// The inference layer for a validated configuration.
@@ -196,6 +215,9 @@ pub fn app_state(
         settings: http,
         feedback: feedback_service(config, adapters, Arc::clone(&records)),
         records,
+        webhook_secrets: webhooks::webhook_secrets(adapters),
+        webhook_endpoints: webhooks::webhook_endpoints(adapters),
+        batch_webhooks: webhooks::batch_webhooks(adapters),
     })
 }
 
@@ -232,6 +254,7 @@ impl WorkerParts {
 pub fn job_dispatcher(parts: &WorkerParts) -> JobDispatcher {
     JobDispatcher::new(Arc::clone(&parts.adapters.queue), parts.max_run)
         .with_runner(JobFamily::Batch, Arc::new(BatchWorker::new(Arc::clone(&parts.batches))))
+        .with_runner(JobFamily::Webhook, webhooks::batch_webhooks(&parts.adapters))
 }
 
 /// The one place scheduled tasks are registered: everything the poller (a timer locally) runs.
@@ -239,4 +262,5 @@ pub fn scheduler(parts: &WorkerParts) -> Scheduler {
     Scheduler::new(Arc::clone(&parts.adapters.clock))
         .with_task(Arc::new(FilesSweep::new(parts.adapters.files())))
         .with_task(Arc::new(BatchRecovery::new(Arc::clone(&parts.batches))))
+        .with_task(webhooks::batch_webhooks(&parts.adapters))
 }

@@ -20,6 +20,7 @@ mod tensorzero_records_routes;
 mod tensorzero_routes;
 mod tensorzero_surface;
 mod upload_routes;
+mod webhook_routes;
 
 pub use error::ApiError;
 pub use public_url::PublicBaseUrl;
@@ -32,6 +33,7 @@ use crate::functions::feedback::FeedbackService;
 use crate::functions::inference::FunctionService;
 use crate::inference::InferenceService;
 use crate::ports::InferenceStore;
+use crate::webhooks::{BatchWebhooks, WebhookEndpoints, WebhookSecrets};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use axum::Router;
@@ -50,6 +52,12 @@ pub struct AppState {
     pub records: Arc<dyn InferenceStore>,
     /// `POST /feedback`.
     pub feedback: Arc<FeedbackService>,
+    /// `/v1/webhook_secrets`.
+    pub webhook_secrets: Arc<WebhookSecrets>,
+    /// `/v1/webhook_endpoints`.
+    pub webhook_endpoints: Arc<WebhookEndpoints>,
+    /// `/v1/webhook_endpoints/{id}/deliveries`.
+    pub batch_webhooks: Arc<BatchWebhooks>,
 }
 
 /// Host-specific choices.
@@ -86,7 +94,8 @@ pub fn files_router(state: AppState) -> Router {
     host_router(state, file_api_routes())
 }
 
-/// The batches function's routes: `/v1/batches`, `/batch_inference`, health.
+/// The batches function's routes: `/v1/batches`, `/batch_inference`, `/v1/webhook_secrets`,
+/// `/v1/webhook_endpoints`, health.
 pub fn batches_router(state: AppState) -> Router {
     host_router(state, batches_function_routes())
 }
@@ -97,6 +106,7 @@ pub fn batches_router(state: AppState) -> Router {
 fn batches_function_routes() -> Router<AppState> {
     batch_routes::routes()
         .merge(tensorzero_batch_routes::routes())
+        .merge(webhook_routes::routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .layer(tower_http::decompression::RequestDecompressionLayer::new())
 }
