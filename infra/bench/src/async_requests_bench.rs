@@ -13,7 +13,7 @@ mod counting;
 use async_trait::async_trait;
 use bytes::Bytes;
 use clap::Parser;
-use counting::{CountingBlobs, CountingQueue, CountingState, Counter, PhaseCounts};
+use counting::{Counter, CountingBlobs, CountingQueue, CountingState, PhaseCounts};
 use nimbus_shared::app::{embedded, inference_service, job_dispatcher, webhooks::webhook_secrets, WorkerParts};
 use nimbus_shared::async_requests::AsyncDueWork;
 use nimbus_shared::batches::BatchSettings;
@@ -169,7 +169,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let mut by_phase = serde_json::Map::new();
     let mut all_calls: BTreeMap<&str, f64> = BTreeMap::new();
     let (mut sum, mut delivered, mut wru, mut rru) = (0.0, 0.0, 0.0, 0.0);
-    let phases = warm.iter().map(|(p, c)| (*p, c, warm_n)).chain(purge.iter().map(|(p, c)| (*p, c, requests as f64)));
+    let phases = warm
+        .iter()
+        .map(|(p, c)| (*p, c, warm_n))
+        .chain(purge.iter().map(|(p, c)| (*p, c, requests as f64)));
     for (phase, counts, n) in phases {
         let (calls, phase_total, phase_wru, phase_rru) = per(counts, n);
         for (op, c) in &calls {

@@ -205,7 +205,12 @@ impl JobQueue for CountingQueue {
         self.inner.send_all(bodies).await
     }
 
-    async fn receive(&self, max: usize, wait: Duration, visibility: Duration) -> Result<Vec<QueueMessage>, StorageError> {
+    async fn receive(
+        &self,
+        max: usize,
+        wait: Duration,
+        visibility: Duration,
+    ) -> Result<Vec<QueueMessage>, StorageError> {
         self.counter.add("SQS ReceiveMessage", 0.0, 0.0);
         self.inner.receive(max, wait, visibility).await
     }
