@@ -191,12 +191,20 @@ impl BatchWebhooks {
         Ok(created)
     }
 
-    /// Put an existing delivery back in the due index at its next attempt (or purge time).
+    /// Put an existing delivery back in the due index (an earlier report may have stopped before
+    /// doing so): at its purge time once final, else when its next attempt's message is presumed
+    /// lost (that message may well be on its way).
     async fn reschedule_existing(&self, id: &str) -> Result<(), StorageError> {
         let Some(loaded) = Loaded::<StoredDelivery>::get(self.state.as_ref(), DELIVERY_KIND, id).await? else {
             return Ok(());
         };
-        self.due.set(DELIVERY_LANE, id, due_at(&loaded.body)).await
+        let due = due_at(&loaded.body);
+        let due = if loaded.body.delivery.is_final() {
+            due
+        } else {
+            due + LOST_MESSAGE_GRACE_MS
+        };
+        self.due.set(DELIVERY_LANE, id, due).await
     }
 
     /// Queue attempt `attempt` of a delivery; whether the message was sent (a lost send is
