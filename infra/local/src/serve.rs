@@ -13,6 +13,7 @@ use nimbus_shared::http::{HttpSettings, PublicBaseUrl};
 use nimbus_shared::ports::{Clock, OffsetClock, SystemClock};
 use nimbus_shared::scheduler::Scheduler;
 use nimbus_shared::telemetry::{init, LogFormat};
+use nimbus_shared::webhooks::UrlPolicy;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::path::PathBuf;
@@ -50,6 +51,15 @@ pub struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     allow_short_completion_windows: bool,
+    /// Accept and send webhooks to plain-HTTP loopback URLs (`http://127.0.0.1:…`, `localhost`),
+    /// for receivers on this machine. Never in Lambda.
+    #[arg(
+        long,
+        env = "NIMBUS_WEBHOOKS_ALLOW_LOOPBACK",
+        default_value_t = true,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    webhooks_allow_loopback: bool,
 }
 
 #[derive(clap::Args)]
@@ -61,6 +71,15 @@ pub struct PollArgs {
     /// Run as if the time were this Unix timestamp (seconds).
     #[arg(long)]
     as_of: Option<i64>,
+    /// Accept and send webhooks to plain-HTTP loopback URLs (`http://127.0.0.1:…`, `localhost`),
+    /// for receivers on this machine. Never in Lambda.
+    #[arg(
+        long,
+        env = "NIMBUS_WEBHOOKS_ALLOW_LOOPBACK",
+        default_value_t = true,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    webhooks_allow_loopback: bool,
 }
 
 #[derive(clap::Args)]
@@ -104,7 +123,9 @@ pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("loading {}", args.config.display()))?;
     let config = &loaded.config;
-    let adapters = embedded_adapters(&args.data_dir, args.as_of)?;
+    let adapters = embedded_adapters(&args.data_dir, args.as_of)?.with_webhook_urls(UrlPolicy {
+        allow_loopback_http: args.webhooks_allow_loopback,
+    });
     let settings = local_batch_settings(config, false);
     let inference = inference_service(config, &adapters).map_err(anyhow::Error::msg)?;
     let parts = WorkerParts::new(&loaded, &adapters, inference, settings);
@@ -161,8 +182,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = &loaded.config;
     // Held until the process ends: no other server (no other worker) uses this directory.
     let lock = DataDirLock::acquire(&args.data_dir)?;
-    let mut adapters =
-        embedded::adapters(&args.data_dir).with_context(|| format!("opening {}", args.data_dir.display()))?;
+    let mut adapters = embedded::adapters(&args.data_dir)
+        .with_context(|| format!("opening {}", args.data_dir.display()))?
+        .with_webhook_urls(UrlPolicy {
+            allow_loopback_http: args.webhooks_allow_loopback,
+        });
     // Work handlers defer past the response; waited for (bounded) when the server stops.
     let deferred = Arc::new(DeferredTasks::new());
     adapters.after_response = Arc::clone(&deferred) as _;
