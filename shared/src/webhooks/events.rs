@@ -34,8 +34,9 @@ pub const DELIVERY_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
 /// A delivery with a message on its way is looked at by the scheduler only this long after the
 /// message should have run (the message is then presumed lost).
 pub(crate) const LOST_MESSAGE_GRACE_MS: i64 = 5 * 60_000;
-/// Longer than any retry schedule: the record TTL of a delivery still pending.
-const PENDING_TTL_MS: i64 = 3 * 24 * 3600 * 1000;
+/// The record TTL of a delivery still pending: longer than any retry schedule, even one whose
+/// every wait is stretched to the longest `Retry-After` honoured.
+const PENDING_TTL_MS: i64 = 8 * 24 * 3600 * 1000;
 
 /// What is stored per delivery (owner: the endpoint, so that its deliveries list together).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
