@@ -71,13 +71,11 @@ EXPECTED: dict[str, str] = {
     "batches-batch-inference-poll-inference.json": "401",
     "worker-sqs-validate.json": "no failure reported (unknown batch: the job is dropped)",
     "worker-sqs-chunk.json": "no failure reported (unknown batch: the job is dropped)",
-    # No runner is registered for these families yet: the worker hands the message back (retried
-    # in 60 s) instead of dropping it.
-    "worker-sqs-async-run-p0.json": "failure reported (no runner for the family yet)",
-    "worker-sqs-async-run-p1.json": "failure reported (no runner for the family yet)",
-    "worker-sqs-async-run-p2.json": "failure reported (no runner for the family yet)",
-    "worker-sqs-async-deliver.json": "failure reported (no runner for the family yet)",
-    "worker-sqs-webhook-deliver.json": "failure reported (no runner for the family yet)",
+    "worker-sqs-async-run-p0.json": "no failure reported (unknown request: the job is dropped)",
+    "worker-sqs-async-run-p1.json": "no failure reported (unknown request: the job is dropped)",
+    "worker-sqs-async-run-p2.json": "no failure reported (unknown request: the job is dropped)",
+    "worker-sqs-async-deliver.json": "no failure reported (unknown request: the job is dropped)",
+    "worker-sqs-webhook-deliver.json": "no failure reported (unknown delivery: the job is dropped)",
     "poller-scheduled.json": "a JSON report",
 }
 
@@ -270,11 +268,12 @@ def test_worker_drops_a_job_of_an_unknown_batch(worker_lambda: kit.LambdaUnderRi
 
 
 @pytest.mark.parametrize("name", OTHER_WORKER_EVENT_NAMES)
-def test_worker_hands_back_a_job_no_runner_takes(worker_lambda: kit.LambdaUnderRie, name: str) -> None:
-    """A family with no runner registered is a wiring error: the message is kept for a retry (and
-    its dead-letter queue), never dropped."""
-    event = kit.load_event(name)
-    assert invoke_worker(worker_lambda, event) == {event["Records"][0]["messageId"]}
+def test_worker_runs_async_and_webhook_jobs_and_drops_those_of_nothing(
+    worker_lambda: kit.LambdaUnderRie, name: str
+) -> None:
+    """Every job family has its runner in the worker (a family without one would be handed back
+    for a retry): a job of an unknown request or delivery is done, not retried."""
+    assert invoke_worker(worker_lambda, kit.load_event(name)) == set(), "a job of nothing must not be retried"
 
 
 @pytest.mark.parametrize("name", POLLER_EVENT_NAMES)
