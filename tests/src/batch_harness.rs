@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
 use nimbus_shared::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
-use nimbus_shared::app::{batch_service, job_dispatcher, scheduler, Adapters, WorkerParts};
+use nimbus_shared::app::{
+    async_service, batch_service, function_service, job_dispatcher, scheduler, Adapters, WorkerParts,
+};
 use nimbus_shared::batches::{BatchRecovery, BatchService, BatchSettings, RecoveryReport};
 use nimbus_shared::files::{FileContent, FilesService, ListFiles, NewFile};
 use nimbus_shared::inference::InferenceService;
@@ -261,8 +263,10 @@ impl Harness {
         let loaded = crate::batch_inference_harness::config_for(&names);
         let records = adapters.inference_records();
         let service = batch_service(&loaded, &adapters, Arc::clone(&inference), settings.clone());
+        let functions = function_service(&loaded, &adapters, Arc::clone(&inference), Arc::clone(&records));
         let parts = WorkerParts {
             adapters: adapters.clone(),
+            async_requests: async_service(&loaded, &adapters, Arc::clone(&inference), functions),
             inference,
             batches: Arc::clone(&service),
             max_run: settings.max_run,

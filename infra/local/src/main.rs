@@ -38,8 +38,9 @@ enum Command {
     /// Run the janitor's due tasks once (what the scheduled poller does): expired files and
     /// uploads, abandoned direct uploads, orphaned bytes.
     Sweep(serve::SweepArgs),
-    /// Run one pass of the poller: the sweep, then batch recovery (finalize what is ready or
-    /// overdue, run again what is stuck), printed as JSON.
+    /// Run one pass of the scheduler (what the poller does): every scheduled task — the files
+    /// sweep, batch recovery (finalize what is ready or overdue, run again what is stuck), … —,
+    /// its report printed as JSON.
     Poll(serve::PollArgs),
     /// Check a configuration file and print its models.
     CheckConfig {

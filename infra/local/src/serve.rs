@@ -51,8 +51,7 @@ pub struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     allow_short_completion_windows: bool,
-    /// Accept and send webhooks to plain-HTTP loopback URLs (`http://127.0.0.1:…`, `localhost`),
-    /// for receivers on this machine. Never in Lambda.
+    /// Accept plain-http webhook URLs to localhost/127.0.0.1 (development receivers). Never in Lambda.
     #[arg(
         long,
         env = "NIMBUS_WEBHOOKS_ALLOW_LOOPBACK",
@@ -71,8 +70,7 @@ pub struct PollArgs {
     /// Run as if the time were this Unix timestamp (seconds).
     #[arg(long)]
     as_of: Option<i64>,
-    /// Accept and send webhooks to plain-HTTP loopback URLs (`http://127.0.0.1:…`, `localhost`),
-    /// for receivers on this machine. Never in Lambda.
+    /// As `nimbus serve --webhooks-allow-loopback`.
     #[arg(
         long,
         env = "NIMBUS_WEBHOOKS_ALLOW_LOOPBACK",
@@ -116,8 +114,8 @@ pub async fn sweep_once(args: SweepArgs) -> anyhow::Result<()> {
 }
 
 /// `nimbus poll`: one pass of the scheduler (files sweep, batch recovery, …), its report printed
-/// as JSON. Jobs it enqueues go to the running server's queue only when run inside it; here they
-/// are run at once.
+/// as JSON (exit status 1 when a task failed). Jobs it enqueues go to the running server's queue
+/// only when run inside it; here they are run at once.
 pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
     let loaded = load_local_config(&args.config)
         .await
@@ -144,6 +142,9 @@ pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
         adapters.queue.delete(&message.receipt).await?;
     }
     println!("{}", serde_json::to_string(&report)?);
+    if report.errors > 0 {
+        anyhow::bail!("{} scheduled task(s) failed (see `tasks` above)", report.errors);
+    }
     Ok(())
 }
 
@@ -229,6 +230,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         adapters: adapters.clone(),
         inference: Arc::clone(&state.inference),
         batches: Arc::clone(&state.batches),
+        async_requests: Arc::clone(&state.async_requests),
         max_run: LOCAL_MAX_RUN,
     };
     // Before any worker starts: what a previous process left leased or queued resumes at once.

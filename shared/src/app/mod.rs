@@ -11,6 +11,7 @@ pub mod webhooks;
 
 use crate::adapters::records::{StateFeedbackStore, StateInferenceStore, StateModelCache};
 use crate::adapters::DeferredTasks;
+use crate::async_requests::{AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRunner, AsyncService, AsyncSettings};
 use crate::auth::{ApiKeyService, AuthMode, Authenticator};
 use crate::batches::{BatchDeps, BatchRecovery, BatchService, BatchSettings, BatchWorker};
 use crate::config::{Config, LoadedConfig};
@@ -146,17 +147,17 @@ pub fn batch_service(
     Arc::new(
         BatchService::new(
             BatchDeps {
-            state: Arc::clone(&adapters.state),
-            blobs: Arc::clone(&adapters.blobs),
-            queue: Arc::clone(&adapters.queue),
-            clock: Arc::clone(&adapters.clock),
-            ids: Arc::clone(&adapters.ids),
-            files: adapters.files(),
-            inference,
-            functions,
-            records,
-        },
-        settings,
+                state: Arc::clone(&adapters.state),
+                blobs: Arc::clone(&adapters.blobs),
+                queue: Arc::clone(&adapters.queue),
+                clock: Arc::clone(&adapters.clock),
+                ids: Arc::clone(&adapters.ids),
+                files: adapters.files(),
+                inference,
+                functions,
+                records,
+            },
+            settings,
         )
         .with_events(webhooks::batch_webhooks(adapters)),
     )
@@ -195,6 +196,28 @@ pub fn function_service(
     ))
 }
 
+/// Async requests (`/async_predict`) over `adapters`, run through the inference and function
+/// layers; webhook URLs are accepted under the adapters' policy (loopback only locally).
+pub fn async_service(
+    loaded: &LoadedConfig,
+    adapters: &Adapters,
+    inference: Arc<InferenceService>,
+    functions: Arc<FunctionService>,
+) -> Arc<AsyncService> {
+    let deps = AsyncDeps {
+        state: Arc::clone(&adapters.state),
+        blobs: Arc::clone(&adapters.blobs),
+        queue: Arc::clone(&adapters.queue),
+        clock: Arc::clone(&adapters.clock),
+        ids: Arc::clone(&adapters.ids),
+        executor: AsyncExecutor { inference, functions },
+    };
+    Arc::new(AsyncService::new(
+        deps,
+        AsyncSettings::from_config(&loaded.config, adapters.webhook_urls),
+    ))
+}
+
 /// Build the handler state from a validated configuration and adapters.
 pub fn app_state(
     loaded: &LoadedConfig,
@@ -206,8 +229,10 @@ pub fn app_state(
     let config = &loaded.config;
     let inference = inference_service(config, adapters)?;
     let records = adapters.inference_records();
+    let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
     Ok(AppState {
-        functions: function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records)),
+        async_requests: async_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&functions)),
+        functions,
         batches: batch_service(loaded, adapters, Arc::clone(&inference), batches),
         inference,
         files: Arc::new(adapters.files()),
@@ -228,6 +253,7 @@ pub struct WorkerParts {
     pub adapters: Adapters,
     pub inference: Arc<InferenceService>,
     pub batches: Arc<BatchService>,
+    pub async_requests: Arc<AsyncService>,
     /// The longest a job runs when its host gives no deadline of its own.
     pub max_run: Duration,
 }
@@ -241,7 +267,10 @@ impl WorkerParts {
         batch_settings: BatchSettings,
     ) -> Self {
         let max_run = batch_settings.max_run;
+        let records = adapters.inference_records();
+        let functions = function_service(loaded, adapters, Arc::clone(&inference), records);
         Self {
+            async_requests: async_service(loaded, adapters, Arc::clone(&inference), functions),
             batches: batch_service(loaded, adapters, Arc::clone(&inference), batch_settings),
             inference,
             adapters: adapters.clone(),
@@ -255,6 +284,14 @@ pub fn job_dispatcher(parts: &WorkerParts) -> JobDispatcher {
     JobDispatcher::new(Arc::clone(&parts.adapters.queue), parts.max_run)
         .with_runner(JobFamily::Batch, Arc::new(BatchWorker::new(Arc::clone(&parts.batches))))
         .with_runner(JobFamily::Webhook, webhooks::batch_webhooks(&parts.adapters))
+        .with_runner(
+            JobFamily::AsyncRequest,
+            Arc::new(AsyncRunner::new(
+                Arc::clone(&parts.async_requests),
+                Arc::clone(&parts.adapters.webhooks),
+                webhooks::webhook_secrets(&parts.adapters),
+            )),
+        )
 }
 
 /// The one place scheduled tasks are registered: everything the poller (a timer locally) runs.
@@ -262,5 +299,6 @@ pub fn scheduler(parts: &WorkerParts) -> Scheduler {
     Scheduler::new(Arc::clone(&parts.adapters.clock))
         .with_task(Arc::new(FilesSweep::new(parts.adapters.files())))
         .with_task(Arc::new(BatchRecovery::new(Arc::clone(&parts.batches))))
+        .with_task(Arc::new(AsyncDueWork::new(Arc::clone(&parts.async_requests))))
         .with_task(webhooks::batch_webhooks(&parts.adapters))
 }

@@ -93,9 +93,12 @@ impl Authenticator {
             .map(str::trim)
             .filter(|h| !h.is_empty())
             .ok_or(AuthError::Missing)?;
+        // `Api-Key <key>` is Baseten's scheme; its SDKs and examples send it.
         let key = header
             .strip_prefix("Bearer ")
             .or_else(|| header.strip_prefix("bearer "))
+            .or_else(|| header.strip_prefix("Api-Key "))
+            .or_else(|| header.strip_prefix("api-key "))
             .map(str::trim)
             .filter(|k| !k.is_empty())
             .ok_or(AuthError::Missing)?;
@@ -150,6 +153,10 @@ mod tests {
         assert_eq!(auth.authenticate(None).await, Err(AuthError::Missing));
         assert_eq!(auth.authenticate(Some("Bearer wrong")).await, Err(AuthError::Invalid));
         let bearer = format!("Bearer {}", created.api_key);
+        assert!(auth
+            .authenticate(Some(&format!("Api-Key {}", created.api_key)))
+            .await
+            .is_ok());
         assert_eq!(auth.authenticate(Some(&bearer)).await.unwrap().project, "p1");
     }
 

@@ -19,6 +19,7 @@
 //! functions and tools reference (templates, schemas) are read through [`ConfigFiles`] and
 //! compiled by [`load_config`] into a [`crate::functions::FunctionSet`].
 
+mod async_requests;
 mod batches;
 mod cache;
 mod credentials;
@@ -33,6 +34,7 @@ mod models;
 mod shorthand;
 mod tools;
 
+pub use async_requests::{AsyncRequestsConfig, WebhooksConfig};
 pub use batches::BatchesConfig;
 pub use cache::{CacheConfig, CacheMode, MAX_CACHE_TTL_S};
 pub use credentials::CredentialLocation;
@@ -59,6 +61,10 @@ pub struct Config {
     pub gateway: GatewayConfig,
     #[serde(default)]
     pub batches: BatchesConfig,
+    #[serde(default)]
+    pub async_requests: AsyncRequestsConfig,
+    #[serde(default)]
+    pub webhooks: WebhooksConfig,
     #[serde(default)]
     pub models: BTreeMap<String, ModelConfig>,
     #[serde(default)]
@@ -110,6 +116,8 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.gateway.validate()?;
         self.batches.validate()?;
+        self.async_requests.validate()?;
+        self.webhooks.validate()?;
         for (name, model) in &self.models {
             model.validate(name)?;
         }

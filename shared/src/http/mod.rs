@@ -1,6 +1,8 @@
 //! The HTTP surface: one axum router, served by `lambda_http` in Lambda and by a plain server
 //! locally. Handlers parse, call the business layer, and map errors; nothing else.
 
+mod async_routes;
+pub mod baseten_error;
 mod batch_routes;
 pub mod body_budget;
 mod body_drain;
@@ -26,6 +28,7 @@ pub use error::ApiError;
 pub use public_url::PublicBaseUrl;
 pub use tensorzero_error::{TensorZeroError, TensorZeroJson};
 
+use crate::async_requests::AsyncService;
 use crate::auth::Authenticator;
 use crate::batches::BatchService;
 use crate::files::FilesService;
@@ -52,6 +55,7 @@ pub struct AppState {
     pub records: Arc<dyn InferenceStore>,
     /// `POST /feedback`.
     pub feedback: Arc<FeedbackService>,
+    pub async_requests: Arc<AsyncService>,
     /// `/v1/webhook_secrets`.
     pub webhook_secrets: Arc<WebhookSecrets>,
     /// `/v1/webhook_endpoints`.
@@ -106,6 +110,7 @@ pub fn batches_router(state: AppState) -> Router {
 fn batches_function_routes() -> Router<AppState> {
     batch_routes::routes()
         .merge(tensorzero_batch_routes::routes())
+        .merge(async_routes::routes())
         .merge(webhook_routes::routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .layer(tower_http::decompression::RequestDecompressionLayer::new())
@@ -148,7 +153,7 @@ pub fn with_common_layers(router: Router) -> Router {
         .method_not_allowed_fallback(middleware::method_not_allowed)
         .layer(axum::middleware::from_fn(middleware::envelope_every_error))
         .layer(axum::middleware::from_fn(public_url::reject_unusual_host))
-        .layer(axum::middleware::from_fn(tensorzero_surface::tensorzero_error_bodies));
+        .layer(axum::middleware::from_fn(tensorzero_surface::surface_error_bodies));
     middleware::add_request_id_layers(router)
 }
 

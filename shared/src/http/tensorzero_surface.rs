@@ -1,7 +1,9 @@
-//! TensorZero's routes answer every error in TensorZero's shape `{"error": "<message>"}`, also
-//! the ones raised before their handlers run (a missing or bad API key, a wrong method, a body
-//! over the limit), which the shared layers render as OpenAI envelopes.
+//! TensorZero's routes answer every error in TensorZero's shape `{"error": "<message>"}`, and the
+//! Baseten-style async routes in theirs (`{"error", "code"}`), also the ones raised before their
+//! handlers run (a missing or bad API key, a wrong method, a body over the limit), which the
+//! shared layers render as OpenAI envelopes.
 
+use super::baseten_error::BasetenError;
 use super::error::ApiErrorMessage;
 use super::tensorzero_error::TensorZeroError;
 use axum::extract::Request;
@@ -17,19 +19,40 @@ pub fn is_tensorzero_path(path: &str) -> bool {
             .any(|prefix| path.starts_with(prefix))
 }
 
-/// Re-render an OpenAI-envelope error on a TensorZero route as TensorZero's error, keeping the
-/// status and the other headers (request id, `retry-after`, …).
-pub async fn tensorzero_error_bodies(request: Request, next: Next) -> Response {
-    let tensorzero = is_tensorzero_path(request.uri().path());
+/// Whether `path` is one of the Baseten-style async routes.
+pub fn is_baseten_path(path: &str) -> bool {
+    matches!(path, "/async_predict" | "/async_requests")
+        || ["/async_request/", "/models/"]
+            .iter()
+            .any(|prefix| path.starts_with(prefix))
+}
+
+#[derive(Clone, Copy)]
+enum Surface {
+    TensorZero,
+    Baseten,
+}
+
+/// Re-render an OpenAI-envelope error on a TensorZero or Baseten-style route in that surface's
+/// shape, keeping the status and the other headers (request id, `retry-after`, …).
+pub async fn surface_error_bodies(request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let surface = if is_tensorzero_path(path) {
+        Surface::TensorZero
+    } else if is_baseten_path(path) {
+        Surface::Baseten
+    } else {
+        return next.run(request).await;
+    };
     let response = next.run(request).await;
-    if !tensorzero {
-        return response;
-    }
     let Some(ApiErrorMessage(message)) = response.extensions().get::<ApiErrorMessage>().cloned() else {
         return response;
     };
     let (parts, _) = response.into_parts();
-    let mut rendered = TensorZeroError::new(parts.status, message).into_response();
+    let mut rendered = match surface {
+        Surface::TensorZero => TensorZeroError::new(parts.status, message).into_response(),
+        Surface::Baseten => BasetenError::from_status(parts.status, message).into_response(),
+    };
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
             rendered.headers_mut().append(name, value.clone());
@@ -62,5 +85,14 @@ mod tests {
         ] {
             assert!(!is_tensorzero_path(path), "{path}");
         }
+        for path in [
+            "/async_predict",
+            "/async_request/x",
+            "/async_requests",
+            "/models/m/async_predict",
+        ] {
+            assert!(is_baseten_path(path) && !is_tensorzero_path(path), "{path}");
+        }
+        assert!(!is_baseten_path("/v1/models"));
     }
 }

@@ -19,7 +19,13 @@ pub struct NoBatchEvents;
 
 #[async_trait]
 impl BatchEventSink for NoBatchEvents {
-    async fn batch_ended(&self, _project: &str, _batch_id: &str, _status: &str, _at_ms: i64) -> Result<(), StorageError> {
+    async fn batch_ended(
+        &self,
+        _project: &str,
+        _batch_id: &str,
+        _status: &str,
+        _at_ms: i64,
+    ) -> Result<(), StorageError> {
         Ok(())
     }
 }

@@ -144,14 +144,26 @@ impl Delivery {
         headers
     }
 
-    /// One attempt: sign with every secret (unsigned when `secrets` is empty), post, record the
-    /// attempt, then Succeeded / Failed / Pending with `next_attempt_at_ms` from the retry
-    /// schedule. A final delivery is left as it is.
+    /// One attempt on the default schedule ([`RETRY_DELAYS`]): see [`Delivery::attempt_on`].
     pub async fn attempt(
         &mut self,
         transport: &dyn WebhookTransport,
         secrets: &[SigningSecret],
         now_ms: i64,
+    ) -> DeliveryState {
+        self.attempt_on(transport, secrets, now_ms, &RETRY_DELAYS).await
+    }
+
+    /// One attempt: sign with every secret (unsigned when `secrets` is empty), post, record the
+    /// attempt, then Succeeded / Failed / Pending with `next_attempt_at_ms` from `delays` (the
+    /// wait after failed attempt n is `delays[n - 1]`; after the last, the delivery fails). A final
+    /// delivery is left as it is.
+    pub async fn attempt_on(
+        &mut self,
+        transport: &dyn WebhookTransport,
+        secrets: &[SigningSecret],
+        now_ms: i64,
+        delays: &[Duration],
     ) -> DeliveryState {
         if self.is_final() {
             return self.state;
@@ -163,6 +175,28 @@ impl Delivery {
             .await;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let (verdict, status, error) = judge(outcome);
+        self.record(verdict, status, error, now_ms, duration_ms, delays)
+    }
+
+    /// Record an attempt that could not be sent at all (e.g. no secret to sign with) as a
+    /// retryable failure on `delays`.
+    pub fn record_failure(&mut self, reason: &str, now_ms: i64, delays: &[Duration]) -> DeliveryState {
+        if self.is_final() {
+            return self.state;
+        }
+        let verdict = Verdict::Retry { retry_after: None };
+        self.record(verdict, None, Some(reason.to_owned()), now_ms, 0, delays)
+    }
+
+    fn record(
+        &mut self,
+        verdict: Verdict,
+        status: Option<u16>,
+        error: Option<String>,
+        now_ms: i64,
+        duration_ms: u64,
+        delays: &[Duration],
+    ) -> DeliveryState {
         self.attempts.push(DeliveryAttempt {
             at_ms: now_ms,
             status,
@@ -172,7 +206,7 @@ impl Delivery {
         match verdict {
             Verdict::Succeeded => self.finish(DeliveryState::Succeeded),
             Verdict::FailedForGood => self.finish(DeliveryState::Failed),
-            Verdict::Retry { retry_after } => match RETRY_DELAYS.get(self.attempts.len() - 1) {
+            Verdict::Retry { retry_after } => match delays.get(self.attempts.len() - 1) {
                 None => self.finish(DeliveryState::Failed),
                 Some(delay) => {
                     let scheduled = *delay + jitter(*delay);

@@ -215,7 +215,11 @@ impl WebhookEndpoints {
         }
     }
 
-    pub async fn create(&self, project: &str, request: CreateEndpointRequest) -> Result<CreatedEndpoint, WebhooksError> {
+    pub async fn create(
+        &self,
+        project: &str,
+        request: CreateEndpointRequest,
+    ) -> Result<CreatedEndpoint, WebhooksError> {
         let url = WebhookUrl::parse(&request.url, &self.policy)
             .map_err(|err| WebhooksError::invalid(format!("Invalid 'url': {err}"), "url"))?;
         let event_types = event_types(&request.event_types)?;
@@ -286,7 +290,10 @@ impl WebhookEndpoints {
             Some(after) => {
                 let position = all.iter().position(|(record, _)| record.id == after).ok_or_else(|| {
                     WebhooksError::invalid(
-                        format!("Invalid 'after': '{}' is not an endpoint of this project.", excerpt(after)),
+                        format!(
+                            "Invalid 'after': '{}' is not an endpoint of this project.",
+                            excerpt(after)
+                        ),
                         "after",
                     )
                 })?;

@@ -35,7 +35,10 @@ async fn a_new_endpoint_shows_its_secret_once() {
     let created = endpoints
         .create(
             "p1",
-            request("https://example.com/hook", &["batch.completed", "batch.failed", "batch.completed"]),
+            request(
+                "https://example.com/hook",
+                &["batch.completed", "batch.failed", "batch.completed"],
+            ),
         )
         .await
         .unwrap();
@@ -44,7 +47,10 @@ async fn a_new_endpoint_shows_its_secret_once() {
     assert_eq!(endpoint.object, "webhook_endpoint");
     assert_eq!(endpoint.url, "https://example.com/hook");
     assert_eq!(endpoint.name, "mine");
-    assert_eq!(endpoint.event_types, [BatchEventType::Completed, BatchEventType::Failed]);
+    assert_eq!(
+        endpoint.event_types,
+        [BatchEventType::Completed, BatchEventType::Failed]
+    );
     assert!(created.signing_secret.starts_with("whsec_"));
     let secret = SigningSecret::parse(&created.signing_secret).unwrap();
     assert_eq!(endpoint.signing_secret_hint, Some(secret.masked()));
@@ -53,7 +59,10 @@ async fn a_new_endpoint_shows_its_secret_once() {
     assert_eq!(&shown, endpoint);
     let json = serde_json::to_value(&shown).unwrap();
     assert!(json.get("signing_secret").is_none());
-    assert_eq!(json["event_types"], serde_json::json!(["batch.completed", "batch.failed"]));
+    assert_eq!(
+        json["event_types"],
+        serde_json::json!(["batch.completed", "batch.failed"])
+    );
 }
 
 #[tokio::test]
@@ -73,8 +82,16 @@ async fn a_given_secret_is_used_and_checked() {
 #[tokio::test]
 async fn bad_input_names_the_field() {
     let (strict, _) = service(false);
-    for url in ["http://example.com/hook", "ftp://example.com", "not a url", "http://127.0.0.1:8080/hook"] {
-        let err = strict.create("p1", request(url, &["batch.completed"])).await.unwrap_err();
+    for url in [
+        "http://example.com/hook",
+        "ftp://example.com",
+        "not a url",
+        "http://127.0.0.1:8080/hook",
+    ] {
+        let err = strict
+            .create("p1", request(url, &["batch.completed"]))
+            .await
+            .unwrap_err();
         assert_eq!(param_of(err), "url", "{url}");
     }
     let err = strict
@@ -83,7 +100,10 @@ async fn bad_input_names_the_field() {
         .unwrap_err();
     assert_eq!(param_of(err), "event_types");
     let err = strict
-        .create("p1", request("https://example.com", &["batch.completed", "response.completed"]))
+        .create(
+            "p1",
+            request("https://example.com", &["batch.completed", "response.completed"]),
+        )
         .await
         .unwrap_err();
     assert!(err.to_string().contains("response.completed"), "{err}");
@@ -140,7 +160,10 @@ async fn lists_page_newest_first() {
     assert_eq!(rest.data.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), ids[2..]);
     assert!(!rest.has_more);
     assert_eq!(param_of(endpoints.list("p1", None, 0).await.unwrap_err()), "limit");
-    assert_eq!(param_of(endpoints.list("p1", Some("whep_x"), 2).await.unwrap_err()), "after");
+    assert_eq!(
+        param_of(endpoints.list("p1", Some("whep_x"), 2).await.unwrap_err()),
+        "after"
+    );
 }
 
 #[tokio::test]
@@ -196,10 +219,7 @@ async fn rotating_an_endpoint_secret_keeps_the_old_one_only_when_asked() {
         signing(loaded.clone(), now),
         [kept.signing_secret.clone(), created.signing_secret.clone()]
     );
-    assert_eq!(
-        signing(loaded, now + SECRET_OVERLAP_MS),
-        [kept.signing_secret.clone()]
-    );
+    assert_eq!(signing(loaded, now + SECRET_OVERLAP_MS), [kept.signing_secret.clone()]);
 
     let replaced = endpoints.rotate_secret("p1", id, false).await.unwrap();
     let loaded = endpoints.load("p1", id).await.unwrap().unwrap();

@@ -40,7 +40,12 @@ impl BatchWebhooks {
         if stored.delivery.is_final() || attempt <= attempts_made || stored.lease_until_ms > now_ms {
             return Ok(JobOutcome::Done);
         }
-        if let Some(wait_ms) = stored.delivery.next_attempt_at_ms.map(|at| at - now_ms).filter(|w| *w > 0) {
+        if let Some(wait_ms) = stored
+            .delivery
+            .next_attempt_at_ms
+            .map(|at| at - now_ms)
+            .filter(|w| *w > 0)
+        {
             return Ok(if wait_ms <= MAX_MESSAGE_DELAY_MS {
                 JobOutcome::Retry {
                     retry_after: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
@@ -97,7 +102,9 @@ impl BatchWebhooks {
             let next_attempt = u32::try_from(delivery.attempts.len() + 1).unwrap_or(u32::MAX);
             let delay = Duration::from_millis(u64::try_from(next_due - now_ms).unwrap_or(0));
             if self.send_attempt(id, next_attempt, delay).await {
-                self.due.set(DELIVERY_LANE, id, next_due + LOST_MESSAGE_GRACE_MS).await?;
+                self.due
+                    .set(DELIVERY_LANE, id, next_due + LOST_MESSAGE_GRACE_MS)
+                    .await?;
                 return Ok(JobOutcome::Done);
             }
         }
@@ -116,7 +123,9 @@ impl BatchWebhooks {
             // The index was behind the record (a crash between the two writes).
             self.due.set(DELIVERY_LANE, id, next_due).await?;
         } else if loaded.body.delivery.is_final() {
-            self.state.delete(DELIVERY_KIND, id, Some(loaded.record.version)).await?;
+            self.state
+                .delete(DELIVERY_KIND, id, Some(loaded.record.version))
+                .await?;
             self.due.clear(DELIVERY_LANE, id).await?;
             report.purged += 1;
         } else {

@@ -63,10 +63,14 @@ impl WebhookTransport for ScriptedTransport {
             .lock()
             .unwrap()
             .push((url.as_str().to_owned(), headers.to_vec(), body));
-        self.script.lock().unwrap().pop_front().unwrap_or(PostOutcome::Response {
-            status: 200,
-            retry_after: None,
-        })
+        self.script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(PostOutcome::Response {
+                status: 200,
+                retry_after: None,
+            })
     }
 }
 

@@ -15,8 +15,6 @@ mod test_support;
 pub mod url_policy;
 
 pub use delivery::{Delivery, DeliveryAttempt, DeliveryState, SignatureStyle};
-pub use signing::{baseten_signature, standard_signature, SecretFormatError, SigningSecret};
-pub use url_policy::{forbidden_address, UrlPolicy, WebhookUrl, WebhookUrlError};
 pub use endpoints::{
     BatchEventType, CreateEndpointRequest, CreatedEndpoint, DeletedEndpoint, EndpointList, WebhookEndpoint,
     WebhookEndpoints,
@@ -24,3 +22,5 @@ pub use endpoints::{
 pub use errors::WebhooksError;
 pub use events::{BatchWebhooks, BatchWebhooksDeps, DeliveryList, DeliveryView};
 pub use secrets::{CreatedSecret, RevokedSecret, SecretSource, SecretSummary, WebhookSecrets};
+pub use signing::{baseten_signature, standard_signature, SecretFormatError, SigningSecret};
+pub use url_policy::{forbidden_address, UrlPolicy, WebhookUrl, WebhookUrlError};

@@ -158,7 +158,10 @@ impl WebhookSecrets {
         self.state.create(&record).await?;
         let expires_at_ms = now_ms + ROTATION_OVERLAP_MS;
         // Only secrets older than this one: of two secrets created at once, the newer survives.
-        for (older, _) in older.iter().filter(|(r, _)| r.cursor().sort_key() < record.cursor().sort_key()) {
+        for (older, _) in older
+            .iter()
+            .filter(|(r, _)| r.cursor().sort_key() < record.cursor().sort_key())
+        {
             self.expire_by(&older.id, expires_at_ms).await?;
         }
         self.forget(project);
@@ -333,7 +336,10 @@ impl WebhookSecrets {
 }
 
 fn corrupt(record: &Record) -> StorageError {
-    StorageError::Backend(format!("corrupt {} record {}: not a whsec_ secret", record.kind, record.id))
+    StorageError::Backend(format!(
+        "corrupt {} record {}: not a whsec_ secret",
+        record.kind, record.id
+    ))
 }
 
 #[async_trait]

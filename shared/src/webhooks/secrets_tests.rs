@@ -70,7 +70,10 @@ async fn a_new_secret_rotates_the_old_one_out_after_24_hours() {
     assert_eq!(listed[0].expires_at, None);
     assert_eq!(listed[1].expires_at, Some(overlap_end_ms / 1000));
     let both = vec![new.secret.clone(), old.secret.clone()];
-    assert_eq!(strings(&f.secrets.signing("p1", overlap_end_ms - 1).await.unwrap()), both);
+    assert_eq!(
+        strings(&f.secrets.signing("p1", overlap_end_ms - 1).await.unwrap()),
+        both
+    );
 
     // The old record carries its TTL for the store.
     let record = f.state.get(SECRET_KIND, &old.id).await.unwrap().unwrap();
@@ -120,8 +123,14 @@ async fn revoking_stops_signing_and_hides_the_secret() {
         }
     );
     let listed = f.secrets.list("p1").await.unwrap();
-    assert_eq!(listed.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), [old.id.as_str()]);
-    assert_eq!(strings(&f.secrets.signing("p1", f.now()).await.unwrap()), vec![old.secret]);
+    assert_eq!(
+        listed.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+        [old.id.as_str()]
+    );
+    assert_eq!(
+        strings(&f.secrets.signing("p1", f.now()).await.unwrap()),
+        vec![old.secret]
+    );
     // The store may remove a revoked record at once.
     let record = f.state.get(SECRET_KIND, &new.id).await.unwrap().unwrap();
     assert_eq!(record.expires_at, Some(f.now() / 1000));

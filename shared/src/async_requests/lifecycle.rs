@@ -1,0 +1,137 @@
+//! How a request ends, and what comes due after: the final status, its errors and output, the
+//! webhook delivery it owes, and the scheduler's next look at it.
+
+use super::records::{ErrorEntry, StoredRequest};
+use super::service::AsyncService;
+use super::{AsyncStatus, DUE_LANE};
+use crate::jobs::JobMessage;
+use crate::ports::StorageError;
+use crate::webhooks::delivery::{Delivery, SignatureStyle};
+use std::time::Duration;
+
+/// Deliveries due within this long get a delayed queue message (SQS delays stop at 15 minutes);
+/// later ones wait for the scheduler.
+pub(crate) const MAX_QUEUE_DELAY: Duration = Duration::from_secs(900);
+
+/// A saved output: its blob key and size.
+#[derive(Debug, Clone)]
+pub(crate) struct SavedOutput {
+    pub key: String,
+    pub bytes: u64,
+}
+
+impl AsyncService {
+    /// End `request` with `status` at `now`: close its open attempt, keep `error` and `output`,
+    /// and owe a webhook delivery when it has a webhook.
+    pub(crate) fn conclude(
+        &self,
+        request: &mut StoredRequest,
+        status: AsyncStatus,
+        error: Option<ErrorEntry>,
+        output: Option<SavedOutput>,
+        now: i64,
+    ) {
+        request.status = status;
+        request.status_at_ms = now;
+        request.finished_at_ms = Some(now);
+        if let Some(attempt) = request.attempts.last_mut().filter(|a| a.finished_at_ms.is_none()) {
+            attempt.finished_at_ms = Some(now);
+            if attempt.error.is_none() {
+                attempt.error.clone_from(&error);
+            }
+        }
+        if let Some(error) = error {
+            request.errors = vec![error];
+        }
+        if let Some(output) = output {
+            request.output_key = Some(output.key);
+            request.output_bytes = Some(output.bytes);
+        }
+        request.lease_until_ms = None;
+        request.next_run_at_ms = None;
+        request.delivery = request.webhook_endpoint.clone().map(|url| {
+            Delivery::new(
+                webhook_id(&request.request_id),
+                url,
+                String::new(),
+                SignatureStyle::StandardAndBaseten,
+                Some(request.request_id.clone()),
+                now,
+            )
+        });
+    }
+
+    /// After `request` was saved concluded by the API or the scheduler (not a worker): queue its
+    /// first delivery, and put its next look on the due index.
+    pub(crate) async fn queue_first_delivery(&self, request: &StoredRequest, now: i64) -> Result<(), StorageError> {
+        if request.delivery_pending() {
+            self.due.set(DUE_LANE, &request.request_id, now).await?;
+            let job = JobMessage::AsyncDeliver {
+                request_id: request.request_id.clone(),
+                attempt: 1,
+            };
+            self.deps
+                .queue
+                .send_priority(&job.to_body(), request.priority, Duration::ZERO)
+                .await?;
+            Ok(())
+        } else {
+            self.schedule_next_look(request, now).await
+        }
+    }
+
+    /// Put the scheduler's next look at `request` on the due index: its next delivery attempt
+    /// (with a delayed message when that is soon), or the end of its retention (purge).
+    pub(crate) async fn schedule_next_look(&self, request: &StoredRequest, now: i64) -> Result<(), StorageError> {
+        let next_delivery = request
+            .delivery
+            .as_ref()
+            .filter(|_| request.delivery_pending())
+            .and_then(|delivery| delivery.next_attempt_at_ms.map(|at| (at, delivery.attempts.len())));
+        match next_delivery {
+            Some((at, made)) => {
+                self.move_due_entry(request, at).await?;
+                let wait = Duration::from_millis(u64::try_from(at - now).unwrap_or(0));
+                if wait <= MAX_QUEUE_DELAY {
+                    let job = JobMessage::AsyncDeliver {
+                        request_id: request.request_id.clone(),
+                        attempt: u32::try_from(made + 1).unwrap_or(u32::MAX),
+                    };
+                    self.deps
+                        .queue
+                        .send_priority(&job.to_body(), request.priority, wait)
+                        .await?;
+                }
+                Ok(())
+            }
+            None => {
+                let purge_at = self.expires_at_s(request.created_at_ms).saturating_mul(1000);
+                self.move_due_entry(request, purge_at).await
+            }
+        }
+    }
+
+    /// Move the request's due-index entry to `at`: one write when the record knows the entry's
+    /// version (it was saved with the version this move makes, see [`StoredRequest::due_version`]).
+    async fn move_due_entry(&self, request: &StoredRequest, at: i64) -> Result<(), StorageError> {
+        match request.due_version {
+            Some(version) if version > 1 => {
+                self.due
+                    .reschedule(DUE_LANE, &request.request_id, at, version - 1)
+                    .await
+            }
+            _ => self.due.set(DUE_LANE, &request.request_id, at).await,
+        }
+    }
+}
+
+/// Before saving a request whose due-index entry is about to move: the version that move makes.
+pub(crate) fn expect_due_move(request: &mut StoredRequest) {
+    request.due_version = request.due_version.map(|version| version + 1);
+}
+
+/// The webhook id of a request's delivery: the same on every attempt, so receivers can
+/// de-duplicate.
+pub(crate) fn webhook_id(request_id: &str) -> String {
+    format!("msg_{request_id}")
+}

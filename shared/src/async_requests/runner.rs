@@ -1,0 +1,369 @@
+//! The worker's side: `async_run` runs a request (slots, retries, saved output, first webhook
+//! attempt), `async_deliver` makes a later webhook attempt.
+//!
+//! Crash safety: the output is saved to the blob store before the record says so and before any
+//! webhook is sent. A worker that dies leaves an open attempt; the next run of the message finds
+//! the saved output (then only concludes and delivers) or runs the model again (nothing was
+//! saved). Every state change is a conditional write, so two deliveries of one message never
+//! both win.
+
+use super::classify::{RunFailure, ASYNC_REQUEST_EXPIRED, MODEL_PREDICT_ERROR};
+use super::lifecycle::{expect_due_move, SavedOutput};
+use super::records::{output_key, Attempt, ErrorEntry, StoredRequest, KIND};
+use super::service::AsyncService;
+use super::wire::webhook_body;
+use super::AsyncStatus;
+use crate::jobs::{JobMessage, JobRunner};
+use crate::model_slots::{self, SlotRequest};
+use crate::ports::{JobOutcome, StorageError, WebhookTransport};
+use crate::records::Loaded;
+use crate::webhooks::delivery::DeliveryState;
+use crate::webhooks::SecretSource;
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long a run waits for a free slot of its model before trying again.
+const SLOT_WAIT: Duration = Duration::from_secs(2);
+
+/// Runs the async jobs.
+pub struct AsyncRunner {
+    service: Arc<AsyncService>,
+    transport: Arc<dyn WebhookTransport>,
+    secrets: Arc<dyn SecretSource>,
+}
+
+impl AsyncRunner {
+    pub fn new(
+        service: Arc<AsyncService>,
+        transport: Arc<dyn WebhookTransport>,
+        secrets: Arc<dyn SecretSource>,
+    ) -> Self {
+        Self {
+            service,
+            transport,
+            secrets,
+        }
+    }
+}
+
+#[async_trait]
+impl JobRunner for AsyncRunner {
+    async fn run(&self, job: &JobMessage, _deadline: Instant) -> JobOutcome {
+        let result = match job {
+            JobMessage::AsyncRun { request_id } => self.run_request(request_id).await,
+            JobMessage::AsyncDeliver { request_id, attempt } => self.deliver(request_id, *attempt).await,
+            _ => Ok(JobOutcome::Done),
+        };
+        result.unwrap_or_else(|err| {
+            tracing::warn!(?job, error = %err, "async job failed; it will be retried");
+            JobOutcome::Retry {
+                retry_after: Duration::from_secs(5),
+            }
+        })
+    }
+}
+
+fn wait_until(at_ms: i64, now_ms: i64) -> JobOutcome {
+    JobOutcome::Retry {
+        retry_after: Duration::from_millis(u64::try_from(at_ms - now_ms).unwrap_or(0).max(100)),
+    }
+}
+
+impl AsyncRunner {
+    async fn run_request(&self, request_id: &str) -> Result<JobOutcome, StorageError> {
+        let service = &self.service;
+        let state = service.deps.state.as_ref();
+        let Some(mut loaded) = Loaded::<StoredRequest>::get(state, KIND, request_id).await? else {
+            return Ok(JobOutcome::Done);
+        };
+        let now = service.now_ms();
+        let request = &loaded.body;
+        if request.status.is_final() {
+            return Ok(JobOutcome::Done);
+        }
+        if let Some(until) = request.lease_until_ms.filter(|until| *until > now) {
+            return Ok(wait_until(until, now));
+        }
+        if request.status == AsyncStatus::Queued && now >= request.queue_deadline_ms() {
+            let error = expired_error(request.max_time_in_queue_s);
+            service.conclude(&mut loaded.body, AsyncStatus::Expired, Some(error), None, now);
+            return self.finish(loaded, None, now).await;
+        }
+        if let Some(at) = request.next_run_at_ms.filter(|at| *at > now) {
+            return Ok(wait_until(at, now));
+        }
+        if request.open_attempt().is_some() {
+            // A worker died running it. If it saved the output, the model is not called again.
+            let key = output_key(&request.project, request_id);
+            if let Some(bytes) = service.deps.blobs.size(&key).await? {
+                let output = service.deps.blobs.get(&key).await?;
+                let output = serde_json::from_slice::<Value>(&output).ok();
+                service.conclude(
+                    &mut loaded.body,
+                    AsyncStatus::Succeeded,
+                    None,
+                    Some(SavedOutput { key, bytes }),
+                    now,
+                );
+                return self.finish(loaded, output, now).await;
+            }
+            if let Some(attempt) = loaded.body.attempts.last_mut() {
+                attempt.finished_at_ms = Some(now);
+                attempt.error = Some(ErrorEntry {
+                    code: MODEL_PREDICT_ERROR.to_owned(),
+                    message: "The worker running this attempt stopped before it finished.".to_owned(),
+                });
+            }
+        }
+        let request = &loaded.body;
+        if request.attempts.len() >= request.retry.max_attempts as usize {
+            let error = request.attempts.last().and_then(|a| a.error.clone());
+            service.conclude(&mut loaded.body, AsyncStatus::Failed, error, None, now);
+            return self.finish(loaded, None, now).await;
+        }
+        // The model's concurrency, shared with batch lines: no free slot, try again shortly.
+        let lease_until = now + i64::try_from(service.settings.lease.as_millis()).unwrap_or(i64::MAX / 2);
+        let slot_model = service
+            .settings
+            .model_limits
+            .get(&request.model_id)
+            .map(|limit| (request.model_id.clone(), *limit));
+        if let Some((model, limit)) = &slot_model {
+            let request = SlotRequest {
+                model,
+                limit: *limit,
+                want: 1,
+                token: request_id,
+                now_ms: now,
+                until_ms: lease_until,
+            };
+            if model_slots::acquire(state, request).await? == 0 {
+                return Ok(JobOutcome::Retry { retry_after: SLOT_WAIT });
+            }
+        }
+        let claimed = self.claim(&mut loaded, now, lease_until).await;
+        let outcome = match claimed {
+            Ok(true) => self.execute(loaded, now).await,
+            Ok(false) => Ok(JobOutcome::Retry {
+                retry_after: Duration::from_secs(1),
+            }),
+            Err(err) => Err(err),
+        };
+        if let Some((model, _)) = &slot_model {
+            let now = service.now_ms();
+            if let Err(err) = model_slots::release(state, model, request_id, now).await {
+                tracing::warn!(error = %err, "could not release a model slot; its lease will expire");
+            }
+        }
+        outcome
+    }
+
+    /// Mark the request `IN_PROGRESS` with a new attempt, held until `lease_until`. False when
+    /// someone else changed it first.
+    async fn claim(
+        &self,
+        loaded: &mut Loaded<StoredRequest>,
+        now: i64,
+        lease_until: i64,
+    ) -> Result<bool, StorageError> {
+        let request = &mut loaded.body;
+        if request.status == AsyncStatus::Queued {
+            request.status = AsyncStatus::InProgress;
+            request.status_at_ms = now;
+        }
+        request.started_at_ms.get_or_insert(now);
+        request.attempts.push(Attempt {
+            started_at_ms: now,
+            finished_at_ms: None,
+            error: None,
+        });
+        request.lease_until_ms = Some(lease_until);
+        request.next_run_at_ms = None;
+        match loaded.save(self.service.deps.state.as_ref()).await {
+            Ok(()) => Ok(true),
+            Err(StorageError::Conflict) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Run the claimed request's model and record what came of it.
+    async fn execute(&self, mut loaded: Loaded<StoredRequest>, started: i64) -> Result<JobOutcome, StorageError> {
+        let service = &self.service;
+        let request = &loaded.body;
+        let result = service
+            .deps
+            .executor
+            .run(&request.project, request.endpoint, &request.model_input)
+            .await;
+        let now = service.now_ms();
+        match result {
+            Ok(output) => {
+                let key = output_key(&request.project, &request.request_id);
+                let body = serde_json::to_vec(&output).map_err(|e| StorageError::Invalid(e.to_string()))?;
+                let bytes = body.len() as u64;
+                // Saved before anything says so: a crash from here on never runs the model again.
+                service.deps.blobs.put(&key, Bytes::from(body)).await?;
+                service.conclude(
+                    &mut loaded.body,
+                    AsyncStatus::Succeeded,
+                    None,
+                    Some(SavedOutput { key, bytes }),
+                    now,
+                );
+                self.finish(loaded, Some(output), now).await
+            }
+            Err(failure) => self.failed_attempt(loaded, failure, started, now).await,
+        }
+    }
+
+    async fn failed_attempt(
+        &self,
+        mut loaded: Loaded<StoredRequest>,
+        failure: RunFailure,
+        _started: i64,
+        now: i64,
+    ) -> Result<JobOutcome, StorageError> {
+        let service = &self.service;
+        let request = &mut loaded.body;
+        let made = request.attempts.len();
+        let can_retry = failure.retryable && made < request.retry.max_attempts as usize;
+        if !can_retry {
+            service.conclude(request, AsyncStatus::Failed, Some(failure.error), None, now);
+            return self.finish(loaded, None, now).await;
+        }
+        if let Some(attempt) = request.attempts.last_mut() {
+            attempt.finished_at_ms = Some(now);
+            attempt.error = Some(failure.error);
+        }
+        let backoff = request.retry.delay_after(u32::try_from(made).unwrap_or(u32::MAX));
+        let asked = failure
+            .retry_after
+            .map_or(0, |wait| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+        let wait_ms = backoff
+            .max(asked)
+            .min(super::lifecycle::MAX_QUEUE_DELAY.as_millis() as u64);
+        request.next_run_at_ms = Some(now + i64::try_from(wait_ms).unwrap_or(0));
+        request.lease_until_ms = None;
+        match loaded.save(service.deps.state.as_ref()).await {
+            Ok(()) | Err(StorageError::Conflict) => Ok(JobOutcome::Retry {
+                retry_after: Duration::from_millis(wait_ms),
+            }),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Save a concluded request after one delivery attempt, and schedule what comes next.
+    async fn finish(
+        &self,
+        mut loaded: Loaded<StoredRequest>,
+        output: Option<Value>,
+        now: i64,
+    ) -> Result<JobOutcome, StorageError> {
+        self.attempt_delivery(&mut loaded.body, output.as_ref(), now).await;
+        expect_due_move(&mut loaded.body);
+        match loaded.save(self.service.deps.state.as_ref()).await {
+            Ok(()) => {}
+            // Someone else concluded it meanwhile: theirs stands.
+            Err(StorageError::Conflict) => return Ok(JobOutcome::Done),
+            Err(err) => return Err(err),
+        }
+        self.service.schedule_next_look(&loaded.body, now).await?;
+        Ok(JobOutcome::Done)
+    }
+
+    /// One webhook attempt for a concluded request (when it owes one): the body is built from the
+    /// saved output now (so its `time` is the attempt's), signed with the project's secrets.
+    async fn attempt_delivery(&self, request: &mut StoredRequest, output: Option<&Value>, now: i64) {
+        if !request.delivery_pending() {
+            return;
+        }
+        let body = webhook_body(request, output, now);
+        let secrets = match self.secrets.signing_secrets(&request.project).await {
+            Ok(secrets) => Some(secrets),
+            Err(err) => {
+                tracing::warn!(error = %err, "could not read the project's webhook secrets");
+                None
+            }
+        };
+        let allow_unsigned = self.service.settings.allow_unsigned_webhooks;
+        let delays = &self.service.settings.webhook_retry_delays;
+        let Some(delivery) = request.delivery.as_mut() else {
+            return;
+        };
+        delivery.body = body;
+        match secrets {
+            Some(secrets) if !secrets.is_empty() || allow_unsigned => {
+                delivery
+                    .attempt_on(self.transport.as_ref(), &secrets, now, delays)
+                    .await;
+            }
+            Some(_) => {
+                delivery.record_failure(
+                    "The project has no webhook secret and unsigned webhooks are not allowed: create one with POST /v1/webhook_secrets.",
+                    now,
+                    delays,
+                );
+            }
+            None => {
+                delivery.record_failure("The project's webhook secrets could not be read.", now, delays);
+            }
+        }
+        // The body is rebuilt from the saved output on every attempt; the record keeps it small.
+        delivery.body.clear();
+        if delivery.state == DeliveryState::Failed && request.status == AsyncStatus::Succeeded {
+            request.status = AsyncStatus::WebhookFailed;
+            request.status_at_ms = now;
+        }
+    }
+
+    async fn deliver(&self, request_id: &str, attempt: u32) -> Result<JobOutcome, StorageError> {
+        let service = &self.service;
+        let state = service.deps.state.as_ref();
+        let Some(mut loaded) = Loaded::<StoredRequest>::get(state, KIND, request_id).await? else {
+            return Ok(JobOutcome::Done);
+        };
+        let now = service.now_ms();
+        let request = &loaded.body;
+        let Some(delivery) = request.delivery.as_ref().filter(|_| request.delivery_pending()) else {
+            return Ok(JobOutcome::Done);
+        };
+        if delivery.attempts.len() + 1 != attempt as usize {
+            // Stale: that attempt was made (or this message is a duplicate).
+            return Ok(JobOutcome::Done);
+        }
+        if let Some(at) = delivery.next_attempt_at_ms.filter(|at| *at > now + 1000) {
+            return Ok(wait_until(at, now));
+        }
+        let output = match (&request.output_key, request.status) {
+            (Some(key), AsyncStatus::Succeeded | AsyncStatus::WebhookFailed) => {
+                match service.deps.blobs.get(key).await {
+                    Ok(bytes) => serde_json::from_slice::<Value>(&bytes).ok(),
+                    Err(StorageError::NotFound) => None,
+                    Err(err) => return Err(err),
+                }
+            }
+            _ => None,
+        };
+        self.attempt_delivery(&mut loaded.body, output.as_ref(), now).await;
+        expect_due_move(&mut loaded.body);
+        match loaded.save(state).await {
+            Ok(()) => {}
+            Err(StorageError::Conflict) => return Ok(JobOutcome::Done),
+            Err(err) => return Err(err),
+        }
+        service.schedule_next_look(&loaded.body, now).await?;
+        Ok(JobOutcome::Done)
+    }
+}
+
+/// The error of a request that waited too long.
+pub(crate) fn expired_error(max_time_in_queue_s: u64) -> ErrorEntry {
+    ErrorEntry {
+        code: ASYNC_REQUEST_EXPIRED.to_owned(),
+        message: format!("The request was not started within max_time_in_queue_seconds ({max_time_in_queue_s} s)."),
+    }
+}

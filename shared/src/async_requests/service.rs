@@ -1,0 +1,376 @@
+//! The async API: submit, get, list, cancel. Every id and timestamp is minted here.
+
+use super::error::AsyncError;
+use super::execute::AsyncExecutor;
+use super::records::{output_key, AsyncStatus, ErrorEntry, StoredRequest, KIND};
+use super::submit::parse_submission;
+use super::wire::{AsyncRequestPage, AsyncRequestView};
+use super::DUE_LANE;
+use crate::config::Config;
+use crate::jobs::JobMessage;
+use crate::ports::{BlobStore, Clock, IdSource, JobQueue, ListOrder, ListQuery, Record, StateStore, StorageError};
+use crate::records::{decode, encode, Loaded};
+use crate::scheduler::DueIndex;
+use crate::user_text::excerpt;
+use crate::webhooks::url_policy::{UrlPolicy, WebhookUrl};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How async requests are kept and delivered.
+#[derive(Debug, Clone)]
+pub struct AsyncSettings {
+    /// How long a request and its output are kept after it was submitted.
+    pub retention: Duration,
+    /// How long a worker holds a request it runs (longer than one run and one delivery).
+    pub lease: Duration,
+    /// Outputs up to this size are returned inline by `GET /async_request/{id}`; larger ones by
+    /// a link.
+    pub inline_output_limit: u64,
+    /// Which webhook URLs are accepted.
+    pub url_policy: UrlPolicy,
+    /// Whether a project with no webhook secret gets unsigned webhooks (else its deliveries fail).
+    pub allow_unsigned_webhooks: bool,
+    /// Models with a `max_concurrency`: their slots are shared with batch lines.
+    pub model_limits: HashMap<String, u32>,
+    /// The wait after each failed webhook attempt (`[webhooks] retry_delays_s`).
+    pub webhook_retry_delays: Vec<Duration>,
+}
+
+impl AsyncSettings {
+    /// The configured settings; `url_policy` says whether plain-HTTP loopback webhooks are
+    /// accepted (the local server's choice, never Lambda's).
+    pub fn from_config(config: &Config, url_policy: UrlPolicy) -> Self {
+        Self {
+            retention: Duration::from_secs(u64::from(config.async_requests.retention_days) * 24 * 3600),
+            allow_unsigned_webhooks: config.webhooks.allow_unsigned,
+            webhook_retry_delays: config.webhooks.retry_delays(),
+            url_policy,
+            model_limits: config
+                .models
+                .iter()
+                .filter_map(|(name, model)| model.max_concurrency.map(|limit| (name.clone(), limit)))
+                .collect(),
+            ..Self::default()
+        }
+    }
+}
+
+impl Default for AsyncSettings {
+    fn default() -> Self {
+        Self {
+            retention: Duration::from_secs(7 * 24 * 3600),
+            lease: Duration::from_secs(6 * 60),
+            inline_output_limit: 1024 * 1024,
+            url_policy: UrlPolicy {
+                allow_loopback_http: false,
+            },
+            allow_unsigned_webhooks: false,
+            model_limits: HashMap::new(),
+            webhook_retry_delays: crate::webhooks::delivery::RETRY_DELAYS.to_vec(),
+        }
+    }
+}
+
+/// What the async API needs.
+#[derive(Clone)]
+pub struct AsyncDeps {
+    pub state: Arc<dyn StateStore>,
+    pub blobs: Arc<dyn BlobStore>,
+    pub queue: Arc<dyn JobQueue>,
+    pub clock: Arc<dyn Clock>,
+    pub ids: Arc<dyn IdSource>,
+    pub executor: AsyncExecutor,
+}
+
+pub struct AsyncService {
+    pub(crate) deps: AsyncDeps,
+    pub(crate) settings: AsyncSettings,
+    pub(crate) due: DueIndex,
+}
+
+/// `GET /async_requests`' query.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListAsyncRequests {
+    pub limit: Option<usize>,
+    pub after: Option<String>,
+    pub status: Option<String>,
+}
+
+/// What `DELETE /async_request/{id}` did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CancelOutcome {
+    pub request_id: String,
+    pub canceled: bool,
+    pub message: String,
+}
+
+impl AsyncService {
+    pub fn new(deps: AsyncDeps, settings: AsyncSettings) -> Self {
+        let due = DueIndex::new(Arc::clone(&deps.state));
+        Self { deps, settings, due }
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.deps.clock.now_unix_ms()
+    }
+
+    /// Accept a request: check it, store it `QUEUED`, schedule its expiry, and queue it at its
+    /// priority. Returns its id.
+    pub async fn submit(
+        &self,
+        project: &str,
+        body: Map<String, Value>,
+        path_model: Option<&str>,
+    ) -> Result<String, AsyncError> {
+        let submission = parse_submission(body, path_model)?;
+        let executor = &self.deps.executor;
+        if !executor.knows(submission.endpoint, &submission.model_id, &submission.model_input) {
+            let field = match (path_model, submission.model_input.contains_key("function_name")) {
+                (Some(_), _) => "model",
+                (None, true) => "model_input.function_name",
+                (None, false) if submission.model_input.contains_key("model_name") => "model_input.model_name",
+                (None, false) => "model_input.model",
+            };
+            return Err(AsyncError::UnknownModel {
+                field: field.to_owned(),
+                model: submission.model_id,
+            });
+        }
+        executor
+            .check(submission.endpoint, &submission.model_input)
+            .map_err(|(field, message)| {
+                let field = field.map_or_else(|| "model_input".to_owned(), |f| format!("model_input.{f}"));
+                AsyncError::invalid(field, message)
+            })?;
+        let webhook_endpoint = match &submission.webhook_endpoint {
+            None => None,
+            Some(url) => Some(
+                WebhookUrl::parse(url, &self.settings.url_policy)
+                    .map_err(|err| AsyncError::invalid("webhook_endpoint", err.to_string()))?,
+            ),
+        };
+        let now = self.now_ms();
+        let request_id = self.deps.ids.new_uuid().simple().to_string();
+        let stored = StoredRequest {
+            request_id: request_id.clone(),
+            project: project.to_owned(),
+            model_id: submission.model_id,
+            endpoint: submission.endpoint,
+            model_input: submission.model_input,
+            priority: submission.priority,
+            max_time_in_queue_s: submission.max_time_in_queue_s,
+            retry: submission.retry,
+            webhook_endpoint,
+            status: AsyncStatus::Queued,
+            created_at_ms: now,
+            status_at_ms: now,
+            started_at_ms: None,
+            finished_at_ms: None,
+            attempts: Vec::new(),
+            lease_until_ms: None,
+            next_run_at_ms: None,
+            errors: Vec::new(),
+            output_key: None,
+            output_bytes: None,
+            delivery: None,
+            due_version: Some(1),
+        };
+        let record = Record {
+            kind: KIND.to_owned(),
+            id: request_id.clone(),
+            owner: project.to_owned(),
+            created_at_ms: now,
+            version: 1,
+            expires_at: Some(self.expires_at_s(now)),
+            body: encode(&stored)?,
+        };
+        self.deps.state.create(&record).await?;
+        // The expiry check comes due when the request may wait no longer; a worker that finishes
+        // it first clears it.
+        if let Err(err) = self.due.create(DUE_LANE, &request_id, stored.queue_deadline_ms()).await {
+            self.deps.state.delete(KIND, &request_id, None).await.ok();
+            return Err(err.into());
+        }
+        let job = JobMessage::AsyncRun {
+            request_id: request_id.clone(),
+        };
+        if let Err(err) = self
+            .deps
+            .queue
+            .send_priority(&job.to_body(), stored.priority, Duration::ZERO)
+            .await
+        {
+            // Not accepted: leave nothing behind that a worker or the scheduler would pick up.
+            self.deps.state.delete(KIND, &request_id, None).await.ok();
+            self.due.clear(DUE_LANE, &request_id).await.ok();
+            return Err(err.into());
+        }
+        Ok(request_id)
+    }
+
+    /// The record's TTL: the retention period from `from_ms`.
+    pub(crate) fn expires_at_s(&self, from_ms: i64) -> i64 {
+        from_ms / 1000 + i64::try_from(self.settings.retention.as_secs()).unwrap_or(i64::MAX / 2)
+    }
+
+    async fn load_owned(&self, project: &str, request_id: &str) -> Result<Loaded<StoredRequest>, AsyncError> {
+        match Loaded::<StoredRequest>::get(self.deps.state.as_ref(), KIND, request_id).await? {
+            Some(loaded) if loaded.record.owner == project && !self.is_past_retention(&loaded.record) => Ok(loaded),
+            _ => Err(AsyncError::NotFound(request_id.to_owned())),
+        }
+    }
+
+    fn is_past_retention(&self, record: &Record) -> bool {
+        record.expires_at.is_some_and(|at| at <= self.deps.clock.now_unix_s())
+    }
+
+    /// One request's status, with its output when it has one: inline when small, else a link.
+    pub async fn get(&self, project: &str, request_id: &str) -> Result<AsyncRequestView, AsyncError> {
+        let loaded = self.load_owned(project, request_id).await?;
+        let request = &loaded.body;
+        let mut view = AsyncRequestView::of(request, loaded.record.expires_at);
+        if let (Some(key), Some(bytes)) = (&request.output_key, request.output_bytes) {
+            if bytes <= self.settings.inline_output_limit {
+                match self.deps.blobs.get(key).await {
+                    Ok(body) => view.output = serde_json::from_slice(&body).ok(),
+                    Err(StorageError::NotFound) => {}
+                    Err(err) => return Err(err.into()),
+                }
+            } else {
+                let filename = format!("{request_id}-output.json");
+                // A time-limited link straight to the bytes where the store makes one (S3);
+                // else this API's own route for them.
+                let presigned = self
+                    .deps
+                    .blobs
+                    .presign_get(key, Duration::from_secs(3600), &filename)
+                    .await?;
+                view.output_url = Some(presigned.unwrap_or_else(|| format!("/async_request/{request_id}/output")));
+            }
+        }
+        Ok(view)
+    }
+
+    /// The saved output of a request, as stored (for `GET /async_request/{id}/output`).
+    pub async fn output(&self, project: &str, request_id: &str) -> Result<bytes::Bytes, AsyncError> {
+        let loaded = self.load_owned(project, request_id).await?;
+        let key = loaded
+            .body
+            .output_key
+            .clone()
+            .unwrap_or_else(|| output_key(project, request_id));
+        match self.deps.blobs.get(&key).await {
+            Ok(body) => Ok(body),
+            Err(StorageError::NotFound) => Err(AsyncError::NotFound(request_id.to_owned())),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// A page of the project's requests, newest first, optionally of one status.
+    pub async fn list(&self, project: &str, query: &ListAsyncRequests) -> Result<AsyncRequestPage, AsyncError> {
+        let limit = query.limit.unwrap_or(20);
+        if !(1..=100).contains(&limit) {
+            return Err(AsyncError::invalid("limit", "`limit` must be from 1 to 100."));
+        }
+        let status = match query.status.as_deref() {
+            None | Some("") => None,
+            Some(text) => Some(AsyncStatus::parse(text).ok_or_else(|| {
+                AsyncError::invalid(
+                    "status",
+                    format!(
+                        "Unknown status `{}`: one of QUEUED, IN_PROGRESS, SUCCEEDED, FAILED, EXPIRED, CANCELED, WEBHOOK_FAILED.",
+                        excerpt(text)
+                    ),
+                )
+            })?),
+        };
+        let mut after = match &query.after {
+            None => None,
+            Some(id) => Some(self.load_owned(project, id).await?.record.cursor()),
+        };
+        let mut data = Vec::new();
+        let mut has_more = false;
+        // A status filter may skip many records: read pages until the page is full (bounded).
+        for _ in 0..20 {
+            let page = self
+                .deps
+                .state
+                .list_by_owner(&ListQuery {
+                    kind: KIND.to_owned(),
+                    owner: project.to_owned(),
+                    after: after.take(),
+                    limit: limit + 1 - data.len().min(limit),
+                    order: ListOrder::Desc,
+                })
+                .await?;
+            after = page.records.last().map(Record::cursor);
+            for record in &page.records {
+                if self.is_past_retention(record) {
+                    continue;
+                }
+                let request: StoredRequest = decode(record)?;
+                if status.is_some_and(|status| status != request.status) {
+                    continue;
+                }
+                if data.len() == limit {
+                    has_more = true;
+                    break;
+                }
+                data.push(AsyncRequestView::of(&request, record.expires_at));
+            }
+            if has_more || !page.has_more {
+                has_more = has_more || (page.has_more && data.len() == limit);
+                break;
+            }
+        }
+        Ok(AsyncRequestPage {
+            object: "list",
+            first_id: data.first().map(|view| view.request_id.clone()),
+            last_id: data.last().map(|view| view.request_id.clone()),
+            has_more,
+            data,
+        })
+    }
+
+    /// Cancel a request still `QUEUED`: it ends `CANCELED` and its webhook says so. Any other
+    /// request is left alone (`canceled: false`, with the reason).
+    pub async fn cancel(&self, project: &str, request_id: &str) -> Result<CancelOutcome, AsyncError> {
+        for _ in 0..5 {
+            let mut loaded = self.load_owned(project, request_id).await?;
+            let status = loaded.body.status;
+            if status != AsyncStatus::Queued {
+                return Ok(CancelOutcome {
+                    request_id: request_id.to_owned(),
+                    canceled: false,
+                    message: format!("Only QUEUED requests can be canceled; this one is {}.", status.as_str()),
+                });
+            }
+            let now = self.now_ms();
+            self.conclude(
+                &mut loaded.body,
+                AsyncStatus::Canceled,
+                Some(ErrorEntry {
+                    code: super::classify::ASYNC_REQUEST_CANCELED.to_owned(),
+                    message: "The request was canceled before it ran.".to_owned(),
+                }),
+                None,
+                now,
+            );
+            match loaded.save(self.deps.state.as_ref()).await {
+                Ok(()) => {
+                    self.queue_first_delivery(&loaded.body, now).await?;
+                    return Ok(CancelOutcome {
+                        request_id: request_id.to_owned(),
+                        canceled: true,
+                        message: "The request was canceled.".to_owned(),
+                    });
+                }
+                Err(StorageError::Conflict) => continue,
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Err(StorageError::Conflict.into())
+    }
+}
