@@ -49,11 +49,14 @@ impl JobQueue for RecordingQueue {
     }
 }
 
+/// One post: the URL, the headers, the body.
+type Post = (String, Vec<(String, String)>, Bytes);
+
 /// Answers posts from a script (then 200) and records what was posted.
 #[derive(Default)]
 struct ScriptedTransport {
     script: Mutex<VecDeque<PostOutcome>>,
-    posts: Mutex<Vec<(String, Vec<(String, String)>, Bytes)>>,
+    posts: Mutex<Vec<Post>>,
 }
 
 #[async_trait]
