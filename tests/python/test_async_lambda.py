@@ -4,7 +4,7 @@ scheduled event, under the Runtime Interface Emulator against their own moto (ta
 queue and the three priority queues). The tests play Lambda's SQS event sources (receive a priority
 queue's message, wrap it in the event file of its job, invoke the worker, delete it unless reported
 failed) and EventBridge's schedule (invoke the poller), driven by the event files
-`batches-async-*.json`, `batches-webhook-secrets-*.json` and `worker-sqs-async-*.json`.
+`batches-async-*.json`, `webhooks-secret-create.json` and `worker-sqs-async-*.json`.
 
 Lambda never calls loopback webhooks, and these tests reach no other host: webhooks go to
 `https://webhook.example.invalid/…`, a name that never resolves (RFC 6761), so every delivery attempt
@@ -32,7 +32,9 @@ REQUEST_ID_PLACEHOLDER = "REPLACE_WITH_REQUEST_ID"
 UNREACHABLE_WEBHOOK = "https://webhook.example.invalid/hooks/nimbus"
 RETRY_DELAYS_S = [1, 1]  # three delivery attempts in all
 ASYNC_HTTP_EVENTS = [path.name for path in kit.event_files("batches-async-*.json")]
-SECRET_EVENTS = [path.name for path in kit.event_files("batches-webhook-secrets-*.json")]
+# The webhook secret events the async flow uses (all webhook events: test_webhooks_lambda_events.py).
+SECRET_CREATE_EVENT = "webhooks-secret-create.json"
+SECRET_LIST_EVENT = "webhooks-secret-list.json"
 RUN_EVENTS = {level: f"worker-sqs-async-run-p{level}.json" for level in range(3)}
 DELIVER_EVENT = "worker-sqs-async-deliver.json"
 
@@ -199,7 +201,7 @@ def stack(logs_dir: Path, batch_lambda_factory: Callable[..., kit.LambdaUnderRie
 @pytest.fixture(scope="module")
 def secret(stack: Stack) -> str:
     """The project's webhook secret, created with the event file (the worker signs with it)."""
-    status, created = invoke_json(stack.batches, stack.event("batches-webhook-secrets-create.json"))
+    status, created = invoke_json(stack.batches, stack.event(SECRET_CREATE_EVENT))
     assert status == 200, created
     assert created["object"] == "webhook_secret" and created["secret"].startswith("whsec_"), created
     return created["secret"]
@@ -211,19 +213,17 @@ def secret(stack: Stack) -> str:
 
 
 def test_async_event_files_have_one_per_route() -> None:
-    routes = {(kit.load_event(name)["requestContext"]["http"]["method"], kit.load_event(name)["rawPath"]) for name in ASYNC_HTTP_EVENTS + SECRET_EVENTS}
+    routes = {(kit.load_event(name)["requestContext"]["http"]["method"], kit.load_event(name)["rawPath"]) for name in ASYNC_HTTP_EVENTS}
     assert routes == {
         ("POST", "/async_predict"),
         ("POST", "/models/dummy/production/async_predict"),
         ("GET", f"/async_request/{REQUEST_ID_PLACEHOLDER}"),
         ("DELETE", f"/async_request/{REQUEST_ID_PLACEHOLDER}"),
         ("GET", "/async_requests"),
-        ("POST", "/v1/webhook_secrets"),
-        ("GET", "/v1/webhook_secrets"),
     }, routes
 
 
-@pytest.mark.parametrize("name", ASYNC_HTTP_EVENTS + SECRET_EVENTS)
+@pytest.mark.parametrize("name", ASYNC_HTTP_EVENTS)
 def test_async_event_is_well_formed(name: str) -> None:
     event = kit.load_event(name)
     headers = event["headers"]
@@ -388,7 +388,7 @@ def test_lambda_refuses_loopback_and_private_webhooks(stack: Stack, url: str) ->
 
 
 def test_secrets_list_event_masks_the_secret(stack: Stack, secret: str) -> None:
-    status, listing = invoke_json(stack.batches, stack.event("batches-webhook-secrets-list.json"))
+    status, listing = invoke_json(stack.batches, stack.event(SECRET_LIST_EVENT))
     assert status == 200 and listing["object"] == "list", listing
     assert listing["data"] and all(secret not in json.dumps(item) for item in listing["data"]), listing
 

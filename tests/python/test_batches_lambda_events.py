@@ -37,13 +37,9 @@ HTTP_EVENT_NAMES = [path.name for path in kit.event_files("batches-*.json")]
 # TensorZero's batch API on the same function: `/batch_inference` (errors are `{"error": "…"}`).
 TZ_EVENT_NAMES = [path.name for path in kit.event_files("batches-batch-inference-*.json")]
 # Baseten-style async inference on the same function (`/async_predict`, `/async_request/…`; errors
-# are `{"error": "…", "code": "…"}`) and the webhook secrets signing it; checked with their flow in
-# test_async_lambda.py.
+# are `{"error": "…", "code": "…"}`); checked with their flow in test_async_lambda.py.
 ASYNC_EVENT_NAMES = [path.name for path in kit.event_files("batches-async-*.json")]
-SECRET_EVENT_NAMES = [path.name for path in kit.event_files("batches-webhook-secrets-*.json")]
-OPENAI_EVENT_NAMES = [
-    name for name in HTTP_EVENT_NAMES if name not in TZ_EVENT_NAMES + ASYNC_EVENT_NAMES + SECRET_EVENT_NAMES
-]
+OPENAI_EVENT_NAMES = [name for name in HTTP_EVENT_NAMES if name not in TZ_EVENT_NAMES + ASYNC_EVENT_NAMES]
 WORKER_EVENT_NAMES = [path.name for path in kit.event_files("worker-*.json")]
 BATCH_WORKER_EVENT_NAMES = ["worker-sqs-validate.json", "worker-sqs-chunk.json"]
 # The other families' jobs (async requests, webhook deliveries), from the priority queues.
@@ -81,12 +77,8 @@ EXPECTED: dict[str, str] = {
     "batches-async-request-get.json": "401",
     "batches-async-request-delete.json": "401",
     "batches-async-requests-list.json": "401",
-    "batches-webhook-secrets-create.json": "401",
-    "batches-webhook-secrets-list.json": "401",
     "worker-sqs-validate.json": "no failure reported (unknown batch: the job is dropped)",
     "worker-sqs-chunk.json": "no failure reported (unknown batch: the job is dropped)",
-    # The async and webhook runners drop a job of a request or delivery that does not exist (with
-    # real ids: test_async_lambda.py).
     "worker-sqs-async-run-p0.json": "no failure reported (unknown request: the job is dropped)",
     "worker-sqs-async-run-p1.json": "no failure reported (unknown request: the job is dropped)",
     "worker-sqs-async-run-p2.json": "no failure reported (unknown request: the job is dropped)",
@@ -288,10 +280,12 @@ def test_worker_drops_a_job_of_an_unknown_batch(worker_lambda: kit.LambdaUnderRi
 
 
 @pytest.mark.parametrize("name", OTHER_WORKER_EVENT_NAMES)
-def test_worker_drops_a_job_of_an_unknown_request_or_delivery(worker_lambda: kit.LambdaUnderRie, name: str) -> None:
-    """Every family has its runner (a family without one would be handed back, retried every
-    60 s); a job naming nothing that exists is dropped, so it never loops through the queue."""
-    assert invoke_worker(worker_lambda, kit.load_event(name)) == set()
+def test_worker_runs_async_and_webhook_jobs_and_drops_those_of_nothing(
+    worker_lambda: kit.LambdaUnderRie, name: str
+) -> None:
+    """Every job family has its runner in the worker (a family without one would be handed back
+    for a retry): a job of an unknown request or delivery is done, not retried."""
+    assert invoke_worker(worker_lambda, kit.load_event(name)) == set(), "a job of nothing must not be retried"
 
 
 @pytest.mark.parametrize("name", POLLER_EVENT_NAMES)

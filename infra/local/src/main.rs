@@ -3,6 +3,7 @@
 mod check_config;
 mod keys;
 mod serve;
+mod webhook_secrets;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -31,6 +32,9 @@ enum Command {
     /// Create, list and revoke API keys.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Create, list and revoke a project's webhook signing secrets.
+    #[command(subcommand)]
+    WebhookSecrets(webhook_secrets::WebhookSecretsCommand),
     /// Run the janitor's due tasks once (what the scheduled poller does): expired files and
     /// uploads, abandoned direct uploads, orphaned bytes.
     Sweep(serve::SweepArgs),
@@ -51,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
         Command::Keys(command) => keys::run(command).await,
+        Command::WebhookSecrets(command) => webhook_secrets::run(command).await,
         Command::Sweep(args) => serve::sweep_once(args).await,
         Command::Poll(args) => serve::poll_once(args).await,
         Command::CheckConfig { config } => {

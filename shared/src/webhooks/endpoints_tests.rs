@@ -219,7 +219,7 @@ async fn rotating_an_endpoint_secret_keeps_the_old_one_only_when_asked() {
         signing(loaded.clone(), now),
         [kept.signing_secret.clone(), created.signing_secret.clone()]
     );
-    assert_eq!(signing(loaded, now + SECRET_OVERLAP_MS), [kept.signing_secret.clone()]);
+    assert_eq!(signing(loaded, now + SECRET_OVERLAP_MS), [kept.signing_secret]);
 
     let replaced = endpoints.rotate_secret("p1", id, false).await.unwrap();
     let loaded = endpoints.load("p1", id).await.unwrap().unwrap();

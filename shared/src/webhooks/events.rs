@@ -34,8 +34,9 @@ pub const DELIVERY_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
 /// A delivery with a message on its way is looked at by the scheduler only this long after the
 /// message should have run (the message is then presumed lost).
 pub(crate) const LOST_MESSAGE_GRACE_MS: i64 = 5 * 60_000;
-/// Longer than any retry schedule: the record TTL of a delivery still pending.
-const PENDING_TTL_MS: i64 = 3 * 24 * 3600 * 1000;
+/// The record TTL of a delivery still pending: longer than any retry schedule, even one whose
+/// every wait is stretched to the longest `Retry-After` honoured.
+const PENDING_TTL_MS: i64 = 8 * 24 * 3600 * 1000;
 
 /// What is stored per delivery (owner: the endpoint, so that its deliveries list together).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -191,12 +192,20 @@ impl BatchWebhooks {
         Ok(created)
     }
 
-    /// Put an existing delivery back in the due index at its next attempt (or purge time).
+    /// Put an existing delivery back in the due index (an earlier report may have stopped before
+    /// doing so): at its purge time once final, else when its next attempt's message is presumed
+    /// lost (that message may well be on its way).
     async fn reschedule_existing(&self, id: &str) -> Result<(), StorageError> {
         let Some(loaded) = Loaded::<StoredDelivery>::get(self.state.as_ref(), DELIVERY_KIND, id).await? else {
             return Ok(());
         };
-        self.due.set(DELIVERY_LANE, id, due_at(&loaded.body)).await
+        let due = due_at(&loaded.body);
+        let due = if loaded.body.delivery.is_final() {
+            due
+        } else {
+            due + LOST_MESSAGE_GRACE_MS
+        };
+        self.due.set(DELIVERY_LANE, id, due).await
     }
 
     /// Queue attempt `attempt` of a delivery; whether the message was sent (a lost send is

@@ -49,11 +49,14 @@ impl JobQueue for RecordingQueue {
     }
 }
 
+/// One post: the URL, the headers, the body.
+type Post = (String, Vec<(String, String)>, Bytes);
+
 /// Answers posts from a script (then 200) and records what was posted.
 #[derive(Default)]
 struct ScriptedTransport {
     script: Mutex<VecDeque<PostOutcome>>,
-    posts: Mutex<Vec<(String, Vec<(String, String)>, Bytes)>>,
+    posts: Mutex<Vec<Post>>,
 }
 
 #[async_trait]
@@ -359,4 +362,13 @@ async fn deliveries_are_listed_under_their_endpoint_for_its_project_only() {
         .await
         .unwrap_err();
     assert!(matches!(err, WebhooksError::NotFound { .. }), "{err:?}");
+}
+
+#[test]
+fn a_pending_delivery_outlives_any_retry_schedule() {
+    use crate::webhooks::delivery::{MAX_RETRY_AFTER, RETRY_DELAYS};
+    let longest_wait = RETRY_DELAYS.iter().copied().max().unwrap().max(MAX_RETRY_AFTER);
+    // Every wait at its longest, plus a tenth of jitter.
+    let longest_schedule_ms = longest_wait.as_millis() * 11 / 10 * RETRY_DELAYS.len() as u128;
+    assert!(u128::try_from(PENDING_TTL_MS).unwrap() > longest_schedule_ms);
 }
