@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import shutil
 import threading
 import time
@@ -50,9 +51,6 @@ type = "openai"
 model_name = "async-mock-model"
 api_base = "{upstream_api_base}"
 api_key_location = "none"
-
-[webhooks]
-retry_delays_s = {delays}
 """
 
 
@@ -67,10 +65,19 @@ def write_async_config(parent: Path, upstream_api_base: str, *, retry_delays_s: 
     retries = "[gateway.retries]\nmax_retries = 2\n"
     assert retries in text, "the default config's [gateway.retries] changed: update write_async_config"
     text = text.replace(retries, "[gateway.retries]\nmax_retries = 0\n")
-    delays = "[" + ", ".join(str(int(d)) for d in retry_delays_s) + "]"
-    additions = _CONFIG_ADDITIONS.format(model=UPSTREAM_MODEL, upstream_api_base=upstream_api_base, delays=delays)
-    config.write_text(text.rstrip() + "\n" + additions)
+    additions = _CONFIG_ADDITIONS.format(model=UPSTREAM_MODEL, upstream_api_base=upstream_api_base)
+    config.write_text(with_webhook_retry_delays(text, retry_delays_s).rstrip() + "\n" + additions)
     return config
+
+
+def with_webhook_retry_delays(config: str, retry_delays_s: Iterable[int]) -> str:
+    """`config` (TOML text) with `[webhooks] retry_delays_s` set, in its `[webhooks]` table if it
+    has one."""
+    line = "retry_delays_s = [" + ", ".join(str(int(d)) for d in retry_delays_s) + "]"
+    config = re.sub(r"(?m)^retry_delays_s\s*=.*\n?", "", config)
+    if re.search(r"(?m)^\[webhooks\]\s*$", config):
+        return re.sub(r"(?m)^\[webhooks\]\s*$", f"[webhooks]\n{line}", config, count=1)
+    return f"{config.rstrip()}\n\n[webhooks]\n{line}\n"
 
 
 def tag(prefix: str = "async") -> str:

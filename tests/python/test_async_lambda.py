@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import nimbus_testkit as kit
+from async_kit import with_webhook_retry_delays
 from batch_lambda_kit import WORKER_TIMEOUT_S, invoke_json, invoke_worker
 
 REQUEST_ID_PLACEHOLDER = "REPLACE_WITH_REQUEST_ID"
@@ -171,7 +172,7 @@ def sqs_event(message: dict[str, Any], arn: str) -> dict[str, Any]:
 
 
 def async_config() -> str:
-    return f"{kit.DEFAULT_CONFIG.read_text().rstrip()}\n\n[webhooks]\nretry_delays_s = {json.dumps(RETRY_DELAYS_S)}\n"
+    return with_webhook_retry_delays(kit.DEFAULT_CONFIG.read_text(), RETRY_DELAYS_S)
 
 
 @pytest.fixture(scope="module")
