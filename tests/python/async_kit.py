@@ -122,6 +122,9 @@ class WebhookReceiver:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # TCP_NODELAY: the status line and headers, then the body, leave at once. Without it
+            # the body waits for the sender's delayed ACK (about 40 ms) and holds Nimbus's worker.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
                 pass
