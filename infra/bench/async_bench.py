@@ -374,6 +374,11 @@ def render(results: dict[str, Any]) -> str:
             "for the whole backlog (the *Last P2 done* column). *P2s done while the P0s ran* counts P2 webhooks that "
             "arrived between the first and last P0's: the one P2 in hand when they arrived, at most.",
             "",
+            "The worker makes a request's first webhook attempt itself, so a slow receiver holds it. A receiver "
+            "built on Python's `http.server` without `TCP_NODELAY` did: it sends its headers and its body in two "
+            "writes, the body waits for the worker's delayed ACK (about 40 ms), and one worker managed about 13 requests "
+            "a second instead of about 33. The receiver here sets `TCP_NODELAY`.",
+            "",
         ]
     if requests:
         per = requests["per_request"]
@@ -426,7 +431,8 @@ def render(results: dict[str, Any]) -> str:
             f"| **Total** | **${priced['total']:.9f}** | **${priced['per_million']:.2f}** |",
             "",
             "The Lambda durations are the in-process times of the submit and of the run with a model that answers at "
-            "once; with a real model the worker's billed time grows with the model's latency (it waits for the answer). "
+            "once and a webhook answered at once; with a real model and receiver the worker's billed time grows with "
+            "their latency (it waits for both). "
             "Status polls (`GET /async_request/{id}`: one GetItem, plus a GetObject for an inline output) and the API key "
             "check (cached per function instance) are outside the count.",
             "",
