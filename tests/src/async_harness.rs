@@ -100,7 +100,7 @@ impl EventLog {
         self.0.lock().unwrap().iter().filter(|e| which(e)).count()
     }
 
-    /// Panics if the model was called after an output was saved.
+    /// Panics if the model was called after an output was saved (for tests of one request).
     pub fn assert_no_model_call_after_output(&self) {
         let events = self.all();
         if let Some(saved) = events.iter().position(|e| matches!(e, Event::OutputSaved(_))) {

@@ -6,7 +6,7 @@
 
 use nimbus_integration_tests::async_harness::{
     assert_baseten_signature, assert_standard_signature, deliver_job, output_key, run_job, settings, submission,
-    AsyncHarness, Event, ModelStep, SentJob, MODEL, OTHER_PROJECT, PROJECT, SECRET, WEBHOOK_URL,
+    AsyncHarness, Event, ModelStep, Reply, SentJob, MODEL, OTHER_PROJECT, PROJECT, SECRET, WEBHOOK_URL,
 };
 use nimbus_shared::async_requests::{AsyncError, ListAsyncRequests, WebhookStatus};
 use nimbus_shared::jobs::JobMessage;
@@ -478,15 +478,32 @@ async fn a_run_waits_for_a_model_slot_held_by_a_batch() {
         want: 1,
         token: "batch_1.00000",
         now_ms: now,
-        until_ms: now + 60_000,
+        until_ms: now + 3_600_000,
     };
     assert_eq!(model_slots::acquire(h.state.as_ref(), batch_line).await.unwrap(), 1);
 
-    assert_eq!(h.run_request(&id).await, retry(2000));
+    // No free slot: the model is not called, and the run is queued again with a fresh message
+    // (retrying the same one would count toward its dead-letter limit however long it waits).
+    h.queue.take_sent();
+    assert_eq!(h.run_request(&id).await, JobOutcome::Done);
     assert_eq!(h.model.calls(), 0, "no free slot: the model is not called");
     let view = h.view(&id).await;
     assert_eq!(view.status, "QUEUED");
     assert!(view.attempts.is_empty());
+    let again = |delay_s| SentJob {
+        job: run_job(&id),
+        priority: Some(Priority::P1),
+        delay: Duration::from_secs(delay_s),
+    };
+    assert_eq!(h.queue.take_sent(), [again(2)]);
+    // The longer it has waited, the longer the next wait (a tenth of it, at most a minute).
+    h.advance(Duration::from_secs(300));
+    assert_eq!(h.run_request(&id).await, JobOutcome::Done);
+    assert_eq!(h.queue.take_sent(), [again(30)]);
+    h.advance(Duration::from_secs(250));
+    assert_eq!(h.run_request(&id).await, JobOutcome::Done);
+    assert_eq!(h.queue.take_sent(), [again(55)]);
+    assert_eq!(h.model.calls(), 0);
 
     model_slots::release(h.state.as_ref(), MODEL, "batch_1.00000", h.now_ms())
         .await
@@ -500,4 +517,36 @@ async fn a_run_waits_for_a_model_slot_held_by_a_batch() {
         ..batch_line
     };
     assert_eq!(model_slots::acquire(h.state.as_ref(), again).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_hanging_webhook_receiver_does_not_hold_the_model_slot() {
+    let mut settings = settings();
+    settings.model_limits.insert(MODEL.to_owned(), 1);
+    let h = AsyncHarness::embedded(settings);
+    h.receiver.then([Reply::Hang]);
+    let id = h.submit(submission("slow-receiver", json!({}))).await;
+    let run = h.spawn_run(&run_job(&id));
+    for _ in 0..1000 {
+        if !h.receiver.posts().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(h.receiver.posts().len(), 1, "the webhook is being posted");
+    let now = h.now_ms();
+    let batch_line = SlotRequest {
+        model: MODEL,
+        limit: 1,
+        want: 1,
+        token: "batch_1.00000",
+        now_ms: now,
+        until_ms: now + 60_000,
+    };
+    assert_eq!(
+        model_slots::acquire(h.state.as_ref(), batch_line).await.unwrap(),
+        1,
+        "the model answered: its slot is free while the webhook is posted"
+    );
+    run.abort();
 }
