@@ -8,10 +8,11 @@
 
 use nimbus_integration_tests::async_harness::{
     assert_standard_signature, deliver_job, request_with_status, run_job, settings, submission, AsyncHarness,
-    InFlight, ModelStep, Reply, DUE_KIND, REQUEST_KIND, SECRET, VISIBILITY,
+    Event, InFlight, ModelStep, Reply, DUE_KIND, REQUEST_KIND, SECRET, VISIBILITY,
 };
 use nimbus_shared::async_requests::WebhookStatus;
-use nimbus_shared::ports::JobOutcome;
+use nimbus_shared::jobs::JobMessage;
+use nimbus_shared::ports::{JobOutcome, JobQueue, SoleWorkerGuard};
 use serde_json::json;
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ const STORAGE_RETRY: JobOutcome = JobOutcome::Retry {
 };
 
 /// The message `job`, redelivered once its visibility timeout runs out (its worker died).
-fn redelivered(h: &AsyncHarness, job: nimbus_shared::jobs::JobMessage) -> Vec<InFlight> {
+fn redelivered(h: &AsyncHarness, job: JobMessage) -> Vec<InFlight> {
     vec![InFlight {
         job,
         due_ms: h.now_ms() + i64::try_from(VISIBILITY.as_millis()).unwrap(),
@@ -254,4 +255,70 @@ async fn a_worker_killed_during_a_retried_delivery_whose_message_is_lost() {
     h.settle(&id, Vec::new(), 20).await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
     assert_eq!(h.posts_for(&id).len(), 3);
+}
+
+// The only worker restarts ------------------------------------------------------------------------
+
+/// Stands for the local server's data-directory lock.
+struct OnlyWorker;
+
+impl SoleWorkerGuard for OnlyWorker {}
+
+#[tokio::test]
+async fn a_restarted_local_server_queues_what_it_left_queued_or_running_again() {
+    let h = AsyncHarness::embedded(settings());
+    h.model.then([ModelStep::Hold]);
+    let running = h.submit(submission("running-at-restart", json!({}))).await;
+    let run = h.spawn_run(&run_job(&running));
+    wait_for("the model call", || h.model.holding() == 1).await;
+    run.abort();
+    assert!(run.await.unwrap_err().is_cancelled());
+    let queued = h.submit(submission("queued-at-restart", json!({"priority": 0}))).await;
+    let done = h.submit(submission("done-before-restart", json!({}))).await;
+    assert_eq!(h.run_request(&done).await, JobOutcome::Done);
+
+    // The process dies: the in-process queue loses every message.
+    while let Some(message) = h.receive().await {
+        h.queue.delete(&message.receipt).await.unwrap();
+    }
+    h.queue.take_sent();
+
+    assert_eq!(h.service.take_over(&OnlyWorker).await.unwrap(), 2);
+    let mut sent: Vec<(String, u8)> = h
+        .queue
+        .take_sent()
+        .into_iter()
+        .map(|s| match s.job {
+            JobMessage::AsyncRun { request_id } => (request_id, s.priority.unwrap().level()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    sent.sort();
+    let mut expected = vec![(running.clone(), 1), (queued.clone(), 0)];
+    expected.sort();
+    assert_eq!(sent, expected);
+
+    // Both run at once: the dead run's lease no longer holds its request back.
+    while let Some(message) = h.receive().await {
+        assert_eq!(h.handle(&message).await, JobOutcome::Done);
+    }
+    for id in [&running, &queued, &done] {
+        let view = h.view(id).await;
+        assert_eq!((view.status, view.webhook_status), ("SUCCEEDED", WebhookStatus::Succeeded), "{id}");
+        assert_eq!(h.posts_for(id).len(), 1);
+    }
+    assert_eq!(h.view(&running).await.attempts.len(), 2, "the dead run's attempt, then the one that answered");
+    let calls = |content: &str| {
+        h.events
+            .all()
+            .iter()
+            .filter(|e| matches!(e, Event::ModelCall(c) if c == content))
+            .count()
+    };
+    assert_eq!(
+        [calls("running-at-restart"), calls("queued-at-restart"), calls("done-before-restart")],
+        [2, 1, 1],
+        "no output was saved for the dead run, so its model ran again"
+    );
+    assert_eq!(h.events.outputs_saved(), 3);
 }
