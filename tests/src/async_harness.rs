@@ -708,26 +708,6 @@ impl AsyncHarness {
             .collect()
     }
 
-    /// Let the scheduler and the worker deliver every webhook attempt that comes due, moving the
-    /// clock from one due attempt to the next, until the delivery is final; how many passes it took.
-    pub async fn deliver_until_final(&self, request_id: &str, max_passes: usize) -> usize {
-        for pass in 0..max_passes {
-            let stored = self.stored(request_id).await;
-            let delivery = &stored["delivery"];
-            if delivery["state"] != "PENDING" {
-                return pass;
-            }
-            let due = delivery["next_attempt_at_ms"].as_i64().unwrap();
-            self.advance_to(due);
-            self.queue.take_sent();
-            self.schedule_pass().await;
-            for (attempt, _) in self.take_deliveries(request_id) {
-                assert_eq!(self.deliver(request_id, attempt).await, JobOutcome::Done);
-            }
-        }
-        panic!("the delivery of {request_id} was not final after {max_passes} passes");
-    }
-
     /// Run the request's world on the test clock until the request is final and owes no webhook:
     /// every message sent (and `in_flight`, e.g. a killed worker's message coming back after its
     /// visibility timeout) runs when due, a `Retry` comes back after its delay, the scheduler

@@ -6,7 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use nimbus_integration_tests::async_harness::{
-    assert_baseten_signature, assert_standard_signature, settings, submission, AsyncHarness, Reply, PROJECT, SECRET,
+    assert_baseten_signature, assert_standard_signature, deliver_job, settings, submission, AsyncHarness, Reply, PROJECT,
+    SECRET,
 };
 use nimbus_shared::async_requests::WebhookStatus;
 use nimbus_shared::ports::JobOutcome;
@@ -40,12 +41,13 @@ async fn a_receiver_that_fails_then_recovers_gets_every_attempt_with_the_same_we
     assert_eq!((view.status, view.webhook_status), ("SUCCEEDED", WebhookStatus::Pending));
     assert_eq!(attempts(&h, &id).await, [(Some(500), true)]);
 
-    // The next attempt is due within the first delay (plus jitter), by a delayed message and on
-    // the due index.
+    // The next attempt is due within the first delay (plus jitter), by a delayed message; the
+    // scheduler looks a lease later, in case the message is lost.
     let first_at = h.stored(&id).await["delivery"]["attempts"][0]["at_ms"].as_i64().unwrap();
     let due = next_attempt_at(&h, &id).await;
     assert!((10_000..=11_000).contains(&(due - first_at)), "{}", due - first_at);
-    assert_eq!(h.due_at(&id).await, Some(due));
+    let lease_ms = i64::try_from(settings().lease.as_millis()).unwrap();
+    assert_eq!(h.due_at(&id).await, Some(due + lease_ms));
     let queued = h.take_deliveries(&id);
     assert_eq!(queued.len(), 1);
     assert_eq!(queued[0].0, 2, "the message names the attempt it makes");
@@ -103,8 +105,8 @@ async fn a_receiver_that_always_fails_ends_webhook_failed_after_the_whole_schedu
     h.receiver.otherwise(Reply::Status(503));
     let id = h.submit(submission("unlucky", json!({}))).await;
     assert_eq!(h.run_request(&id).await, JobOutcome::Done);
-    // Later attempts come from the scheduler (most waits exceed a queue's longest delay).
-    h.deliver_until_final(&id, 20).await;
+    // Attempts due within 15 minutes come by delayed messages, later ones from the scheduler.
+    h.settle(&id, Vec::new(), 30).await;
 
     let posts = h.posts_for(&id);
     assert_eq!(posts.len(), RETRY_DELAYS.len() + 1);
@@ -211,7 +213,7 @@ async fn without_a_secret_nothing_is_sent_unless_unsigned_webhooks_are_allowed()
     assert_eq!(h.view(&id).await.webhook_status, WebhookStatus::Pending);
     // A secret created meanwhile signs the next attempt.
     h.secrets.set(PROJECT, &[SECRET]);
-    h.deliver_until_final(&id, 3).await;
+    h.settle(&id, Vec::new(), 5).await;
     let posts = h.posts_for(&id);
     assert_eq!(posts.len(), 1);
     assert_standard_signature(&posts[0], SECRET);
@@ -229,4 +231,39 @@ async fn without_a_secret_nothing_is_sent_unless_unsigned_webhooks_are_allowed()
     assert_eq!(posts[0].header("x-baseten-signature"), None);
     assert_eq!(posts[0].header("x-baseten-request-id"), Some(id.as_str()));
     assert_eq!(h.view(&id).await.webhook_status, WebhookStatus::Succeeded);
+}
+
+#[tokio::test]
+async fn the_scheduler_does_not_duplicate_a_delivery_its_message_covers() {
+    let h = AsyncHarness::embedded(settings());
+    h.receiver.then([Reply::Status(500)]);
+    let retried = h.submit(submission("retried", json!({}))).await;
+    assert_eq!(h.run_request(&retried).await, JobOutcome::Done);
+    let canceled = h.submit(submission("canceled", json!({}))).await;
+    assert!(h.service.cancel(PROJECT, &canceled).await.unwrap().canceled);
+    h.queue.take_sent();
+
+    // Right away, and when the retry comes due, the messages sent cover both deliveries.
+    assert_eq!(h.schedule_pass().await["deliveries_queued"], 0);
+    h.advance_to(next_attempt_at(&h, &retried).await);
+    assert_eq!(h.schedule_pass().await["deliveries_queued"], 0);
+    assert!(h.queue.take_sent().is_empty(), "no second message for the same attempt");
+
+    // Messages lost: a lease later the scheduler queues them again.
+    h.advance(settings().lease);
+    assert_eq!(h.schedule_pass().await["deliveries_queued"], 2);
+    let mut queued: Vec<_> = h
+        .queue
+        .take_sent()
+        .into_iter()
+        .map(|sent| sent.job)
+        .collect();
+    queued.sort_by_key(|job| format!("{job:?}"));
+    let mut expected = vec![deliver_job(&retried, 2), deliver_job(&canceled, 1)];
+    expected.sort_by_key(|job| format!("{job:?}"));
+    assert_eq!(queued, expected);
+    assert_eq!(h.deliver(&retried, 2).await, JobOutcome::Done);
+    assert_eq!(h.deliver(&canceled, 1).await, JobOutcome::Done);
+    assert_eq!(h.view(&retried).await.webhook_status, WebhookStatus::Succeeded);
+    assert_eq!(h.view(&canceled).await.webhook_status, WebhookStatus::Succeeded);
 }
