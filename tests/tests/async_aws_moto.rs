@@ -9,7 +9,7 @@ use nimbus_integration_tests::async_harness::{
 };
 use nimbus_integration_tests::moto::{create_bucket, create_queue, create_state_table, MotoServer};
 use nimbus_shared::adapters::aws::{DynamoDbStateStore, S3BlobStore, SqsJobQueue};
-use nimbus_shared::async_requests::WebhookStatus;
+use nimbus_shared::async_requests::{AsyncSettings, WebhookStatus};
 use nimbus_shared::jobs::JobMessage;
 use nimbus_shared::ports::{JobOutcome, Priority};
 use serde_json::{json, Value};
@@ -18,6 +18,10 @@ use std::time::Duration;
 
 /// A harness over DynamoDB, S3 and SQS (the jobs queue and one queue per priority) on `moto`.
 async fn aws_harness(moto: &MotoServer) -> AsyncHarness {
+    aws_harness_with(moto, settings()).await
+}
+
+async fn aws_harness_with(moto: &MotoServer, settings: AsyncSettings) -> AsyncHarness {
     let config = moto.sdk_config().await;
     create_state_table(&config, "nimbus-state").await.unwrap();
     create_bucket(&config, "nimbus-bucket").await.unwrap();
@@ -34,7 +38,7 @@ async fn aws_harness(moto: &MotoServer) -> AsyncHarness {
         blobs: Arc::new(S3BlobStore::new(&config, "nimbus-bucket")),
         queue: Arc::new(queue),
     };
-    AsyncHarness::over(stack, settings())
+    AsyncHarness::over(stack, settings)
 }
 
 /// The next message on any queue, read as a job.
@@ -138,4 +142,21 @@ async fn a_refused_final_write_on_dynamodb_reruns_from_the_output_in_s3() {
     assert_eq!(h.model.calls(), 1, "the rerun found the output in S3");
     assert_eq!(h.events.outputs_saved(), 1);
     h.events.assert_no_model_call_after_output();
+}
+
+#[tokio::test]
+async fn an_output_over_the_inline_limit_is_a_presigned_s3_link() {
+    let moto = MotoServer::start().unwrap();
+    let mut settings = settings();
+    settings.inline_output_limit = 16;
+    let h = aws_harness_with(&moto, settings).await;
+    let id = h.submit(submission("large", json!({}))).await;
+    assert_eq!(h.run_request(&id).await, JobOutcome::Done);
+    let view = h.view(&id).await;
+    assert_eq!(view.output, None);
+    let url = view.output_url.expect("a presigned link");
+    let response = reqwest::get(&url).await.unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let linked: Value = response.json().await.unwrap();
+    assert_eq!(Some(linked), h.saved_output(&id).await);
 }

@@ -139,6 +139,20 @@ async fn without_a_webhook_the_result_is_polled() {
 }
 
 #[tokio::test]
+async fn an_output_over_the_inline_limit_is_still_served_where_no_link_can_be_made() {
+    let mut settings = settings();
+    settings.inline_output_limit = 16;
+    let h = AsyncHarness::embedded(settings);
+    let id = h.submit(submission("large", json!({}))).await;
+    assert_eq!(h.run_request(&id).await, JobOutcome::Done);
+    let view = h.view(&id).await;
+    // The local blob store makes no links: the status carries the output itself.
+    assert_eq!(view.output_url, None);
+    assert_eq!(view.output, h.saved_output(&id).await);
+    assert!(view.output.is_some());
+}
+
+#[tokio::test]
 async fn after_the_retention_the_scheduler_deletes_the_request_and_its_output() {
     let h = AsyncHarness::embedded(settings());
     let id = h.submit(submission("short-lived", json!({}))).await;

@@ -225,26 +225,28 @@ impl AsyncService {
         record.expires_at.is_some_and(|at| at <= self.deps.clock.now_unix_s())
     }
 
-    /// One request's status, with its output when it has one (inline when small, else a link
-    /// when the blob store can make one). `output_link` is this API's own URL for the output.
+    /// One request's status, with its output when it has one: inline when small, else a link
+    /// when the blob store can make one (S3), else inline whatever its size (the local server's
+    /// responses have no size limit).
     pub async fn get(&self, project: &str, request_id: &str) -> Result<AsyncRequestView, AsyncError> {
         let loaded = self.load_owned(project, request_id).await?;
         let request = &loaded.body;
         let mut view = AsyncRequestView::of(request, loaded.record.expires_at);
         if let (Some(key), Some(bytes)) = (&request.output_key, request.output_bytes) {
-            if bytes <= self.settings.inline_output_limit {
-                match self.deps.blobs.get(key).await {
-                    Ok(body) => view.output = serde_json::from_slice(&body).ok(),
-                    Err(StorageError::NotFound) => {}
-                    Err(err) => return Err(err.into()),
-                }
-            } else {
+            if bytes > self.settings.inline_output_limit {
                 let filename = format!("{request_id}-output.json");
                 view.output_url = self
                     .deps
                     .blobs
                     .presign_get(key, Duration::from_secs(3600), &filename)
                     .await?;
+            }
+            if view.output_url.is_none() {
+                match self.deps.blobs.get(key).await {
+                    Ok(body) => view.output = serde_json::from_slice(&body).ok(),
+                    Err(StorageError::NotFound) => {}
+                    Err(err) => return Err(err.into()),
+                }
             }
         }
         Ok(view)
