@@ -289,6 +289,16 @@ class NimbusCli:
             raise HarnessError(f"`nimbus sweep` should print exactly one JSON line, got: {lines!r}")
         return lines[0]
 
+    def poll(self, data_dir: Path, *, as_of: int | None = None) -> dict[str, Any]:
+        """`nimbus poll --data-dir DIR [--as-of T]`: one scheduler pass; its JSON report."""
+        args = ["poll", "--data-dir", str(data_dir), "--config", str(DEFAULT_CONFIG)]
+        if as_of is not None:
+            args += ["--as-of", str(as_of)]
+        lines = self._json_lines(self.run(*args).stdout)
+        if len(lines) != 1:
+            raise HarnessError(f"`nimbus poll` should print exactly one JSON line, got: {lines!r}")
+        return lines[0]
+
 
 class NimbusServer:
     """`nimbus serve` on a free loopback port with its own data directory."""
@@ -371,6 +381,9 @@ class MotoServer:
         self.bucket = f"nimbus-bucket-{suffix}"
         self.queue_name = f"nimbus-jobs-{suffix}"
         self.queue_url = ""
+        # The async priority queues (AsyncQueueP0..P2 in template.yaml), by priority level.
+        self.async_queue_names = {level: f"nimbus-async-p{level}-{suffix}" for level in range(3)}
+        self.async_queue_urls: dict[int, str] = {}
 
     @property
     def endpoint(self) -> str:
@@ -418,7 +431,10 @@ class MotoServer:
             TableName=self.table, TimeToLiveSpecification={"AttributeName": "expires_at", "Enabled": True}
         )
         self.client("s3").create_bucket(Bucket=self.bucket)
-        self.queue_url = self.client("sqs").create_queue(QueueName=self.queue_name)["QueueUrl"]
+        sqs = self.client("sqs")
+        self.queue_url = sqs.create_queue(QueueName=self.queue_name)["QueueUrl"]
+        for level, name in self.async_queue_names.items():
+            self.async_queue_urls[level] = sqs.create_queue(QueueName=name)["QueueUrl"]
 
     def aws_env(self) -> dict[str, str]:
         """What the Lambda function and `nimbus keys --backend aws` need to reach moto."""
@@ -435,6 +451,7 @@ class MotoServer:
             "NIMBUS_TABLE": self.table,
             "NIMBUS_BUCKET": self.bucket,
             "NIMBUS_JOBS_QUEUE_URL": self.queue_url,
+            **{f"NIMBUS_ASYNC_QUEUE_URL_P{level}": url for level, url in self.async_queue_urls.items()},
         }
 
     def put_config(self, name: str, config: str, *, config_dir: Path = DEFAULT_CONFIG.parent) -> str:

@@ -38,9 +38,27 @@ HTTP_EVENT_NAMES = [path.name for path in kit.event_files("batches-*.json")]
 TZ_EVENT_NAMES = [path.name for path in kit.event_files("batches-batch-inference-*.json")]
 OPENAI_EVENT_NAMES = [name for name in HTTP_EVENT_NAMES if name not in TZ_EVENT_NAMES]
 WORKER_EVENT_NAMES = [path.name for path in kit.event_files("worker-*.json")]
+BATCH_WORKER_EVENT_NAMES = ["worker-sqs-validate.json", "worker-sqs-chunk.json"]
+# The other families' jobs (async requests, webhook deliveries), from the priority queues.
+OTHER_WORKER_EVENT_NAMES = [name for name in WORKER_EVENT_NAMES if name not in BATCH_WORKER_EVENT_NAMES]
+# Each worker event's job: its `job`, its fields, and the queue (template resource) it comes from.
+WORKER_JOBS: dict[str, tuple[str, set[str], str]] = {
+    "worker-sqs-validate.json": ("validate", {"job", "batch_id"}, "NimbusJobsQueue"),
+    "worker-sqs-chunk.json": ("chunk", {"job", "batch_id", "chunk"}, "NimbusJobsQueue"),
+    "worker-sqs-async-run-p0.json": ("async_run", {"job", "request_id"}, "AsyncQueueP0"),
+    "worker-sqs-async-run-p1.json": ("async_run", {"job", "request_id"}, "AsyncQueueP1"),
+    "worker-sqs-async-run-p2.json": ("async_run", {"job", "request_id"}, "AsyncQueueP2"),
+    "worker-sqs-async-deliver.json": ("async_deliver", {"job", "request_id", "attempt"}, "AsyncQueueP1"),
+    "worker-sqs-webhook-deliver.json": ("webhook_deliver", {"job", "delivery_id", "attempt"}, "AsyncQueueP1"),
+}
 POLLER_EVENT_NAMES = [path.name for path in kit.event_files("poller-*.json")]
 EVENT_NAMES = HTTP_EVENT_NAMES + WORKER_EVENT_NAMES + POLLER_EVENT_NAMES
 NEEDS_BATCH_ID = {"batches-retrieve.json", "batches-cancel.json"}
+ID_PLACEHOLDERS = {
+    "batch_id": BATCH_ID_PLACEHOLDER,
+    "request_id": "REPLACE_WITH_REQUEST_ID",
+    "delivery_id": "REPLACE_WITH_DELIVERY_ID",
+}
 
 # What each event file produces as it is (placeholders left in); every event file needs an entry.
 EXPECTED: dict[str, str] = {
@@ -53,6 +71,11 @@ EXPECTED: dict[str, str] = {
     "batches-batch-inference-poll-inference.json": "401",
     "worker-sqs-validate.json": "no failure reported (unknown batch: the job is dropped)",
     "worker-sqs-chunk.json": "no failure reported (unknown batch: the job is dropped)",
+    "worker-sqs-async-run-p0.json": "no failure reported (unknown request: the job is dropped)",
+    "worker-sqs-async-run-p1.json": "no failure reported (unknown request: the job is dropped)",
+    "worker-sqs-async-run-p2.json": "no failure reported (unknown request: the job is dropped)",
+    "worker-sqs-async-deliver.json": "no failure reported (unknown request: the job is dropped)",
+    "worker-sqs-webhook-deliver.json": "no failure reported (unknown delivery: the job is dropped)",
     "poller-scheduled.json": "a JSON report",
 }
 
@@ -160,10 +183,54 @@ def test_worker_event_is_well_formed(name: str) -> None:
     assert record["md5OfBody"] == hashlib.md5(record["body"].encode()).hexdigest()  # noqa: S324
     assert int(record["attributes"]["ApproximateReceiveCount"]) >= 1
     job = json.loads(record["body"])
-    assert job["batch_id"] == BATCH_ID_PLACEHOLDER
-    expected = {"worker-sqs-chunk.json": {"job", "batch_id", "chunk"}, "worker-sqs-validate.json": {"job", "batch_id"}}
-    assert set(job) == expected[name]
-    assert job["job"] == name.removeprefix("worker-sqs-").removesuffix(".json")
+    kind, fields, queue = WORKER_JOBS[name]
+    assert job["job"] == kind and set(job) == fields, job
+    assert all(job[key] == placeholder for key, placeholder in ID_PLACEHOLDERS.items() if key in job), job
+    # The ARN names the queue's logical id, as CloudFormation names the queues it creates.
+    assert f"-{queue}-" in record["eventSourceARN"].rsplit(":", 1)[1], record["eventSourceARN"]
+    assert queue in worker_event_sources(), f"the worker has no event source for {queue}"
+
+
+def worker_event_sources() -> dict[str, dict]:
+    """The SQS event sources template.yaml gives the worker, by queue (logical id)."""
+    from samcli.yamlhelper import yaml_parse  # noqa: PLC0415 - only these tests need the SAM CLI
+
+    events = yaml_parse(kit.TEMPLATE.read_text())["Resources"]["NimbusWorkerFunction"]["Properties"]["Events"]
+    sources = {}
+    for event in events.values():
+        if event["Type"] == "SQS":
+            target = event["Properties"]["Queue"]["Fn::GetAtt"]
+            target = target if isinstance(target, list) else target.split(".")
+            sources[target[0]] = event["Properties"]
+    return sources
+
+
+def test_each_priority_queue_feeds_the_worker_with_its_own_concurrency() -> None:
+    from samcli.yamlhelper import yaml_parse  # noqa: PLC0415
+
+    template = yaml_parse(kit.TEMPLATE.read_text())
+    resources, parameters = template["Resources"], template["Parameters"]
+    jobs_queue = resources["NimbusJobsQueue"]["Properties"]
+    sources = worker_event_sources()
+    for level, default in ((0, 10), (1, 5), (2, 2)):
+        name = f"AsyncQueueP{level}"
+        source = sources[name]
+        assert source["BatchSize"] == 1 and source["FunctionResponseTypes"] == ["ReportBatchItemFailures"], source
+        parameter = source["ScalingConfig"]["MaximumConcurrency"]["Ref"]
+        assert parameter == f"AsyncP{level}MaxConcurrency"
+        assert parameters[parameter]["Default"] == default and parameters[parameter]["MinValue"] == 2
+        queue = resources[name]["Properties"]
+        # Longer than the 72 h a request may wait in the queue.
+        assert queue["MessageRetentionPeriod"] == 345600 > 72 * 3600
+        assert queue["VisibilityTimeout"] == jobs_queue["VisibilityTimeout"]
+        assert queue["RedrivePolicy"]["maxReceiveCount"] == jobs_queue["RedrivePolicy"]["maxReceiveCount"]
+        dead_letters = queue["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"]
+        dead_letters = dead_letters if isinstance(dead_letters, list) else dead_letters.split(".")
+        assert dead_letters[0] == f"{name}DeadLetterQueue" and dead_letters[0] in resources
+        # The functions that send jobs know every priority queue's URL.
+        for function in ("NimbusBatchesFunction", "NimbusWorkerFunction", "NimbusPollerFunction"):
+            variables = resources[function]["Properties"]["Environment"]["Variables"]
+            assert variables[f"NIMBUS_ASYNC_QUEUE_URL_P{level}"] == {"Ref": name}, function
 
 
 @pytest.mark.parametrize("name", POLLER_EVENT_NAMES)
@@ -195,9 +262,18 @@ def test_missing_authorization_is_rejected(batches_lambda: kit.LambdaUnderRie) -
     assert status == 401, body
 
 
-@pytest.mark.parametrize("name", WORKER_EVENT_NAMES)
+@pytest.mark.parametrize("name", BATCH_WORKER_EVENT_NAMES)
 def test_worker_drops_a_job_of_an_unknown_batch(worker_lambda: kit.LambdaUnderRie, name: str) -> None:
     assert invoke_worker(worker_lambda, kit.load_event(name)) == set(), "a job of no batch must not be retried"
+
+
+@pytest.mark.parametrize("name", OTHER_WORKER_EVENT_NAMES)
+def test_worker_runs_async_and_webhook_jobs_and_drops_those_of_nothing(
+    worker_lambda: kit.LambdaUnderRie, name: str
+) -> None:
+    """Every job family has its runner in the worker (a family without one would be handed back
+    for a retry): a job of an unknown request or delivery is done, not retried."""
+    assert invoke_worker(worker_lambda, kit.load_event(name)) == set(), "a job of nothing must not be retried"
 
 
 @pytest.mark.parametrize("name", POLLER_EVENT_NAMES)

@@ -118,8 +118,40 @@ def template_policies() -> dict[str, list[dict[str, Any]]]:
         for policy in template["Resources"][name]["Properties"].get("Policies", []):
             if isinstance(policy, dict) and "Statement" in policy:
                 statements.extend(policy["Statement"])
+            elif isinstance(policy, dict) and "SQSSendMessagePolicy" in policy:
+                statements.append(sqs_send_message_statement(policy["SQSSendMessagePolicy"]))
+            elif not (isinstance(policy, dict) and "Fn::If" in policy):  # the ConfigFromS3 branch
+                raise AssertionError(f"{name}: a policy this test cannot read: {policy!r}")
         policies[name] = statements
     return policies
+
+
+def sqs_send_message_statement(parameters: dict[str, Any]) -> dict[str, Any]:
+    """SAM's `SQSSendMessagePolicy` template as the statement it stands for (SendMessage and
+    its batch form, which IAM authorizes as SendMessage, on the named queue)."""
+    name = parameters["QueueName"]
+    target = name["Fn::GetAtt"] if isinstance(name, dict) else None
+    target = target if isinstance(target, list) or target is None else target.split(".")
+    assert target and target[1] == "QueueName", f"unexpected QueueName: {name!r}"
+    return {"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": {"Fn::GetAtt": [target[0], "Arn"]}}
+
+
+QUEUE_SYMBOLS = {
+    "NimbusJobsQueue": "queue",
+    "AsyncQueueP0": "queue_p0",
+    "AsyncQueueP1": "queue_p1",
+    "AsyncQueueP2": "queue_p2",
+}
+
+
+def queue_symbol(queue_url: str) -> str:
+    """The symbolic name of a queue of the test's moto server, from its URL (see `kit.MotoServer`)."""
+    name = queue_url.rstrip("/").rsplit("/", 1)[-1]
+    if name.startswith("nimbus-jobs-"):
+        return "queue"
+    match = re.fullmatch(r"nimbus-async-p([0-2])-\w+", name)
+    assert match, f"a queue this test does not know: {queue_url}"
+    return f"queue_p{match.group(1)}"
 
 
 def resource_pattern(resource: Any) -> str:
@@ -128,7 +160,7 @@ def resource_pattern(resource: Any) -> str:
     if isinstance(resource, dict) and "Fn::GetAtt" in resource:
         target = resource["Fn::GetAtt"]
         target = target if isinstance(target, list) else target.split(".")
-        return {"NimbusStateTable": "table", "NimbusBucket": "bucket", "NimbusJobsQueue": "queue"}[target[0]]
+        return {"NimbusStateTable": "table", "NimbusBucket": "bucket", **QUEUE_SYMBOLS}[target[0]]
     if isinstance(resource, dict) and "Fn::Sub" in resource:
         text = resource["Fn::Sub"]
         text = text.replace("${NimbusStateTable.Arn}", "table").replace("${NimbusBucket.Arn}", "bucket")
@@ -188,8 +220,9 @@ def iam_actions(entry: dict[str, Any], bucket: str) -> list[tuple[str, str, str 
         return [(f"dynamodb:{operation}", resource, None)]
     if target.startswith("AmazonSQS."):
         operation = target.split(".", 1)[1]
+        queue_url = json.loads(body or "{}").get("QueueUrl", "")
         # IAM authorizes the batch operations with the single ones' actions.
-        return [(f"sqs:{SQS_BATCH_ACTIONS.get(operation, operation)}", "queue", None)]
+        return [(f"sqs:{SQS_BATCH_ACTIONS.get(operation, operation)}", queue_symbol(queue_url), None)]
     url = urlsplit(entry["url"])
     query = parse_qs(url.query, keep_blank_values=True)
     path = unquote(url.path).lstrip("/")

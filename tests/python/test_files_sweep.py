@@ -5,7 +5,7 @@ upload that never received its bytes is gone; everything else is untouched.
 
 The server of this module also runs its own scheduled sweep every second
 (NIMBUS_SCHEDULE_INTERVAL_SECS=1); on the real clock nothing of this is due, so it must not
-remove anything either.
+remove anything either. `nimbus poll` runs the sweep as one task of a scheduler pass.
 """
 
 from __future__ import annotations
@@ -187,3 +187,20 @@ def test_a_second_sweep_has_nothing_left_to_do(scenario: Scenario) -> None:
 def test_sweep_of_an_empty_data_dir(tmp_path: Path) -> None:
     cli = kit.NimbusCli(kit.clean_env())
     assert cli.sweep(tmp_path / "fresh", as_of=int(time.time()) + 10 * 86_400) == {"tasks_run": 0, "tasks_failed": 0}
+
+
+def test_poll_runs_every_scheduled_task_and_prints_the_report(tmp_path: Path) -> None:
+    report = kit.NimbusCli(kit.clean_env()).poll(tmp_path)
+    assert report == {
+        "tasks": {
+            "files_sweep": {"tasks_run": 0, "tasks_failed": 0},
+            "batches": {
+                "active_batches": 0,
+                "finalized": 0,
+                "validations_requeued": 0,
+                "chunks_requeued": 0,
+                "errors": 0,
+            },
+        },
+        "errors": 0,
+    }, report

@@ -24,7 +24,6 @@ use nimbus_shared::ports::{
 use nimbus_shared::providers::retry::RetryPolicy;
 use nimbus_shared::providers::router::{ModelRouter, RoutedModel};
 use nimbus_shared::scheduler::Scheduler;
-use nimbus_shared::webhooks::UrlPolicy;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
@@ -267,15 +266,7 @@ impl Harness {
         let functions = function_service(&loaded, &adapters, Arc::clone(&inference), Arc::clone(&records));
         let parts = WorkerParts {
             adapters: adapters.clone(),
-            async_requests: async_service(
-                &loaded,
-                &adapters,
-                Arc::clone(&inference),
-                functions,
-                UrlPolicy {
-                    allow_loopback_http: true,
-                },
-            ),
+            async_requests: async_service(&loaded, &adapters, Arc::clone(&inference), functions),
             inference,
             batches: Arc::clone(&service),
             max_run: settings.max_run,

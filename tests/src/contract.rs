@@ -330,6 +330,31 @@ pub async fn due_index_lists_due_work_in_order(state: Arc<dyn StateStore>) {
     );
     assert!(matches!(index.set("a:b", "x", 1).await, Err(StorageError::Invalid(_))));
 
+    // create: one write for a new target, a move for a known one; reschedule: a move from a known
+    // version, and a correct move (by reading) when the version it was given is stale.
+    index.create("fast", "r", 100).await.unwrap();
+    index.create("fast", "r", 200).await.unwrap();
+    assert_eq!(
+        due(index.due("fast", 1_000, 10).await.unwrap()),
+        [("r".to_owned(), 200)]
+    );
+    index.reschedule("fast", "r", 300, 2).await.unwrap();
+    assert_eq!(
+        due(index.due("fast", 1_000, 10).await.unwrap()),
+        [("r".to_owned(), 300)]
+    );
+    index.reschedule("fast", "r", 400, 1).await.unwrap();
+    assert_eq!(
+        due(index.due("fast", 1_000, 10).await.unwrap()),
+        [("r".to_owned(), 400)]
+    );
+    index.clear("fast", "r").await.unwrap();
+    index.reschedule("fast", "r", 500, 7).await.unwrap();
+    assert_eq!(
+        due(index.due("fast", 1_000, 10).await.unwrap()),
+        [("r".to_owned(), 500)]
+    );
+
     // More than one page of items (the index reads 100 at a time).
     for i in 0..130 {
         index.set("many", &format!("t{i:03}"), 10_000 + i).await.unwrap();

@@ -139,17 +139,17 @@ async fn without_a_webhook_the_result_is_polled() {
 }
 
 #[tokio::test]
-async fn an_output_over_the_inline_limit_is_still_served_where_no_link_can_be_made() {
+async fn an_output_over_the_inline_limit_is_linked_to_the_apis_own_route_where_the_store_makes_no_links() {
     let mut settings = settings();
     settings.inline_output_limit = 16;
     let h = AsyncHarness::embedded(settings);
     let id = h.submit(submission("large", json!({}))).await;
     assert_eq!(h.run_request(&id).await, JobOutcome::Done);
     let view = h.view(&id).await;
-    // The local blob store makes no links: the status carries the output itself.
-    assert_eq!(view.output_url, None);
-    assert_eq!(view.output, h.saved_output(&id).await);
-    assert!(view.output.is_some());
+    assert_eq!(view.output, None);
+    assert_eq!(view.output_url, Some(format!("/async_request/{id}/output")));
+    let served: Value = serde_json::from_slice(&h.service.output(PROJECT, &id).await.unwrap()).unwrap();
+    assert_eq!(Some(served), h.saved_output(&id).await);
 }
 
 #[tokio::test]

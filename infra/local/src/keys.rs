@@ -48,14 +48,22 @@ pub enum KeysCommand {
     },
 }
 
-async fn service(store: &StoreArgs) -> anyhow::Result<ApiKeyService> {
-    let state: Arc<dyn StateStore> = match store.backend {
+/// The state store `store` names (also used by `nimbus webhook-secrets`).
+pub async fn state_store(store: &StoreArgs) -> anyhow::Result<Arc<dyn StateStore>> {
+    Ok(match store.backend {
         Backend::Embedded => Arc::new(
             embedded::state_store(&store.data_dir).with_context(|| format!("opening {}", store.data_dir.display()))?,
         ),
         Backend::Aws => Arc::new(aws::state_store().await.map_err(anyhow::Error::msg)?),
-    };
-    Ok(ApiKeyService::new(state, Arc::new(SystemClock), Arc::new(UuidV7Ids)))
+    })
+}
+
+async fn service(store: &StoreArgs) -> anyhow::Result<ApiKeyService> {
+    Ok(ApiKeyService::new(
+        state_store(store).await?,
+        Arc::new(SystemClock),
+        Arc::new(UuidV7Ids),
+    ))
 }
 
 pub async fn run(command: KeysCommand) -> anyhow::Result<()> {

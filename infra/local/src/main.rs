@@ -3,6 +3,7 @@
 mod check_config;
 mod keys;
 mod serve;
+mod webhook_secrets;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -31,11 +32,15 @@ enum Command {
     /// Create, list and revoke API keys.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Create, list and revoke a project's webhook signing secrets.
+    #[command(subcommand)]
+    WebhookSecrets(webhook_secrets::WebhookSecretsCommand),
     /// Run the janitor's due tasks once (what the scheduled poller does): expired files and
     /// uploads, abandoned direct uploads, orphaned bytes.
     Sweep(serve::SweepArgs),
-    /// Run one pass of the poller: the sweep, then batch recovery (finalize what is ready or
-    /// overdue, run again what is stuck), printed as JSON.
+    /// Run one pass of the scheduler (what the poller does): every scheduled task — the files
+    /// sweep, batch recovery (finalize what is ready or overdue, run again what is stuck), … —,
+    /// its report printed as JSON.
     Poll(serve::PollArgs),
     /// Check a configuration file and print its models.
     CheckConfig {
@@ -50,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
         Command::Keys(command) => keys::run(command).await,
+        Command::WebhookSecrets(command) => webhook_secrets::run(command).await,
         Command::Sweep(args) => serve::sweep_once(args).await,
         Command::Poll(args) => serve::poll_once(args).await,
         Command::CheckConfig { config } => {

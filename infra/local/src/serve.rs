@@ -114,20 +114,19 @@ pub async fn sweep_once(args: SweepArgs) -> anyhow::Result<()> {
 }
 
 /// `nimbus poll`: one pass of the scheduler (files sweep, batch recovery, …), its report printed
-/// as JSON. Jobs it enqueues go to the running server's queue only when run inside it; here they
-/// are run at once.
+/// as JSON (exit status 1 when a task failed). Jobs it enqueues go to the running server's queue
+/// only when run inside it; here they are run at once.
 pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
     let loaded = load_local_config(&args.config)
         .await
         .with_context(|| format!("loading {}", args.config.display()))?;
     let config = &loaded.config;
-    let adapters = embedded_adapters(&args.data_dir, args.as_of)?;
+    let adapters = embedded_adapters(&args.data_dir, args.as_of)?.with_webhook_urls(UrlPolicy {
+        allow_loopback_http: args.webhooks_allow_loopback,
+    });
     let settings = local_batch_settings(config, false);
     let inference = inference_service(config, &adapters).map_err(anyhow::Error::msg)?;
-    let webhook_urls = UrlPolicy {
-        allow_loopback_http: args.webhooks_allow_loopback,
-    };
-    let parts = WorkerParts::new(&loaded, &adapters, inference, settings, webhook_urls);
+    let parts = WorkerParts::new(&loaded, &adapters, inference, settings);
     let report = scheduler(&parts).run_once().await;
     // This process has its own in-memory queue: drain what the pass enqueued before exiting.
     let worker = job_dispatcher(&parts);
@@ -143,6 +142,9 @@ pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
         adapters.queue.delete(&message.receipt).await?;
     }
     println!("{}", serde_json::to_string(&report)?);
+    if report.errors > 0 {
+        anyhow::bail!("{} scheduled task(s) failed (see `tasks` above)", report.errors);
+    }
     Ok(())
 }
 
@@ -181,8 +183,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = &loaded.config;
     // Held until the process ends: no other server (no other worker) uses this directory.
     let lock = DataDirLock::acquire(&args.data_dir)?;
-    let mut adapters =
-        embedded::adapters(&args.data_dir).with_context(|| format!("opening {}", args.data_dir.display()))?;
+    let mut adapters = embedded::adapters(&args.data_dir)
+        .with_context(|| format!("opening {}", args.data_dir.display()))?
+        .with_webhook_urls(UrlPolicy {
+            allow_loopback_http: args.webhooks_allow_loopback,
+        });
     // Work handlers defer past the response; waited for (bounded) when the server stops.
     let deferred = Arc::new(DeferredTasks::new());
     adapters.after_response = Arc::clone(&deferred) as _;
@@ -218,9 +223,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             public_url: Some(public_url),
         },
         local_batch_settings(config, args.allow_short_completion_windows),
-        UrlPolicy {
-            allow_loopback_http: args.webhooks_allow_loopback,
-        },
     )
     .map_err(anyhow::Error::msg)?;
     let keys_exist = adapters.api_keys().any_active().await?;

@@ -11,7 +11,6 @@ use crate::config::{Config, LoadedConfig};
 use crate::http::{AppState, HttpSettings, PublicBaseUrl};
 use crate::jobs::JobDispatcher;
 use crate::scheduler::Scheduler;
-use crate::webhooks::UrlPolicy;
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -103,14 +102,8 @@ async fn lambda_worker_parts() -> Result<WorkerParts, String> {
         &adapters,
         inference,
         lambda_batch_settings(&loaded.config),
-        LAMBDA_WEBHOOK_URLS,
     ))
 }
-
-/// Webhooks from Lambda never go to plain-HTTP loopback (there it reaches the Runtime API).
-pub const LAMBDA_WEBHOOK_URLS: UrlPolicy = UrlPolicy {
-    allow_loopback_http: false,
-};
 
 /// An HTTP function ready to run: its router and the work its handlers defer.
 pub struct HttpFunction {
@@ -143,7 +136,6 @@ async fn http_function(routes: impl FnOnce(AppState) -> Router) -> Result<HttpFu
             public_url: public_url_from_env()?,
         },
         lambda_batch_settings(&loaded.config),
-        LAMBDA_WEBHOOK_URLS,
     )?;
     Ok(HttpFunction {
         router: routes(state),

@@ -7,10 +7,11 @@ pub mod config_source;
 pub mod embedded;
 pub mod lambda;
 pub mod lambda_host;
+pub mod webhooks;
 
 use crate::adapters::records::{StateFeedbackStore, StateInferenceStore, StateModelCache};
 use crate::adapters::DeferredTasks;
-use crate::async_requests::{AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncService, AsyncSettings};
+use crate::async_requests::{AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRunner, AsyncService, AsyncSettings};
 use crate::auth::{ApiKeyService, AuthMode, Authenticator};
 use crate::batches::{BatchDeps, BatchRecovery, BatchService, BatchSettings, BatchWorker};
 use crate::config::{Config, LoadedConfig};
@@ -23,7 +24,7 @@ use crate::inference::InferenceService;
 use crate::jobs::{JobDispatcher, JobFamily};
 use crate::ports::{
     AfterResponse, BlobStore, Clock, FeedbackStore, IdSource, InferenceStore, JobQueue, ModelCache, StateStore,
-    SystemClock, UuidV7Ids,
+    SystemClock, UuidV7Ids, WebhookTransport,
 };
 use crate::providers::router::ModelRouter;
 use crate::scheduler::Scheduler;
@@ -42,6 +43,11 @@ pub struct Adapters {
     /// Where handlers defer work past the response. A host that must wait for that work (on
     /// shutdown, after a Lambda invocation) puts its own [`DeferredTasks`] here.
     pub after_response: Arc<dyn AfterResponse>,
+    /// Which webhook URLs are accepted and connected to (no plain-HTTP loopback unless a host
+    /// says so: [`Adapters::with_webhook_urls`]).
+    pub webhook_urls: UrlPolicy,
+    /// Sends webhooks, under `webhook_urls`.
+    pub webhooks: Arc<dyn WebhookTransport>,
 }
 
 impl Adapters {
@@ -53,7 +59,16 @@ impl Adapters {
             clock: Arc::new(SystemClock),
             ids: Arc::new(UuidV7Ids),
             after_response: Arc::new(DeferredTasks::new()),
+            webhook_urls: UrlPolicy::default(),
+            webhooks: webhooks::webhook_transport(UrlPolicy::default()),
         }
+    }
+
+    /// Accept and send webhooks under `policy` (the local server allows plain-HTTP loopback URLs).
+    pub fn with_webhook_urls(mut self, policy: UrlPolicy) -> Self {
+        self.webhook_urls = policy;
+        self.webhooks = webhooks::webhook_transport(policy);
+        self
     }
 
     pub fn api_keys(&self) -> ApiKeyService {
@@ -129,20 +144,23 @@ pub fn batch_service(
 ) -> Arc<BatchService> {
     let records = adapters.inference_records();
     let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
-    Arc::new(BatchService::new(
-        BatchDeps {
-            state: Arc::clone(&adapters.state),
-            blobs: Arc::clone(&adapters.blobs),
-            queue: Arc::clone(&adapters.queue),
-            clock: Arc::clone(&adapters.clock),
-            ids: Arc::clone(&adapters.ids),
-            files: adapters.files(),
-            inference,
-            functions,
-            records,
-        },
-        settings,
-    ))
+    Arc::new(
+        BatchService::new(
+            BatchDeps {
+                state: Arc::clone(&adapters.state),
+                blobs: Arc::clone(&adapters.blobs),
+                queue: Arc::clone(&adapters.queue),
+                clock: Arc::clone(&adapters.clock),
+                ids: Arc::clone(&adapters.ids),
+                files: adapters.files(),
+                inference,
+                functions,
+                records,
+            },
+            settings,
+        )
+        .with_events(webhooks::batch_webhooks(adapters)),
+    )
 }
 
 /// The inference layer for a validated configuration.
@@ -179,13 +197,12 @@ pub fn function_service(
 }
 
 /// Async requests (`/async_predict`) over `adapters`, run through the inference and function
-/// layers; `webhook_urls` says which webhook URLs are accepted (loopback only locally).
+/// layers; webhook URLs are accepted under the adapters' policy (loopback only locally).
 pub fn async_service(
     loaded: &LoadedConfig,
     adapters: &Adapters,
     inference: Arc<InferenceService>,
     functions: Arc<FunctionService>,
-    webhook_urls: UrlPolicy,
 ) -> Arc<AsyncService> {
     let deps = AsyncDeps {
         state: Arc::clone(&adapters.state),
@@ -197,7 +214,7 @@ pub fn async_service(
     };
     Arc::new(AsyncService::new(
         deps,
-        AsyncSettings::from_config(&loaded.config, webhook_urls),
+        AsyncSettings::from_config(&loaded.config, adapters.webhook_urls),
     ))
 }
 
@@ -208,20 +225,13 @@ pub fn app_state(
     auth: AuthSettings,
     http: HttpSettings,
     batches: BatchSettings,
-    webhook_urls: UrlPolicy,
 ) -> Result<AppState, String> {
     let config = &loaded.config;
     let inference = inference_service(config, adapters)?;
     let records = adapters.inference_records();
     let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
     Ok(AppState {
-        async_requests: async_service(
-            loaded,
-            adapters,
-            Arc::clone(&inference),
-            Arc::clone(&functions),
-            webhook_urls,
-        ),
+        async_requests: async_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&functions)),
         functions,
         batches: batch_service(loaded, adapters, Arc::clone(&inference), batches),
         inference,
@@ -230,6 +240,9 @@ pub fn app_state(
         settings: http,
         feedback: feedback_service(config, adapters, Arc::clone(&records)),
         records,
+        webhook_secrets: webhooks::webhook_secrets(adapters),
+        webhook_endpoints: webhooks::webhook_endpoints(adapters),
+        batch_webhooks: webhooks::batch_webhooks(adapters),
     })
 }
 
@@ -252,13 +265,12 @@ impl WorkerParts {
         adapters: &Adapters,
         inference: Arc<InferenceService>,
         batch_settings: BatchSettings,
-        webhook_urls: UrlPolicy,
     ) -> Self {
         let max_run = batch_settings.max_run;
         let records = adapters.inference_records();
         let functions = function_service(loaded, adapters, Arc::clone(&inference), records);
         Self {
-            async_requests: async_service(loaded, adapters, Arc::clone(&inference), functions, webhook_urls),
+            async_requests: async_service(loaded, adapters, Arc::clone(&inference), functions),
             batches: batch_service(loaded, adapters, Arc::clone(&inference), batch_settings),
             inference,
             adapters: adapters.clone(),
@@ -271,6 +283,15 @@ impl WorkerParts {
 pub fn job_dispatcher(parts: &WorkerParts) -> JobDispatcher {
     JobDispatcher::new(Arc::clone(&parts.adapters.queue), parts.max_run)
         .with_runner(JobFamily::Batch, Arc::new(BatchWorker::new(Arc::clone(&parts.batches))))
+        .with_runner(JobFamily::Webhook, webhooks::batch_webhooks(&parts.adapters))
+        .with_runner(
+            JobFamily::AsyncRequest,
+            Arc::new(AsyncRunner::new(
+                Arc::clone(&parts.async_requests),
+                Arc::clone(&parts.adapters.webhooks),
+                webhooks::webhook_secrets(&parts.adapters),
+            )),
+        )
 }
 
 /// The one place scheduled tasks are registered: everything the poller (a timer locally) runs.
@@ -279,4 +300,5 @@ pub fn scheduler(parts: &WorkerParts) -> Scheduler {
         .with_task(Arc::new(FilesSweep::new(parts.adapters.files())))
         .with_task(Arc::new(BatchRecovery::new(Arc::clone(&parts.batches))))
         .with_task(Arc::new(AsyncDueWork::new(Arc::clone(&parts.async_requests))))
+        .with_task(webhooks::batch_webhooks(&parts.adapters))
 }

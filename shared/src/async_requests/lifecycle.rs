@@ -96,7 +96,7 @@ impl AsyncService {
                 let wait = Duration::from_millis(u64::try_from(at - now).unwrap_or(0));
                 let by_message = wait <= MAX_QUEUE_DELAY;
                 let look_at = if by_message { at + self.lease_ms() } else { at };
-                self.due.set(DUE_LANE, &request.request_id, look_at).await?;
+                self.move_due_entry(request, look_at).await?;
                 if by_message {
                     let job = JobMessage::AsyncDeliver {
                         request_id: request.request_id.clone(),
@@ -111,10 +111,28 @@ impl AsyncService {
             }
             None => {
                 let purge_at = self.expires_at_s(request.created_at_ms).saturating_mul(1000);
-                self.due.set(DUE_LANE, &request.request_id, purge_at).await
+                self.move_due_entry(request, purge_at).await
             }
         }
     }
+
+    /// Move the request's due-index entry to `at`: one write when the record knows the entry's
+    /// version (it was saved with the version this move makes, see [`StoredRequest::due_version`]).
+    async fn move_due_entry(&self, request: &StoredRequest, at: i64) -> Result<(), StorageError> {
+        match request.due_version {
+            Some(version) if version > 1 => {
+                self.due
+                    .reschedule(DUE_LANE, &request.request_id, at, version - 1)
+                    .await
+            }
+            _ => self.due.set(DUE_LANE, &request.request_id, at).await,
+        }
+    }
+}
+
+/// Before saving a request whose due-index entry is about to move: the version that move makes.
+pub(crate) fn expect_due_move(request: &mut StoredRequest) {
+    request.due_version = request.due_version.map(|version| version + 1);
 }
 
 impl AsyncService {

@@ -111,6 +111,10 @@ pub(crate) struct StoredRequest {
     /// The webhook delivery, once there is a result to deliver.
     #[serde(default)]
     pub delivery: Option<Delivery>,
+    /// The version of this request's due-index entry, as far as this record knows (it saves a
+    /// read when the entry moves; a stale value only costs that read).
+    #[serde(default)]
+    pub due_version: Option<u64>,
 }
 
 impl StoredRequest {

@@ -8,7 +8,7 @@
 //! both win.
 
 use super::classify::{RunFailure, ASYNC_REQUEST_EXPIRED, MODEL_PREDICT_ERROR};
-use super::lifecycle::SavedOutput;
+use super::lifecycle::{expect_due_move, SavedOutput};
 use super::records::{output_key, Attempt, ErrorEntry, StoredRequest, KIND};
 use super::service::AsyncService;
 use super::wire::webhook_body;
@@ -304,6 +304,7 @@ impl AsyncRunner {
         now: i64,
     ) -> Result<JobOutcome, StorageError> {
         self.attempt_delivery(&mut loaded.body, output.as_ref(), now).await;
+        expect_due_move(&mut loaded.body);
         match loaded.save(self.service.deps.state.as_ref()).await {
             Ok(()) => {}
             // Someone else concluded it meanwhile: theirs stands.
@@ -388,6 +389,7 @@ impl AsyncRunner {
             _ => None,
         };
         self.attempt_delivery(&mut loaded.body, output.as_ref(), now).await;
+        expect_due_move(&mut loaded.body);
         match loaded.save(state).await {
             Ok(()) => {}
             Err(StorageError::Conflict) => return Ok(JobOutcome::Done),

@@ -175,6 +175,7 @@ impl AsyncService {
             output_key: None,
             output_bytes: None,
             delivery: None,
+            due_version: Some(1),
         };
         let record = Record {
             kind: KIND.to_owned(),
@@ -188,7 +189,7 @@ impl AsyncService {
         self.deps.state.create(&record).await?;
         // The expiry check comes due when the request may wait no longer; a worker that finishes
         // it first clears it.
-        if let Err(err) = self.due.set(DUE_LANE, &request_id, stored.queue_deadline_ms()).await {
+        if let Err(err) = self.due.create(DUE_LANE, &request_id, stored.queue_deadline_ms()).await {
             self.deps.state.delete(KIND, &request_id, None).await.ok();
             return Err(err.into());
         }
@@ -225,28 +226,28 @@ impl AsyncService {
         record.expires_at.is_some_and(|at| at <= self.deps.clock.now_unix_s())
     }
 
-    /// One request's status, with its output when it has one: inline when small, else a link
-    /// when the blob store can make one (S3), else inline whatever its size (the local server's
-    /// responses have no size limit).
+    /// One request's status, with its output when it has one: inline when small, else a link.
     pub async fn get(&self, project: &str, request_id: &str) -> Result<AsyncRequestView, AsyncError> {
         let loaded = self.load_owned(project, request_id).await?;
         let request = &loaded.body;
         let mut view = AsyncRequestView::of(request, loaded.record.expires_at);
         if let (Some(key), Some(bytes)) = (&request.output_key, request.output_bytes) {
-            if bytes > self.settings.inline_output_limit {
-                let filename = format!("{request_id}-output.json");
-                view.output_url = self
-                    .deps
-                    .blobs
-                    .presign_get(key, Duration::from_secs(3600), &filename)
-                    .await?;
-            }
-            if view.output_url.is_none() {
+            if bytes <= self.settings.inline_output_limit {
                 match self.deps.blobs.get(key).await {
                     Ok(body) => view.output = serde_json::from_slice(&body).ok(),
                     Err(StorageError::NotFound) => {}
                     Err(err) => return Err(err.into()),
                 }
+            } else {
+                let filename = format!("{request_id}-output.json");
+                // A time-limited link straight to the bytes where the store makes one (S3);
+                // else this API's own route for them.
+                let presigned = self
+                    .deps
+                    .blobs
+                    .presign_get(key, Duration::from_secs(3600), &filename)
+                    .await?;
+                view.output_url = Some(presigned.unwrap_or_else(|| format!("/async_request/{request_id}/output")));
             }
         }
         Ok(view)

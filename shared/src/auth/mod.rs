@@ -5,4 +5,4 @@ mod authenticator;
 mod keys;
 
 pub use authenticator::{AuthError, AuthMode, Authenticator, Principal};
-pub use keys::{ApiKeyInfo, ApiKeyService, CreatedApiKey, KeyError};
+pub use keys::{valid_project, ApiKeyInfo, ApiKeyService, CreatedApiKey, KeyError};

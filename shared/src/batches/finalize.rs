@@ -333,14 +333,38 @@ impl BatchService {
 
     /// Remove what only a running batch needs: segment results, chunk records, the hold on the
     /// input's bytes, the active marker. Idempotent; the poller calls it again for a terminal
-    /// batch whose marker is still there.
+    /// batch whose marker is still there. A terminal batch's event is told before the marker
+    /// goes: every batch that ends is told at least once (and the sink ignores repeats).
     pub(crate) async fn clean_up(&self, stored: &StoredBatch) -> Result<(), BatchesError> {
         self.blobs.delete_prefix(&stored.results_prefix()).await?;
         for record in list_all(self.state.as_ref(), CHUNK_KIND, &stored.batch.id).await? {
             self.state.delete(CHUNK_KIND, &record.id, None).await?;
         }
         self.release_input(stored).await?;
+        if self.state.get(ACTIVE_KIND, &stored.batch.id).await?.is_some() {
+            self.tell_ended(stored).await?;
+        }
         self.state.delete(ACTIVE_KIND, &stored.batch.id, None).await?;
+        Ok(())
+    }
+
+    /// Tell the event sink that an OpenAI batch ended (`/batch_inference` batches have no events).
+    async fn tell_ended(&self, stored: &StoredBatch) -> Result<(), BatchesError> {
+        let batch = &stored.batch;
+        if !batch.status.is_terminal() || stored.format != BatchFormat::OpenAiJsonl {
+            return Ok(());
+        }
+        let ended_at_s = match batch.status {
+            BatchStatus::Completed => batch.completed_at,
+            BatchStatus::Failed => batch.failed_at,
+            BatchStatus::Cancelled => batch.cancelled_at,
+            BatchStatus::Expired => batch.expired_at,
+            _ => None,
+        };
+        let at_ms = ended_at_s.map_or_else(|| self.now_ms(), |s| s.saturating_mul(1000));
+        self.events
+            .batch_ended(&stored.project, &batch.id, batch.status.as_str(), at_ms)
+            .await?;
         Ok(())
     }
 }

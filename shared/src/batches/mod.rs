@@ -43,7 +43,9 @@ use crate::files::{FilesError, FilesService};
 use crate::functions::inference::FunctionService;
 use crate::idempotency::IdempotencyKeys;
 use crate::inference::InferenceService;
-use crate::ports::{BlobStore, Clock, IdSource, InferenceStore, JobQueue, StateStore, StorageError};
+use crate::ports::{
+    BatchEventSink, BlobStore, Clock, IdSource, InferenceStore, JobQueue, NoBatchEvents, StateStore, StorageError,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -138,6 +140,8 @@ pub struct BatchService {
     pub(crate) records: Arc<dyn InferenceStore>,
     pub(crate) idempotency: IdempotencyKeys,
     pub(crate) settings: Arc<BatchSettings>,
+    /// Told when a batch ends (batch event webhooks).
+    pub(crate) events: Arc<dyn BatchEventSink>,
 }
 
 /// The adapters and services a [`BatchService`] works with.
@@ -167,7 +171,14 @@ impl BatchService {
             functions: deps.functions,
             records: deps.records,
             settings: Arc::new(settings),
+            events: Arc::new(NoBatchEvents),
         }
+    }
+
+    /// Tell `events` about every batch that ends (none are told by default).
+    pub fn with_events(mut self, events: Arc<dyn BatchEventSink>) -> Self {
+        self.events = events;
+        self
     }
 
     pub(crate) fn now_ms(&self) -> i64 {

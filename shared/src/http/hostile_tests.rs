@@ -28,9 +28,6 @@ fn local(dir: &std::path::Path) -> Router {
             public_url: Some(PublicBaseUrl::parse(PUBLIC_URL).unwrap()),
         },
         crate::batches::BatchSettings::from_config(&config),
-        crate::webhooks::UrlPolicy {
-            allow_loopback_http: true,
-        },
     )
     .unwrap();
     local_router(state)

@@ -22,6 +22,7 @@ mod tensorzero_records_routes;
 mod tensorzero_routes;
 mod tensorzero_surface;
 mod upload_routes;
+mod webhook_routes;
 
 pub use error::ApiError;
 pub use public_url::PublicBaseUrl;
@@ -35,6 +36,7 @@ use crate::functions::feedback::FeedbackService;
 use crate::functions::inference::FunctionService;
 use crate::inference::InferenceService;
 use crate::ports::InferenceStore;
+use crate::webhooks::{BatchWebhooks, WebhookEndpoints, WebhookSecrets};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use axum::Router;
@@ -54,6 +56,12 @@ pub struct AppState {
     /// `POST /feedback`.
     pub feedback: Arc<FeedbackService>,
     pub async_requests: Arc<AsyncService>,
+    /// `/v1/webhook_secrets`.
+    pub webhook_secrets: Arc<WebhookSecrets>,
+    /// `/v1/webhook_endpoints`.
+    pub webhook_endpoints: Arc<WebhookEndpoints>,
+    /// `/v1/webhook_endpoints/{id}/deliveries`.
+    pub batch_webhooks: Arc<BatchWebhooks>,
 }
 
 /// Host-specific choices.
@@ -90,7 +98,8 @@ pub fn files_router(state: AppState) -> Router {
     host_router(state, file_api_routes())
 }
 
-/// The batches function's routes: `/v1/batches`, `/batch_inference`, health.
+/// The batches function's routes: `/v1/batches`, `/batch_inference`, `/v1/webhook_secrets`,
+/// `/v1/webhook_endpoints`, health.
 pub fn batches_router(state: AppState) -> Router {
     host_router(state, batches_function_routes())
 }
@@ -102,6 +111,7 @@ fn batches_function_routes() -> Router<AppState> {
     batch_routes::routes()
         .merge(tensorzero_batch_routes::routes())
         .merge(async_routes::routes())
+        .merge(webhook_routes::routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
         .layer(tower_http::decompression::RequestDecompressionLayer::new())
 }

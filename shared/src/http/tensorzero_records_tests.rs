@@ -47,9 +47,6 @@ fn stack() -> Stack {
             public_url: None,
         },
         crate::batches::BatchSettings::from_config(&config),
-        crate::webhooks::UrlPolicy {
-            allow_loopback_http: true,
-        },
     )
     .unwrap();
     Stack {

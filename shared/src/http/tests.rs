@@ -54,9 +54,6 @@ fn router_with(adapters: &Adapters, mode: AuthMode) -> Router {
             public_url: Some(PublicBaseUrl::parse("http://gateway.test:3000").unwrap()),
         },
         crate::batches::BatchSettings::from_config(&config),
-        crate::webhooks::UrlPolicy {
-            allow_loopback_http: true,
-        },
     )
     .unwrap();
     inference_router(state)
@@ -277,9 +274,6 @@ async fn a_gzip_encoded_batch_inference_submission_is_decoded() {
             public_url: None,
         },
         crate::batches::BatchSettings::from_config(&config),
-        crate::webhooks::UrlPolicy {
-            allow_loopback_http: true,
-        },
     )
     .unwrap();
     let router = batches_router(state);

@@ -10,6 +10,7 @@ use crate::inference::InferenceError;
 use crate::providers::router::{ProviderFailure, RoutingError};
 use crate::providers::ProviderError;
 use crate::user_text::excerpt;
+use crate::webhooks::WebhooksError;
 use http::StatusCode;
 use serde_json::{json, Value};
 
@@ -124,6 +125,19 @@ impl From<BatchesError> for ApiError {
             BatchesError::Conflict(message) => Self::new(StatusCode::CONFLICT, "invalid_request_error", message),
             BatchesError::Files(files) => files.into(),
             BatchesError::Storage(storage) => FilesError::Storage(storage).into(),
+        }
+    }
+}
+
+impl From<WebhooksError> for ApiError {
+    fn from(err: WebhooksError) -> Self {
+        match err {
+            WebhooksError::NotFound { .. } => Self::not_found(err.to_string()).with_param("id"),
+            WebhooksError::Invalid { message, param } => Self::invalid_request(message)
+                .with_param(param)
+                .with_code("invalid_value"),
+            WebhooksError::LimitReached { message } => Self::invalid_request(message).with_code("limit_exceeded"),
+            WebhooksError::Storage(storage) => FilesError::Storage(storage).into(),
         }
     }
 }

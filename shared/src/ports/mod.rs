@@ -1,6 +1,7 @@
 //! Ports: the traits the domain talks to. Adapters (AWS and embedded) implement them.
 
 pub mod after_response;
+pub mod batch_events;
 pub mod blob;
 pub mod clock;
 pub mod feedback_store;
@@ -12,6 +13,7 @@ pub mod state;
 pub mod webhook;
 
 pub use after_response::AfterResponse;
+pub use batch_events::{BatchEventSink, NoBatchEvents};
 pub use blob::{BlobStore, ByteStream};
 pub use clock::{Clock, IdSource, OffsetClock, SystemClock, UuidV7Ids};
 pub use feedback_store::FeedbackStore;

@@ -38,6 +38,19 @@ fn owner(lane: &str) -> String {
     format!("due:{lane}")
 }
 
+/// The entry of `target` in `lane`, due at `due_at_ms`, at `version`.
+fn entry(lane: &str, target: &str, due_at_ms: i64, version: u64) -> Result<Record, StorageError> {
+    Ok(Record {
+        kind: KIND.to_owned(),
+        id: record_id(lane, target)?,
+        owner: owner(lane),
+        created_at_ms: due_at_ms,
+        version,
+        expires_at: None,
+        body: json!({"lane": lane, "target": target}),
+    })
+}
+
 impl DueIndex {
     pub fn new(state: Arc<dyn StateStore>) -> Self {
         Self { state }
@@ -48,18 +61,7 @@ impl DueIndex {
         let id = record_id(lane, target)?;
         for _ in 0..SET_ATTEMPTS {
             let written = match self.state.get(KIND, &id).await? {
-                None => {
-                    let record = Record {
-                        kind: KIND.to_owned(),
-                        id: id.clone(),
-                        owner: owner(lane),
-                        created_at_ms: due_at_ms,
-                        version: 1,
-                        expires_at: None,
-                        body: json!({"lane": lane, "target": target}),
-                    };
-                    self.state.create(&record).await
-                }
+                None => self.state.create(&entry(lane, target, due_at_ms, 1)?).await,
                 Some(record) if record.created_at_ms == due_at_ms => return Ok(()),
                 Some(mut record) => {
                     let expected = record.version;
@@ -75,6 +77,27 @@ impl DueIndex {
             }
         }
         Err(StorageError::Conflict)
+    }
+
+    /// Add a target that is new (one write); falls back to [`DueIndex::set`] when it exists.
+    pub async fn create(&self, lane: &str, target: &str, due_at_ms: i64) -> Result<(), StorageError> {
+        match self.state.create(&entry(lane, target, due_at_ms, 1)?).await {
+            Err(StorageError::Conflict) => self.set(lane, target, due_at_ms).await,
+            other => other,
+        }
+    }
+
+    /// Move an entry the caller knows is at `version` (one conditional write, no read); falls
+    /// back to [`DueIndex::set`] when it moved on or is gone.
+    pub async fn reschedule(&self, lane: &str, target: &str, due_at_ms: i64, version: u64) -> Result<(), StorageError> {
+        match self
+            .state
+            .update(&entry(lane, target, due_at_ms, version + 1)?, version)
+            .await
+        {
+            Err(StorageError::Conflict | StorageError::NotFound) => self.set(lane, target, due_at_ms).await,
+            other => other,
+        }
     }
 
     pub async fn clear(&self, lane: &str, target: &str) -> Result<(), StorageError> {

@@ -1,20 +1,26 @@
 //! Outgoing webhooks: signing secrets and signatures (Standard Webhooks, Baseten), the URL policy
-//! that keeps webhooks off internal addresses, and one delivery with its retry schedule.
+//! that keeps webhooks off internal addresses, and one delivery with its retry schedule; a
+//! project's webhook secrets (`secrets`), its batch event endpoints (`endpoints`) and the batch
+//! events delivered to them (`events`, `event_delivery_jobs`).
 
 pub mod delivery;
+pub mod endpoints;
+mod errors;
+mod event_delivery_jobs;
+pub mod events;
+pub mod secrets;
 pub mod signing;
+#[cfg(test)]
+mod test_support;
 pub mod url_policy;
 
 pub use delivery::{Delivery, DeliveryAttempt, DeliveryState, SignatureStyle};
+pub use endpoints::{
+    BatchEventType, CreateEndpointRequest, CreatedEndpoint, DeletedEndpoint, EndpointList, WebhookEndpoint,
+    WebhookEndpoints,
+};
+pub use errors::WebhooksError;
+pub use events::{BatchWebhooks, BatchWebhooksDeps, DeliveryList, DeliveryView};
+pub use secrets::{CreatedSecret, RevokedSecret, SecretSource, SecretSummary, WebhookSecrets};
 pub use signing::{baseten_signature, standard_signature, SecretFormatError, SigningSecret};
 pub use url_policy::{forbidden_address, UrlPolicy, WebhookUrl, WebhookUrlError};
-
-use crate::ports::StorageError;
-use async_trait::async_trait;
-
-/// Where a project's signing secrets come from (`POST /v1/webhook_secrets`).
-#[async_trait]
-pub trait SecretSource: Send + Sync {
-    /// Every secret of `project` that signs now (unexpired, unrevoked), newest first.
-    async fn signing_secrets(&self, project: &str) -> Result<Vec<SigningSecret>, StorageError>;
-}

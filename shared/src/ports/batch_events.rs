@@ -1,0 +1,31 @@
+//! What the batch engine tells the outside world about a batch that ended: webhook events in
+//! Nimbus, nothing in hosts and tests that do not care.
+
+use super::StorageError;
+use async_trait::async_trait;
+
+/// Told once a batch has reached a terminal status (`completed`, `failed`, `cancelled`,
+/// `expired`). The engine may tell it again for the same batch (a retried finalization, a poller
+/// pass after a crash), so implementations must be idempotent per `(batch_id, status)`; an error
+/// makes the engine try again later.
+#[async_trait]
+pub trait BatchEventSink: Send + Sync {
+    async fn batch_ended(&self, project: &str, batch_id: &str, status: &str, at_ms: i64) -> Result<(), StorageError>;
+}
+
+/// A sink that drops every event.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoBatchEvents;
+
+#[async_trait]
+impl BatchEventSink for NoBatchEvents {
+    async fn batch_ended(
+        &self,
+        _project: &str,
+        _batch_id: &str,
+        _status: &str,
+        _at_ms: i64,
+    ) -> Result<(), StorageError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,227 @@
+use super::*;
+use crate::ports::UuidV7Ids;
+use crate::webhooks::test_support::{memory_state, ManualClock};
+
+fn service(allow_loopback_http: bool) -> (WebhookEndpoints, Arc<ManualClock>) {
+    let clock = ManualClock::new();
+    let endpoints = WebhookEndpoints::new(
+        memory_state(),
+        clock.clone(),
+        Arc::new(UuidV7Ids),
+        UrlPolicy { allow_loopback_http },
+    );
+    (endpoints, clock)
+}
+
+fn request(url: &str, events: &[&str]) -> CreateEndpointRequest {
+    CreateEndpointRequest {
+        url: url.to_owned(),
+        event_types: events.iter().map(|e| (*e).to_owned()).collect(),
+        name: Some("mine".into()),
+        secret: None,
+    }
+}
+
+fn param_of(err: WebhooksError) -> &'static str {
+    match err {
+        WebhooksError::Invalid { param, .. } => param,
+        other => panic!("expected a 400, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_new_endpoint_shows_its_secret_once() {
+    let (endpoints, _) = service(false);
+    let created = endpoints
+        .create(
+            "p1",
+            request(
+                "https://example.com/hook",
+                &["batch.completed", "batch.failed", "batch.completed"],
+            ),
+        )
+        .await
+        .unwrap();
+    let endpoint = &created.endpoint;
+    assert!(endpoint.id.starts_with("whep_"));
+    assert_eq!(endpoint.object, "webhook_endpoint");
+    assert_eq!(endpoint.url, "https://example.com/hook");
+    assert_eq!(endpoint.name, "mine");
+    assert_eq!(
+        endpoint.event_types,
+        [BatchEventType::Completed, BatchEventType::Failed]
+    );
+    assert!(created.signing_secret.starts_with("whsec_"));
+    let secret = SigningSecret::parse(&created.signing_secret).unwrap();
+    assert_eq!(endpoint.signing_secret_hint, Some(secret.masked()));
+
+    let shown = endpoints.get("p1", &endpoint.id).await.unwrap();
+    assert_eq!(&shown, endpoint);
+    let json = serde_json::to_value(&shown).unwrap();
+    assert!(json.get("signing_secret").is_none());
+    assert_eq!(
+        json["event_types"],
+        serde_json::json!(["batch.completed", "batch.failed"])
+    );
+}
+
+#[tokio::test]
+async fn a_given_secret_is_used_and_checked() {
+    let (endpoints, _) = service(false);
+    let secret = SigningSecret::generate();
+    let mut given = request("https://example.com/hook", &["batch.completed"]);
+    given.secret = Some(secret.as_str().to_owned());
+    let created = endpoints.create("p1", given).await.unwrap();
+    assert_eq!(created.signing_secret, secret.as_str());
+
+    let mut bad = request("https://example.com/hook", &["batch.completed"]);
+    bad.secret = Some("not-a-secret".into());
+    assert_eq!(param_of(endpoints.create("p1", bad).await.unwrap_err()), "secret");
+}
+
+#[tokio::test]
+async fn bad_input_names_the_field() {
+    let (strict, _) = service(false);
+    for url in [
+        "http://example.com/hook",
+        "ftp://example.com",
+        "not a url",
+        "http://127.0.0.1:8080/hook",
+    ] {
+        let err = strict
+            .create("p1", request(url, &["batch.completed"]))
+            .await
+            .unwrap_err();
+        assert_eq!(param_of(err), "url", "{url}");
+    }
+    let err = strict
+        .create("p1", request("https://example.com", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(param_of(err), "event_types");
+    let err = strict
+        .create(
+            "p1",
+            request("https://example.com", &["batch.completed", "response.completed"]),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("response.completed"), "{err}");
+    assert_eq!(param_of(err), "event_types");
+    let mut long_name = request("https://example.com", &["batch.completed"]);
+    long_name.name = Some("n".repeat(MAX_NAME_CHARS + 1));
+    assert_eq!(param_of(strict.create("p1", long_name).await.unwrap_err()), "name");
+
+    // Plain-HTTP loopback only where the policy allows it (the local server).
+    let (local, _) = service(true);
+    local
+        .create("p1", request("http://127.0.0.1:8080/hook", &["batch.completed"]))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn endpoints_are_capped_per_project() {
+    let (endpoints, _) = service(false);
+    for _ in 0..MAX_ENDPOINTS {
+        endpoints
+            .create("p1", request("https://example.com", &["batch.completed"]))
+            .await
+            .unwrap();
+    }
+    let err = endpoints
+        .create("p1", request("https://example.com", &["batch.completed"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, WebhooksError::LimitReached { .. }), "{err:?}");
+    endpoints
+        .create("p2", request("https://example.com", &["batch.completed"]))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn lists_page_newest_first() {
+    let (endpoints, clock) = service(false);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let created = endpoints
+            .create("p1", request("https://example.com", &["batch.completed"]))
+            .await
+            .unwrap();
+        ids.push(created.endpoint.id);
+        clock.advance_ms(10);
+    }
+    ids.reverse();
+    let first = endpoints.list("p1", None, 2).await.unwrap();
+    assert_eq!(first.data.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), ids[..2]);
+    assert!(first.has_more);
+    let rest = endpoints.list("p1", first.last_id.as_deref(), 2).await.unwrap();
+    assert_eq!(rest.data.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), ids[2..]);
+    assert!(!rest.has_more);
+    assert_eq!(param_of(endpoints.list("p1", None, 0).await.unwrap_err()), "limit");
+    assert_eq!(
+        param_of(endpoints.list("p1", Some("whep_x"), 2).await.unwrap_err()),
+        "after"
+    );
+}
+
+#[tokio::test]
+async fn another_projects_endpoint_is_not_found() {
+    let (endpoints, _) = service(false);
+    let created = endpoints
+        .create("p1", request("https://example.com", &["batch.completed"]))
+        .await
+        .unwrap();
+    let id = &created.endpoint.id;
+    assert!(endpoints.list("p2", None, 20).await.unwrap().data.is_empty());
+    for err in [
+        endpoints.get("p2", id).await.unwrap_err(),
+        endpoints.delete("p2", id).await.unwrap_err(),
+        endpoints.rotate_secret("p2", id, false).await.unwrap_err(),
+    ] {
+        assert!(matches!(err, WebhooksError::NotFound { .. }), "{err:?}");
+    }
+    assert!(endpoints.get("p1", id).await.is_ok());
+    let deleted = endpoints.delete("p1", id).await.unwrap();
+    assert_eq!(deleted.object, "webhook_endpoint.deleted");
+    assert!(matches!(
+        endpoints.get("p1", id).await.unwrap_err(),
+        WebhooksError::NotFound { .. }
+    ));
+    assert!(matches!(
+        endpoints.delete("p1", id).await.unwrap_err(),
+        WebhooksError::NotFound { .. }
+    ));
+}
+
+#[tokio::test]
+async fn rotating_an_endpoint_secret_keeps_the_old_one_only_when_asked() {
+    let (endpoints, clock) = service(false);
+    let created = endpoints
+        .create("p1", request("https://example.com", &["batch.completed"]))
+        .await
+        .unwrap();
+    let id = &created.endpoint.id;
+    let signing = |loaded: Loaded<StoredEndpoint>, now: i64| -> Vec<String> {
+        loaded
+            .body
+            .signing_secrets(now)
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect()
+    };
+
+    let kept = endpoints.rotate_secret("p1", id, true).await.unwrap();
+    let now = clock.now_unix_ms();
+    let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
+    assert_eq!(
+        signing(loaded.clone(), now),
+        [kept.signing_secret.clone(), created.signing_secret.clone()]
+    );
+    assert_eq!(signing(loaded, now + SECRET_OVERLAP_MS), [kept.signing_secret]);
+
+    let replaced = endpoints.rotate_secret("p1", id, false).await.unwrap();
+    let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
+    assert_eq!(signing(loaded, now), [replaced.signing_secret]);
+}

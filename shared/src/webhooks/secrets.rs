@@ -1,0 +1,354 @@
+//! A project's webhook signing secrets (`/v1/webhook_secrets`, `nimbus webhook-secrets`): every
+//! unexpired, unrevoked secret signs the project's async-request webhooks. Creating a secret is
+//! rotation: every older secret keeps signing for [`ROTATION_OVERLAP_MS`] more, then expires, so
+//! receivers can switch to the new one without missing a webhook.
+//!
+//! Signers read the secrets through [`SecretSource`], cached per project for [`CACHE_TTL_MS`] in
+//! each process: a revocation or a new secret takes effect everywhere within 30 seconds (at once
+//! in the process that made the change).
+
+use super::errors::WebhooksError;
+use super::signing::SigningSecret;
+use crate::auth::valid_project;
+use crate::ports::{Clock, IdSource, Record, StateStore, StorageError};
+use crate::records::{decode, encode, list_all};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+pub const SECRET_KIND: &str = "webhook_secret";
+const ID_PREFIX: &str = "wsec_";
+const OBJECT: &str = "webhook_secret";
+
+/// How long an older secret keeps signing after a new one is created.
+pub const ROTATION_OVERLAP_MS: i64 = 24 * 3600 * 1000;
+
+/// How long a process reuses a project's secrets before reading them again.
+pub const CACHE_TTL_MS: i64 = 30_000;
+
+/// At most this many live secrets per project (each signs every webhook).
+pub const MAX_LIVE_SECRETS: usize = 10;
+
+/// What is stored for a secret (the `whsec_` string itself: signing needs it).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct StoredSecret {
+    secret: String,
+    created_at_ms: i64,
+    expires_at_ms: Option<i64>,
+    revoked: bool,
+}
+
+impl StoredSecret {
+    fn live_at(&self, now_ms: i64) -> bool {
+        !self.revoked && self.expires_at_ms.is_none_or(|expires| expires > now_ms)
+    }
+}
+
+/// A new secret: the only answer that shows it whole.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CreatedSecret {
+    pub id: String,
+    pub object: &'static str,
+    pub secret: String,
+    /// Unix seconds.
+    pub created_at: i64,
+}
+
+/// A secret as listed: masked, with its expiry (`null`: no expiry yet).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SecretSummary {
+    pub id: String,
+    pub object: &'static str,
+    pub secret: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds; `None` until a newer secret starts the rotation.
+    pub expires_at: Option<i64>,
+}
+
+/// A revoked secret.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RevokedSecret {
+    pub id: String,
+    pub object: &'static str,
+    pub deleted: bool,
+}
+
+/// The secrets that sign a project's webhooks right now.
+#[async_trait]
+pub trait SecretSource: Send + Sync {
+    /// Unexpired, unrevoked secrets, newest first (empty: the project has none).
+    async fn signing_secrets(&self, project: &str) -> Result<Vec<SigningSecret>, StorageError>;
+}
+
+/// A live secret as cached: its expiry is checked on every use.
+#[derive(Clone)]
+struct CachedSecret {
+    secret: SigningSecret,
+    expires_at_ms: Option<i64>,
+}
+
+struct CacheEntry {
+    read_at_ms: i64,
+    secrets: Vec<CachedSecret>,
+}
+
+/// Creates, lists and revokes secrets; signers read them through [`SecretSource`].
+pub struct WebhookSecrets {
+    state: Arc<dyn StateStore>,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdSource>,
+    cache: Mutex<HashMap<String, CacheEntry>>,
+}
+
+fn seconds(ms: i64) -> i64 {
+    ms.div_euclid(1000)
+}
+
+/// The record TTL (Unix seconds) of a secret that stops signing at `expires_at_ms`.
+fn record_ttl(expires_at_ms: i64) -> i64 {
+    expires_at_ms.div_euclid(1000) + 1
+}
+
+impl WebhookSecrets {
+    pub fn new(state: Arc<dyn StateStore>, clock: Arc<dyn Clock>, ids: Arc<dyn IdSource>) -> Self {
+        Self {
+            state,
+            clock,
+            ids,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A new secret for `project`; every older live secret expires in 24 hours (rotation).
+    pub async fn create(&self, project: &str) -> Result<CreatedSecret, WebhooksError> {
+        if !valid_project(project) {
+            return Err(WebhooksError::invalid(
+                "Invalid project: use 1 to 64 letters, digits, `-` or `_`.",
+                "project",
+            ));
+        }
+        let now_ms = self.clock.now_unix_ms();
+        let older = self.live_records(project, now_ms).await?;
+        if older.len() >= MAX_LIVE_SECRETS {
+            return Err(WebhooksError::LimitReached {
+                message: format!(
+                    "A project may have at most {MAX_LIVE_SECRETS} live webhook secrets; revoke one first."
+                ),
+            });
+        }
+        let secret = SigningSecret::generate();
+        let stored = StoredSecret {
+            secret: secret.as_str().to_owned(),
+            created_at_ms: now_ms,
+            expires_at_ms: None,
+            revoked: false,
+        };
+        let record = Record {
+            kind: SECRET_KIND.to_owned(),
+            id: self.ids.prefixed(ID_PREFIX),
+            owner: project.to_owned(),
+            created_at_ms: now_ms,
+            version: 1,
+            expires_at: None,
+            body: encode(&stored)?,
+        };
+        // The new secret exists before any older one gets its expiry: something always signs.
+        self.state.create(&record).await?;
+        let expires_at_ms = now_ms + ROTATION_OVERLAP_MS;
+        // Only secrets older than this one: of two secrets created at once, the newer survives.
+        for (older, _) in older
+            .iter()
+            .filter(|(r, _)| r.cursor().sort_key() < record.cursor().sort_key())
+        {
+            self.expire_by(&older.id, expires_at_ms).await?;
+        }
+        self.forget(project);
+        Ok(CreatedSecret {
+            id: record.id,
+            object: OBJECT,
+            secret: stored.secret,
+            created_at: seconds(now_ms),
+        })
+    }
+
+    /// Give a secret an expiry at `expires_at_ms` unless it stops signing sooner already.
+    async fn expire_by(&self, id: &str, expires_at_ms: i64) -> Result<bool, StorageError> {
+        self.change(id, |stored| {
+            if stored.revoked || stored.expires_at_ms.is_some_and(|at| at <= expires_at_ms) {
+                return None;
+            }
+            stored.expires_at_ms = Some(expires_at_ms);
+            Some(record_ttl(expires_at_ms))
+        })
+        .await
+    }
+
+    /// Apply `change` to a secret's body until the write wins; `change` answers the record's new
+    /// TTL (Unix seconds), or `None` to leave the record as it is. Whether it was changed.
+    async fn change(
+        &self,
+        id: &str,
+        mut change: impl FnMut(&mut StoredSecret) -> Option<i64>,
+    ) -> Result<bool, StorageError> {
+        let state = self.state.as_ref();
+        for _ in 0..20 {
+            let Some(record) = state.get(SECRET_KIND, id).await? else {
+                return Ok(false);
+            };
+            let mut stored: StoredSecret = decode(&record)?;
+            let Some(ttl) = change(&mut stored) else {
+                return Ok(false);
+            };
+            let updated = Record {
+                version: record.version + 1,
+                expires_at: Some(ttl),
+                body: encode(&stored)?,
+                ..record.clone()
+            };
+            match state.update(&updated, record.version).await {
+                Ok(()) => return Ok(true),
+                Err(StorageError::Conflict) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(StorageError::Conflict)
+    }
+
+    /// The project's live secrets, masked, newest first.
+    pub async fn list(&self, project: &str) -> Result<Vec<SecretSummary>, WebhooksError> {
+        let now_ms = self.clock.now_unix_ms();
+        let mut live = self.live_records(project, now_ms).await?;
+        live.reverse();
+        live.into_iter()
+            .map(|(record, stored)| {
+                let masked = SigningSecret::parse(&stored.secret)
+                    .map(|secret| secret.masked())
+                    .map_err(|_| corrupt(&record))?;
+                Ok(SecretSummary {
+                    id: record.id,
+                    object: OBJECT,
+                    secret: masked,
+                    created_at: seconds(stored.created_at_ms),
+                    expires_at: stored.expires_at_ms.map(seconds),
+                })
+            })
+            .collect()
+    }
+
+    /// Revoke a secret of `project`: it stops signing (in other processes within 30 seconds).
+    pub async fn revoke(&self, project: &str, id: &str) -> Result<RevokedSecret, WebhooksError> {
+        let not_found = || WebhooksError::NotFound {
+            what: "webhook secret",
+            id: id.to_owned(),
+        };
+        let now_ms = self.clock.now_unix_ms();
+        let Some(record) = self.state.get(SECRET_KIND, id).await? else {
+            return Err(not_found());
+        };
+        if record.owner != project {
+            return Err(not_found());
+        }
+        // Revoked records are of no use: the store may remove them at once (TTL now).
+        let revoked = self
+            .change(id, |stored| {
+                if !stored.live_at(now_ms) {
+                    return None;
+                }
+                stored.revoked = true;
+                Some(seconds(now_ms))
+            })
+            .await?;
+        if !revoked {
+            return Err(not_found());
+        }
+        self.forget(project);
+        Ok(RevokedSecret {
+            id: id.to_owned(),
+            object: OBJECT,
+            deleted: true,
+        })
+    }
+
+    /// The secrets signing for `project` at `now_ms`, newest first; read from storage at most
+    /// once per [`CACHE_TTL_MS`] per project.
+    pub async fn signing(&self, project: &str, now_ms: i64) -> Result<Vec<SigningSecret>, StorageError> {
+        if let Some(secrets) = self.cached(project, now_ms) {
+            return Ok(secrets);
+        }
+        let mut live = self.live_records(project, now_ms).await?;
+        live.reverse();
+        let secrets = live
+            .into_iter()
+            .map(|(record, stored)| {
+                let secret = SigningSecret::parse(&stored.secret).map_err(|_| corrupt(&record))?;
+                Ok(CachedSecret {
+                    secret,
+                    expires_at_ms: stored.expires_at_ms,
+                })
+            })
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        let signing = secrets.iter().map(|s| s.secret.clone()).collect();
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.insert(
+                project.to_owned(),
+                CacheEntry {
+                    read_at_ms: now_ms,
+                    secrets,
+                },
+            );
+        }
+        Ok(signing)
+    }
+
+    fn cached(&self, project: &str, now_ms: i64) -> Option<Vec<SigningSecret>> {
+        let cache = self.cache.lock().ok()?;
+        let entry = cache.get(project)?;
+        let fresh = (entry.read_at_ms..entry.read_at_ms + CACHE_TTL_MS).contains(&now_ms);
+        fresh.then(|| {
+            entry
+                .secrets
+                .iter()
+                .filter(|s| s.expires_at_ms.is_none_or(|at| at > now_ms))
+                .map(|s| s.secret.clone())
+                .collect()
+        })
+    }
+
+    fn forget(&self, project: &str) {
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.remove(project);
+        }
+    }
+
+    /// The project's live secret records, oldest first.
+    async fn live_records(&self, project: &str, now_ms: i64) -> Result<Vec<(Record, StoredSecret)>, StorageError> {
+        let mut live = Vec::new();
+        for record in list_all(self.state.as_ref(), SECRET_KIND, project).await? {
+            let stored: StoredSecret = decode(&record)?;
+            if stored.live_at(now_ms) {
+                live.push((record, stored));
+            }
+        }
+        Ok(live)
+    }
+}
+
+fn corrupt(record: &Record) -> StorageError {
+    StorageError::Backend(format!(
+        "corrupt {} record {}: not a whsec_ secret",
+        record.kind, record.id
+    ))
+}
+
+#[async_trait]
+impl SecretSource for WebhookSecrets {
+    async fn signing_secrets(&self, project: &str) -> Result<Vec<SigningSecret>, StorageError> {
+        self.signing(project, self.clock.now_unix_ms()).await
+    }
+}
+
+#[cfg(test)]
+#[path = "secrets_tests.rs"]
+mod tests;
