@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use nimbus_integration_tests::async_harness::{
-    assert_baseten_signature, assert_standard_signature, deliver_job, request_with_status, run_job, settings, submission,
-    AsyncHarness, InFlight, Stack, MODEL, SECRET,
+    assert_baseten_signature, assert_standard_signature, deliver_job, request_with_status, run_job, settings,
+    submission, AsyncHarness, InFlight, Stack, MODEL, SECRET,
 };
 use nimbus_integration_tests::moto::{create_bucket, create_queue, create_state_table, MotoServer};
 use nimbus_shared::adapters::aws::{DynamoDbStateStore, S3BlobStore, SqsJobQueue};
@@ -71,7 +71,10 @@ async fn a_request_runs_through_sqs_dynamodb_and_s3() {
 
     for (id, content) in [(&high, "high"), (&low, "low")] {
         let view = h.view(id).await;
-        assert_eq!((view.status, view.webhook_status), ("SUCCEEDED", WebhookStatus::Succeeded));
+        assert_eq!(
+            (view.status, view.webhook_status),
+            ("SUCCEEDED", WebhookStatus::Succeeded)
+        );
         assert_eq!(view.model_id, MODEL);
         let output = h.saved_output(id).await.expect("the output in S3");
         assert_eq!(output["choices"][0]["message"]["content"], format!("echo:{content}"));
@@ -92,11 +95,17 @@ async fn the_scheduler_expires_a_request_on_dynamodb_and_its_delivery_goes_throu
     let moto = MotoServer::start().unwrap();
     let h = aws_harness(&moto).await;
     let id = h
-        .submit(submission("too-late", json!({"priority": 2, "max_time_in_queue_seconds": 10})))
+        .submit(submission(
+            "too-late",
+            json!({"priority": 2, "max_time_in_queue_seconds": 10}),
+        ))
         .await;
     h.advance(Duration::from_secs(10));
     let report = h.schedule_pass().await;
-    assert_eq!((report["expired"].clone(), report["errors"].clone()), (json!(1), json!(0)));
+    assert_eq!(
+        (report["expired"].clone(), report["errors"].clone()),
+        (json!(1), json!(0))
+    );
     assert_eq!(h.view(&id).await.status, "EXPIRED");
 
     // Both messages are on priority 2's queue: the run (now nothing to do) and the delivery.
@@ -138,7 +147,10 @@ async fn a_refused_final_write_on_dynamodb_reruns_from_the_output_in_s3() {
     h.queue.take_sent();
     h.settle(&id, Vec::<InFlight>::new(), 20).await;
     let view = h.view(&id).await;
-    assert_eq!((view.status, view.webhook_status), ("SUCCEEDED", WebhookStatus::Succeeded));
+    assert_eq!(
+        (view.status, view.webhook_status),
+        ("SUCCEEDED", WebhookStatus::Succeeded)
+    );
     assert_eq!(h.model.calls(), 1, "the rerun found the output in S3");
     assert_eq!(h.events.outputs_saved(), 1);
     h.events.assert_no_model_call_after_output();

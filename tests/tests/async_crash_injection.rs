@@ -7,8 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use nimbus_integration_tests::async_harness::{
-    assert_standard_signature, deliver_job, request_with_status, run_job, settings, submission, AsyncHarness,
-    Event, InFlight, ModelStep, Reply, DUE_KIND, REQUEST_KIND, SECRET, VISIBILITY,
+    assert_standard_signature, deliver_job, request_with_status, run_job, settings, submission, AsyncHarness, Event,
+    InFlight, ModelStep, Reply, DUE_KIND, REQUEST_KIND, SECRET, VISIBILITY,
 };
 use nimbus_shared::async_requests::WebhookStatus;
 use nimbus_shared::jobs::JobMessage;
@@ -48,8 +48,15 @@ async fn assert_nothing_lost_nothing_doubled(h: &AsyncHarness, id: &str) {
         assert_standard_signature(post, SECRET);
         assert_eq!(post.json()["data"]["output"], output);
     }
-    assert_eq!(h.due_at(id).await, Some(h.purge_at_ms(id).await), "only the purge is left");
-    assert!(view.attempts.iter().all(|a| a.finished_at.is_some()), "no attempt left open");
+    assert_eq!(
+        h.due_at(id).await,
+        Some(h.purge_at_ms(id).await),
+        "only the purge is left"
+    );
+    assert!(
+        view.attempts.iter().all(|a| a.finished_at.is_some()),
+        "no attempt left open"
+    );
 }
 
 async fn wait_for(what: &str, check: impl Fn() -> bool) {
@@ -75,7 +82,15 @@ async fn the_claim_refused_before_the_model_call() {
     assert_eq!(h.model.calls(), 0, "no claim, no model call");
     assert_eq!(h.view(&id).await.status, "QUEUED");
 
-    h.settle(&id, vec![InFlight { job: run_job(&id), due_ms: h.now_ms() + 5000 }], 20).await;
+    h.settle(
+        &id,
+        vec![InFlight {
+            job: run_job(&id),
+            due_ms: h.now_ms() + 5000,
+        }],
+        20,
+    )
+    .await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
     assert_eq!(h.model.calls(), 1);
     assert_eq!(h.view(&id).await.attempts.len(), 1);
@@ -125,7 +140,15 @@ async fn the_final_write_refused_after_the_model_answered() {
     assert!(matches!(h.run_request(&id).await, JobOutcome::Retry { .. }));
     assert_eq!(h.model.calls(), 1);
 
-    h.settle(&id, vec![InFlight { job: run_job(&id), due_ms: h.now_ms() + 5000 }], 20).await;
+    h.settle(
+        &id,
+        vec![InFlight {
+            job: run_job(&id),
+            due_ms: h.now_ms() + 5000,
+        }],
+        20,
+    )
+    .await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
     assert_eq!(h.model.calls(), 1, "the rerun found the saved output");
     assert_eq!(h.view(&id).await.attempts.len(), 1);
@@ -173,7 +196,15 @@ async fn the_delivery_times_out_and_the_final_write_is_refused() {
     assert_eq!(h.run_request(&id).await, STORAGE_RETRY);
     assert_eq!(h.posts_for(&id).len(), 1);
 
-    h.settle(&id, vec![InFlight { job: run_job(&id), due_ms: h.now_ms() + 5000 }], 20).await;
+    h.settle(
+        &id,
+        vec![InFlight {
+            job: run_job(&id),
+            due_ms: h.now_ms() + 5000,
+        }],
+        20,
+    )
+    .await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
     assert_eq!(h.model.calls(), 1);
     assert_eq!(h.posts_for(&id).len(), 2);
@@ -188,13 +219,29 @@ async fn the_record_save_refused_after_a_successful_delivery() {
     h.queue.take_sent();
     h.state.fail_writes(1, |r| request_with_status(r, "SUCCEEDED"));
     assert_eq!(h.run_request(&id).await, STORAGE_RETRY);
-    assert_eq!(h.posts_for(&id).len(), 1, "the receiver has it; the record does not say so");
+    assert_eq!(
+        h.posts_for(&id).len(),
+        1,
+        "the receiver has it; the record does not say so"
+    );
 
-    h.settle(&id, vec![InFlight { job: run_job(&id), due_ms: h.now_ms() + 5000 }], 20).await;
+    h.settle(
+        &id,
+        vec![InFlight {
+            job: run_job(&id),
+            due_ms: h.now_ms() + 5000,
+        }],
+        20,
+    )
+    .await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
     assert_eq!(h.model.calls(), 1);
     let posts = h.posts_for(&id);
-    assert_eq!(posts.len(), 2, "delivered again, with the same webhook-id to de-duplicate on");
+    assert_eq!(
+        posts.len(),
+        2,
+        "delivered again, with the same webhook-id to de-duplicate on"
+    );
     assert_eq!(posts[0].header("webhook-id"), posts[1].header("webhook-id"));
 }
 
@@ -207,15 +254,28 @@ async fn a_retried_delivery_whose_record_save_is_refused_is_made_again() {
     assert_eq!(h.view(&id).await.webhook_status, WebhookStatus::Pending);
     h.queue.take_sent();
     h.advance_to(h.stored(&id).await["delivery"]["next_attempt_at_ms"].as_i64().unwrap());
-    h.state
-        .fail_writes(1, |r| r.kind == REQUEST_KIND && r.body["delivery"]["state"] == "SUCCEEDED");
+    h.state.fail_writes(1, |r| {
+        r.kind == REQUEST_KIND && r.body["delivery"]["state"] == "SUCCEEDED"
+    });
     assert_eq!(h.deliver(&id, 2).await, STORAGE_RETRY);
     assert_eq!(h.state.injected(), 1);
     assert_eq!(h.posts_for(&id).len(), 2);
 
-    h.settle(&id, vec![InFlight { job: deliver_job(&id, 2), due_ms: h.now_ms() + 5000 }], 20).await;
+    h.settle(
+        &id,
+        vec![InFlight {
+            job: deliver_job(&id, 2),
+            due_ms: h.now_ms() + 5000,
+        }],
+        20,
+    )
+    .await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
-    assert_eq!(h.posts_for(&id).len(), 3, "attempt 2 made again: its record never said it was made");
+    assert_eq!(
+        h.posts_for(&id).len(),
+        3,
+        "attempt 2 made again: its record never said it was made"
+    );
     assert_eq!(h.stored(&id).await["delivery"]["attempts"].as_array().unwrap().len(), 2);
 }
 
@@ -233,7 +293,15 @@ async fn the_next_look_refused_after_a_failed_first_delivery() {
     assert!(h.take_deliveries(&id).is_empty());
     assert_eq!(h.view(&id).await.webhook_status, WebhookStatus::Pending);
 
-    h.settle(&id, vec![InFlight { job: run_job(&id), due_ms: h.now_ms() + 5000 }], 20).await;
+    h.settle(
+        &id,
+        vec![InFlight {
+            job: run_job(&id),
+            due_ms: h.now_ms() + 5000,
+        }],
+        20,
+    )
+    .await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
     assert_eq!(h.model.calls(), 1);
     assert_eq!(h.posts_for(&id).len(), 2);
@@ -304,10 +372,18 @@ async fn a_restarted_local_server_queues_what_it_left_queued_or_running_again() 
     }
     for id in [&running, &queued, &done] {
         let view = h.view(id).await;
-        assert_eq!((view.status, view.webhook_status), ("SUCCEEDED", WebhookStatus::Succeeded), "{id}");
+        assert_eq!(
+            (view.status, view.webhook_status),
+            ("SUCCEEDED", WebhookStatus::Succeeded),
+            "{id}"
+        );
         assert_eq!(h.posts_for(id).len(), 1);
     }
-    assert_eq!(h.view(&running).await.attempts.len(), 2, "the dead run's attempt, then the one that answered");
+    assert_eq!(
+        h.view(&running).await.attempts.len(),
+        2,
+        "the dead run's attempt, then the one that answered"
+    );
     let calls = |content: &str| {
         h.events
             .all()
@@ -316,7 +392,11 @@ async fn a_restarted_local_server_queues_what_it_left_queued_or_running_again() 
             .count()
     };
     assert_eq!(
-        [calls("running-at-restart"), calls("queued-at-restart"), calls("done-before-restart")],
+        [
+            calls("running-at-restart"),
+            calls("queued-at-restart"),
+            calls("done-before-restart")
+        ],
         [2, 1, 1],
         "no output was saved for the dead run, so its model ran again"
     );

@@ -54,7 +54,10 @@ async fn a_request_runs_once_saves_its_output_and_sends_one_signed_webhook() {
     let id = h.submit(submission("hello", json!({}))).await;
 
     let queued = h.view(&id).await;
-    assert_eq!((queued.status, queued.webhook_status), ("QUEUED", WebhookStatus::Pending));
+    assert_eq!(
+        (queued.status, queued.webhook_status),
+        ("QUEUED", WebhookStatus::Pending)
+    );
     assert_eq!(queued.model_id, MODEL);
     assert_eq!(queued.priority, 1, "Baseten's default priority");
     assert_eq!(
@@ -74,7 +77,10 @@ async fn a_request_runs_once_saves_its_output_and_sends_one_signed_webhook() {
     assert!(h.receive().await.is_none(), "nothing else was queued");
 
     let view = h.view(&id).await;
-    assert_eq!((view.status, view.webhook_status), ("SUCCEEDED", WebhookStatus::Succeeded));
+    assert_eq!(
+        (view.status, view.webhook_status),
+        ("SUCCEEDED", WebhookStatus::Succeeded)
+    );
     assert!(view.errors.is_empty());
     assert!(view.started_at.is_some() && view.finished_at.is_some());
     assert_eq!(view.attempts.len(), 1);
@@ -126,7 +132,9 @@ async fn a_request_runs_once_saves_its_output_and_sends_one_signed_webhook() {
 #[tokio::test]
 async fn without_a_webhook_the_result_is_polled() {
     let h = AsyncHarness::embedded(settings());
-    let id = h.submit(json!({"model_input": {"model": MODEL, "messages": [{"role": "user", "content": "poll"}]}})).await;
+    let id = h
+        .submit(json!({"model_input": {"model": MODEL, "messages": [{"role": "user", "content": "poll"}]}}))
+        .await;
     assert_eq!(h.run_request(&id).await, JobOutcome::Done);
     let view = h.view(&id).await;
     assert_eq!(
@@ -163,9 +171,15 @@ async fn after_the_retention_the_scheduler_deletes_the_request_and_its_output() 
     assert!(h.saved_output(&id).await.is_some());
     h.advance_to(purge_at);
     let report = h.schedule_pass().await;
-    assert_eq!((report["purged"].clone(), report["errors"].clone()), (json!(1), json!(0)));
+    assert_eq!(
+        (report["purged"].clone(), report["errors"].clone()),
+        (json!(1), json!(0))
+    );
     assert!(h.blobs.size(&output_key(&id)).await.unwrap().is_none());
-    assert!(matches!(h.service.get(PROJECT, &id).await, Err(AsyncError::NotFound(_))));
+    assert!(matches!(
+        h.service.get(PROJECT, &id).await,
+        Err(AsyncError::NotFound(_))
+    ));
     assert_eq!(h.due_at(&id).await, None);
 }
 
@@ -206,7 +220,11 @@ async fn a_model_failing_twice_with_500_then_answering_succeeds_on_the_third_att
         .collect();
     assert_eq!(
         codes,
-        [Some("MODEL_PREDICT_ERROR".to_owned()), Some("MODEL_PREDICT_ERROR".to_owned()), None]
+        [
+            Some("MODEL_PREDICT_ERROR".to_owned()),
+            Some("MODEL_PREDICT_ERROR".to_owned()),
+            None
+        ]
     );
     assert_eq!(h.model.calls(), 3);
     assert_eq!(h.events.outputs_saved(), 1);
@@ -226,7 +244,10 @@ async fn backoff_doubles_per_attempt_up_to_max_delay_ms() {
             break outcome;
         };
         waits.push(retry_after.as_millis());
-        assert_eq!(i128::from(stored_backoff_ms(&h, &id).await), retry_after.as_millis() as i128);
+        assert_eq!(
+            i128::from(stored_backoff_ms(&h, &id).await),
+            retry_after.as_millis() as i128
+        );
         h.advance(retry_after);
     };
     assert_eq!(outcome, JobOutcome::Done);
@@ -294,7 +315,10 @@ async fn a_429_waits_at_least_its_retry_after() {
     let id = h.submit(submission("throttled", config)).await;
     assert_eq!(h.run_request(&id).await, retry(7000));
     assert_eq!(stored_backoff_ms(&h, &id).await, 7000);
-    assert_eq!(h.view(&id).await.attempts[0].error.as_ref().unwrap().code, "MODEL_UNAVAILABLE");
+    assert_eq!(
+        h.view(&id).await.attempts[0].error.as_ref().unwrap().code,
+        "MODEL_UNAVAILABLE"
+    );
     h.advance(Duration::from_secs(6));
     assert!(matches!(h.run_request(&id).await, JobOutcome::Retry { .. }));
     assert_eq!(h.model.calls(), 1, "not called before the Retry-After");
@@ -309,11 +333,16 @@ async fn a_429_waits_at_least_its_retry_after() {
 #[tokio::test]
 async fn a_message_picked_up_after_the_deadline_expires_the_request() {
     let h = AsyncHarness::embedded(settings());
-    let id = h.submit(submission("late", json!({"max_time_in_queue_seconds": 10}))).await;
+    let id = h
+        .submit(submission("late", json!({"max_time_in_queue_seconds": 10})))
+        .await;
     h.advance(Duration::from_secs(11));
     assert_eq!(h.run_request(&id).await, JobOutcome::Done);
     let view = h.view(&id).await;
-    assert_eq!((view.status, view.webhook_status), ("EXPIRED", WebhookStatus::Succeeded));
+    assert_eq!(
+        (view.status, view.webhook_status),
+        ("EXPIRED", WebhookStatus::Succeeded)
+    );
     assert_eq!(view.errors[0].code, "ASYNC_REQUEST_EXPIRED");
     assert!(view.attempts.is_empty());
     assert_eq!(h.model.calls(), 0);
@@ -329,7 +358,9 @@ async fn a_message_picked_up_after_the_deadline_expires_the_request() {
 #[tokio::test]
 async fn the_scheduler_expires_a_queued_request_no_worker_took() {
     let h = AsyncHarness::embedded(settings());
-    let id = h.submit(submission("never-run", json!({"max_time_in_queue_seconds": 10}))).await;
+    let id = h
+        .submit(submission("never-run", json!({"max_time_in_queue_seconds": 10})))
+        .await;
     h.queue.take_sent();
     h.advance(Duration::from_secs(5));
     assert_eq!(h.schedule_pass().await["due"], 0);
@@ -337,7 +368,10 @@ async fn the_scheduler_expires_a_queued_request_no_worker_took() {
 
     h.advance(Duration::from_secs(5));
     let report = h.schedule_pass().await;
-    assert_eq!((report["expired"].clone(), report["errors"].clone()), (json!(1), json!(0)));
+    assert_eq!(
+        (report["expired"].clone(), report["errors"].clone()),
+        (json!(1), json!(0))
+    );
     let view = h.view(&id).await;
     assert_eq!((view.status, view.webhook_status), ("EXPIRED", WebhookStatus::Pending));
     assert_eq!(
@@ -430,7 +464,11 @@ async fn another_projects_ids_are_not_found_everywhere() {
         ..ListAsyncRequests::default()
     };
     assert!(not_found(h.service.list(OTHER_PROJECT, &after_theirs).await.map(drop)));
-    let theirs = h.service.list(OTHER_PROJECT, &ListAsyncRequests::default()).await.unwrap();
+    let theirs = h
+        .service
+        .list(OTHER_PROJECT, &ListAsyncRequests::default())
+        .await
+        .unwrap();
     let ids: Vec<&str> = theirs.data.iter().map(|v| v.request_id.as_str()).collect();
     assert_eq!(ids, [other_id.as_str()]);
     let mine = h.service.list(PROJECT, &ListAsyncRequests::default()).await.unwrap();

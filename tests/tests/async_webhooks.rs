@@ -6,8 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use nimbus_integration_tests::async_harness::{
-    assert_baseten_signature, assert_standard_signature, deliver_job, settings, submission, AsyncHarness, Reply, PROJECT,
-    SECRET,
+    assert_baseten_signature, assert_standard_signature, deliver_job, settings, submission, AsyncHarness, Reply,
+    PROJECT, SECRET,
 };
 use nimbus_shared::async_requests::WebhookStatus;
 use nimbus_shared::ports::JobOutcome;
@@ -38,12 +38,17 @@ async fn a_receiver_that_fails_then_recovers_gets_every_attempt_with_the_same_we
     h.queue.take_sent();
     assert_eq!(h.run_request(&id).await, JobOutcome::Done);
     let view = h.view(&id).await;
-    assert_eq!((view.status, view.webhook_status), ("SUCCEEDED", WebhookStatus::Pending));
+    assert_eq!(
+        (view.status, view.webhook_status),
+        ("SUCCEEDED", WebhookStatus::Pending)
+    );
     assert_eq!(attempts(&h, &id).await, [(Some(500), true)]);
 
     // The next attempt is due within the first delay (plus jitter), by a delayed message; the
     // scheduler looks a lease later, in case the message is lost.
-    let first_at = h.stored(&id).await["delivery"]["attempts"][0]["at_ms"].as_i64().unwrap();
+    let first_at = h.stored(&id).await["delivery"]["attempts"][0]["at_ms"]
+        .as_i64()
+        .unwrap();
     let due = next_attempt_at(&h, &id).await;
     assert!((10_000..=11_000).contains(&(due - first_at)), "{}", due - first_at);
     let lease_ms = i64::try_from(settings().lease.as_millis()).unwrap();
@@ -54,7 +59,10 @@ async fn a_receiver_that_fails_then_recovers_gets_every_attempt_with_the_same_we
     assert!(queued[0].1 >= Duration::from_secs(9) && queued[0].1 <= Duration::from_secs(11));
 
     // Early, stale and duplicate messages do nothing.
-    assert!(matches!(h.deliver(&id, 2).await, JobOutcome::Retry { .. }), "not due yet");
+    assert!(
+        matches!(h.deliver(&id, 2).await, JobOutcome::Retry { .. }),
+        "not due yet"
+    );
     assert_eq!(h.deliver(&id, 1).await, JobOutcome::Done, "attempt 1 was made");
     assert_eq!(h.deliver(&id, 3).await, JobOutcome::Done, "attempt 3 is not next");
     assert_eq!(h.posts_for(&id).len(), 1);
@@ -72,7 +80,10 @@ async fn a_receiver_that_fails_then_recovers_gets_every_attempt_with_the_same_we
     );
 
     let view = h.view(&id).await;
-    assert_eq!((view.status, view.webhook_status), ("SUCCEEDED", WebhookStatus::Succeeded));
+    assert_eq!(
+        (view.status, view.webhook_status),
+        ("SUCCEEDED", WebhookStatus::Succeeded)
+    );
     assert_eq!(view.webhook.as_ref().unwrap().attempts.len(), 3);
     let posts = h.posts_for(&id);
     assert_eq!(posts.len(), 3);
@@ -110,7 +121,9 @@ async fn a_receiver_that_always_fails_ends_webhook_failed_after_the_whole_schedu
 
     let posts = h.posts_for(&id);
     assert_eq!(posts.len(), RETRY_DELAYS.len() + 1);
-    assert!(posts.iter().all(|p| p.header("webhook-id") == Some(format!("msg_{id}").as_str())));
+    assert!(posts
+        .iter()
+        .all(|p| p.header("webhook-id") == Some(format!("msg_{id}").as_str())));
     let stored = h.stored(&id).await;
     let at: Vec<i64> = stored["delivery"]["attempts"]
         .as_array()
@@ -122,10 +135,16 @@ async fn a_receiver_that_always_fails_ends_webhook_failed_after_the_whole_schedu
         let delay = i64::try_from(delay.as_millis()).unwrap();
         assert!(gap >= delay && gap <= delay + delay / 10 + 1000, "{gap} vs {delay}");
     }
-    assert!(at.last().unwrap() - at[0] >= 24 * 3600 * 1000, "the schedule spans a day");
+    assert!(
+        at.last().unwrap() - at[0] >= 24 * 3600 * 1000,
+        "the schedule spans a day"
+    );
 
     let view = h.view(&id).await;
-    assert_eq!((view.status, view.webhook_status), ("WEBHOOK_FAILED", WebhookStatus::Failed));
+    assert_eq!(
+        (view.status, view.webhook_status),
+        ("WEBHOOK_FAILED", WebhookStatus::Failed)
+    );
     assert_eq!(view.webhook.as_ref().unwrap().attempts.len(), posts.len());
     assert_eq!(view.webhook.as_ref().unwrap().next_attempt_at, None);
     let output = h.saved_output(&id).await.unwrap();
@@ -208,7 +227,10 @@ async fn without_a_secret_nothing_is_sent_unless_unsigned_webhooks_are_allowed()
     assert!(h.receiver.posts().is_empty(), "not sent unsigned");
     let stored = h.stored(&id).await;
     let attempt = &stored["delivery"]["attempts"][0];
-    assert!(attempt["error"].as_str().unwrap().contains("no webhook secret"), "{attempt}");
+    assert!(
+        attempt["error"].as_str().unwrap().contains("no webhook secret"),
+        "{attempt}"
+    );
     assert_eq!(attempt["status"], Value::Null);
     assert_eq!(h.view(&id).await.webhook_status, WebhookStatus::Pending);
     // A secret created meanwhile signs the next attempt.
@@ -252,12 +274,7 @@ async fn the_scheduler_does_not_duplicate_a_delivery_its_message_covers() {
     // Messages lost: a lease later the scheduler queues them again.
     h.advance(settings().lease);
     assert_eq!(h.schedule_pass().await["deliveries_queued"], 2);
-    let mut queued: Vec<_> = h
-        .queue
-        .take_sent()
-        .into_iter()
-        .map(|sent| sent.job)
-        .collect();
+    let mut queued: Vec<_> = h.queue.take_sent().into_iter().map(|sent| sent.job).collect();
     queued.sort_by_key(|job| format!("{job:?}"));
     let mut expected = vec![deliver_job(&retried, 2), deliver_job(&canceled, 1)];
     expected.sort_by_key(|job| format!("{job:?}"));

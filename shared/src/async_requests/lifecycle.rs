@@ -66,7 +66,9 @@ impl AsyncService {
     /// it until then, and a scheduler pass meanwhile would only send a duplicate).
     pub(crate) async fn queue_first_delivery(&self, request: &StoredRequest, now: i64) -> Result<(), StorageError> {
         if request.delivery_pending() {
-            self.due.set(DUE_LANE, &request.request_id, now + self.lease_ms()).await?;
+            self.due
+                .set(DUE_LANE, &request.request_id, now + self.lease_ms())
+                .await?;
             let job = JobMessage::AsyncDeliver {
                 request_id: request.request_id.clone(),
                 attempt: 1,

@@ -186,7 +186,13 @@ impl AsyncRunner {
         let job = JobMessage::AsyncRun {
             request_id: request_id.to_owned(),
         };
-        match self.service.deps.queue.send_priority(&job.to_body(), priority, wait).await {
+        match self
+            .service
+            .deps
+            .queue
+            .send_priority(&job.to_body(), priority, wait)
+            .await
+        {
             Ok(_) => JobOutcome::Done,
             Err(err) => {
                 tracing::warn!(error = %err, "could not queue the run again; the message will be retried");
