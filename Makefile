@@ -21,7 +21,7 @@ export SAM_CLI_TELEMETRY := 0
 
 PORT ?= 3000
 
-.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference fmt clean
+.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async fmt clean
 
 help:
 	@echo "make run        start the gateway locally on http://127.0.0.1:$(PORT) (embedded stack in .data/)"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench-batches  run only the batch benchmarks (their section of docs/benchmarks.md)"
 	@echo "make bench-memory   the local server's memory across repeated hostile runs (its section of docs/benchmarks.md)"
 	@echo "make bench-inference  /inference overhead beside /v1/chat/completions, records on vs dryrun (its section)"
+	@echo "make bench-async    async inference: submit and webhook latency, priority, AWS requests per request (its section)"
 
 run:
 	cargo build -p nimbus-local
@@ -87,6 +88,12 @@ bench-memory: test-deps
 # `/inference` beside `/v1/chat/completions` on the same mock, records stored vs dryrun (section 6).
 bench-inference:
 	bash infra/bench/inference_bench.sh
+
+# Async inference (section 7): submit and submit → webhook latency, priority with one worker, AWS
+# requests and cost per async request (counted port calls).
+bench-async: test-deps
+	cargo build --release -p nimbus-local -p nimbus-bench
+	$(VENV)/bin/python infra/bench/async_bench.py --bin-dir $(CARGO_TARGET_DIR)/release
 
 fmt:
 	cargo fmt --all

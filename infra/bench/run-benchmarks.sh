@@ -238,6 +238,11 @@ if [[ -f "$WORK/previous-benchmarks.md" ]]; then
   python3 infra/bench/inference_report.py --splice-from "$WORK/previous-benchmarks.md" --doc "$BENCH_OUT"
 fi
 
+# --- 7. async inference: its own benchmark (make bench-async); keep its section -------------------------
+if [[ -f "$WORK/previous-benchmarks.md" ]]; then
+  python3 infra/bench/async_bench.py --splice-from "$WORK/previous-benchmarks.md" --doc "$BENCH_OUT"
+fi
+
 # Never let an empty variable turn these paths into "/" (a copy of the whole machine).
 : "${NIMBUS_CACHE:?}" "${RESULTS:?}" "${WORK:?}"
 KEEP="$NIMBUS_CACHE/bench/latest"

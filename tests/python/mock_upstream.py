@@ -5,6 +5,8 @@ what the gateway really sent: the model name, `n`, `extra_body` edits, headers, 
 Answers: `n` choices `Hello from choice <i>` (streamed interleaved, like OpenAI, with a usage chunk
 last). A request whose last message contains a marker behaves differently:
 - `[upstream-fails]`: HTTP 500 with an OpenAI error body.
+- `[fail-times:N:KEY]`: the first N requests carrying this marker (counted per KEY) get that HTTP 500,
+  later ones answer normally: a model that fails N times, then recovers.
 - `[stream-breaks]` (streamed): one content chunk, then an `{"error": …}` event and no `[DONE]`.
 - `[stream-stalls]` (streamed): one content chunk, then `STALL_SECONDS` of silence before the rest.
 - `[finish:REASON]`: every choice finishes with `REASON` (e.g. TGI's `eos_token`) instead of `stop`.
@@ -29,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 FAIL_MARKER = "[upstream-fails]"
+FAIL_TIMES_MARKER = re.compile(r"\[fail-times:(\d+):([A-Za-z0-9_-]+)\]")
 STREAM_BREAK_MARKER = "[stream-breaks]"
 STREAM_STALL_MARKER = "[stream-stalls]"
 STALL_SECONDS = 6.0
@@ -69,6 +72,8 @@ class RecordingUpstream:
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._held: dict[str, threading.Event] = {}
+        # `[fail-times:N:KEY]`: requests seen so far per KEY.
+        self._fail_counts: dict[str, int] = {}
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -93,7 +98,7 @@ class RecordingUpstream:
                 for gate in gates:
                     gate.wait(HOLD_LIMIT_SECONDS)
                 text = _last_text(body)
-                if FAIL_MARKER in text:
+                if FAIL_MARKER in text or upstream._fails_this_time(text):
                     error = {"error": {"message": "mock upstream failed", "type": "server_error", "param": None, "code": None}}
                     self._send(500, "application/json", json.dumps(error).encode())
                     return
@@ -201,6 +206,17 @@ class RecordingUpstream:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, name="recording-upstream", daemon=True)
         self.thread.start()
+
+    def _fails_this_time(self, text: str) -> bool:
+        """Count a request with a `[fail-times:N:KEY]` marker; whether it is one of the first N."""
+        marker = FAIL_TIMES_MARKER.search(text)
+        if marker is None:
+            return False
+        times, key = int(marker.group(1)), marker.group(2)
+        with self._lock:
+            seen = self._fail_counts.get(key, 0)
+            self._fail_counts[key] = seen + 1
+        return seen < times
 
     @property
     def api_base(self) -> str:

@@ -36,7 +36,10 @@ from batch_lambda_kit import (
 HTTP_EVENT_NAMES = [path.name for path in kit.event_files("batches-*.json")]
 # TensorZero's batch API on the same function: `/batch_inference` (errors are `{"error": "…"}`).
 TZ_EVENT_NAMES = [path.name for path in kit.event_files("batches-batch-inference-*.json")]
-OPENAI_EVENT_NAMES = [name for name in HTTP_EVENT_NAMES if name not in TZ_EVENT_NAMES]
+# Baseten-style async inference on the same function (`/async_predict`, `/async_request/…`; errors
+# are `{"error": "…", "code": "…"}`); checked with their flow in test_async_lambda.py.
+ASYNC_EVENT_NAMES = [path.name for path in kit.event_files("batches-async-*.json")]
+OPENAI_EVENT_NAMES = [name for name in HTTP_EVENT_NAMES if name not in TZ_EVENT_NAMES + ASYNC_EVENT_NAMES]
 WORKER_EVENT_NAMES = [path.name for path in kit.event_files("worker-*.json")]
 BATCH_WORKER_EVENT_NAMES = ["worker-sqs-validate.json", "worker-sqs-chunk.json"]
 # The other families' jobs (async requests, webhook deliveries), from the priority queues.
@@ -69,6 +72,11 @@ EXPECTED: dict[str, str] = {
     "batches-batch-inference-submit.json": "401",
     "batches-batch-inference-poll.json": "401",
     "batches-batch-inference-poll-inference.json": "401",
+    "batches-async-predict.json": "401",
+    "batches-async-predict-model.json": "401",
+    "batches-async-request-get.json": "401",
+    "batches-async-request-delete.json": "401",
+    "batches-async-requests-list.json": "401",
     "worker-sqs-validate.json": "no failure reported (unknown batch: the job is dropped)",
     "worker-sqs-chunk.json": "no failure reported (unknown batch: the job is dropped)",
     "worker-sqs-async-run-p0.json": "no failure reported (unknown request: the job is dropped)",
@@ -253,6 +261,10 @@ def test_placeholder_key_is_rejected(batches_lambda: kit.LambdaUnderRie, name: s
     if name in TZ_EVENT_NAMES:
         # TensorZero's routes answer in its shape: {"error": "<message>"}.
         assert isinstance(body["error"], str) and "key" in body["error"].lower(), body
+        return
+    if name in ASYNC_EVENT_NAMES:
+        # Baseten's shape: {"error": "<message>", "code": "<CODE>"}.
+        assert isinstance(body["error"], str) and body["code"] == "UNAUTHORIZED", body
         return
     assert body["error"]["code"] == "invalid_api_key", body
 

@@ -4,7 +4,7 @@
 use super::classify::{function_failure, inference_failure, refused, RunFailure, MODEL_PREDICT_ERROR};
 use super::submit::AsyncEndpoint;
 use crate::functions::inference::{FunctionService, InferenceReply, InferenceRequest};
-use crate::inference::InferenceService;
+use crate::inference::{validate_chat, validate_embeddings, InferenceError, InferenceService};
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::credentials::take_credentials;
 use crate::openai::embeddings::EmbeddingRequest;
@@ -42,13 +42,17 @@ impl AsyncExecutor {
     ) -> Result<(), (Option<String>, String)> {
         let mut body = model_input.clone();
         match endpoint {
+            // The synchronous endpoint's own checks (OpenAI's bounds included), so a body it would
+            // refuse is refused here, not after waiting in the queue.
             AsyncEndpoint::ChatCompletions => {
                 take_credentials(&mut body).map_err(api_problem)?;
-                parse_json_object::<ChatCompletionRequest>(body).map_err(api_problem)?;
+                let parsed = parse_json_object::<ChatCompletionRequest>(body).map_err(api_problem)?;
+                validate_chat(&parsed.typed).map_err(inference_problem)?;
             }
             AsyncEndpoint::Embeddings => {
                 take_credentials(&mut body).map_err(api_problem)?;
-                parse_json_object::<EmbeddingRequest>(body).map_err(api_problem)?;
+                let parsed = parse_json_object::<EmbeddingRequest>(body).map_err(api_problem)?;
+                validate_embeddings(&parsed.typed).map_err(inference_problem)?;
             }
             AsyncEndpoint::Inference => {
                 let request: InferenceRequest =
@@ -119,4 +123,8 @@ impl AsyncExecutor {
 
 fn api_problem(error: ApiError) -> (Option<String>, String) {
     (error.param.clone(), error.message)
+}
+
+fn inference_problem(error: InferenceError) -> (Option<String>, String) {
+    api_problem(ApiError::from(error))
 }
