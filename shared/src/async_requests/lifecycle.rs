@@ -97,7 +97,10 @@ impl AsyncService {
             Some((at, made)) => {
                 let wait = Duration::from_millis(u64::try_from(at - now).unwrap_or(0));
                 let by_message = wait <= MAX_QUEUE_DELAY;
-                let look_at = if by_message { at + self.lease_ms() } else { at };
+                // The scheduler stands in for a lost message only: it looks once the message had
+                // as long again as it waited (at least 1 s, at most a lease) to be handled.
+                let grace = (at - now).clamp(1000, self.lease_ms());
+                let look_at = if by_message { at + grace } else { at };
                 self.move_due_entry(request, look_at).await?;
                 if by_message {
                     let job = JobMessage::AsyncDeliver {
