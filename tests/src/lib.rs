@@ -1,6 +1,8 @@
 //! The ports' contract, written once and run against every adapter set: the embedded adapters
 //! (tests/embedded_adapters.rs) and the AWS adapters on moto server (tests/aws_adapters_moto.rs).
 
+pub mod async_fakes;
+pub mod async_harness;
 pub mod batch_assertions;
 pub mod batch_harness;
 pub mod batch_inference_harness;

@@ -238,6 +238,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if takeover.batches > 0 {
         tracing::info!(?takeover, "took over unfinished batches");
     }
+    let requeued = parts.async_requests.take_over(&lock).await?;
+    if requeued > 0 {
+        tracing::info!(requeued, "queued unfinished async requests again");
+    }
     let workers = spawn_queue_workers(
         Arc::clone(&adapters.queue),
         Arc::new(job_dispatcher(&parts)),

@@ -67,7 +67,7 @@ impl AsyncService {
         let Some(mut loaded) = Loaded::<StoredRequest>::get(state, KIND, request_id).await? else {
             return self.due.clear(DUE_LANE, request_id).await;
         };
-        let lease_ms = i64::try_from(self.settings.lease.as_millis()).unwrap_or(i64::MAX / 2);
+        let lease_ms = self.lease_ms();
         let request = &loaded.body;
         match request.status {
             AsyncStatus::Queued if now >= request.queue_deadline_ms() => {

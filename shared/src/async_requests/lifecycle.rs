@@ -62,10 +62,13 @@ impl AsyncService {
     }
 
     /// After `request` was saved concluded by the API or the scheduler (not a worker): queue its
-    /// first delivery, and put its next look on the due index.
+    /// first delivery, and put its next look on the due index (a lease later: the message covers
+    /// it until then, and a scheduler pass meanwhile would only send a duplicate).
     pub(crate) async fn queue_first_delivery(&self, request: &StoredRequest, now: i64) -> Result<(), StorageError> {
         if request.delivery_pending() {
-            self.due.set(DUE_LANE, &request.request_id, now).await?;
+            self.due
+                .set(DUE_LANE, &request.request_id, now + self.lease_ms())
+                .await?;
             let job = JobMessage::AsyncDeliver {
                 request_id: request.request_id.clone(),
                 attempt: 1,
@@ -80,8 +83,10 @@ impl AsyncService {
         }
     }
 
-    /// Put the scheduler's next look at `request` on the due index: its next delivery attempt
-    /// (with a delayed message when that is soon), or the end of its retention (purge).
+    /// Put the scheduler's next look at `request` on the due index: its next delivery attempt, or
+    /// the end of its retention (purge). An attempt due soon gets a delayed message, and the
+    /// scheduler looks only a lease after it (in case the message is lost), not at the same time
+    /// (which would queue a second message for the same attempt).
     pub(crate) async fn schedule_next_look(&self, request: &StoredRequest, now: i64) -> Result<(), StorageError> {
         let next_delivery = request
             .delivery
@@ -90,9 +95,14 @@ impl AsyncService {
             .and_then(|delivery| delivery.next_attempt_at_ms.map(|at| (at, delivery.attempts.len())));
         match next_delivery {
             Some((at, made)) => {
-                self.move_due_entry(request, at).await?;
                 let wait = Duration::from_millis(u64::try_from(at - now).unwrap_or(0));
-                if wait <= MAX_QUEUE_DELAY {
+                let by_message = wait <= MAX_QUEUE_DELAY;
+                // The scheduler stands in for a lost message only: it looks once the message had
+                // as long again as it waited (at least 1 s, at most a lease) to be handled.
+                let grace = (at - now).clamp(1000, self.lease_ms());
+                let look_at = if by_message { at + grace } else { at };
+                self.move_due_entry(request, look_at).await?;
+                if by_message {
                     let job = JobMessage::AsyncDeliver {
                         request_id: request.request_id.clone(),
                         attempt: u32::try_from(made + 1).unwrap_or(u32::MAX),
@@ -128,6 +138,13 @@ impl AsyncService {
 /// Before saving a request whose due-index entry is about to move: the version that move makes.
 pub(crate) fn expect_due_move(request: &mut StoredRequest) {
     request.due_version = request.due_version.map(|version| version + 1);
+}
+
+impl AsyncService {
+    /// How long a worker holds a request, in milliseconds.
+    pub(crate) fn lease_ms(&self) -> i64 {
+        i64::try_from(self.settings.lease.as_millis()).unwrap_or(i64::MAX / 2)
+    }
 }
 
 /// The webhook id of a request's delivery: the same on every attempt, so receivers can

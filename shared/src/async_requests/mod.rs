@@ -7,6 +7,8 @@
 //! - [`AsyncRunner`] (`runner.rs`): the worker's `async_run` and `async_deliver` jobs.
 //! - [`AsyncDueWork`] (`due_work.rs`): the scheduler's pass over requests whose deadline came
 //!   (expiry in the queue, a worker gone, a webhook retry due).
+//! - [`AsyncService::take_over`] (`takeover.rs`): the local server's start, queueing again what a
+//!   previous process left queued or running (its in-process queue is gone).
 //! - One record per request (`records.rs`); the output in the blob store under
 //!   `async/{project}/{request_id}/output.json`, written before any webhook is sent.
 //!
@@ -24,6 +26,7 @@ mod records;
 mod runner;
 mod service;
 mod submit;
+mod takeover;
 mod wire;
 
 pub use due_work::AsyncDueWork;

@@ -15,7 +15,7 @@ use super::wire::webhook_body;
 use super::AsyncStatus;
 use crate::jobs::{JobMessage, JobRunner};
 use crate::model_slots::{self, SlotRequest};
-use crate::ports::{JobOutcome, StorageError, WebhookTransport};
+use crate::ports::{JobOutcome, Priority, StorageError, WebhookTransport};
 use crate::records::Loaded;
 use crate::webhooks::delivery::DeliveryState;
 use crate::webhooks::SecretSource;
@@ -26,8 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// How long a run waits for a free slot of its model before trying again.
-const SLOT_WAIT: Duration = Duration::from_secs(2);
+/// The shortest and longest waits for a free slot of the request's model before trying again.
+const SLOT_WAIT_MIN: Duration = Duration::from_secs(2);
+const SLOT_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// Runs the async jobs.
 pub struct AsyncRunner {
@@ -65,6 +66,12 @@ impl JobRunner for AsyncRunner {
             }
         })
     }
+}
+
+/// The wait for a model slot of a request that has waited `waited_ms` since it was submitted: a
+/// tenth of that in whole seconds, from [`SLOT_WAIT_MIN`] to [`SLOT_WAIT_MAX`].
+fn slot_wait(waited_ms: i64) -> Duration {
+    Duration::from_secs(u64::try_from(waited_ms / 10_000).unwrap_or(0)).clamp(SLOT_WAIT_MIN, SLOT_WAIT_MAX)
 }
 
 fn wait_until(at_ms: i64, now_ms: i64) -> JobOutcome {
@@ -125,7 +132,7 @@ impl AsyncRunner {
             service.conclude(&mut loaded.body, AsyncStatus::Failed, error, None, now);
             return self.finish(loaded, None, now).await;
         }
-        // The model's concurrency, shared with batch lines: no free slot, try again shortly.
+        // The model's concurrency, shared with batch lines: no free slot, try again later.
         let lease_until = now + i64::try_from(service.settings.lease.as_millis()).unwrap_or(i64::MAX / 2);
         let slot_model = service
             .settings
@@ -142,24 +149,56 @@ impl AsyncRunner {
                 until_ms: lease_until,
             };
             if model_slots::acquire(state, request).await? == 0 {
-                return Ok(JobOutcome::Retry { retry_after: SLOT_WAIT });
+                let wait = slot_wait(now - loaded.body.created_at_ms);
+                return Ok(self.run_again_after(request_id, loaded.body.priority, wait).await);
             }
         }
-        let claimed = self.claim(&mut loaded, now, lease_until).await;
-        let outcome = match claimed {
-            Ok(true) => self.execute(loaded, now).await,
-            Ok(false) => Ok(JobOutcome::Retry {
-                retry_after: Duration::from_secs(1),
-            }),
-            Err(err) => Err(err),
-        };
-        if let Some((model, _)) = &slot_model {
-            let now = service.now_ms();
-            if let Err(err) = model_slots::release(state, model, request_id, now).await {
+        match self.claim(&mut loaded, now, lease_until).await {
+            Ok(true) => self.execute(loaded, now, slot_model.as_ref()).await,
+            Ok(false) => {
+                self.release_slot(slot_model.as_ref(), request_id).await;
+                Ok(JobOutcome::Retry {
+                    retry_after: Duration::from_secs(1),
+                })
+            }
+            Err(err) => {
+                self.release_slot(slot_model.as_ref(), request_id).await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Hand back the model slot the run took, if it took one.
+    async fn release_slot(&self, slot: Option<&(String, u32)>, request_id: &str) {
+        if let Some((model, _)) = slot {
+            let state = self.service.deps.state.as_ref();
+            if let Err(err) = model_slots::release(state, model, request_id, self.service.now_ms()).await {
                 tracing::warn!(error = %err, "could not release a model slot; its lease will expire");
             }
         }
-        outcome
+    }
+
+    /// Done with this message, the run queued again to start after `wait`. A wait for a model
+    /// slot may last long: retrying the same message would count every look toward the queue's
+    /// dead-letter limit, and the request would then expire unrun. If the send fails, the same
+    /// message comes back after `wait` instead.
+    async fn run_again_after(&self, request_id: &str, priority: Priority, wait: Duration) -> JobOutcome {
+        let job = JobMessage::AsyncRun {
+            request_id: request_id.to_owned(),
+        };
+        match self
+            .service
+            .deps
+            .queue
+            .send_priority(&job.to_body(), priority, wait)
+            .await
+        {
+            Ok(_) => JobOutcome::Done,
+            Err(err) => {
+                tracing::warn!(error = %err, "could not queue the run again; the message will be retried");
+                JobOutcome::Retry { retry_after: wait }
+            }
+        }
     }
 
     /// Mark the request `IN_PROGRESS` with a new attempt, held until `lease_until`. False when
@@ -190,8 +229,14 @@ impl AsyncRunner {
         }
     }
 
-    /// Run the claimed request's model and record what came of it.
-    async fn execute(&self, mut loaded: Loaded<StoredRequest>, started: i64) -> Result<JobOutcome, StorageError> {
+    /// Run the claimed request's model, hand back its model slot (the webhook must not hold
+    /// it), and record what came of it.
+    async fn execute(
+        &self,
+        mut loaded: Loaded<StoredRequest>,
+        started: i64,
+        slot: Option<&(String, u32)>,
+    ) -> Result<JobOutcome, StorageError> {
         let service = &self.service;
         let request = &loaded.body;
         let result = service
@@ -199,6 +244,7 @@ impl AsyncRunner {
             .executor
             .run(&request.project, request.endpoint, &request.model_input)
             .await;
+        self.release_slot(slot, &request.request_id).await;
         let now = service.now_ms();
         match result {
             Ok(output) => {

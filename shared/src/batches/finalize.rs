@@ -134,8 +134,8 @@ impl BatchService {
             }
             match batch.save(self.state.as_ref()).await {
                 Ok(()) => {}
-                Err(BatchesError::Storage(StorageError::Conflict)) => continue,
-                Err(err) => return Err(err),
+                Err(StorageError::Conflict) => continue,
+                Err(err) => return Err(err.into()),
             }
             if let Err(err) = self.assemble_and_finish(&batch.body, target).await {
                 // Let the next attempt (a worker, the poller) take over at once.
@@ -166,7 +166,8 @@ impl BatchService {
             .await?
             .iter()
             .map(decode::<StoredChunk>)
-            .collect()
+            .collect::<Result<_, _>>()
+            .map_err(Into::into)
     }
 
     /// Write the result files of a sealed batch and move it to its terminal status.

@@ -7,11 +7,9 @@
 //! - `batch_active` (owner `_active`): one per unfinished batch, what the poller walks.
 
 use super::input_validation::ChunkRange;
-use super::BatchesError;
 use crate::openai::batches::{BatchObject, BatchUsage};
 use crate::openai::files::ExpiresAfter;
-use crate::ports::{ListOrder, ListQuery, Record, StateStore, StorageError};
-use serde::de::DeserializeOwned;
+use crate::ports::Record;
 use serde::{Deserialize, Serialize};
 
 pub(crate) const BATCH_KIND: &str = "batch";
@@ -143,110 +141,4 @@ pub(crate) fn chunk_id(batch_id: &str, index: u32) -> String {
     format!("{batch_id}.{index:05}")
 }
 
-pub(crate) fn decode<T: DeserializeOwned>(record: &Record) -> Result<T, BatchesError> {
-    serde_json::from_value(record.body.clone())
-        .map_err(|e| StorageError::Backend(format!("corrupt {} record {}: {e}", record.kind, record.id)).into())
-}
-
-pub(crate) fn encode<T: Serialize>(value: &T) -> Result<serde_json::Value, BatchesError> {
-    serde_json::to_value(value).map_err(|e| StorageError::Invalid(e.to_string()).into())
-}
-
-/// A record with its decoded body, to change and write back at the next version.
-pub(crate) struct Loaded<T> {
-    pub record: Record,
-    pub body: T,
-}
-
-impl<T: Serialize + DeserializeOwned> Loaded<T> {
-    pub async fn get(state: &dyn StateStore, kind: &str, id: &str) -> Result<Option<Self>, BatchesError> {
-        match state.get(kind, id).await? {
-            None => Ok(None),
-            Some(record) => Ok(Some(Self {
-                body: decode(&record)?,
-                record,
-            })),
-        }
-    }
-
-    /// The record carrying the (changed) body at the next version, and the version it replaces.
-    pub fn next(&self) -> Result<(Record, u64), BatchesError> {
-        Ok((
-            Record {
-                version: self.record.version + 1,
-                body: encode(&self.body)?,
-                ..self.record.clone()
-            },
-            self.record.version,
-        ))
-    }
-
-    /// Write the changed body back; [`StorageError::Conflict`] if someone wrote in between.
-    pub async fn save(&self, state: &dyn StateStore) -> Result<(), BatchesError> {
-        let (record, expected) = self.next()?;
-        state.update(&record, expected).await?;
-        Ok(())
-    }
-}
-
-/// What an edit decided about the record it was shown.
-pub(crate) enum Edit<R> {
-    /// Write the changed body back, then answer `R`.
-    Save(R),
-    /// Leave the record as it is and answer `R`.
-    Keep(R),
-}
-
-/// Read, change and conditionally write one record until the write wins: after a lost write,
-/// `change` sees the fresh body. `None` when the record does not exist.
-pub(crate) async fn edit<T, R>(
-    state: &dyn StateStore,
-    kind: &str,
-    id: &str,
-    mut change: impl FnMut(&mut T) -> Edit<R>,
-) -> Result<Option<(R, Loaded<T>)>, BatchesError>
-where
-    T: Serialize + DeserializeOwned,
-{
-    for _ in 0..20 {
-        let Some(mut loaded) = Loaded::<T>::get(state, kind, id).await? else {
-            return Ok(None);
-        };
-        let answer = match change(&mut loaded.body) {
-            Edit::Keep(answer) => return Ok(Some((answer, loaded))),
-            Edit::Save(answer) => answer,
-        };
-        let (record, expected) = loaded.next()?;
-        match state.update(&record, expected).await {
-            Ok(()) => {
-                loaded.record = record;
-                return Ok(Some((answer, loaded)));
-            }
-            Err(StorageError::Conflict) => continue,
-            Err(err) => return Err(err.into()),
-        }
-    }
-    Err(StorageError::Conflict.into())
-}
-
-/// Every record of `kind` owned by `owner`, in ascending order (all pages).
-pub(crate) async fn list_all(state: &dyn StateStore, kind: &str, owner: &str) -> Result<Vec<Record>, StorageError> {
-    let mut records = Vec::new();
-    let mut after = None;
-    loop {
-        let page = state
-            .list_by_owner(&ListQuery {
-                kind: kind.to_owned(),
-                owner: owner.to_owned(),
-                after: after.take(),
-                limit: 1000,
-                order: ListOrder::Asc,
-            })
-            .await?;
-        after = page.records.last().map(Record::cursor);
-        records.extend(page.records);
-        if !page.has_more {
-            return Ok(records);
-        }
-    }
-}
+pub(crate) use crate::records::{decode, edit, encode, list_all, Edit, Loaded};

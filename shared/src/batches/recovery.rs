@@ -84,8 +84,8 @@ impl BatchService {
                             .await?;
                             report.validations_requeued += 1;
                         }
-                        Err(BatchesError::Storage(StorageError::Conflict)) => {}
-                        Err(err) => return Err(err),
+                        Err(StorageError::Conflict) => {}
+                        Err(err) => return Err(err.into()),
                     }
                 }
             }
@@ -135,8 +135,8 @@ impl BatchService {
                     .await?;
                     requeued += 1;
                 }
-                Err(BatchesError::Storage(StorageError::Conflict)) => {}
-                Err(err) => return Err(err),
+                Err(StorageError::Conflict) => {}
+                Err(err) => return Err(err.into()),
             }
         }
         Ok(requeued)
