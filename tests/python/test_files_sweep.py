@@ -201,6 +201,15 @@ def test_poll_runs_every_scheduled_task_and_prints_the_report(tmp_path: Path) ->
                 "chunks_requeued": 0,
                 "errors": 0,
             },
+            "async_requests": {
+                "due": 0,
+                "expired": 0,
+                "requeued": 0,
+                "deliveries_queued": 0,
+                "purged": 0,
+                "errors": 0,
+            },
+            "webhook_deliveries": {"due": 0, "queued": 0, "purged": 0, "errors": 0},
         },
         "errors": 0,
     }, report
