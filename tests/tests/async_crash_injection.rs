@@ -71,6 +71,16 @@ async fn wait_for(what: &str, check: impl Fn() -> bool) {
 
 // Before the model call --------------------------------------------------------------------------
 
+/// Let the run message come back (as SQS redelivers it after a failed run) and everything it
+/// leads to happen, until the request is final.
+async fn settle_after_redelivery(h: &AsyncHarness, id: &str) {
+    let redelivered = InFlight {
+        job: run_job(id),
+        due_ms: h.now_ms() + 5000,
+    };
+    h.settle(id, vec![redelivered], 20).await;
+}
+
 #[tokio::test]
 async fn the_claim_refused_before_the_model_call() {
     let h = AsyncHarness::embedded(settings());
@@ -82,15 +92,7 @@ async fn the_claim_refused_before_the_model_call() {
     assert_eq!(h.model.calls(), 0, "no claim, no model call");
     assert_eq!(h.view(&id).await.status, "QUEUED");
 
-    h.settle(
-        &id,
-        vec![InFlight {
-            job: run_job(&id),
-            due_ms: h.now_ms() + 5000,
-        }],
-        20,
-    )
-    .await;
+    settle_after_redelivery(&h, &id).await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
     assert_eq!(h.model.calls(), 1);
     assert_eq!(h.view(&id).await.attempts.len(), 1);
@@ -140,15 +142,7 @@ async fn the_final_write_refused_after_the_model_answered() {
     assert!(matches!(h.run_request(&id).await, JobOutcome::Retry { .. }));
     assert_eq!(h.model.calls(), 1);
 
-    h.settle(
-        &id,
-        vec![InFlight {
-            job: run_job(&id),
-            due_ms: h.now_ms() + 5000,
-        }],
-        20,
-    )
-    .await;
+    settle_after_redelivery(&h, &id).await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
     assert_eq!(h.model.calls(), 1, "the rerun found the saved output");
     assert_eq!(h.view(&id).await.attempts.len(), 1);
@@ -196,15 +190,7 @@ async fn the_delivery_times_out_and_the_final_write_is_refused() {
     assert_eq!(h.run_request(&id).await, STORAGE_RETRY);
     assert_eq!(h.posts_for(&id).len(), 1);
 
-    h.settle(
-        &id,
-        vec![InFlight {
-            job: run_job(&id),
-            due_ms: h.now_ms() + 5000,
-        }],
-        20,
-    )
-    .await;
+    settle_after_redelivery(&h, &id).await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
     assert_eq!(h.model.calls(), 1);
     assert_eq!(h.posts_for(&id).len(), 2);
@@ -225,15 +211,7 @@ async fn the_record_save_refused_after_a_successful_delivery() {
         "the receiver has it; the record does not say so"
     );
 
-    h.settle(
-        &id,
-        vec![InFlight {
-            job: run_job(&id),
-            due_ms: h.now_ms() + 5000,
-        }],
-        20,
-    )
-    .await;
+    settle_after_redelivery(&h, &id).await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
     assert_eq!(h.model.calls(), 1);
     let posts = h.posts_for(&id);
@@ -293,15 +271,7 @@ async fn the_next_look_refused_after_a_failed_first_delivery() {
     assert!(h.take_deliveries(&id).is_empty());
     assert_eq!(h.view(&id).await.webhook_status, WebhookStatus::Pending);
 
-    h.settle(
-        &id,
-        vec![InFlight {
-            job: run_job(&id),
-            due_ms: h.now_ms() + 5000,
-        }],
-        20,
-    )
-    .await;
+    settle_after_redelivery(&h, &id).await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
     assert_eq!(h.model.calls(), 1);
     assert_eq!(h.posts_for(&id).len(), 2);
