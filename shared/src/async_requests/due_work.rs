@@ -72,7 +72,7 @@ impl AsyncService {
         match request.status {
             AsyncStatus::Queued if now >= request.queue_deadline_ms() => {
                 let error = expired_error(request.max_time_in_queue_s);
-                self.conclude(&mut loaded.body, AsyncStatus::Expired, Some(error), None, now);
+                loaded.body.conclude(AsyncStatus::Expired, Some(error), None, now);
                 match loaded.save(state).await {
                     Ok(()) => {
                         report.expired += 1;
@@ -131,8 +131,8 @@ impl AsyncService {
                 if now < purge_at {
                     return self.due.set(DUE_LANE, request_id, purge_at).await;
                 }
-                if let Some(key) = &request.output_key {
-                    match self.deps.blobs.delete(key).await {
+                if let Some(key) = request.saved_output_key() {
+                    match self.deps.blobs.delete(&key).await {
                         Ok(()) | Err(StorageError::NotFound) => {}
                         Err(err) => return Err(err),
                     }

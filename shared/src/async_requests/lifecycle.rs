@@ -13,54 +13,7 @@ use std::time::Duration;
 /// later ones wait for the scheduler.
 pub(crate) const MAX_QUEUE_DELAY: Duration = Duration::from_secs(900);
 
-/// A saved output: its blob key and size.
-#[derive(Debug, Clone)]
-pub(crate) struct SavedOutput {
-    pub key: String,
-    pub bytes: u64,
-}
-
 impl AsyncService {
-    /// End `request` with `status` at `now`: close its open attempt, keep `error` and `output`,
-    /// and owe a webhook delivery when it has a webhook.
-    pub(crate) fn conclude(
-        &self,
-        request: &mut StoredRequest,
-        status: AsyncStatus,
-        error: Option<ErrorEntry>,
-        output: Option<SavedOutput>,
-        now: i64,
-    ) {
-        request.status = status;
-        request.status_at_ms = now;
-        request.finished_at_ms = Some(now);
-        if let Some(attempt) = request.attempts.last_mut().filter(|a| a.finished_at_ms.is_none()) {
-            attempt.finished_at_ms = Some(now);
-            if attempt.error.is_none() {
-                attempt.error.clone_from(&error);
-            }
-        }
-        if let Some(error) = error {
-            request.errors = vec![error];
-        }
-        if let Some(output) = output {
-            request.output_key = Some(output.key);
-            request.output_bytes = Some(output.bytes);
-        }
-        request.lease_until_ms = None;
-        request.next_run_at_ms = None;
-        request.delivery = request.webhook_endpoint.clone().map(|url| {
-            Delivery::new(
-                webhook_id(&request.request_id),
-                url,
-                String::new(),
-                SignatureStyle::StandardAndBaseten,
-                Some(request.request_id.clone()),
-                now,
-            )
-        });
-    }
-
     /// After `request` was saved concluded by the API or the scheduler (not a worker): queue its
     /// first delivery, and put its next look on the due index (a lease later: the message covers
     /// it until then, and a scheduler pass meanwhile would only send a duplicate).
@@ -151,4 +104,46 @@ impl AsyncService {
 /// de-duplicate.
 pub(crate) fn webhook_id(request_id: &str) -> String {
     format!("msg_{request_id}")
+}
+
+impl StoredRequest {
+    /// End the request with `status` at `now`: close its open attempt, keep `error` and the size
+    /// of its saved output,
+    /// and owe a webhook delivery when it has a webhook.
+    pub(crate) fn conclude(
+        &mut self,
+        status: AsyncStatus,
+        error: Option<ErrorEntry>,
+        output_bytes: Option<u64>,
+        now: i64,
+    ) {
+        let request = self;
+        request.status = status;
+        request.status_at_ms = now;
+        request.finished_at_ms = Some(now);
+        if let Some(attempt) = request.attempts.last_mut().filter(|a| a.finished_at_ms.is_none()) {
+            attempt.finished_at_ms = Some(now);
+            if attempt.error.is_none() {
+                attempt.error.clone_from(&error);
+            }
+        }
+        if let Some(error) = error {
+            request.errors = vec![error];
+        }
+        if output_bytes.is_some() {
+            request.output_bytes = output_bytes;
+        }
+        request.lease_until_ms = None;
+        request.next_run_at_ms = None;
+        request.delivery = request.webhook_endpoint.clone().map(|url| {
+            Delivery::new(
+                webhook_id(&request.request_id),
+                url,
+                String::new(),
+                SignatureStyle::StandardAndBaseten,
+                Some(request.request_id.clone()),
+                now,
+            )
+        });
+    }
 }

@@ -103,9 +103,7 @@ pub(crate) struct StoredRequest {
     pub next_run_at_ms: Option<i64>,
     #[serde(default)]
     pub errors: Vec<ErrorEntry>,
-    /// The saved output's blob key and size.
-    #[serde(default)]
-    pub output_key: Option<String>,
+    /// The saved output's size (its blob is at [`output_key`]).
     #[serde(default)]
     pub output_bytes: Option<u64>,
     /// The webhook delivery, once there is a result to deliver.
@@ -139,6 +137,11 @@ impl StoredRequest {
             Some(DeliveryState::Failed) => WebhookStatus::Failed,
             Some(DeliveryState::Canceled) => WebhookStatus::Canceled,
         }
+    }
+
+    /// The blob key of the saved output, once there is one.
+    pub fn saved_output_key(&self) -> Option<String> {
+        self.output_bytes.map(|_| output_key(&self.project, &self.request_id))
     }
 
     /// Whether a webhook delivery still has attempts to make.

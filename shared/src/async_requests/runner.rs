@@ -8,7 +8,7 @@
 //! both win.
 
 use super::classify::{RunFailure, ASYNC_REQUEST_EXPIRED, MODEL_PREDICT_ERROR};
-use super::lifecycle::{expect_due_move, SavedOutput};
+use super::lifecycle::expect_due_move;
 use super::records::{output_key, Attempt, ErrorEntry, StoredRequest, KIND};
 use super::service::AsyncService;
 use super::wire::webhook_body;
@@ -97,7 +97,7 @@ impl AsyncRunner {
         }
         if request.status == AsyncStatus::Queued && now >= request.queue_deadline_ms() {
             let error = expired_error(request.max_time_in_queue_s);
-            service.conclude(&mut loaded.body, AsyncStatus::Expired, Some(error), None, now);
+            loaded.body.conclude(AsyncStatus::Expired, Some(error), None, now);
             return self.finish(loaded, None, now).await;
         }
         if let Some(at) = request.next_run_at_ms.filter(|at| *at > now) {
@@ -106,16 +106,10 @@ impl AsyncRunner {
         if request.open_attempt().is_some() {
             // A worker died running it. If it saved the output, the model is not called again.
             let key = output_key(&request.project, request_id);
-            if let Some(bytes) = service.deps.blobs.size(&key).await? {
-                let output = service.deps.blobs.get(&key).await?;
-                let output = serde_json::from_slice::<Value>(&output).ok();
-                service.conclude(
-                    &mut loaded.body,
-                    AsyncStatus::Succeeded,
-                    None,
-                    Some(SavedOutput { key, bytes }),
-                    now,
-                );
+            if let Some(saved) = service.saved_output(&key).await? {
+                let bytes = saved.len() as u64;
+                let output = serde_json::from_slice::<Value>(&saved).ok();
+                loaded.body.conclude(AsyncStatus::Succeeded, None, Some(bytes), now);
                 return self.finish(loaded, output, now).await;
             }
             if let Some(attempt) = loaded.body.attempts.last_mut() {
@@ -129,11 +123,11 @@ impl AsyncRunner {
         let request = &loaded.body;
         if request.attempts.len() >= request.retry.max_attempts as usize {
             let error = request.attempts.last().and_then(|a| a.error.clone());
-            service.conclude(&mut loaded.body, AsyncStatus::Failed, error, None, now);
+            loaded.body.conclude(AsyncStatus::Failed, error, None, now);
             return self.finish(loaded, None, now).await;
         }
         // The model's concurrency, shared with batch lines: no free slot, try again later.
-        let lease_until = now + i64::try_from(service.settings.lease.as_millis()).unwrap_or(i64::MAX / 2);
+        let lease_until = now + service.lease_ms();
         let slot_model = service
             .settings
             .model_limits
@@ -154,7 +148,7 @@ impl AsyncRunner {
             }
         }
         match self.claim(&mut loaded, now, lease_until).await {
-            Ok(true) => self.execute(loaded, now, slot_model.as_ref()).await,
+            Ok(true) => self.execute(loaded, slot_model.as_ref()).await,
             Ok(false) => {
                 self.release_slot(slot_model.as_ref(), request_id).await;
                 Ok(JobOutcome::Retry {
@@ -234,7 +228,6 @@ impl AsyncRunner {
     async fn execute(
         &self,
         mut loaded: Loaded<StoredRequest>,
-        started: i64,
         slot: Option<&(String, u32)>,
     ) -> Result<JobOutcome, StorageError> {
         let service = &self.service;
@@ -253,16 +246,10 @@ impl AsyncRunner {
                 let bytes = body.len() as u64;
                 // Saved before anything says so: a crash from here on never runs the model again.
                 service.deps.blobs.put(&key, Bytes::from(body)).await?;
-                service.conclude(
-                    &mut loaded.body,
-                    AsyncStatus::Succeeded,
-                    None,
-                    Some(SavedOutput { key, bytes }),
-                    now,
-                );
+                loaded.body.conclude(AsyncStatus::Succeeded, None, Some(bytes), now);
                 self.finish(loaded, Some(output), now).await
             }
-            Err(failure) => self.failed_attempt(loaded, failure, started, now).await,
+            Err(failure) => self.failed_attempt(loaded, failure, now).await,
         }
     }
 
@@ -270,7 +257,6 @@ impl AsyncRunner {
         &self,
         mut loaded: Loaded<StoredRequest>,
         failure: RunFailure,
-        _started: i64,
         now: i64,
     ) -> Result<JobOutcome, StorageError> {
         let service = &self.service;
@@ -278,7 +264,7 @@ impl AsyncRunner {
         let made = request.attempts.len();
         let can_retry = failure.retryable && made < request.retry.max_attempts as usize;
         if !can_retry {
-            service.conclude(request, AsyncStatus::Failed, Some(failure.error), None, now);
+            request.conclude(AsyncStatus::Failed, Some(failure.error), None, now);
             return self.finish(loaded, None, now).await;
         }
         if let Some(attempt) = request.attempts.last_mut() {
@@ -384,15 +370,12 @@ impl AsyncRunner {
         if let Some(at) = delivery.next_attempt_at_ms.filter(|at| *at > now + 1000) {
             return Ok(wait_until(at, now));
         }
-        let output = match (&request.output_key, request.status) {
-            (Some(key), AsyncStatus::Succeeded | AsyncStatus::WebhookFailed) => {
-                match service.deps.blobs.get(key).await {
-                    Ok(bytes) => serde_json::from_slice::<Value>(&bytes).ok(),
-                    Err(StorageError::NotFound) => None,
-                    Err(err) => return Err(err),
-                }
-            }
-            _ => None,
+        let output = match request.saved_output_key() {
+            Some(key) => service
+                .saved_output(&key)
+                .await?
+                .and_then(|saved| serde_json::from_slice::<Value>(&saved).ok()),
+            None => None,
         };
         self.attempt_delivery(&mut loaded.body, output.as_ref(), now).await;
         expect_due_move(&mut loaded.body);

@@ -172,7 +172,6 @@ impl AsyncService {
             lease_until_ms: None,
             next_run_at_ms: None,
             errors: Vec::new(),
-            output_key: None,
             output_bytes: None,
             delivery: None,
             due_version: Some(1),
@@ -231,13 +230,12 @@ impl AsyncService {
         let loaded = self.load_owned(project, request_id).await?;
         let request = &loaded.body;
         let mut view = AsyncRequestView::of(request, loaded.record.expires_at);
-        if let (Some(key), Some(bytes)) = (&request.output_key, request.output_bytes) {
+        if let (Some(key), Some(bytes)) = (request.saved_output_key(), request.output_bytes) {
             if bytes <= self.settings.inline_output_limit {
-                match self.deps.blobs.get(key).await {
-                    Ok(body) => view.output = serde_json::from_slice(&body).ok(),
-                    Err(StorageError::NotFound) => {}
-                    Err(err) => return Err(err.into()),
-                }
+                view.output = self
+                    .saved_output(&key)
+                    .await?
+                    .and_then(|body| serde_json::from_slice(&body).ok());
             } else {
                 let filename = format!("{request_id}-output.json");
                 // A time-limited link straight to the bytes where the store makes one (S3);
@@ -245,7 +243,7 @@ impl AsyncService {
                 let presigned = self
                     .deps
                     .blobs
-                    .presign_get(key, Duration::from_secs(3600), &filename)
+                    .presign_get(&key, Duration::from_secs(3600), &filename)
                     .await?;
                 view.output_url = Some(presigned.unwrap_or_else(|| format!("/async_request/{request_id}/output")));
             }
@@ -255,16 +253,18 @@ impl AsyncService {
 
     /// The saved output of a request, as stored (for `GET /async_request/{id}/output`).
     pub async fn output(&self, project: &str, request_id: &str) -> Result<bytes::Bytes, AsyncError> {
-        let loaded = self.load_owned(project, request_id).await?;
-        let key = loaded
-            .body
-            .output_key
-            .clone()
-            .unwrap_or_else(|| output_key(project, request_id));
-        match self.deps.blobs.get(&key).await {
-            Ok(body) => Ok(body),
-            Err(StorageError::NotFound) => Err(AsyncError::NotFound(request_id.to_owned())),
-            Err(err) => Err(err.into()),
+        self.load_owned(project, request_id).await?;
+        self.saved_output(&output_key(project, request_id))
+            .await?
+            .ok_or_else(|| AsyncError::NotFound(request_id.to_owned()))
+    }
+
+    /// The bytes of a saved output, if they are there.
+    pub(crate) async fn saved_output(&self, key: &str) -> Result<Option<bytes::Bytes>, StorageError> {
+        match self.deps.blobs.get(key).await {
+            Ok(body) => Ok(Some(body)),
+            Err(StorageError::NotFound) => Ok(None),
+            Err(err) => Err(err),
         }
     }
 
@@ -348,8 +348,7 @@ impl AsyncService {
                 });
             }
             let now = self.now_ms();
-            self.conclude(
-                &mut loaded.body,
+            loaded.body.conclude(
                 AsyncStatus::Canceled,
                 Some(ErrorEntry {
                     code: super::classify::ASYNC_REQUEST_CANCELED.to_owned(),
