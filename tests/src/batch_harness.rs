@@ -262,8 +262,14 @@ impl Harness {
         let names: Vec<&str> = models.iter().map(|(name, _)| *name).collect();
         let loaded = crate::batch_inference_harness::config_for(&names);
         let records = adapters.inference_records();
-        let service = batch_service(&loaded, &adapters, Arc::clone(&inference), settings.clone());
         let functions = function_service(&loaded, &adapters, Arc::clone(&inference), Arc::clone(&records));
+        let service = batch_service(
+            &adapters,
+            Arc::clone(&inference),
+            Arc::clone(&functions),
+            Arc::clone(&records),
+            settings.clone(),
+        );
         let parts = WorkerParts {
             adapters: adapters.clone(),
             async_requests: async_service(&loaded, &adapters, Arc::clone(&inference), functions),

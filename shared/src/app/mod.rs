@@ -135,15 +135,14 @@ pub fn feedback_service(
 }
 
 /// The batch engine over `adapters`, calling models through `inference` (and `/batch_inference`
-/// items through the configured functions).
+/// items through `functions`, their inferences stored in `records`).
 pub fn batch_service(
-    loaded: &LoadedConfig,
     adapters: &Adapters,
     inference: Arc<InferenceService>,
+    functions: Arc<FunctionService>,
+    records: Arc<dyn InferenceStore>,
     settings: BatchSettings,
 ) -> Arc<BatchService> {
-    let records = adapters.inference_records();
-    let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
     Arc::new(
         BatchService::new(
             BatchDeps {
@@ -230,10 +229,17 @@ pub fn app_state(
     let inference = inference_service(config, adapters)?;
     let records = adapters.inference_records();
     let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
+    let batches = batch_service(
+        adapters,
+        Arc::clone(&inference),
+        Arc::clone(&functions),
+        Arc::clone(&records),
+        batches,
+    );
     Ok(AppState {
         async_requests: async_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&functions)),
         functions,
-        batches: batch_service(loaded, adapters, Arc::clone(&inference), batches),
+        batches,
         inference,
         files: Arc::new(adapters.files()),
         auth: Arc::new(Authenticator::new(adapters.api_keys(), auth.mode, auth.cache_ttl)),
@@ -268,10 +274,10 @@ impl WorkerParts {
     ) -> Self {
         let max_run = batch_settings.max_run;
         let records = adapters.inference_records();
-        let functions = function_service(loaded, adapters, Arc::clone(&inference), records);
+        let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
         Self {
-            async_requests: async_service(loaded, adapters, Arc::clone(&inference), functions),
-            batches: batch_service(loaded, adapters, Arc::clone(&inference), batch_settings),
+            async_requests: async_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&functions)),
+            batches: batch_service(adapters, Arc::clone(&inference), functions, records, batch_settings),
             inference,
             adapters: adapters.clone(),
             max_run,
