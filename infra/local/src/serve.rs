@@ -51,6 +51,13 @@ pub struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     allow_short_completion_windows: bool,
+    #[command(flatten)]
+    webhooks: WebhookArgs,
+}
+
+/// Where the local server's webhooks may go.
+#[derive(clap::Args)]
+struct WebhookArgs {
     /// Accept plain-http webhook URLs to localhost/127.0.0.1 (development receivers). Never in Lambda.
     #[arg(
         long,
@@ -59,6 +66,14 @@ pub struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     webhooks_allow_loopback: bool,
+}
+
+impl WebhookArgs {
+    fn url_policy(&self) -> UrlPolicy {
+        UrlPolicy {
+            allow_loopback_http: self.webhooks_allow_loopback,
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -70,14 +85,8 @@ pub struct PollArgs {
     /// Run as if the time were this Unix timestamp (seconds).
     #[arg(long)]
     as_of: Option<i64>,
-    /// As `nimbus serve --webhooks-allow-loopback`.
-    #[arg(
-        long,
-        env = "NIMBUS_WEBHOOKS_ALLOW_LOOPBACK",
-        default_value_t = true,
-        value_parser = clap::builder::BoolishValueParser::new()
-    )]
-    webhooks_allow_loopback: bool,
+    #[command(flatten)]
+    webhooks: WebhookArgs,
 }
 
 #[derive(clap::Args)]
@@ -121,9 +130,7 @@ pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("loading {}", args.config.display()))?;
     let config = &loaded.config;
-    let adapters = embedded_adapters(&args.data_dir, args.as_of)?.with_webhook_urls(UrlPolicy {
-        allow_loopback_http: args.webhooks_allow_loopback,
-    });
+    let adapters = embedded_adapters(&args.data_dir, args.as_of)?.with_webhook_urls(args.webhooks.url_policy());
     let settings = local_batch_settings(config, false);
     let inference = inference_service(config, &adapters).map_err(anyhow::Error::msg)?;
     let parts = WorkerParts::new(&loaded, &adapters, inference, settings);
@@ -185,9 +192,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let lock = DataDirLock::acquire(&args.data_dir)?;
     let mut adapters = embedded::adapters(&args.data_dir)
         .with_context(|| format!("opening {}", args.data_dir.display()))?
-        .with_webhook_urls(UrlPolicy {
-            allow_loopback_http: args.webhooks_allow_loopback,
-        });
+        .with_webhook_urls(args.webhooks.url_policy());
     // Work handlers defer past the response; waited for (bounded) when the server stops.
     let deferred = Arc::new(DeferredTasks::new());
     adapters.after_response = Arc::clone(&deferred) as _;
