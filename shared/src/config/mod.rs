@@ -28,6 +28,7 @@ mod files;
 mod function_checks;
 pub mod functions;
 mod gateway;
+mod lmi;
 mod load;
 mod metrics;
 mod models;
@@ -44,6 +45,7 @@ pub use files::{
 };
 pub use functions::{FunctionConfig, FunctionKind, VariantConfig};
 pub use gateway::{GatewayConfig, RetryConfig};
+pub use lmi::{LmiApiConfig, LmiProviderConfig, LmiSchema, SageMakerProviderConfig, BUILT_IN_CHAT_TEMPLATES};
 pub use load::{load_config, load_local_config, LoadedConfig};
 pub use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};
 pub use models::{DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
@@ -65,6 +67,9 @@ pub struct Config {
     pub async_requests: AsyncRequestsConfig,
     #[serde(default)]
     pub webhooks: WebhooksConfig,
+    /// The LMI API Nimbus serves (`/invocations`, `/predictions/{model}`).
+    #[serde(default)]
+    pub lmi_api: LmiApiConfig,
     #[serde(default)]
     pub models: BTreeMap<String, ModelConfig>,
     #[serde(default)]

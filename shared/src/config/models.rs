@@ -1,6 +1,7 @@
 //! `[models.NAME]` and `[models.NAME.providers.P]`.
 
 use super::extras::{check_extra_body, check_extra_headers, extra_body_array, headers_table_or_array};
+use super::lmi::{LmiProviderConfig, SageMakerProviderConfig};
 use super::{ConfigError, CredentialLocation, ExtraBodyEntry, ExtraHeaderEntry};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -24,6 +25,10 @@ pub enum ProviderConfig {
     Openai(OpenAiProviderConfig),
     /// Deterministic answers with no network, for local use and tests.
     Dummy(DummyProviderConfig),
+    /// A DJL Serving / LMI container over HTTP.
+    Lmi(LmiProviderConfig),
+    /// A SageMaker endpoint running an LMI container, through the AWS SDK.
+    Sagemaker(SageMakerProviderConfig),
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -168,6 +173,8 @@ impl ProviderConfig {
         match self {
             Self::Openai(c) => c.validate(key),
             Self::Dummy(c) => c.validate(key),
+            Self::Lmi(c) => c.validate(key),
+            Self::Sagemaker(c) => c.validate(key),
         }
     }
 }

@@ -249,6 +249,20 @@ fn from_failures(model: &str, failures: &[ProviderFailure]) -> ApiError {
             .with_param(param)
             .with_code(format!("invalid_{param}"));
     }
+    // Something the request asks that the model's providers cannot do: the client's to fix.
+    if failures
+        .iter()
+        .all(|f| matches!(f.error, ProviderError::UnsupportedParameter { .. }))
+    {
+        if let Some(ProviderError::UnsupportedParameter { param, message }) = failures.first().map(|f| &f.error) {
+            return ApiError::invalid_request(format!(
+                "Model `{}` does not support `{param}`: {message}",
+                excerpt(model)
+            ))
+            .with_param(param.clone())
+            .with_code("unsupported_parameter");
+        }
+    }
     let last = failures.last().map(|f| &f.error);
     // A request the provider called invalid is the client's to fix.
     if let Some(ProviderError::Http { status, message, .. }) = last {

@@ -36,6 +36,10 @@ pub enum ProviderError {
     /// An `extra_headers` entry sent with the request is not a valid HTTP header.
     #[error("{0}")]
     InvalidExtraHeader(ExtraHeaderError),
+    /// The request asks for something this provider cannot do (e.g. tools on a prompt-only LMI
+    /// model, or an OpenAI parameter with no equivalent): the client's to fix, named by `param`.
+    #[error("`{param}` is not supported by this provider: {message}")]
+    UnsupportedParameter { param: String, message: String },
 }
 
 impl ProviderError {
@@ -49,7 +53,8 @@ impl ProviderError {
             | Self::MissingCredential(_)
             | Self::Misconfigured(_)
             | Self::InvalidExtraBody(_)
-            | Self::InvalidExtraHeader(_) => false,
+            | Self::InvalidExtraHeader(_)
+            | Self::UnsupportedParameter { .. } => false,
         }
     }
 

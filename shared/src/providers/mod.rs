@@ -8,6 +8,7 @@ pub mod choices;
 pub mod dummy;
 mod error;
 mod extras;
+pub mod lmi;
 pub mod openai;
 pub mod retry;
 pub mod router;

@@ -148,7 +148,7 @@ impl ModelRouter {
         // Every shorthand has the provider defaults, so the first one's timeout serves them all.
         let connect_timeout_ms = config.providers.values().find_map(|provider| match provider {
             ProviderConfig::Openai(c) => Some(c.connect_timeout_ms),
-            ProviderConfig::Dummy(_) => None,
+            ProviderConfig::Dummy(_) | ProviderConfig::Lmi(_) | ProviderConfig::Sagemaker(_) => None,
         })?;
         self.shorthand_client
             .get_or_init(|| {
@@ -293,6 +293,9 @@ fn routed_model(
                 .map_err(error)?
                 .handle(),
             (ProviderConfig::Dummy(c), _) => DummyProvider::new(provider_name.clone(), c.clone()).handle(),
+            (ProviderConfig::Lmi(_) | ProviderConfig::Sagemaker(_), _) => {
+                return Err(error("LMI providers are being built".to_owned()));
+            }
         });
     }
     Ok(RoutedModel {

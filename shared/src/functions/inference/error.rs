@@ -75,9 +75,12 @@ impl From<&RoutingError> for FailureKind {
         match error {
             RoutingError::AllFailed { failures, .. }
                 if !failures.is_empty()
-                    && failures
-                        .iter()
-                        .all(|f| matches!(f.error, ProviderError::MissingCredential(_))) =>
+                    && failures.iter().all(|f| {
+                        matches!(
+                            f.error,
+                            ProviderError::MissingCredential(_) | ProviderError::UnsupportedParameter { .. }
+                        )
+                    }) =>
             {
                 Self::Client
             }

@@ -1,0 +1,19 @@
+//! How an LMI body reaches a container: the port the LMI provider talks to.
+
+use crate::providers::{CallContext, ProviderError};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+
+/// The answer's bytes as they arrive, split anywhere (not on line boundaries); an `Err` item ends it.
+pub type ByteStream = BoxStream<'static, Result<Bytes, ProviderError>>;
+
+/// Carries a JSON body to an LMI container and its answer back. A non-2xx answer (or SageMaker's
+/// `ModelError`) is a [`ProviderError::Http`] with the container's own status and message.
+#[async_trait]
+pub trait LmiTransport: Send + Sync + std::fmt::Debug {
+    /// POST `body`; the whole answer.
+    async fn invoke(&self, body: Bytes, ctx: CallContext<'_>) -> Result<Bytes, ProviderError>;
+    /// POST `body` (which asks for a stream); the answer's bytes as they come.
+    async fn invoke_stream(&self, body: Bytes, ctx: CallContext<'_>) -> Result<ByteStream, ProviderError>;
+}
