@@ -5,6 +5,7 @@ pub mod aws;
 pub mod deferred_tasks;
 pub mod embedded;
 pub mod records;
+pub mod sagemaker_runtime;
 pub mod webhook_http;
 
 pub use deferred_tasks::DeferredTasks;

@@ -164,7 +164,8 @@ pub fn batch_service(
 
 /// The inference layer for a validated configuration.
 pub fn inference_service(config: &Config, adapters: &Adapters) -> Result<Arc<InferenceService>, String> {
-    let router = ModelRouter::from_config(config)?;
+    let sagemaker = Arc::new(crate::adapters::sagemaker_runtime::SageMakerRuntime::default());
+    let router = ModelRouter::from_config(config, sagemaker).map_err(|e| e.to_string())?;
     Ok(Arc::new(InferenceService::new(
         router,
         Arc::clone(&adapters.clock),

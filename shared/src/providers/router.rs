@@ -5,6 +5,7 @@
 //! [`SHORTHAND_CACHE_LIMIT`] of them; past that, built per call).
 
 use super::dummy::DummyProvider;
+use super::lmi::SageMakerConnector;
 use super::openai::{http_client, OpenAiProvider};
 use super::retry::{RetryDecision, RetryPolicy};
 use super::synthetic_stream::stream_from_response;
@@ -74,6 +75,8 @@ pub struct ModelRouter {
     /// could not be built (each model then builds its own, and reports why it cannot).
     shorthand_client: OnceLock<Option<reqwest::Client>>,
     policy: RetryPolicy,
+    /// Opens `type = "sagemaker"` providers' transports.
+    sagemaker: Option<Arc<dyn SageMakerConnector>>,
 }
 
 impl ModelRouter {
@@ -83,16 +86,20 @@ impl ModelRouter {
             shorthands: RwLock::new(HashMap::new()),
             shorthand_client: OnceLock::new(),
             policy,
+            sagemaker: None,
         }
     }
 
-    /// Build every provider of every model in the (validated) configuration.
-    pub fn from_config(config: &Config) -> Result<Self, String> {
+    /// Build every provider of every model in the (validated) configuration; `sagemaker` opens
+    /// the transports of SageMaker providers.
+    pub fn from_config(config: &Config, sagemaker: Arc<dyn SageMakerConnector>) -> Result<Self, ProviderBuildError> {
         let mut models = Vec::new();
         for (name, model) in &config.models {
-            models.push(routed_model(name, model, None).map_err(|e| e.to_string())?);
+            models.push(routed_model(name, model, None, Some(sagemaker.as_ref()))?);
         }
-        Ok(Self::new(models, RetryPolicy::from(&config.gateway.retries)))
+        let mut router = Self::new(models, RetryPolicy::from(&config.gateway.retries));
+        router.sagemaker = Some(sagemaker);
+        Ok(router)
     }
 
     /// The configured models (shorthand models are not listed).
@@ -122,13 +129,15 @@ impl ModelRouter {
         let config = shorthand_model(name).map_err(|_| RoutingError::ModelNotFound(name.to_owned()))?;
         let client = self.shorthand_client(&config);
         // The message leaves out the model name: it is the client's, quoted only where excerpted.
-        let model = routed_model(name, &config, client.as_ref()).map_err(|e| RoutingError::AllFailed {
-            model: name.to_owned(),
-            failures: vec![ProviderFailure {
-                provider: e.provider,
-                attempts: 0,
-                error: ProviderError::Misconfigured(e.message),
-            }],
+        let model = routed_model(name, &config, client.as_ref(), self.sagemaker.as_deref()).map_err(|e| {
+            RoutingError::AllFailed {
+                model: name.to_owned(),
+                failures: vec![ProviderFailure {
+                    provider: e.provider,
+                    attempts: 0,
+                    error: ProviderError::Misconfigured(e.message),
+                }],
+            }
         })?;
         let model = Arc::new(model);
         if name.len() <= MAX_CACHED_NAME_LEN {
@@ -274,6 +283,7 @@ fn routed_model(
     name: &str,
     model: &ModelConfig,
     shared_client: Option<&reqwest::Client>,
+    sagemaker: Option<&dyn SageMakerConnector>,
 ) -> Result<RoutedModel, ProviderBuildError> {
     let mut providers = Vec::new();
     for provider_name in &model.routing {
@@ -293,7 +303,12 @@ fn routed_model(
                 .map_err(error)?
                 .handle(),
             (ProviderConfig::Dummy(c), _) => DummyProvider::new(provider_name.clone(), c.clone()).handle(),
-            (ProviderConfig::Lmi(_) | ProviderConfig::Sagemaker(_), _) => {
+            (ProviderConfig::Lmi(_), _) => return Err(error("LMI providers are being built".to_owned())),
+            (ProviderConfig::Sagemaker(c), _) => {
+                let Some(connector) = sagemaker else {
+                    return Err(error("no SageMaker connector was given to the router".to_owned()));
+                };
+                let _transport = connector.connect(provider_name, c);
                 return Err(error("LMI providers are being built".to_owned()));
             }
         });

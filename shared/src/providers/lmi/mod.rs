@@ -5,4 +5,4 @@
 
 mod transport;
 
-pub use transport::{ByteStream, LmiTransport};
+pub use transport::{ByteStream, LmiTransport, SageMakerConnector};

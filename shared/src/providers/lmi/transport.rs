@@ -17,3 +17,14 @@ pub trait LmiTransport: Send + Sync + std::fmt::Debug {
     /// POST `body` (which asks for a stream); the answer's bytes as they come.
     async fn invoke_stream(&self, body: Bytes, ctx: CallContext<'_>) -> Result<ByteStream, ProviderError>;
 }
+
+/// Opens the transport of a `type = "sagemaker"` provider. The router is given one at start-up
+/// (the AWS SDK adapter), so that providers never see SDK types.
+pub trait SageMakerConnector: Send + Sync + std::fmt::Debug {
+    /// The transport to the endpoint `config` names, for the provider called `provider`.
+    fn connect(
+        &self,
+        provider: &str,
+        config: &crate::config::SageMakerProviderConfig,
+    ) -> std::sync::Arc<dyn LmiTransport>;
+}
