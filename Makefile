@@ -21,7 +21,7 @@ export SAM_CLI_TELEMETRY := 0
 
 PORT ?= 3000
 
-.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async fmt clean
+.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async bench-lmi fmt clean
 
 help:
 	@echo "make run        start the gateway locally on http://127.0.0.1:$(PORT) (embedded stack in .data/)"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench-batches  run only the batch benchmarks (their section of docs/benchmarks.md)"
 	@echo "make bench-memory   the local server's memory across repeated hostile runs (its section of docs/benchmarks.md)"
 	@echo "make bench-inference  /inference overhead beside /v1/chat/completions, records on vs dryrun (its section)"
+	@echo "make bench-lmi      LMI provider overhead beside the OpenAI-compatible provider's (its section)"
 	@echo "make bench-async    async inference: submit and webhook latency, priority, AWS requests per request (its section)"
 
 run:
@@ -94,6 +95,11 @@ bench-inference:
 bench-async: test-deps
 	cargo build --release -p nimbus-local -p nimbus-bench
 	$(VENV)/bin/python infra/bench/async_bench.py --bin-dir $(CARGO_TARGET_DIR)/release
+
+# LMI provider overhead (section 8): a model on nimbus-mock-lmi beside one on nimbus-mock-openai,
+# each mock also measured directly.
+bench-lmi:
+	bash infra/bench/lmi_bench.sh
 
 fmt:
 	cargo fmt --all

@@ -243,6 +243,11 @@ if [[ -f "$WORK/previous-benchmarks.md" ]]; then
   python3 infra/bench/async_bench.py --splice-from "$WORK/previous-benchmarks.md" --doc "$BENCH_OUT"
 fi
 
+# --- 8. LMI provider overhead: its own benchmark (make bench-lmi); keep its section -------------------
+if [[ -f "$WORK/previous-benchmarks.md" ]]; then
+  python3 infra/bench/lmi_report.py --splice-from "$WORK/previous-benchmarks.md" --doc "$BENCH_OUT"
+fi
+
 # Never let an empty variable turn these paths into "/" (a copy of the whole machine).
 : "${NIMBUS_CACHE:?}" "${RESULTS:?}" "${WORK:?}"
 KEEP="$NIMBUS_CACHE/bench/latest"

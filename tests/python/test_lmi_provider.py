@@ -324,6 +324,7 @@ def test_an_error_finish_is_an_error_not_an_empty_answer(sdk: openai.OpenAI, mod
     [
         pytest.param("lmi-rolling", "[lmi-error-finish]", id="lmi-error-token"),
         pytest.param("lmi-tgi", "[lmi-error-finish]", id="lmi-tgi-error-token"),
+        pytest.param("lmi-chat", "[lmi-stream-error]", id="lmi-body-breaks-off"),
         pytest.param("sm-rolling", "[lmi-error-finish]", id="sagemaker-error-token"),
         pytest.param("sm-rolling", "[lmi-stream-error]", id="sagemaker-model-stream-error"),
         pytest.param("sm-chat", "[lmi-stream-error]", id="sagemaker-chat-model-stream-error"),

@@ -6,13 +6,35 @@
 //! `tgi_compat`, `dynamic_batch`, `chat`, `embedding`), `GET /ping`. SageMaker runtime paths:
 //! `POST /endpoints/{name}/invocations` and `…/invocations-response-stream` (event-stream frames),
 //! the schema chosen by the endpoint name's prefix (`rolling-batch`, `tgi-compat`, `dynamic-batch`,
-//! `chat`, `embedding`; anything else is rolling batch, except names starting with `missing`, which
-//! SageMaker does not know). Markers in the prompt (`[lmi-424]`, `[lmi-500]`, `[lmi-throttle]`,
-//! `[lmi-fail-times:N:KEY]`, `[lmi-error-finish]`, `[lmi-stream-error]`, `[lmi-typo]`,
-//! `[lmi-no-prefill]`) change the answer; see `mock_lmi/model.rs`. `GET /_requests` lists the
-//! recorded requests (`[{"path", "headers", "body"}]`), `DELETE /_requests` clears them.
+//! `chat`, `embedding`; anything else is rolling batch, except names starting with `missing`: a
+//! 400 `ValidationError`, as for an endpoint SageMaker does not know).
 //!
-//! With `--port 0` the first line on stdout is `listening on 127.0.0.1:PORT`.
+//! Answers: `Hello from LMI` as the tokens `Hello`, ` from`, ` LMI` (finish `eos_token`), cut
+//! early with `length` by `max_new_tokens` (chat: `max_tokens`/`max_completion_tokens`), or with
+//! `stop_sequence` before a token whose trimmed text is a stop sequence (`stop_sequences`; chat:
+//! `stop`). `details` (when asked) carries `tokens` (not in streams) and `prefill`, one token per
+//! whitespace-separated word of `inputs`. Streams: rolling batch in JSON lines (SSE `data:{…}`
+//! lines when `Accept` asks for `text/event-stream`), TGI-compatible as SSE `data: {…}` events,
+//! dynamic batch as `{"outputs": [...]}` lines (one entry per input), chat as `chat.completion.chunk`
+//! JSON lines with a final usage chunk when `stream_options.include_usage`. Embeddings: a list of
+//! 8-dimension unit vectors, deterministic per input text.
+//!
+//! Markers in the prompt (the last user message, or `inputs`):
+//! - `[lmi-424]` → 424 `{"error", "code": 424}` (dynamic batch: `{"code", "message", "error"}`);
+//!   SageMaker: 424 `ModelError` with `OriginalStatusCode` and `OriginalMessage` (the container body).
+//! - `[lmi-500]` → 500 (SageMaker: `ModelError`, `OriginalStatusCode` 500).
+//! - `[lmi-throttle]` → 429 (SageMaker: 429 `ThrottlingException`).
+//! - `[lmi-fail-times:N:KEY]` → the first N requests with KEY get 503 (SageMaker: `ServiceUnavailable`).
+//! - `[lmi-error-finish]` → 200 with `details.finish_reason = "error"` (streamed: one token, then
+//!   LMI's error token line); chat: `finish_reason: "error"`; dynamic batch: a 424.
+//! - `[lmi-stream-error]` → SageMaker stream: one payload part, then a `ModelStreamError` exception
+//!   frame (`ErrorCode` `StreamBroken`); container stream: the body breaks off after one line.
+//! - `[lmi-typo]` → `"finish reason"` instead of `finish_reason` in `details`.
+//! - `[lmi-no-prefill]` → no `details.prefill`.
+//!
+//! `GET /_requests` lists the recorded requests (`[{"path", "headers", "body"}]`, the oldest dropped
+//! past `--record-limit`), `DELETE /_requests` clears them. With `--port 0` the first line on stdout
+//! is `listening on 127.0.0.1:PORT`.
 
 #[path = "mock_lmi/model.rs"]
 mod model;
@@ -27,6 +49,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Parser;
+use futures::StreamExt;
 use model::{FailureCounts, ModelOutput, Schema};
 use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
@@ -116,14 +139,14 @@ fn container_response(output: ModelOutput) -> Response {
             breaks_after_first,
         } => {
             let kept = if breaks_after_first { 1 } else { lines.len() };
-            let mut chunks: Vec<Result<Bytes, std::io::Error>> =
-                lines.into_iter().take(kept).map(|line| Ok(Bytes::from(line))).collect();
-            if breaks_after_first {
-                chunks.push(Err(std::io::Error::other(
-                    "LMI mock: the stream broke ([lmi-stream-error])",
-                )));
-            }
-            let body = Body::from_stream(futures::stream::iter(chunks));
+            let chunks = lines.into_iter().take(kept).map(|line| Ok(Bytes::from(line)));
+            // The break comes a moment after the first line, so that line reaches the client.
+            let break_off = futures::stream::once(async {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                Err(std::io::Error::other("LMI mock: the stream broke ([lmi-stream-error])"))
+            });
+            let breaks = break_off.take(usize::from(breaks_after_first));
+            let body = Body::from_stream(futures::stream::iter(chunks).chain(breaks));
             ([(CONTENT_TYPE, format.content_type())], body).into_response()
         }
     }
