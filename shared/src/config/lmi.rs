@@ -109,6 +109,41 @@ pub struct LmiApiConfig {
     /// `X-Amzn-SageMaker-Target-Model`.
     #[serde(default)]
     pub default_model: Option<String>,
+    /// Answer as LMI's `option.tgi_compat=true` does: a one-element array, SSE when streamed.
+    #[serde(default)]
+    pub tgi_compat: bool,
+    /// How streamed answers are framed, like LMI's `option.output_formatter` (default: JSON lines,
+    /// SSE with `tgi_compat`). `Accept: text/event-stream` asks for SSE per request.
+    #[serde(default)]
+    pub output_formatter: Option<LmiOutputFormatter>,
+}
+
+/// The framing of streamed LMI answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LmiOutputFormatter {
+    /// One JSON object per line (`application/jsonlines`).
+    Jsonlines,
+    /// Server-sent events: each object in a `data:` event (`text/event-stream`).
+    Sse,
+}
+
+impl LmiApiConfig {
+    /// `default_model` names a configured model or a valid `provider::model` shorthand.
+    pub(crate) fn validate(
+        &self,
+        models: &std::collections::BTreeMap<String, super::ModelConfig>,
+    ) -> Result<(), ConfigError> {
+        let Some(model) = &self.default_model else {
+            return Ok(());
+        };
+        if models.contains_key(model) {
+            return Ok(());
+        }
+        super::shorthand_model(model)
+            .map(|_| ())
+            .map_err(|e| ConfigError::invalid("lmi_api.default_model", e.to_string()))
+    }
 }
 
 fn check_schema_template(key: &str, schema: LmiSchema, template: Option<&str>) -> Result<(), ConfigError> {
