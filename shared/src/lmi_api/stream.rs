@@ -3,8 +3,8 @@
 //! - Rolling batch: one `{"token": {"id", "text", "log_prob"}}` per piece of text the provider
 //!   streams; the last line also carries `generated_text` and `details` (`finish_reason`,
 //!   `generated_tokens`, `inputs`). Token ids are positions in the answer (the gateway does not see
-//!   the tokenizer) and `log_prob` is null. One line is held back until the next arrives, so that
-//!   the last one can carry the summary.
+//!   the tokenizer) and `log_prob` is 0.0 (unknown; a number, so that typed clients still parse
+//!   it). One line is held back until the next arrives, so that the last one can carry the summary.
 //! - Dynamic batch: `{"outputs": [piece per prompt]}`, `""` for a prompt that has finished.
 //! - Chat: `chat.completion.chunk` objects.
 //!
@@ -71,7 +71,7 @@ impl TokenLines {
                     self.finish = finish.or(self.finish);
                     self.output_tokens = output_tokens.or(self.output_tokens);
                     if !text.is_empty() {
-                        let line = json!({"token": {"id": self.tokens, "text": text, "log_prob": null}});
+                        let line = json!({"token": {"id": self.tokens, "text": text, "log_prob": 0.0}});
                         self.generated.push_str(&text);
                         self.tokens += 1;
                         if let Some(previous) = self.held.replace(line) {
@@ -88,7 +88,7 @@ impl TokenLines {
                     let mut last = self
                         .held
                         .take()
-                        .unwrap_or_else(|| json!({"token": {"id": self.tokens, "text": "", "log_prob": null}}));
+                        .unwrap_or_else(|| json!({"token": {"id": self.tokens, "text": "", "log_prob": 0.0}}));
                     let generated = if self.return_full_text {
                         format!("{}{}", self.prompt, self.generated)
                     } else {

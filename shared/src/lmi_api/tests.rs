@@ -208,7 +208,7 @@ async fn token_lines_end_with_the_summary() {
     .boxed();
     let lines = lines_of(token_lines(upstream, "Say".into(), true)).await;
     assert_eq!(lines.len(), 2);
-    assert_eq!(lines[0], json!({"token": {"id": 0, "text": "Hello", "log_prob": null}}));
+    assert_eq!(lines[0], json!({"token": {"id": 0, "text": "Hello", "log_prob": 0.0}}));
     assert_eq!(lines[1]["token"]["text"], " world");
     assert_eq!(lines[1]["generated_text"], "SayHello world");
     assert_eq!(
