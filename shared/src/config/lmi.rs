@@ -130,7 +130,27 @@ fn check_schema_template(key: &str, schema: LmiSchema, template: Option<&str>) -
             ),
         ));
     }
+    if !BUILT_IN_CHAT_TEMPLATES.contains(&template) {
+        check_template_compiles(template).map_err(|message| {
+            ConfigError::invalid(
+                format!("{key}.chat_template"),
+                format!("not a built-in name and not a valid template: {message}"),
+            )
+        })?;
+    }
     Ok(())
+}
+
+/// Whether a chat template's source compiles (its syntax; what it renders is checked per request).
+fn check_template_compiles(source: &str) -> Result<(), String> {
+    let environment = minijinja::Environment::new();
+    environment
+        .template_from_str(source)
+        .map(|_| ())
+        .map_err(|e| match e.line() {
+            Some(line) => format!("{} (line {line})", e.detail().unwrap_or("syntax error")),
+            None => e.to_string(),
+        })
 }
 
 fn check_timeouts(key: &str, timeouts: &[u64]) -> Result<(), ConfigError> {
