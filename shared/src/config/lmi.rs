@@ -197,3 +197,33 @@ impl SageMakerProviderConfig {
         check_extra_body(key, &self.extra_body)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn lmi_model(template: &str) -> String {
+        format!(
+            "[models.m]\nrouting = [\"p\"]\n[models.m.providers.p]\ntype = \"lmi\"\n\
+             endpoint_url = \"http://localhost:8080/invocations\"\nchat_template = {template}\n"
+        )
+    }
+
+    #[test]
+    fn built_in_names_and_custom_templates_are_accepted() {
+        Config::from_toml(&lmi_model("\"llama3\"")).unwrap();
+        Config::from_toml(&lmi_model("\"{% for m in messages %}{{ m.content }}{% endfor %}\"")).unwrap();
+    }
+
+    #[test]
+    fn a_template_that_does_not_compile_is_refused_at_its_key() {
+        for source in ["\"{% for m in messages %}\"", "\"{{ messages[\""] {
+            let err = Config::from_toml(&lmi_model(source)).unwrap_err().to_string();
+            assert!(err.contains("models.m.providers.p.chat_template"), "{err}");
+        }
+        let sagemaker = "[models.m]\nrouting = [\"p\"]\n[models.m.providers.p]\ntype = \"sagemaker\"\n\
+                         endpoint_name = \"rolling-batch\"\nchat_template = \"{% if %}\"\n";
+        let err = Config::from_toml(sagemaker).unwrap_err().to_string();
+        assert!(err.contains("models.m.providers.p.chat_template"), "{err}");
+    }
+}

@@ -71,9 +71,12 @@ pub(crate) fn template_environment() -> Environment<'static> {
         Err(error) => tracing::warn!(%error, "chat templates keep the default whitespace handling"),
     }
     environment.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
-    environment.add_function("raise_exception", |message: String| -> Result<String, minijinja::Error> {
-        Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
-    });
+    environment.add_function(
+        "raise_exception",
+        |message: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+        },
+    );
     environment
 }
 

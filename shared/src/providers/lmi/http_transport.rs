@@ -88,7 +88,8 @@ impl HttpLmiTransport {
             builder = builder.bearer_auth(key);
         }
         let mut request = builder.build().map_err(|e| self.transport_error(&e))?;
-        self.extras.edit_headers(request.headers_mut(), headers, &self.provider)?;
+        self.extras
+            .edit_headers(request.headers_mut(), headers, &self.provider)?;
         let response = self
             .client
             .execute(request)

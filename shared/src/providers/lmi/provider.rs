@@ -82,7 +82,14 @@ impl LmiProvider {
         extras: ConfiguredExtras,
         transport: Arc<dyn LmiTransport>,
     ) -> Result<Self, String> {
-        Self::build(name.into(), schema, chat_template, timeout, extras, Carrier::Port(transport))
+        Self::build(
+            name.into(),
+            schema,
+            chat_template,
+            timeout,
+            extras,
+            Carrier::Port(transport),
+        )
     }
 
     fn build(
@@ -117,7 +124,7 @@ impl LmiProvider {
             name,
             chat: (!embeds).then(|| provider.clone() as Arc<dyn ChatProvider>),
             chat_stream: (!embeds).then(|| provider.clone() as Arc<dyn ChatStreamProvider>),
-            embeddings: embeds.then(|| provider as Arc<dyn EmbeddingProvider>),
+            embeddings: embeds.then_some(provider as Arc<dyn EmbeddingProvider>),
             choices: ChoiceSupport::OnePerCall,
         }
     }
@@ -132,7 +139,10 @@ impl LmiProvider {
     /// The request's headers for this provider; a transport without free-form headers refuses them.
     fn request_headers<'a>(&self, headers: &'a [ExtraHeaderEntry]) -> Result<&'a [ExtraHeaderEntry], ProviderError> {
         if let Carrier::Port(_) = self.carrier {
-            let placements = [ExtraPlacement::BeforeProviderConfig, ExtraPlacement::AfterProviderConfig];
+            let placements = [
+                ExtraPlacement::BeforeProviderConfig,
+                ExtraPlacement::AfterProviderConfig,
+            ];
             if placements
                 .into_iter()
                 .any(|placement| entries_for(headers, &self.name, placement).next().is_some())

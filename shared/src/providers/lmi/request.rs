@@ -70,7 +70,10 @@ pub fn chat_body(
                 json!(prompt)
             };
             body.insert("inputs".into(), inputs);
-            body.insert("parameters".into(), Value::Object(generation_parameters(request, details)));
+            body.insert(
+                "parameters".into(),
+                Value::Object(generation_parameters(request, details)),
+            );
             if stream {
                 body.insert("stream".into(), Value::Bool(true));
             }
@@ -114,10 +117,16 @@ fn check_prompt_request(request: &ModelRequest) -> Result<(), ProviderError> {
         return Err(unsupported("logit_bias", "LMI has no logit bias"));
     }
     if params.logprobs == Some(true) {
-        return Err(unsupported("logprobs", "log-probabilities are not returned for this model"));
+        return Err(unsupported(
+            "logprobs",
+            "log-probabilities are not returned for this model",
+        ));
     }
     if params.top_logprobs.is_some() {
-        return Err(unsupported("top_logprobs", "log-probabilities are not returned for this model"));
+        return Err(unsupported(
+            "top_logprobs",
+            "log-probabilities are not returned for this model",
+        ));
     }
     if params.user.is_some() {
         return Err(unsupported("user", "LMI containers take no end-user identifier"));

@@ -64,7 +64,9 @@ impl LineReader {
                 return text(std::mem::take(&mut self.buffer)).map(Some);
             }
             if self.buffer.len() > MAX_LINE_BYTES {
-                return Err(ProviderError::InvalidResponse("LMI stream: a line is too long".to_owned()));
+                return Err(ProviderError::InvalidResponse(
+                    "LMI stream: a line is too long".to_owned(),
+                ));
             }
             match tokio::time::timeout(self.idle_timeout, self.bytes.next()).await {
                 Err(_) => {
@@ -169,7 +171,9 @@ impl ChunkMapper {
             self.partial.push('\n');
             self.partial.push_str(data);
             if self.partial.len() > MAX_LINE_BYTES {
-                return Err(ProviderError::InvalidResponse("LMI stream: a value is too long".to_owned()));
+                return Err(ProviderError::InvalidResponse(
+                    "LMI stream: a value is too long".to_owned(),
+                ));
             }
             match serde_json::from_str(&self.partial) {
                 Ok(value) => {

@@ -4,5 +4,6 @@ mod answers;
 mod fake;
 mod http;
 mod mapping;
+mod routing;
 mod streams;
 mod templates;
