@@ -118,7 +118,8 @@ struct Token {
     id: Option<i64>,
     #[serde(default)]
     text: String,
-    #[serde(default)]
+    /// TGI spells it `special`.
+    #[serde(default, alias = "special")]
     special_token: bool,
 }
 

@@ -202,3 +202,13 @@ async fn a_broken_byte_stream_ends_with_its_error() {
     assert_eq!(out[1], Err(ProviderError::Connection("reset".into())));
     assert_eq!(out.len(), 2);
 }
+
+#[tokio::test]
+async fn special_tokens_add_no_text() {
+    let body = "data: {\"token\": {\"id\": 1, \"text\": \"Hi\", \"special\": false}}\n\n\
+                data: {\"token\": {\"id\": 2, \"text\": \"</s>\", \"special\": true}, \"generated_text\": \"Hi\", \
+                \"details\": {\"finish_reason\": \"eos_token\", \"generated_tokens\": 2}}\n\n";
+    let out = chunks(LmiSchema::TgiCompat, body).await;
+    assert_eq!(texts(&out), "Hi");
+    assert_eq!(usage(&out), Some(ModelUsage::new(0, 2)));
+}
