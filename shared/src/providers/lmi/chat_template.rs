@@ -71,6 +71,8 @@ pub(crate) fn template_environment() -> Environment<'static> {
         Err(error) => tracing::warn!(%error, "chat templates keep the default whitespace handling"),
     }
     environment.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+    // Hugging Face templates are Jinja run by Python: they call string methods (`.strip()`…).
+    environment.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     environment.add_function(
         "raise_exception",
         |message: String| -> Result<String, minijinja::Error> {

@@ -88,3 +88,11 @@ fn images_cannot_be_rendered_into_a_prompt() {
         "{err:?}"
     );
 }
+
+#[test]
+fn hugging_face_templates_may_call_python_string_methods() {
+    let source = "{% for m in messages %}{% if m.content.startswith('Hi') %}<{{ m.content.strip().upper() }}>\
+                  {% endif %}{% endfor %}";
+    let template = ChatTemplate::compile(Some(source)).unwrap();
+    assert_eq!(template.render(&user("Hi there  ")).unwrap(), "<HI THERE>");
+}
