@@ -13,6 +13,7 @@ pub mod http;
 pub mod idempotency;
 pub mod inference;
 pub mod jobs;
+pub mod lmi_api;
 pub mod model;
 pub mod model_slots;
 pub mod openai;

@@ -107,6 +107,21 @@ def check_tensorzero_inference(body: str, headers: dict[str, str]) -> None:
     assert payload["finish_reason"] in TENSORZERO_FINISH_REASONS, payload
 
 
+def check_lmi_rolling(body: str, headers: dict[str, str]) -> None:
+    payload = json.loads(body)
+    assert "What is Deep Learning?" in payload["generated_text"], payload
+    assert payload["details"]["finish_reason"] in {"eos_token", "length"}, payload
+    assert payload["details"]["generated_tokens"] > 0, payload
+
+
+def check_lmi_stream(body: str, headers: dict[str, str]) -> None:
+    assert headers.get("content-type", "").startswith("application/jsonlines"), headers
+    lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+    assert len(lines) > 1 and all("token" in line for line in lines), lines
+    assert lines[-1]["generated_text"] == "".join(line["token"]["text"] for line in lines)
+    assert lines[-1]["details"]["finish_reason"] in {"eos_token", "length"}
+
+
 Check = Callable[[str, dict[str, str]], None]
 
 EXPECTED: dict[str, tuple[int, Check]] = {
@@ -121,9 +136,12 @@ EXPECTED: dict[str, tuple[int, Check]] = {
     "inference-models-function-url.json": (200, check_models),
     "inference-chat-bad-request.json": (400, check_bad_request),
     "inference-tensorzero.json": (200, check_tensorzero_inference),
+    "inference-lmi-predictions.json": (200, check_lmi_rolling),
+    "inference-lmi-invocations-stream.json": (200, check_lmi_stream),
 }
 UNAUTHENTICATED_ROUTES = {"inference-health.json"}
 TENSORZERO_ROUTES = {"inference-tensorzero.json"}
+LMI_ROUTES = {"inference-lmi-predictions.json", "inference-lmi-invocations-stream.json"}
 EVENT_NAMES = [path.name for path in kit.event_files()]
 
 
@@ -252,6 +270,10 @@ def test_placeholder_key_is_rejected(inference_lambda: kit.LambdaUnderRie, name:
     if name in TENSORZERO_ROUTES:
         # TensorZero's own routes answer in its shape: {"error": "<message>"}.
         assert isinstance(error, str) and "key" in error.lower(), error
+        return
+    if name in LMI_ROUTES:
+        # The LMI API answers in LMI's shape: {"error": "<message>", "code": 401}.
+        assert isinstance(error, str) and json.loads(body)["code"] == 401, body
         return
     assert error["code"] == "invalid_api_key", error
     assert set(error) >= {"message", "type", "param", "code"}

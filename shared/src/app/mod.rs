@@ -22,6 +22,7 @@ use crate::functions::inference::{FunctionService, InferencePersistence};
 use crate::http::{AppState, HttpSettings};
 use crate::inference::InferenceService;
 use crate::jobs::{JobDispatcher, JobFamily};
+use crate::lmi_api::LmiApi;
 use crate::ports::{
     AfterResponse, BlobStore, Clock, FeedbackStore, IdSource, InferenceStore, JobQueue, ModelCache, StateStore,
     SystemClock, UuidV7Ids, WebhookTransport,
@@ -241,7 +242,7 @@ pub fn app_state(
         async_requests: async_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&functions)),
         functions,
         batches,
-        inference,
+        inference: Arc::clone(&inference),
         files: Arc::new(adapters.files()),
         auth: Arc::new(Authenticator::new(adapters.api_keys(), auth.mode, auth.cache_ttl)),
         settings: http,
@@ -250,6 +251,7 @@ pub fn app_state(
         webhook_secrets: webhooks::webhook_secrets(adapters),
         webhook_endpoints: webhooks::webhook_endpoints(adapters),
         batch_webhooks: webhooks::batch_webhooks(adapters),
+        lmi_api: Arc::new(LmiApi::new(inference, config.lmi_api.clone())),
     })
 }
 

@@ -109,6 +109,41 @@ pub struct LmiApiConfig {
     /// `X-Amzn-SageMaker-Target-Model`.
     #[serde(default)]
     pub default_model: Option<String>,
+    /// Answer as LMI's `option.tgi_compat=true` does: a one-element array, SSE when streamed.
+    #[serde(default)]
+    pub tgi_compat: bool,
+    /// How streamed answers are framed, like LMI's `option.output_formatter` (default: JSON lines,
+    /// SSE with `tgi_compat`). `Accept: text/event-stream` asks for SSE per request.
+    #[serde(default)]
+    pub output_formatter: Option<LmiOutputFormatter>,
+}
+
+/// The framing of streamed LMI answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LmiOutputFormatter {
+    /// One JSON object per line (`application/jsonlines`).
+    Jsonlines,
+    /// Server-sent events: each object in a `data:` event (`text/event-stream`).
+    Sse,
+}
+
+impl LmiApiConfig {
+    /// `default_model` names a configured model or a valid `provider::model` shorthand.
+    pub(crate) fn validate(
+        &self,
+        models: &std::collections::BTreeMap<String, super::ModelConfig>,
+    ) -> Result<(), ConfigError> {
+        let Some(model) = &self.default_model else {
+            return Ok(());
+        };
+        if models.contains_key(model) {
+            return Ok(());
+        }
+        super::shorthand_model(model)
+            .map(|_| ())
+            .map_err(|e| ConfigError::invalid("lmi_api.default_model", e.to_string()))
+    }
 }
 
 fn check_schema_template(key: &str, schema: LmiSchema, template: Option<&str>) -> Result<(), ConfigError> {
@@ -130,7 +165,27 @@ fn check_schema_template(key: &str, schema: LmiSchema, template: Option<&str>) -
             ),
         ));
     }
+    if !BUILT_IN_CHAT_TEMPLATES.contains(&template) {
+        check_template_compiles(template).map_err(|message| {
+            ConfigError::invalid(
+                format!("{key}.chat_template"),
+                format!("not a built-in name and not a valid template: {message}"),
+            )
+        })?;
+    }
     Ok(())
+}
+
+/// Whether a chat template's source compiles (its syntax; what it renders is checked per request).
+fn check_template_compiles(source: &str) -> Result<(), String> {
+    let environment = minijinja::Environment::new();
+    environment
+        .template_from_str(source)
+        .map(|_| ())
+        .map_err(|e| match e.line() {
+            Some(line) => format!("{} (line {line})", e.detail().unwrap_or("syntax error")),
+            None => e.to_string(),
+        })
 }
 
 fn check_timeouts(key: &str, timeouts: &[u64]) -> Result<(), ConfigError> {
@@ -175,5 +230,35 @@ impl SageMakerProviderConfig {
         check_timeouts(key, &[self.timeout_ms])?;
         check_schema_template(key, self.schema, self.chat_template.as_deref())?;
         check_extra_body(key, &self.extra_body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn lmi_model(template: &str) -> String {
+        format!(
+            "[models.m]\nrouting = [\"p\"]\n[models.m.providers.p]\ntype = \"lmi\"\n\
+             endpoint_url = \"http://localhost:8080/invocations\"\nchat_template = {template}\n"
+        )
+    }
+
+    #[test]
+    fn built_in_names_and_custom_templates_are_accepted() {
+        Config::from_toml(&lmi_model("\"llama3\"")).unwrap();
+        Config::from_toml(&lmi_model("\"{% for m in messages %}{{ m.content }}{% endfor %}\"")).unwrap();
+    }
+
+    #[test]
+    fn a_template_that_does_not_compile_is_refused_at_its_key() {
+        for source in ["\"{% for m in messages %}\"", "\"{{ messages[\""] {
+            let err = Config::from_toml(&lmi_model(source)).unwrap_err().to_string();
+            assert!(err.contains("models.m.providers.p.chat_template"), "{err}");
+        }
+        let sagemaker = "[models.m]\nrouting = [\"p\"]\n[models.m.providers.p]\ntype = \"sagemaker\"\n\
+                         endpoint_name = \"rolling-batch\"\nchat_template = \"{% if %}\"\n";
+        let err = Config::from_toml(sagemaker).unwrap_err().to_string();
+        assert!(err.contains("models.m.providers.p.chat_template"), "{err}");
     }
 }

@@ -45,7 +45,9 @@ pub use files::{
 };
 pub use functions::{FunctionConfig, FunctionKind, VariantConfig};
 pub use gateway::{GatewayConfig, RetryConfig};
-pub use lmi::{LmiApiConfig, LmiProviderConfig, LmiSchema, SageMakerProviderConfig, BUILT_IN_CHAT_TEMPLATES};
+pub use lmi::{
+    LmiApiConfig, LmiOutputFormatter, LmiProviderConfig, LmiSchema, SageMakerProviderConfig, BUILT_IN_CHAT_TEMPLATES,
+};
 pub use load::{load_config, load_local_config, LoadedConfig};
 pub use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};
 pub use models::{DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
@@ -123,6 +125,7 @@ impl Config {
         self.batches.validate()?;
         self.async_requests.validate()?;
         self.webhooks.validate()?;
+        self.lmi_api.validate(&self.models)?;
         for (name, model) in &self.models {
             model.validate(name)?;
         }

@@ -11,6 +11,8 @@ mod extract;
 mod files_routes;
 mod inference_routes;
 pub mod json_body;
+pub mod lmi_error;
+pub mod lmi_routes;
 mod middleware;
 mod multipart_stream;
 pub mod public_url;
@@ -35,6 +37,7 @@ use crate::files::FilesService;
 use crate::functions::feedback::FeedbackService;
 use crate::functions::inference::FunctionService;
 use crate::inference::InferenceService;
+use crate::lmi_api::LmiApi;
 use crate::ports::InferenceStore;
 use crate::webhooks::{BatchWebhooks, WebhookEndpoints, WebhookSecrets};
 use axum::extract::DefaultBodyLimit;
@@ -62,6 +65,8 @@ pub struct AppState {
     pub webhook_endpoints: Arc<WebhookEndpoints>,
     /// `/v1/webhook_endpoints/{id}/deliveries`.
     pub batch_webhooks: Arc<BatchWebhooks>,
+    /// `/invocations`, `/predictions/{model}`: the LMI API.
+    pub lmi_api: Arc<LmiApi>,
 }
 
 /// Host-specific choices.
@@ -80,9 +85,9 @@ pub struct HttpSettings {
 pub const MAX_JSON_BODY_BYTES: usize = 10 * 1024 * 1024;
 
 /// The inference function's routes: chat completions, embeddings, models, `/inference`, the
-/// TensorZero-style records and feedback routes, health.
+/// TensorZero-style records and feedback routes, the LMI API, health.
 pub fn inference_router(state: AppState) -> Router {
-    host_router(state, inference_function_routes())
+    host_router(state, inference_function_routes(), lmi_routes::open_routes())
 }
 
 fn inference_function_routes() -> Router<AppState> {
@@ -90,18 +95,19 @@ fn inference_function_routes() -> Router<AppState> {
         .merge(tensorzero_routes::routes())
         .merge(tensorzero_openai_routes::routes())
         .merge(tensorzero_records_routes::routes())
+        .merge(lmi_routes::routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
 }
 
 /// The files function's routes: `/v1/files`, `/v1/uploads`, `/v1/direct_uploads`, health.
 pub fn files_router(state: AppState) -> Router {
-    host_router(state, file_api_routes())
+    host_router(state, file_api_routes(), Router::new())
 }
 
 /// The batches function's routes: `/v1/batches`, `/batch_inference`, `/v1/webhook_secrets`,
 /// `/v1/webhook_endpoints`, health.
 pub fn batches_router(state: AppState) -> Router {
-    host_router(state, batches_function_routes())
+    host_router(state, batches_function_routes(), Router::new())
 }
 
 /// Request bodies may be gzip-encoded (`Content-Encoding: gzip`): a large `/batch_inference`
@@ -123,7 +129,8 @@ pub fn local_router(state: AppState) -> Router {
     let routes = inference_function_routes()
         .merge(batches_function_routes())
         .merge(file_api_routes());
-    host_router(state, routes).layer(axum::middleware::from_fn(body_drain::drain_unread_body))
+    host_router(state, routes, lmi_routes::open_routes())
+        .layer(axum::middleware::from_fn(body_drain::drain_unread_body))
 }
 
 /// Streamed bodies: sizes are enforced while streaming, per purpose, not by a body limit.
@@ -133,13 +140,15 @@ fn file_api_routes() -> Router<AppState> {
         .layer(DefaultBodyLimit::disable())
 }
 
-fn host_router(state: AppState, routes: Router<AppState>) -> Router {
+/// `routes` behind authentication, `open` and `/health` without.
+fn host_router(state: AppState, routes: Router<AppState>, open: Router<AppState>) -> Router {
     let authenticated = routes.route_layer(axum::middleware::from_fn_with_state(
         state.clone(),
         middleware::require_auth,
     ));
     let router = Router::new()
         .merge(authenticated)
+        .merge(open)
         .route("/health", get(inference_routes::health))
         .with_state(state);
     with_common_layers(router)

@@ -1,10 +1,13 @@
-//! TensorZero's routes answer every error in TensorZero's shape `{"error": "<message>"}`, and the
-//! Baseten-style async routes in theirs (`{"error", "code"}`), also the ones raised before their
+//! TensorZero's routes answer every error in TensorZero's shape `{"error": "<message>"}`, the
+//! Baseten-style async routes in theirs (`{"error", "code"}`) and the LMI API in LMI's, also the
+//! ones raised before their
 //! handlers run (a missing or bad API key, a wrong method, a body over the limit), which the
 //! shared layers render as OpenAI envelopes.
 
 use super::baseten_error::BasetenError;
 use super::error::ApiErrorMessage;
+use super::lmi_error::LmiError;
+use super::lmi_routes::is_lmi_path;
 use super::tensorzero_error::TensorZeroError;
 use axum::extract::Request;
 use axum::http::header;
@@ -31,9 +34,10 @@ pub fn is_baseten_path(path: &str) -> bool {
 enum Surface {
     TensorZero,
     Baseten,
+    Lmi,
 }
 
-/// Re-render an OpenAI-envelope error on a TensorZero or Baseten-style route in that surface's
+/// Re-render an OpenAI-envelope error on a TensorZero, Baseten-style or LMI route in that surface's
 /// shape, keeping the status and the other headers (request id, `retry-after`, …).
 pub async fn surface_error_bodies(request: Request, next: Next) -> Response {
     let path = request.uri().path();
@@ -41,6 +45,8 @@ pub async fn surface_error_bodies(request: Request, next: Next) -> Response {
         Surface::TensorZero
     } else if is_baseten_path(path) {
         Surface::Baseten
+    } else if is_lmi_path(path) {
+        Surface::Lmi
     } else {
         return next.run(request).await;
     };
@@ -52,6 +58,7 @@ pub async fn surface_error_bodies(request: Request, next: Next) -> Response {
     let mut rendered = match surface {
         Surface::TensorZero => TensorZeroError::new(parts.status, message).into_response(),
         Surface::Baseten => BasetenError::from_status(parts.status, message).into_response(),
+        Surface::Lmi => LmiError::from_status(parts.status, message).into_response(),
     };
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {

@@ -5,7 +5,7 @@
 //! [`SHORTHAND_CACHE_LIMIT`] of them; past that, built per call).
 
 use super::dummy::DummyProvider;
-use super::lmi::SageMakerConnector;
+use super::lmi::{LmiProvider, SageMakerConnector};
 use super::openai::{http_client, OpenAiProvider};
 use super::retry::{RetryDecision, RetryPolicy};
 use super::synthetic_stream::stream_from_response;
@@ -303,13 +303,17 @@ fn routed_model(
                 .map_err(error)?
                 .handle(),
             (ProviderConfig::Dummy(c), _) => DummyProvider::new(provider_name.clone(), c.clone()).handle(),
-            (ProviderConfig::Lmi(_), _) => return Err(error("LMI providers are being built".to_owned())),
+            (ProviderConfig::Lmi(c), _) => LmiProvider::over_http(provider_name.clone(), c)
+                .map_err(error)?
+                .handle(),
             (ProviderConfig::Sagemaker(c), _) => {
                 let Some(connector) = sagemaker else {
                     return Err(error("no SageMaker connector was given to the router".to_owned()));
                 };
-                let _transport = connector.connect(provider_name, c);
-                return Err(error("LMI providers are being built".to_owned()));
+                let transport = connector.connect(provider_name, c);
+                LmiProvider::over_sagemaker(provider_name.clone(), c, transport)
+                    .map_err(error)?
+                    .handle()
             }
         });
     }

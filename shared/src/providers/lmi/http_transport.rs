@@ -1,0 +1,195 @@
+//! `type = "lmi"`: LMI bodies POSTed over HTTP to a DJL Serving / LMI container.
+
+use super::transport::{ByteStream, LmiTransport};
+use crate::config::{CredentialLocation, LmiProviderConfig};
+use crate::model::ExtraHeaderEntry;
+use crate::providers::extras::ConfiguredExtras;
+use crate::providers::openai::http_client;
+use crate::providers::retry::retry_after_from_headers;
+use crate::providers::{CallContext, ProviderError};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::Value;
+use std::time::Duration;
+
+/// The largest error body kept as JSON.
+const MAX_KEPT_ERROR_BODY: usize = 64 * 1024;
+
+/// POSTs to the container's `endpoint_url` with the bearer key and the extra headers.
+#[derive(Debug, Clone)]
+pub struct HttpLmiTransport {
+    provider: String,
+    endpoint_url: String,
+    api_key_location: CredentialLocation,
+    /// Resolved once at start-up for `env::` locations.
+    env_key: Option<String>,
+    timeout: Duration,
+    client: reqwest::Client,
+    extras: ConfiguredExtras,
+}
+
+impl HttpLmiTransport {
+    pub fn new(provider: impl Into<String>, config: &LmiProviderConfig) -> Result<Self, String> {
+        let client = http_client(Duration::from_millis(config.connect_timeout_ms))?;
+        let env_key = match &config.api_key_location {
+            CredentialLocation::Env(var) => std::env::var(var).ok().filter(|v| !v.is_empty()),
+            _ => None,
+        };
+        Ok(Self {
+            provider: provider.into(),
+            endpoint_url: config.endpoint_url.clone(),
+            api_key_location: config.api_key_location.clone(),
+            env_key,
+            timeout: Duration::from_millis(config.timeout_ms),
+            client,
+            // The body edits are the provider's (they apply to the mapped body); headers are ours.
+            extras: ConfiguredExtras::from_config(&[], &config.extra_headers),
+        })
+    }
+
+    fn api_key(&self, ctx: CallContext<'_>) -> Result<Option<String>, ProviderError> {
+        match &self.api_key_location {
+            CredentialLocation::None => Ok(None),
+            CredentialLocation::Env(var) => match &self.env_key {
+                Some(key) => Ok(Some(key.clone())),
+                None => Err(ProviderError::Misconfigured(format!(
+                    "provider `{}` needs the environment variable {var}, which is not set",
+                    self.provider
+                ))),
+            },
+            CredentialLocation::Dynamic(name) => ctx
+                .credentials
+                .get(name)
+                .cloned()
+                .map(Some)
+                .ok_or_else(|| ProviderError::MissingCredential(name.clone())),
+        }
+    }
+
+    /// POST `body`; a whole-request timeout unless streaming (the provider times a stream's
+    /// start and the gaps between its lines). `headers` are the request's extra headers.
+    async fn send(
+        &self,
+        body: Bytes,
+        stream: bool,
+        headers: &[ExtraHeaderEntry],
+        ctx: CallContext<'_>,
+    ) -> Result<reqwest::Response, ProviderError> {
+        let mut builder = self
+            .client
+            .post(&self.endpoint_url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        if !stream {
+            builder = builder.timeout(self.timeout);
+        }
+        if let Some(key) = self.api_key(ctx)? {
+            builder = builder.bearer_auth(key);
+        }
+        let mut request = builder.build().map_err(|e| self.transport_error(&e))?;
+        self.extras
+            .edit_headers(request.headers_mut(), headers, &self.provider)?;
+        let response = self
+            .client
+            .execute(request)
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(error_from_response(response).await)
+    }
+
+    fn transport_error(&self, error: &reqwest::Error) -> ProviderError {
+        if error.is_timeout() {
+            return ProviderError::Timeout { after: self.timeout };
+        }
+        let mut message = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(inner) = source {
+            message.push_str(": ");
+            message.push_str(&inner.to_string());
+            source = inner.source();
+        }
+        ProviderError::Connection(message)
+    }
+
+    /// The whole answer, sending the request's `headers` too.
+    pub async fn invoke_with_headers(
+        &self,
+        body: Bytes,
+        headers: &[ExtraHeaderEntry],
+        ctx: CallContext<'_>,
+    ) -> Result<Bytes, ProviderError> {
+        let response = self.send(body, false, headers, ctx).await?;
+        response.bytes().await.map_err(|e| self.transport_error(&e))
+    }
+
+    /// The answer's bytes as they come, sending the request's `headers` too.
+    pub async fn invoke_stream_with_headers(
+        &self,
+        body: Bytes,
+        headers: &[ExtraHeaderEntry],
+        ctx: CallContext<'_>,
+    ) -> Result<ByteStream, ProviderError> {
+        let response = self.send(body, true, headers, ctx).await?;
+        let this = self.clone();
+        Ok(response
+            .bytes_stream()
+            .map(move |item| {
+                item.map_err(|e| match this.transport_error(&e) {
+                    ProviderError::Connection(message) => {
+                        ProviderError::Connection(format!("LMI stream broke: {message}"))
+                    }
+                    other => other,
+                })
+            })
+            .boxed())
+    }
+}
+
+#[async_trait]
+impl LmiTransport for HttpLmiTransport {
+    async fn invoke(&self, body: Bytes, ctx: CallContext<'_>) -> Result<Bytes, ProviderError> {
+        self.invoke_with_headers(body, &[], ctx).await
+    }
+
+    async fn invoke_stream(&self, body: Bytes, ctx: CallContext<'_>) -> Result<ByteStream, ProviderError> {
+        self.invoke_stream_with_headers(body, &[], ctx).await
+    }
+}
+
+/// A non-2xx answer as [`ProviderError::Http`] with the container's message: LMI's `error` (or
+/// `message`) text, else the body.
+async fn error_from_response(response: reqwest::Response) -> ProviderError {
+    let status = response.status().as_u16();
+    let retry_after = retry_after_from_headers(response.headers());
+    let text = response.text().await.unwrap_or_default();
+    let body = (text.len() <= MAX_KEPT_ERROR_BODY)
+        .then(|| serde_json::from_str::<Value>(&text).ok())
+        .flatten();
+    let message = body.as_ref().and_then(lmi_error_message).unwrap_or_else(|| {
+        if text.trim().is_empty() {
+            format!("HTTP {status} with an empty body")
+        } else {
+            text.chars().take(2000).collect()
+        }
+    });
+    ProviderError::Http {
+        status,
+        message,
+        retry_after,
+        body,
+    }
+}
+
+/// `error` (a string, or an object's `message`), else `message`, of an LMI error body.
+pub fn lmi_error_message(body: &Value) -> Option<String> {
+    let error = body.get("error");
+    error
+        .and_then(Value::as_str)
+        .or_else(|| error.and_then(|e| e.get("message")).and_then(Value::as_str))
+        .or_else(|| body.get("message").and_then(Value::as_str))
+        .map(str::to_owned)
+}

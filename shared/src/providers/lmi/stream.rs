@@ -1,0 +1,381 @@
+//! Streamed LMI answers: bytes split anywhere → lines → [`ModelChunk`]s.
+//!
+//! Lines are JSON, optionally `data:`-prefixed (SSE, TGI mode); blank lines, SSE comments and
+//! `event:`/`id:`/`retry:` lines are skipped, `[DONE]` ends the stream. A JSON value written over
+//! several lines is joined until it parses.
+
+use super::response::{finish_reason, model_reported_error, Details, MODEL_ERROR_STATUS};
+use super::transport::ByteStream;
+use crate::config::LmiSchema;
+use crate::model::{ChunkBlock, ChunkChoice, FinishReason, ModelChunk, ModelUsage};
+use crate::openai::chat::ChatCompletionChunk;
+use crate::openai::from_model::chunk_to_model;
+use crate::providers::{ChunkStream, ProviderError};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// The longest line (or JSON value written over several lines) kept while waiting for its end.
+const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Whole lines out of bytes that arrive split anywhere.
+pub struct LineReader {
+    bytes: ByteStream,
+    buffer: Vec<u8>,
+    /// Where the search for the next `\n` resumes.
+    scanned: usize,
+    ended: bool,
+    idle_timeout: Duration,
+}
+
+impl LineReader {
+    pub fn new(bytes: ByteStream, idle_timeout: Duration) -> Self {
+        Self {
+            bytes,
+            buffer: Vec::new(),
+            scanned: 0,
+            ended: false,
+            idle_timeout,
+        }
+    }
+
+    /// The next line without its `\n` (and `\r`); the unterminated rest once the bytes end; `None`
+    /// after that. No bytes for the idle timeout is a [`ProviderError::Timeout`].
+    pub async fn next_line(&mut self) -> Result<Option<String>, ProviderError> {
+        loop {
+            if let Some(at) = self.buffer[self.scanned..].iter().position(|b| *b == b'\n') {
+                let end = self.scanned + at;
+                let mut line: Vec<u8> = self.buffer.drain(..=end).collect();
+                line.pop();
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                self.scanned = 0;
+                return text(line).map(Some);
+            }
+            self.scanned = self.buffer.len();
+            if self.ended {
+                if self.buffer.is_empty() {
+                    return Ok(None);
+                }
+                self.scanned = 0;
+                return text(std::mem::take(&mut self.buffer)).map(Some);
+            }
+            if self.buffer.len() > MAX_LINE_BYTES {
+                return Err(ProviderError::InvalidResponse(
+                    "LMI stream: a line is too long".to_owned(),
+                ));
+            }
+            match tokio::time::timeout(self.idle_timeout, self.bytes.next()).await {
+                Err(_) => {
+                    return Err(ProviderError::Timeout {
+                        after: self.idle_timeout,
+                    })
+                }
+                Ok(None) => self.ended = true,
+                Ok(Some(Err(error))) => return Err(error),
+                Ok(Some(Ok(bytes))) => self.buffer.extend_from_slice(&bytes),
+            }
+        }
+    }
+}
+
+fn text(line: Vec<u8>) -> Result<String, ProviderError> {
+    String::from_utf8(line).map_err(|_| ProviderError::InvalidResponse("LMI stream: a line is not UTF-8".to_owned()))
+}
+
+/// The JSON text a line carries, if any: `data:` stripped; blank lines, SSE comments and SSE
+/// fields other than `data` skipped.
+pub fn payload(line: &str) -> Option<&str> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with(':') {
+        return None;
+    }
+    if let Some(data) = line.strip_prefix("data:") {
+        let data = data.trim();
+        return (!data.is_empty()).then_some(data);
+    }
+    let is_sse_field = ["event:", "id:", "retry:"].iter().any(|field| line.starts_with(field));
+    (!is_sse_field).then_some(line)
+}
+
+/// One token line of the rolling-batch stream (the last one also has `generated_text`/`details`).
+#[derive(Debug, Deserialize)]
+struct TokenLine {
+    #[serde(default)]
+    token: Option<Token>,
+    #[serde(default)]
+    generated_text: Option<String>,
+    #[serde(default)]
+    details: Option<Details>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Token {
+    #[serde(default)]
+    id: Option<i64>,
+    #[serde(default)]
+    text: String,
+    /// TGI spells it `special`.
+    #[serde(default, alias = "special")]
+    special_token: bool,
+}
+
+/// Turns the payloads of one stream into chunks.
+#[derive(Debug)]
+pub struct ChunkMapper {
+    schema: LmiSchema,
+    /// A JSON value written over several lines, so far.
+    partial: String,
+    started: bool,
+    tokens: u64,
+    finished: bool,
+}
+
+impl ChunkMapper {
+    pub fn new(schema: LmiSchema) -> Self {
+        Self {
+            schema,
+            partial: String::new(),
+            started: false,
+            tokens: 0,
+            finished: false,
+        }
+    }
+
+    /// The stream said it is complete (`[DONE]` or its last line).
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The chunks one line gives.
+    pub fn on_line(&mut self, line: &str) -> Result<Vec<ModelChunk>, ProviderError> {
+        let Some(data) = payload(line) else {
+            return Ok(Vec::new());
+        };
+        if data == "[DONE]" {
+            self.finished = true;
+            return Ok(Vec::new());
+        }
+        let value: Value = if self.partial.is_empty() {
+            match serde_json::from_str(data) {
+                Ok(value) => value,
+                Err(error) if error.is_eof() => {
+                    self.partial.push_str(data);
+                    return Ok(Vec::new());
+                }
+                Err(error) => return Err(not_json(&error)),
+            }
+        } else {
+            self.partial.push('\n');
+            self.partial.push_str(data);
+            if self.partial.len() > MAX_LINE_BYTES {
+                return Err(ProviderError::InvalidResponse(
+                    "LMI stream: a value is too long".to_owned(),
+                ));
+            }
+            match serde_json::from_str(&self.partial) {
+                Ok(value) => {
+                    self.partial.clear();
+                    value
+                }
+                Err(error) if error.is_eof() => return Ok(Vec::new()),
+                Err(error) => return Err(not_json(&error)),
+            }
+        };
+        if let Some(error) = error_object(&value) {
+            return Err(error);
+        }
+        match self.schema {
+            LmiSchema::Chat => self.chat_chunk(value),
+            LmiSchema::DynamicBatch if value.get("outputs").is_some() => Ok(self.outputs_chunk(&value)),
+            _ => self.token_line(value),
+        }
+    }
+
+    /// The chunks owed when the bytes end: the finish and usage, when no last line gave them.
+    pub fn on_end(&mut self) -> Result<Vec<ModelChunk>, ProviderError> {
+        if !self.partial.is_empty() {
+            return Err(ProviderError::InvalidResponse(
+                "LMI stream ended inside a JSON value".to_owned(),
+            ));
+        }
+        if self.finished || self.schema == LmiSchema::Chat {
+            return Ok(Vec::new());
+        }
+        self.finished = true;
+        Ok(self.finish(None, FinishReason::Stop, ModelUsage::new(0, self.tokens)))
+    }
+
+    fn text_chunk(&mut self, text: String) -> ModelChunk {
+        let starts_message = !self.started;
+        self.started = true;
+        ModelChunk {
+            choices: vec![ChunkChoice {
+                index: 0,
+                starts_message,
+                content: vec![ChunkBlock::Text { text }],
+                ..ChunkChoice::default()
+            }],
+            ..ModelChunk::default()
+        }
+    }
+
+    /// The last piece with the finish reason, then the usage chunk.
+    fn finish(&mut self, text: Option<String>, reason: FinishReason, usage: ModelUsage) -> Vec<ModelChunk> {
+        let mut last = match text {
+            Some(text) => self.text_chunk(text),
+            None => {
+                let starts_message = !self.started;
+                self.started = true;
+                ModelChunk {
+                    choices: vec![ChunkChoice {
+                        index: 0,
+                        starts_message,
+                        ..ChunkChoice::default()
+                    }],
+                    ..ModelChunk::default()
+                }
+            }
+        };
+        if let Some(choice) = last.choices.first_mut() {
+            choice.finish_reason = Some(reason);
+        }
+        let usage = ModelChunk {
+            usage: Some(usage),
+            ..ModelChunk::default()
+        };
+        vec![last, usage]
+    }
+
+    fn outputs_chunk(&mut self, value: &Value) -> Vec<ModelChunk> {
+        let text: String = value["outputs"]
+            .as_array()
+            .and_then(|outputs| outputs.first())
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        self.tokens += 1;
+        vec![self.text_chunk(text)]
+    }
+
+    /// A rolling-batch / TGI token line; also the whole answer of a container that did not stream.
+    fn token_line(&mut self, value: Value) -> Result<Vec<ModelChunk>, ProviderError> {
+        let first = match &value {
+            Value::Array(items) => items.first().cloned().unwrap_or(Value::Null),
+            other => other.clone(),
+        };
+        let line: TokenLine = serde_json::from_value(first).map_err(|e| invalid_line(&e))?;
+        let failed_token = line.token.as_ref().is_some_and(|t| t.id == Some(-1));
+        if failed_token || line.details.as_ref().is_some_and(Details::is_error) {
+            return Err(model_reported_error(Some(value)));
+        }
+        let piece = match line.token {
+            Some(token) => {
+                self.tokens += 1;
+                (!token.special_token).then_some(token.text)
+            }
+            // No token: a whole answer, when nothing was streamed before it.
+            None => line.generated_text.clone().filter(|_| !self.started),
+        };
+        if line.generated_text.is_none() && line.details.is_none() {
+            return Ok(piece.map(|text| vec![self.text_chunk(text)]).unwrap_or_default());
+        }
+        self.finished = true;
+        let details = line.details.unwrap_or_default();
+        let reason = finish_reason(details.finish_reason.as_deref());
+        let usage = details.usage(self.tokens);
+        Ok(self.finish(piece, reason, usage))
+    }
+
+    /// A `chat.completion.chunk`; one finished with `error` is an error.
+    fn chat_chunk(&mut self, value: Value) -> Result<Vec<ModelChunk>, ProviderError> {
+        let failed = value["choices"]
+            .as_array()
+            .is_some_and(|choices| choices.iter().any(|c| c["finish_reason"] == "error"));
+        if failed {
+            return Err(model_reported_error(Some(value)));
+        }
+        let chunk: ChatCompletionChunk = serde_json::from_value(value).map_err(|e| invalid_line(&e))?;
+        Ok(vec![chunk_to_model(chunk, None)])
+    }
+}
+
+fn not_json(error: &serde_json::Error) -> ProviderError {
+    ProviderError::InvalidResponse(format!("LMI stream: a line is not JSON: {error}"))
+}
+
+fn invalid_line(error: &serde_json::Error) -> ProviderError {
+    ProviderError::InvalidResponse(format!("LMI stream: unexpected line: {error}"))
+}
+
+/// An error object sent in the stream (`{"error": …, "code"?}`) as a provider error.
+fn error_object(value: &Value) -> Option<ProviderError> {
+    let error = value.get("error").filter(|e| !e.is_null())?;
+    let message = error
+        .as_str()
+        .or_else(|| error.get("message").and_then(Value::as_str))
+        .or_else(|| value.get("message").and_then(Value::as_str))
+        .unwrap_or("the model reported an error")
+        .to_owned();
+    let status = value
+        .get("code")
+        .and_then(Value::as_u64)
+        .and_then(|code| u16::try_from(code).ok())
+        .filter(|code| (400..600).contains(code))
+        .unwrap_or(MODEL_ERROR_STATUS);
+    Some(ProviderError::Http {
+        status,
+        message,
+        retry_after: None,
+        body: Some(value.clone()),
+    })
+}
+
+/// Chunks from a streamed answer on `schema`; an `Err` item ends it.
+pub fn chunk_stream(bytes: ByteStream, schema: LmiSchema, idle_timeout: Duration) -> ChunkStream {
+    struct State {
+        reader: LineReader,
+        mapper: ChunkMapper,
+        queue: VecDeque<ModelChunk>,
+        done: bool,
+    }
+    let state = State {
+        reader: LineReader::new(bytes, idle_timeout),
+        mapper: ChunkMapper::new(schema),
+        queue: VecDeque::new(),
+        done: false,
+    };
+    futures::stream::unfold(state, move |mut state| async move {
+        loop {
+            if let Some(chunk) = state.queue.pop_front() {
+                return Some((Ok(chunk), state));
+            }
+            if state.done {
+                return None;
+            }
+            let chunks = match state.reader.next_line().await {
+                Ok(Some(line)) => state.mapper.on_line(&line),
+                Ok(None) => {
+                    state.done = true;
+                    state.mapper.on_end()
+                }
+                Err(error) => Err(error),
+            };
+            match chunks {
+                Ok(chunks) => state.queue.extend(chunks),
+                Err(error) => {
+                    state.done = true;
+                    return Some((Err(error), state));
+                }
+            }
+            // `[DONE]` or the last line: what follows is not read.
+            if state.mapper.finished() && schema == LmiSchema::Chat {
+                state.done = true;
+            }
+        }
+    })
+    .boxed()
+}
