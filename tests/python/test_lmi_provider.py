@@ -273,6 +273,41 @@ def test_sampling_parameters_are_mapped(sdk: openai.OpenAI, mock: MockLmi, model
     assert (parameters["frequency_penalty"], parameters["presence_penalty"]) == (0.25, 0.5), parameters
 
 
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("logprobs", True),
+        ("response_format", {"type": "json_object"}),
+        ("logit_bias", {"1": 5}),
+        ("user", "end-user-1"),
+        ("reasoning_effort", "low"),
+    ],
+)
+@pytest.mark.parametrize("model", ["lmi-rolling", "sm-dynamic"])
+def test_other_parameters_are_mapped_or_refused_never_dropped(
+    sdk: openai.OpenAI, mock: MockLmi, model: str, param: str, value: Any
+) -> None:
+    marker = tag()
+    try:
+        sdk.chat.completions.create(model=model, messages=kit.user(f"Param {marker}"), **{param: value})
+    except openai.BadRequestError as refused:
+        assert kit.error_envelope(refused.response)["param"] == param
+        assert mock.requests_with(marker) == []
+        return
+    sent = only_request(mock, marker)["body"]
+    assert param in sent or param in sent.get("parameters", {}), f"`{param}` was dropped: {sent}"
+
+
+@pytest.mark.parametrize("model", ["lmi-rolling", "sm-chat"])
+def test_n_choices_each_come_from_the_container(sdk: openai.OpenAI, mock: MockLmi, model: str) -> None:
+    marker = tag()
+    completion = sdk.chat.completions.create(model=model, messages=kit.user(f"Twice {marker}"), n=2)
+    assert [c.message.content for c in completion.choices] == [ANSWER, ANSWER]
+    assert [c.index for c in completion.choices] == [0, 1]
+    assert completion.usage is not None and completion.usage.completion_tokens == 6
+    assert len(mock.requests_with(marker)) == 2
+
+
 @pytest.mark.parametrize("model", TEXT_GENERATION_MODELS)
 def test_tools_are_refused_naming_tools(sdk: openai.OpenAI, mock: MockLmi, model: str) -> None:
     marker = tag()
