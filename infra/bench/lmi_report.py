@@ -178,6 +178,14 @@ def render(results):
                 )
             )
         )
+        if other / wall > 0.10:
+            w(
+                f"- **The machine was busy** (other processes: {other / wall:.0%} of one core on "
+                f"{meta['nproc']} CPUs): the tails are the scheduler's, not the gateway's (the mocks "
+                "alone show p99s of several ms). Steadier measures of what the translation costs: the "
+                f"p50 difference ({signed(over['lmi']['p50'] - over['openai']['p50'])} ms) and the gateway CPU "
+                f"per request ({signed(cpu, 1)} µs)."
+            )
     w("")
     w(
         "Reproduce: `make bench-lmi` (`bash infra/bench/lmi_bench.sh`). Knobs: `LMI_BENCH_RATE`, "
