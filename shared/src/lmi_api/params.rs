@@ -3,8 +3,10 @@
 //! upstreams such as vLLM read them; LMI upstreams map them back), anything else is refused.
 //!
 //! `do_sample: false` asks for greedy decoding: the request then carries temperature 0, whatever
-//! `temperature` says (LMI ignores it when not sampling). Without `do_sample` the temperature is
-//! the client's, or the provider's default.
+//! `temperature` says (LMI ignores it when not sampling). `do_sample: true` without a temperature
+//! carries LMI's default, 1.0, so that every provider samples (LMI upstreams sample only when the
+//! temperature is above 0). Without `do_sample` the temperature is the client's, or the provider's
+//! default.
 
 use super::LmiApiError;
 use crate::model::{ContentBlock, Message, ModelRequest, OpenAiPassThrough, Role, SamplingParams, StreamOptions};
@@ -52,6 +54,9 @@ const MODELLED: [&str; 14] = [
     "stop",
 ];
 
+/// The temperature LMI samples with when `do_sample` is asked without one.
+const LMI_DEFAULT_TEMPERATURE: f64 = 1.0;
+
 /// Choices one request may ask for (`n`), at most.
 const MAX_CHOICES: i64 = 128;
 
@@ -98,8 +103,10 @@ impl GenerationParameters {
         if temperature.is_some_and(|t| t < 0.0) {
             return Err(out_of_range("temperature", "must be at least 0"));
         }
-        if do_sample == Some(false) {
-            temperature = Some(0.0);
+        match do_sample {
+            Some(false) => temperature = Some(0.0),
+            Some(true) => temperature = temperature.or(Some(LMI_DEFAULT_TEMPERATURE)),
+            None => {}
         }
         let top_p = optional_number(get("top_p"), "top_p")?;
         if top_p.is_some_and(|p| p <= 0.0 || p > 1.0) {

@@ -85,11 +85,17 @@ fn parameters_map_to_the_neutral_request() {
 }
 
 #[test]
-fn do_sample_false_is_greedy() {
+fn do_sample_false_is_greedy_and_true_samples() {
     let greedy = rolling(json!({"inputs": "x", "parameters": {"do_sample": false, "temperature": 0.8}}));
     assert_eq!(greedy.parameters.sampling.temperature, Some(0.0));
     let sampled = rolling(json!({"inputs": "x", "parameters": {"do_sample": true, "temperature": 0.8}}));
     assert_eq!(sampled.parameters.sampling.temperature, Some(0.8));
+    let sampled_by_default = rolling(json!({"inputs": "x", "parameters": {"do_sample": true}}));
+    assert_eq!(
+        sampled_by_default.parameters.sampling.temperature,
+        Some(1.0),
+        "LMI's default temperature, so that the upstream samples"
+    );
     let unsaid = rolling(json!({"inputs": "x"}));
     assert_eq!(unsaid.parameters.sampling.temperature, None);
 }
