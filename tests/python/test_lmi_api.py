@@ -115,7 +115,9 @@ def test_the_target_model_header_picks_the_model(lmi_server: str) -> None:
 
 
 def test_rolling_stream_as_json_lines(lmi_server: str) -> None:
-    response = post(lmi_server, "/invocations", {"inputs": "tell me more", "stream": True}, stream=True)
+    response = post(
+        lmi_server, "/invocations", {"inputs": "tell me more", "stream": True, "parameters": {"details": True}}, stream=True
+    )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/jsonlines")
     lines = json_lines(response)
@@ -126,6 +128,13 @@ def test_rolling_stream_as_json_lines(lmi_server: str) -> None:
     assert last["generated_text"] == "".join(line["token"]["text"] for line in lines)
     assert last["details"]["finish_reason"] == "eos_token"
     assert last["details"]["inputs"] == "tell me more"
+
+
+def test_rolling_stream_has_details_only_when_asked(lmi_server: str) -> None:
+    response = post(lmi_server, "/invocations", {"inputs": "tell me more", "stream": True}, stream=True)
+    lines = json_lines(response)
+    assert lines[-1]["generated_text"] == "".join(line["token"]["text"] for line in lines)
+    assert all("details" not in line for line in lines)
 
 
 def test_rolling_stream_as_sse_when_accepted(lmi_server: str) -> None:
