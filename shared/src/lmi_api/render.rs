@@ -8,19 +8,10 @@
 
 use super::params::GenerationParameters;
 use super::LmiApiError;
-use crate::model::{ContentBlock, FinishReason, ModelChoice, ModelResponse};
+use crate::model::{ContentBlock, ModelChoice, ModelResponse};
+use crate::providers::lmi::finish_reason_to_lmi;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-
-/// LMI's name for why generation stopped.
-pub fn finish_reason_to_lmi(reason: Option<FinishReason>) -> &'static str {
-    match reason {
-        Some(FinishReason::Length) => "length",
-        Some(FinishReason::StopSequence) => "stop_sequence",
-        Some(FinishReason::Stop | FinishReason::ToolCall | FinishReason::ContentFilter | FinishReason::Unknown)
-        | None => "eos_token",
-    }
-}
 
 /// `value` as JSON; a value that cannot be rendered is the gateway's error, never a `null` answer.
 pub fn to_json<T: Serialize>(value: &T) -> Result<Value, LmiApiError> {

@@ -12,10 +12,11 @@
 //! A failure mid-stream ends the stream with LMI's error line (`finish_reason: "error"`; for
 //! chat, OpenAI's error object).
 
-use super::render::{finish_reason_to_lmi, to_json};
+use super::render::to_json;
 use crate::inference::ClientChunkStream;
 use crate::model::{ChunkBlock, FinishReason, ModelChunk};
 use crate::openai::error::ApiError;
+use crate::providers::lmi::finish_reason_to_lmi;
 use crate::providers::{ChunkStream, ProviderError};
 use futures::stream::BoxStream;
 use futures::StreamExt;

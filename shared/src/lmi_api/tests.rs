@@ -1,4 +1,4 @@
-use super::render::{finish_reason_to_lmi, rolling_answer, to_json};
+use super::render::{rolling_answer, to_json};
 use super::stream::{outputs_lines, token_lines, LastLine};
 use super::*;
 use crate::config::Config;
@@ -81,6 +81,11 @@ fn parameters_map_to_the_neutral_request() {
     assert_eq!(fields.get("repetition_penalty"), Some(&json!(1.1)));
     assert!(!fields.contains_key("typical_p"), "a null is not sent");
     assert!(model_request.stream.is_none());
+    assert!(
+        model_request.raw_prompt,
+        "an `inputs` prompt is already formatted: no chat template upstream"
+    );
+    assert!(p.model_request("m", "hi", true).raw_prompt);
     assert!(p.model_request("m", "hi", true).wants_stream_usage());
 }
 
@@ -187,14 +192,6 @@ fn every_sequence_has_its_generated_tokens() {
     counted.choices[1].logprobs = Some(json!({"content": [{}, {}, {}, {}]}));
     let answer = rolling_answer(&counted, "hi", &detailed);
     assert_eq!(answer["details"]["best_of_sequences"][0]["generated_tokens"], 4);
-}
-
-#[test]
-fn finish_reasons_use_lmi_names() {
-    assert_eq!(finish_reason_to_lmi(Some(FinishReason::Stop)), "eos_token");
-    assert_eq!(finish_reason_to_lmi(Some(FinishReason::Length)), "length");
-    assert_eq!(finish_reason_to_lmi(Some(FinishReason::StopSequence)), "stop_sequence");
-    assert_eq!(finish_reason_to_lmi(None), "eos_token");
 }
 
 fn text_chunk(text: &str) -> Result<ModelChunk, ProviderError> {
