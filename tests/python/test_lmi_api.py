@@ -5,6 +5,8 @@ SSE streaming, LMI's error bodies, authentication."""
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -115,7 +117,9 @@ def test_the_target_model_header_picks_the_model(lmi_server: str) -> None:
 
 
 def test_rolling_stream_as_json_lines(lmi_server: str) -> None:
-    response = post(lmi_server, "/invocations", {"inputs": "tell me more", "stream": True}, stream=True)
+    response = post(
+        lmi_server, "/invocations", {"inputs": "tell me more", "stream": True, "parameters": {"details": True}}, stream=True
+    )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/jsonlines")
     lines = json_lines(response)
@@ -126,6 +130,13 @@ def test_rolling_stream_as_json_lines(lmi_server: str) -> None:
     assert last["generated_text"] == "".join(line["token"]["text"] for line in lines)
     assert last["details"]["finish_reason"] == "eos_token"
     assert last["details"]["inputs"] == "tell me more"
+
+
+def test_rolling_stream_has_details_only_when_asked(lmi_server: str) -> None:
+    response = post(lmi_server, "/invocations", {"inputs": "tell me more", "stream": True}, stream=True)
+    lines = json_lines(response)
+    assert lines[-1]["generated_text"] == "".join(line["token"]["text"] for line in lines)
+    assert all("details" not in line for line in lines)
 
 
 def test_rolling_stream_as_sse_when_accepted(lmi_server: str) -> None:
@@ -245,3 +256,59 @@ def test_auth_errors_have_lmi_bodies(keyed_lmi: tuple[str, str]) -> None:
     ok = post(base, "/invocations", {"inputs": "x"}, headers={"Authorization": f"Bearer {key}"})
     assert ok.status_code == 200, ok.text
     assert requests.get(f"{base}/ping", timeout=5).status_code == 200
+
+
+# ---- an LMI model behind the LMI API ---------------------------------------------------------
+
+
+class _RecordingLmi(BaseHTTPRequestHandler):
+    """A rolling-batch LMI container that records the bodies it is sent."""
+
+    bodies: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        length = int(self.headers.get("content-length", "0"))
+        type(self).bodies.append(json.loads(self.rfile.read(length)))
+        answer = json.dumps({"generated_text": "ok", "details": {"finish_reason": "eos_token", "generated_tokens": 1}})
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(answer.encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def lmi_on_lmi(
+    server_factory: Callable[..., kit.NimbusServer], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, type[_RecordingLmi]]]:
+    """A Nimbus whose model `container` is an LMI container (the recording one above)."""
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _RecordingLmi)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    path = tmp_path_factory.mktemp("lmi-upstream") / "config.toml"
+    path.write_text(
+        MODELS
+        + f"""
+[models.container]
+routing = ["lmi"]
+[models.container.providers.lmi]
+type = "lmi"
+endpoint_url = "http://127.0.0.1:{upstream.server_address[1]}/invocations"
+chat_template = "chatml"
+"""
+    )
+    yield server_factory("nimbus-lmi-upstream", config=path).base_url, _RecordingLmi
+    upstream.shutdown()
+    upstream.server_close()
+
+
+def test_an_inputs_prompt_reaches_an_lmi_model_as_is(lmi_on_lmi: tuple[str, type[_RecordingLmi]]) -> None:
+    base, upstream = lmi_on_lmi
+    prompt = "<|im_start|>user\nWhat is Deep Learning?<|im_end|>\n<|im_start|>assistant\n"
+    response = post(base, "/predictions/container", {"inputs": prompt, "parameters": {"max_new_tokens": 8}})
+    assert response.status_code == 200, response.text
+    assert response.json() == {"generated_text": "ok"}
+    sent = upstream.bodies[-1]
+    assert sent["inputs"] == prompt, "an already formatted prompt is not wrapped in the chat template again"
+    assert sent["parameters"]["max_new_tokens"] == 8

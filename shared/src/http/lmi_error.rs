@@ -6,6 +6,7 @@
 //!   `{"code": 424, "message": "invoke handler failure", "error": "…"}`, as an LMI container whose
 //!   handler failed answers (SageMaker passes it on as a `ModelError`); a provider timing out is
 //!   no different;
+//! - an answer the gateway could not render 500 `{"error": "…", "code": 500}`;
 //! - an unknown model 404, a missing or bad API key 401, a body over the limit 413, a wrong
 //!   method 405, each as `{"error": "…", "code": <status>}`.
 
@@ -91,6 +92,10 @@ impl From<LmiApiError> for LmiError {
             LmiApiError::NoModel => Self::invalid(err.to_string()),
             LmiApiError::UnknownModel(_) => Self::from_status(StatusCode::NOT_FOUND, err.to_string()),
             LmiApiError::Inference(inference) => inference.into(),
+            LmiApiError::Render(_) => {
+                tracing::error!(error = %err, "LMI answer could not be rendered");
+                Self::from_status(StatusCode::INTERNAL_SERVER_ERROR, err.to_string())
+            }
         }
     }
 }
@@ -154,6 +159,10 @@ mod tests {
         assert_eq!(unsupported.body()["code"], 424);
         assert!(unsupported.body()["error"].as_str().unwrap().contains("top_k"));
         assert!(unsupported.body().get("message").is_none());
+
+        let unrendered = LmiError::from(LmiApiError::Render("bad float".into()));
+        assert_eq!(unrendered.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(unrendered.body()["code"], 500);
 
         let auth = LmiError::from_status(StatusCode::UNAUTHORIZED, "no key".into());
         assert_eq!(auth.body(), json!({"error": "no key", "code": 401}));

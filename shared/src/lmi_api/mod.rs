@@ -57,6 +57,9 @@ pub enum LmiApiError {
     /// The inference layer's error (chat validation, routing, every provider failing).
     #[error("{0}")]
     Inference(InferenceError),
+    /// The answer could not be rendered (a gateway fault, not the client's nor the model's).
+    #[error("The answer could not be rendered as JSON: {0}")]
+    Render(String),
 }
 
 impl LmiApiError {
@@ -182,7 +185,7 @@ impl LmiApi {
             });
         }
         let completion = self.inference.chat(&request, &credentials).await?;
-        Ok(LmiAnswer::Json(serde_json::to_value(completion).unwrap_or(Value::Null)))
+        Ok(LmiAnswer::Json(render::to_json(&completion)?))
     }
 
     async fn rolling(
@@ -210,7 +213,11 @@ impl LmiApi {
                     .inference
                     .model_chat_stream(&model_request, &no_credentials)
                     .await?;
-                let lines = stream::token_lines(upstream.chunks, prompt.clone(), parameters.return_full_text);
+                let last_line = stream::LastLine {
+                    return_full_text: parameters.return_full_text,
+                    details: parameters.details || self.config.tgi_compat,
+                };
+                let lines = stream::token_lines(upstream.chunks, prompt.clone(), last_line);
                 Ok(LmiAnswer::Lines { lines, framing })
             }
             (Inputs::Many(prompts), false) => {

@@ -1,56 +1,22 @@
-//! LMI's `parameters` (GenerationParameters): the modelled ones become [`SamplingParams`], the
-//! other generation parameters of LMI's lists travel in [`OpenAiPassThrough`] (OpenAI-compatible
+//! LMI's `parameters` (GenerationParameters, named in `providers::lmi::protocol`): the modelled
+//! ones become [`SamplingParams`], the other generation parameters of LMI's lists travel in
+//! [`OpenAiPassThrough`] (OpenAI-compatible
 //! upstreams such as vLLM read them; LMI upstreams map them back), anything else is refused.
 //!
 //! `do_sample: false` asks for greedy decoding: the request then carries temperature 0, whatever
-//! `temperature` says (LMI ignores it when not sampling). Without `do_sample` the temperature is
-//! the client's, or the provider's default.
+//! `temperature` says (LMI ignores it when not sampling). `do_sample: true` without a temperature
+//! carries LMI's default, 1.0, so that every provider samples (LMI upstreams sample only when the
+//! temperature is above 0). Without `do_sample` the temperature is the client's, or the provider's
+//! default.
 
 use super::LmiApiError;
 use crate::model::{ContentBlock, Message, ModelRequest, OpenAiPassThrough, Role, SamplingParams, StreamOptions};
+use crate::providers::lmi::{is_generation_parameter, PASS_THROUGH_PARAMETERS};
 use crate::user_text::excerpt;
 use serde_json::{Map, Value};
 
-/// LMI generation parameters the neutral request does not model, passed through as sent: the
-/// common ones (`top_k`, `repetition_penalty`) and those of the lmi-dist, vLLM and TensorRT-LLM
-/// backends.
-const PASS_THROUGH: [&str; 17] = [
-    "top_k",
-    "repetition_penalty",
-    "typical_p",
-    "truncate",
-    "ignore_eos_token",
-    "min_p",
-    "best_of",
-    "num_beams",
-    "length_penalty",
-    "early_stopping",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "prompt_logprobs",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "min_length",
-    "bad_sequences",
-];
-
-/// Parameters read here (besides [`PASS_THROUGH`]).
-const MODELLED: [&str; 14] = [
-    "do_sample",
-    "seed",
-    "temperature",
-    "top_p",
-    "max_new_tokens",
-    "details",
-    "return_full_text",
-    "stop_sequences",
-    "decoder_input_details",
-    "presence_penalty",
-    "frequency_penalty",
-    "n",
-    "logprobs",
-    "stop",
-];
+/// The temperature LMI samples with when `do_sample` is asked without one.
+const LMI_DEFAULT_TEMPERATURE: f64 = 1.0;
 
 /// Choices one request may ask for (`n`), at most.
 const MAX_CHOICES: i64 = 128;
@@ -77,7 +43,7 @@ impl GenerationParameters {
         };
         let unknown: Vec<String> = map
             .keys()
-            .filter(|key| !MODELLED.contains(&key.as_str()) && !PASS_THROUGH.contains(&key.as_str()))
+            .filter(|key| !is_generation_parameter(key))
             .map(|key| format!("`{}`", excerpt(key)))
             .collect();
         if !unknown.is_empty() {
@@ -98,8 +64,10 @@ impl GenerationParameters {
         if temperature.is_some_and(|t| t < 0.0) {
             return Err(out_of_range("temperature", "must be at least 0"));
         }
-        if do_sample == Some(false) {
-            temperature = Some(0.0);
+        match do_sample {
+            Some(false) => temperature = Some(0.0),
+            Some(true) => temperature = temperature.or(Some(LMI_DEFAULT_TEMPERATURE)),
+            None => {}
         }
         let top_p = optional_number(get("top_p"), "top_p")?;
         if top_p.is_some_and(|p| p <= 0.0 || p > 1.0) {
@@ -132,7 +100,7 @@ impl GenerationParameters {
         };
         let pass_through = map
             .iter()
-            .filter(|(key, value)| PASS_THROUGH.contains(&key.as_str()) && !value.is_null())
+            .filter(|(key, value)| PASS_THROUGH_PARAMETERS.contains(&key.as_str()) && !value.is_null())
             .map(|(key, value)| (key.clone(), value.clone()))
             .collect();
         Ok(Self {
@@ -145,8 +113,9 @@ impl GenerationParameters {
         })
     }
 
-    /// The neutral request for one prompt (a user message) on `model`; a streamed one asks for
-    /// usage, which gives `details.generated_tokens`.
+    /// The neutral request for one prompt on `model`: a user message marked as a complete,
+    /// already formatted prompt (`raw_prompt`, so that an LMI upstream does not wrap it in its chat
+    /// template again); a streamed one asks for usage, which gives `details.generated_tokens`.
     pub fn model_request(&self, model: &str, prompt: &str, stream: bool) -> ModelRequest {
         ModelRequest {
             model: model.to_owned(),
@@ -157,6 +126,7 @@ impl GenerationParameters {
                 fields: self.pass_through.clone(),
                 max_completion_tokens_spelling: false,
             },
+            raw_prompt: true,
             ..ModelRequest::default()
         }
     }

@@ -1,21 +1,21 @@
 //! Neutral answers in LMI's non-streamed shapes.
 //!
 //! The gateway sees text, not the model's tokenizer: `details.generated_tokens` is the provider's
-//! output token count, `details.tokens` is left out (no per-token ids or log-probabilities), and
-//! `details.prefill` (asked with `decoder_input_details`) is an empty list.
+//! output token count (see [`generated_tokens`] when there are several sequences),
+//! `details.tokens` is left out (no per-token ids or log-probabilities), and so is
+//! `details.prefill` (asked with `decoder_input_details`): an empty list would read as a prompt of
+//! no tokens.
 
 use super::params::GenerationParameters;
-use crate::model::{ContentBlock, FinishReason, ModelChoice, ModelResponse};
+use super::LmiApiError;
+use crate::model::{ContentBlock, ModelChoice, ModelResponse};
+use crate::providers::lmi::finish_reason_to_lmi;
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-/// LMI's name for why generation stopped.
-pub fn finish_reason_to_lmi(reason: Option<FinishReason>) -> &'static str {
-    match reason {
-        Some(FinishReason::Length) => "length",
-        Some(FinishReason::StopSequence) => "stop_sequence",
-        Some(FinishReason::Stop | FinishReason::ToolCall | FinishReason::ContentFilter | FinishReason::Unknown)
-        | None => "eos_token",
-    }
+/// `value` as JSON; a value that cannot be rendered is the gateway's error, never a `null` answer.
+pub fn to_json<T: Serialize>(value: &T) -> Result<Value, LmiApiError> {
+    serde_json::to_value(value).map_err(|e| LmiApiError::Render(e.to_string()))
 }
 
 /// The text of a choice (its text blocks, in order).
@@ -54,19 +54,22 @@ pub fn rolling_answer(response: &ModelResponse, prompt: &str, parameters: &Gener
             "finish_reason".to_owned(),
             json!(finish_reason_to_lmi(first.and_then(|c| c.finish_reason))),
         );
-        details.insert("generated_tokens".to_owned(), json!(response.usage.output_tokens));
+        let counts = generated_tokens(response);
+        details.insert(
+            "generated_tokens".to_owned(),
+            json!(counts.first().copied().unwrap_or(0)),
+        );
         details.insert("inputs".to_owned(), json!(prompt));
-        if parameters.decoder_input_details {
-            details.insert("prefill".to_owned(), json!([]));
-        }
         let others: Vec<Value> = response
             .choices
             .iter()
+            .zip(counts)
             .skip(1)
-            .map(|choice| {
+            .map(|(choice, tokens)| {
                 json!({
                     "generated_text": full_text(prompt, &choice_text(choice), parameters),
                     "finish_reason": finish_reason_to_lmi(choice.finish_reason),
+                    "generated_tokens": tokens,
                 })
             })
             .collect();
@@ -76,6 +79,48 @@ pub fn rolling_answer(response: &ModelResponse, prompt: &str, parameters: &Gener
         answer.insert("details".to_owned(), Value::Object(details));
     }
     Value::Object(answer)
+}
+
+/// Tokens generated for each choice, in order. Providers report one output count for all the
+/// choices: a single choice has it all; several share it in proportion to their text's length
+/// (a choice with text gets at least one token), unless a choice's OpenAI-shaped `logprobs`
+/// (`{"content": [one entry per token]}`) counts its tokens exactly.
+pub fn generated_tokens(response: &ModelResponse) -> Vec<u64> {
+    let total = response.usage.output_tokens;
+    if response.choices.len() <= 1 {
+        return vec![total; response.choices.len()];
+    }
+    let lengths: Vec<u64> = response
+        .choices
+        .iter()
+        .map(|choice| u64::try_from(choice_text(choice).chars().count()).unwrap_or(u64::MAX))
+        .collect();
+    let all_text = lengths
+        .iter()
+        .fold(0_u64, |sum, length| sum.saturating_add(*length))
+        .max(1);
+    response
+        .choices
+        .iter()
+        .zip(&lengths)
+        .map(|(choice, &length)| {
+            counted_logprobs(choice).unwrap_or_else(|| {
+                let share = u128::from(total) * u128::from(length) / u128::from(all_text);
+                let share = u64::try_from(share).unwrap_or(total);
+                if length > 0 {
+                    share.max(1)
+                } else {
+                    share
+                }
+            })
+        })
+        .collect()
+}
+
+/// The number of token entries in a choice's OpenAI-shaped `logprobs`, if it has them.
+fn counted_logprobs(choice: &ModelChoice) -> Option<u64> {
+    let entries = choice.logprobs.as_ref()?.get("content")?.as_array()?;
+    u64::try_from(entries.len()).ok()
 }
 
 /// `{"generated_text"}` for one prompt of a dynamic batch.

@@ -1,8 +1,9 @@
 //! Streamed answers as LMI's lines (JSON objects; the HTTP layer frames them).
 //!
 //! - Rolling batch: one `{"token": {"id", "text", "log_prob"}}` per piece of text the provider
-//!   streams; the last line also carries `generated_text` and `details` (`finish_reason`,
-//!   `generated_tokens`, `inputs`). Token ids are positions in the answer (the gateway does not see
+//!   streams; the last line also carries `generated_text`, and `details` (`finish_reason`,
+//!   `generated_tokens`, `inputs`) when they were asked (`parameters.details`) or in TGI-compatible
+//!   mode. Token ids are positions in the answer (the gateway does not see
 //!   the tokenizer) and `log_prob` is 0.0 (unknown; a number, so that typed clients still parse
 //!   it). One line is held back until the next arrives, so that the last one can carry the summary.
 //! - Dynamic batch: `{"outputs": [piece per prompt]}`, `""` for a prompt that has finished.
@@ -11,10 +12,11 @@
 //! A failure mid-stream ends the stream with LMI's error line (`finish_reason: "error"`; for
 //! chat, OpenAI's error object).
 
-use super::render::finish_reason_to_lmi;
+use super::render::to_json;
 use crate::inference::ClientChunkStream;
 use crate::model::{ChunkBlock, FinishReason, ModelChunk};
 use crate::openai::error::ApiError;
+use crate::providers::lmi::finish_reason_to_lmi;
 use crate::providers::{ChunkStream, ProviderError};
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -47,10 +49,19 @@ fn read_chunk(chunk: &ModelChunk) -> (String, Option<FinishReason>, Option<u64>)
     (text, finish, chunk.usage.as_ref().map(|u| u.output_tokens))
 }
 
+/// What the last line of a rolling-batch stream carries besides its token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LastLine {
+    /// `generated_text` starts with the prompt.
+    pub return_full_text: bool,
+    /// `details` is added.
+    pub details: bool,
+}
+
 struct TokenLines {
     upstream: ChunkStream,
     prompt: String,
-    return_full_text: bool,
+    last_line: LastLine,
     /// The last token line, sent when the next one (or the end) comes.
     held: Option<Value>,
     out: VecDeque<Value>,
@@ -89,17 +100,19 @@ impl TokenLines {
                         .held
                         .take()
                         .unwrap_or_else(|| json!({"token": {"id": self.tokens, "text": "", "log_prob": 0.0}}));
-                    let generated = if self.return_full_text {
+                    let generated = if self.last_line.return_full_text {
                         format!("{}{}", self.prompt, self.generated)
                     } else {
                         std::mem::take(&mut self.generated)
                     };
                     last["generated_text"] = json!(generated);
-                    last["details"] = json!({
-                        "finish_reason": finish_reason_to_lmi(self.finish),
-                        "generated_tokens": self.output_tokens.unwrap_or(self.tokens),
-                        "inputs": self.prompt,
-                    });
+                    if self.last_line.details {
+                        last["details"] = json!({
+                            "finish_reason": finish_reason_to_lmi(self.finish),
+                            "generated_tokens": self.output_tokens.unwrap_or(self.tokens),
+                            "inputs": self.prompt,
+                        });
+                    }
                     self.out.push_back(last);
                     self.ended = true;
                 }
@@ -110,11 +123,11 @@ impl TokenLines {
 }
 
 /// A rolling-batch stream's token lines.
-pub fn token_lines(upstream: ChunkStream, prompt: String, return_full_text: bool) -> BoxStream<'static, Value> {
+pub fn token_lines(upstream: ChunkStream, prompt: String, last_line: LastLine) -> BoxStream<'static, Value> {
     let state = TokenLines {
         upstream,
         prompt,
-        return_full_text,
+        last_line,
         held: None,
         out: VecDeque::new(),
         generated: String::new(),
@@ -179,13 +192,19 @@ pub fn outputs_lines(streams: Vec<ChunkStream>) -> BoxStream<'static, Value> {
     .boxed()
 }
 
-/// LMI chat's stream: `chat.completion.chunk` objects; a failure ends it with OpenAI's error
-/// object.
+/// LMI chat's stream: `chat.completion.chunk` objects; a failure (the provider's, or a chunk
+/// that cannot be rendered) ends it with OpenAI's error object.
 pub fn chat_lines(chunks: ClientChunkStream) -> BoxStream<'static, Value> {
     futures::stream::unfold(Some(chunks), |chunks| async move {
         let mut chunks = chunks?;
         match chunks.next().await? {
-            Ok(chunk) => Some((serde_json::to_value(chunk).unwrap_or(Value::Null), Some(chunks))),
+            Ok(chunk) => Some(match to_json(&chunk) {
+                Ok(line) => (line, Some(chunks)),
+                Err(error) => {
+                    tracing::error!(error = %error, "LMI chat chunk could not be rendered");
+                    (ApiError::internal(error.to_string()).envelope(), None)
+                }
+            }),
             Err(error) => {
                 tracing::warn!(error = %error, "LMI chat stream failed mid-way");
                 Some((ApiError::from(error).envelope(), None))

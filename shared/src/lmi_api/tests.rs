@@ -1,5 +1,5 @@
-use super::render::{finish_reason_to_lmi, rolling_answer};
-use super::stream::{outputs_lines, token_lines};
+use super::render::{rolling_answer, to_json};
+use super::stream::{outputs_lines, token_lines, LastLine};
 use super::*;
 use crate::config::Config;
 use crate::model::{
@@ -81,15 +81,26 @@ fn parameters_map_to_the_neutral_request() {
     assert_eq!(fields.get("repetition_penalty"), Some(&json!(1.1)));
     assert!(!fields.contains_key("typical_p"), "a null is not sent");
     assert!(model_request.stream.is_none());
+    assert!(
+        model_request.raw_prompt,
+        "an `inputs` prompt is already formatted: no chat template upstream"
+    );
+    assert!(p.model_request("m", "hi", true).raw_prompt);
     assert!(p.model_request("m", "hi", true).wants_stream_usage());
 }
 
 #[test]
-fn do_sample_false_is_greedy() {
+fn do_sample_false_is_greedy_and_true_samples() {
     let greedy = rolling(json!({"inputs": "x", "parameters": {"do_sample": false, "temperature": 0.8}}));
     assert_eq!(greedy.parameters.sampling.temperature, Some(0.0));
     let sampled = rolling(json!({"inputs": "x", "parameters": {"do_sample": true, "temperature": 0.8}}));
     assert_eq!(sampled.parameters.sampling.temperature, Some(0.8));
+    let sampled_by_default = rolling(json!({"inputs": "x", "parameters": {"do_sample": true}}));
+    assert_eq!(
+        sampled_by_default.parameters.sampling.temperature,
+        Some(1.0),
+        "LMI's default temperature, so that the upstream samples"
+    );
     let unsaid = rolling(json!({"inputs": "x"}));
     assert_eq!(unsaid.parameters.sampling.temperature, None);
 }
@@ -158,17 +169,29 @@ fn rolling_answers_carry_details_only_when_asked() {
         ..GenerationParameters::default()
     };
     let answer = rolling_answer(&response("a", FinishReason::StopSequence, 1), "hi", &prefill);
-    assert_eq!(answer["details"]["prefill"], json!([]));
+    assert!(
+        answer["details"].get("prefill").is_none(),
+        "no prefill rather than an empty one: {answer}"
+    );
     assert_eq!(answer["details"]["finish_reason"], "stop_sequence");
     assert_eq!(answer["details"]["best_of_sequences"][0]["generated_text"], "other");
 }
 
 #[test]
-fn finish_reasons_use_lmi_names() {
-    assert_eq!(finish_reason_to_lmi(Some(FinishReason::Stop)), "eos_token");
-    assert_eq!(finish_reason_to_lmi(Some(FinishReason::Length)), "length");
-    assert_eq!(finish_reason_to_lmi(Some(FinishReason::StopSequence)), "stop_sequence");
-    assert_eq!(finish_reason_to_lmi(None), "eos_token");
+fn every_sequence_has_its_generated_tokens() {
+    let detailed = GenerationParameters {
+        details: true,
+        ..GenerationParameters::default()
+    };
+    // 3 output tokens in all, shared by "a" (1 char) and "other" (5 chars).
+    let answer = rolling_answer(&response("a", FinishReason::Stop, 1), "hi", &detailed);
+    let details = &answer["details"];
+    assert_eq!(details["generated_tokens"], 1);
+    assert_eq!(details["best_of_sequences"][0]["generated_tokens"], 2, "{answer}");
+    let mut counted = response("a", FinishReason::Stop, 1);
+    counted.choices[1].logprobs = Some(json!({"content": [{}, {}, {}, {}]}));
+    let answer = rolling_answer(&counted, "hi", &detailed);
+    assert_eq!(answer["details"]["best_of_sequences"][0]["generated_tokens"], 4);
 }
 
 fn text_chunk(text: &str) -> Result<ModelChunk, ProviderError> {
@@ -206,7 +229,11 @@ async fn token_lines_end_with_the_summary() {
         finish_chunk(FinishReason::Length),
     ])
     .boxed();
-    let lines = lines_of(token_lines(upstream, "Say".into(), true)).await;
+    let last_line = LastLine {
+        return_full_text: true,
+        details: true,
+    };
+    let lines = lines_of(token_lines(upstream, "Say".into(), last_line)).await;
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0], json!({"token": {"id": 0, "text": "Hello", "log_prob": 0.0}}));
     assert_eq!(lines[1]["token"]["text"], " world");
@@ -225,7 +252,7 @@ async fn a_failure_mid_stream_is_the_error_line() {
         text_chunk("never"),
     ])
     .boxed();
-    let lines = lines_of(token_lines(upstream, "p".into(), false)).await;
+    let lines = lines_of(token_lines(upstream, "p".into(), LastLine::default())).await;
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["token"]["text"], "Hello");
     assert_eq!(
@@ -239,10 +266,26 @@ async fn a_failure_mid_stream_is_the_error_line() {
 #[tokio::test]
 async fn an_empty_stream_still_ends_with_the_summary() {
     let upstream = futures::stream::iter(vec![finish_chunk(FinishReason::Stop)]).boxed();
-    let lines = lines_of(token_lines(upstream, "p".into(), false)).await;
+    let with_details = LastLine {
+        details: true,
+        ..LastLine::default()
+    };
+    let lines = lines_of(token_lines(upstream, "p".into(), with_details)).await;
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["generated_text"], "");
     assert_eq!(lines[0]["details"]["finish_reason"], "eos_token");
+}
+
+#[tokio::test]
+async fn stream_details_only_when_asked() {
+    let upstream = futures::stream::iter(vec![text_chunk("Hi"), finish_chunk(FinishReason::Stop)]).boxed();
+    let lines = lines_of(token_lines(upstream, "p".into(), LastLine::default())).await;
+    assert_eq!(lines.len(), 1);
+    assert_eq!(
+        lines[0]["generated_text"], "Hi",
+        "the last line always has generated_text"
+    );
+    assert!(lines[0].get("details").is_none(), "{}", lines[0]);
 }
 
 #[tokio::test]
@@ -270,4 +313,21 @@ fn default_model_must_route() {
     let err = Config::from_toml("[lmi_api]\ndefault_model = \"nope\"\n").unwrap_err();
     assert!(err.to_string().contains("lmi_api.default_model"), "{err}");
     assert!(Config::from_toml("[lmi_api]\noutput_formatter = \"xml\"\n").is_err());
+}
+
+/// A value whose serialization fails.
+struct Unrenderable;
+
+impl serde::Serialize for Unrenderable {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("cannot"))
+    }
+}
+
+#[test]
+fn an_unrenderable_answer_is_an_error_not_null() {
+    match to_json(&Unrenderable) {
+        Err(LmiApiError::Render(message)) => assert!(message.contains("cannot"), "{message}"),
+        other => panic!("expected a render error, got {other:?}"),
+    }
 }

@@ -104,6 +104,7 @@ mod tests {
                 fields: [("top_k".to_owned(), json!(5))].into_iter().collect(),
                 max_completion_tokens_spelling: true,
             },
+            raw_prompt: true,
         };
         let text = serde_json::to_string(&request).unwrap();
         assert_eq!(serde_json::from_str::<ModelRequest>(&text).unwrap(), request);

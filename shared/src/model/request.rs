@@ -38,6 +38,10 @@ pub struct ModelRequest {
     pub extra_headers: Vec<ExtraHeaderEntry>,
     #[serde(default, skip_serializing_if = "OpenAiPassThrough::is_empty")]
     pub openai_pass_through: OpenAiPassThrough,
+    /// The conversation is one user message holding a complete, already formatted prompt (the LMI
+    /// API's `inputs`): prompt-schema providers send it as is, without their chat template.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub raw_prompt: bool,
 }
 
 impl ModelRequest {

@@ -111,6 +111,7 @@ pub fn chat_request_to_model(typed: &ChatCompletionRequest, raw: &Map<String, Va
             fields,
             max_completion_tokens_spelling: typed.max_completion_tokens.is_some(),
         },
+        raw_prompt: false,
     }
 }
 

@@ -13,6 +13,7 @@
 //!   that cannot be built (no region, no credentials): a misconfiguration.
 
 use crate::adapters::aws::describe_sdk_error;
+use crate::providers::lmi::{error_message, MODEL_ERROR_STATUS};
 use crate::providers::ProviderError;
 use aws_sdk_sagemakerruntime::config::http::HttpResponse;
 use aws_sdk_sagemakerruntime::error::{ProvideErrorMetadata, SdkError};
@@ -34,9 +35,6 @@ const SERVICE_STATUS: [(&str, u16); 6] = [
     ("ServiceUnavailable", 503),
     ("InternalDependencyException", 530),
 ];
-
-/// Status of a `ModelError` without a usable `OriginalStatusCode` (SageMaker's own for it).
-const MODEL_ERROR_STATUS: u16 = 424;
 
 /// What went wrong, alike for both operations and the event stream.
 #[derive(Debug)]
@@ -157,7 +155,7 @@ fn model_error(model: &ModelError) -> ProviderError {
     let body = original.and_then(|text| serde_json::from_str::<Value>(text).ok());
     let message = body
         .as_ref()
-        .and_then(container_message)
+        .and_then(error_message)
         .or_else(|| original.map(str::to_owned))
         .or_else(|| model.message().map(str::to_owned))
         .unwrap_or_else(|| format!("the model container failed with HTTP {status}"));
@@ -167,17 +165,6 @@ fn model_error(model: &ModelError) -> ProviderError {
         retry_after: None,
         body,
     }
-}
-
-/// The message in a container's JSON error: LMI's `{"error": "..."}`, `{"message": "..."}`, or
-/// OpenAI's `{"error": {"message": "..."}}`.
-fn container_message(body: &Value) -> Option<String> {
-    let error = body.get("error");
-    error
-        .and_then(Value::as_str)
-        .or_else(|| error.and_then(|e| e.get("message")).and_then(Value::as_str))
-        .or_else(|| body.get("message").and_then(Value::as_str))
-        .map(str::to_owned)
 }
 
 /// Failures before any answer: the request could not be sent or no answer came.

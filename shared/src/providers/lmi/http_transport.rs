@@ -1,5 +1,6 @@
 //! `type = "lmi"`: LMI bodies POSTed over HTTP to a DJL Serving / LMI container.
 
+use super::protocol::error_message;
 use super::transport::{ByteStream, LmiTransport};
 use crate::config::{CredentialLocation, LmiProviderConfig};
 use crate::model::ExtraHeaderEntry;
@@ -169,7 +170,7 @@ async fn error_from_response(response: reqwest::Response) -> ProviderError {
     let body = (text.len() <= MAX_KEPT_ERROR_BODY)
         .then(|| serde_json::from_str::<Value>(&text).ok())
         .flatten();
-    let message = body.as_ref().and_then(lmi_error_message).unwrap_or_else(|| {
+    let message = body.as_ref().and_then(error_message).unwrap_or_else(|| {
         if text.trim().is_empty() {
             format!("HTTP {status} with an empty body")
         } else {
@@ -182,14 +183,4 @@ async fn error_from_response(response: reqwest::Response) -> ProviderError {
         retry_after,
         body,
     }
-}
-
-/// `error` (a string, or an object's `message`), else `message`, of an LMI error body.
-pub fn lmi_error_message(body: &Value) -> Option<String> {
-    let error = body.get("error");
-    error
-        .and_then(Value::as_str)
-        .or_else(|| error.and_then(|e| e.get("message")).and_then(Value::as_str))
-        .or_else(|| body.get("message").and_then(Value::as_str))
-        .map(str::to_owned)
 }

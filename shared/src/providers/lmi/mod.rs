@@ -5,6 +5,7 @@
 
 mod chat_template;
 mod http_transport;
+mod protocol;
 mod provider;
 mod request;
 mod response;
@@ -13,9 +14,12 @@ mod transport;
 
 pub use chat_template::{ChatTemplate, DEFAULT_CHAT_TEMPLATE};
 pub use http_transport::HttpLmiTransport;
+pub use protocol::{
+    error_message, finish_reason_from_lmi, finish_reason_to_lmi, is_error_line, is_forwarded_parameter,
+    is_generation_parameter, reported_error, ReportedError, ERROR_TOKEN_ID, MODELLED_PARAMETERS, MODEL_ERROR_STATUS,
+    OPENAI_FORWARDED_MODELLED_PARAMETERS, PASS_THROUGH_PARAMETERS,
+};
 pub use provider::LmiProvider;
-pub use request::LMI_GENERATION_PARAMETERS;
-pub use response::MODEL_ERROR_STATUS;
 pub use transport::{ByteStream, LmiTransport, SageMakerConnector};
 
 #[cfg(test)]

@@ -3,39 +3,14 @@
 //! never dropped.
 
 use super::chat_template::ChatTemplate;
+use super::protocol::is_forwarded_parameter;
 use crate::config::LmiSchema;
-use crate::model::{ModelRequest, OutputMode};
+use crate::model::{ContentBlock, ModelRequest, OutputMode, Role};
 use crate::openai::chat_body::model_to_chat_body;
 use crate::openai::embeddings::EmbeddingInput;
 use crate::providers::ProviderError;
 use crate::user_text::excerpt;
 use serde_json::{json, Map, Value};
-
-/// OpenAI pass-through fields that are LMI generation parameters (of any rolling-batch backend):
-/// they go into `parameters` as sent. Every other pass-through field is refused on the prompt
-/// schemas.
-pub const LMI_GENERATION_PARAMETERS: [&str; 20] = [
-    "top_k",
-    "repetition_penalty",
-    "typical_p",
-    "truncate",
-    "ignore_eos_token",
-    "min_p",
-    "best_of",
-    "num_beams",
-    "length_penalty",
-    "early_stopping",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "min_length",
-    "bad_sequences",
-    "return_full_text",
-    "decoder_input_details",
-    "prompt_logprobs",
-    "do_sample",
-];
 
 fn unsupported(param: &str, message: impl Into<String>) -> ProviderError {
     ProviderError::UnsupportedParameter {
@@ -61,7 +36,11 @@ pub fn chat_body(
             let Some(template) = template else {
                 return Err(ProviderError::Misconfigured("no chat template was compiled".to_owned()));
             };
-            let prompt = template.render(request)?;
+            let prompt = if request.raw_prompt {
+                raw_prompt(request)?
+            } else {
+                template.render(request)?
+            };
             let details = schema != LmiSchema::DynamicBatch;
             let mut body = Map::new();
             let inputs = if schema == LmiSchema::DynamicBatch {
@@ -79,6 +58,27 @@ pub fn chat_body(
             }
             Ok(Value::Object(body))
         }
+    }
+}
+
+/// The prompt of a request that carries one already formatted (`raw_prompt`): its one user
+/// message's text, sent without the chat template.
+fn raw_prompt(request: &ModelRequest) -> Result<String, ProviderError> {
+    match (request.system.as_ref(), request.messages.as_slice()) {
+        (None, [message]) if message.role == Role::User => {
+            let mut prompt = String::new();
+            for block in &message.content {
+                match block {
+                    ContentBlock::Text { text } => prompt.push_str(text),
+                    _ => return Err(unsupported("messages", "a formatted prompt is text only")),
+                }
+            }
+            Ok(prompt)
+        }
+        _ => Err(unsupported(
+            "messages",
+            "a formatted prompt is one user message, without instructions",
+        )),
     }
 }
 
@@ -135,7 +135,7 @@ fn check_prompt_request(request: &ModelRequest) -> Result<(), ProviderError> {
         .openai_pass_through
         .fields
         .keys()
-        .find(|field| !LMI_GENERATION_PARAMETERS.contains(&field.as_str()))
+        .find(|field| !is_forwarded_parameter(field))
     {
         return Err(ProviderError::UnsupportedParameter {
             param: excerpt(field).into_owned(),
@@ -152,7 +152,7 @@ fn generation_parameters(request: &ModelRequest, details: bool) -> Map<String, V
         .openai_pass_through
         .fields
         .iter()
-        .filter(|(field, _)| LMI_GENERATION_PARAMETERS.contains(&field.as_str()))
+        .filter(|(field, _)| is_forwarded_parameter(field))
         .map(|(field, value)| (field.clone(), value.clone()))
         .collect();
     let params = &request.params;

@@ -1,17 +1,14 @@
 //! LMI answers → [`ModelResponse`]: the rolling-batch object, TGI's one-element array, the
 //! dynamic-batch list, LMI's `chat.completion`, and embedding vectors.
 
+use super::protocol::{finish_reason_from_lmi, is_error_line, MODEL_ERROR_STATUS};
 use crate::config::LmiSchema;
-use crate::model::{ContentBlock, FinishReason, ModelChoice, ModelResponse, ModelUsage};
+use crate::model::{ContentBlock, ModelChoice, ModelResponse, ModelUsage};
 use crate::openai::chat::ChatCompletion;
 use crate::openai::from_model::completion_to_model;
 use crate::providers::ProviderError;
 use serde::Deserialize;
 use serde_json::Value;
-
-/// The status reported for a generation LMI ended with `finish_reason: "error"` (on a 200): LMI's
-/// own status for a failed invocation.
-pub const MODEL_ERROR_STATUS: u16 = 424;
 
 /// One generation: `generated_text` and, when asked, `details`.
 #[derive(Debug, Deserialize)]
@@ -38,10 +35,6 @@ pub struct Details {
 }
 
 impl Details {
-    pub fn is_error(&self) -> bool {
-        self.finish_reason.as_deref() == Some("error")
-    }
-
     /// Tokens read (the prefill, when returned; else 0) and written (`generated_tokens`, else
     /// the tokens listed or counted in a stream).
     pub fn usage(&self, counted_tokens: u64) -> ModelUsage {
@@ -51,16 +44,6 @@ impl Details {
             .unwrap_or(counted_tokens);
         let input = self.prefill.as_ref().map_or(0, |p| p.len() as u64);
         ModelUsage::new(input, output)
-    }
-}
-
-/// LMI's finish reasons as the gateway's (`error` never gets here: it is an error).
-pub fn finish_reason(reason: Option<&str>) -> FinishReason {
-    match reason {
-        Some("length") => FinishReason::Length,
-        Some("stop_sequence") => FinishReason::StopSequence,
-        Some("eos_token" | "stop") | None => FinishReason::Stop,
-        Some(_) => FinishReason::Unknown,
     }
 }
 
@@ -95,7 +78,7 @@ pub fn chat_answer(schema: LmiSchema, raw: &[u8]) -> Result<ModelResponse, Provi
     };
     let generation: Generation = serde_json::from_value(first.clone()).map_err(|e| invalid("answer", e))?;
     let details = generation.details.unwrap_or_default();
-    if details.is_error() {
+    if is_error_line(&first) {
         return Err(model_reported_error(Some(first)));
     }
     let text = generation
@@ -106,7 +89,7 @@ pub fn chat_answer(schema: LmiSchema, raw: &[u8]) -> Result<ModelResponse, Provi
         choices: vec![ModelChoice {
             index: 0,
             content: vec![ContentBlock::Text { text }],
-            finish_reason: Some(finish_reason(details.finish_reason.as_deref())),
+            finish_reason: Some(finish_reason_from_lmi(details.finish_reason.as_deref())),
             logprobs: None,
         }],
         usage: details.usage(0),

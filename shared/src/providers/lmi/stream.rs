@@ -4,7 +4,8 @@
 //! `event:`/`id:`/`retry:` lines are skipped, `[DONE]` ends the stream. A JSON value written over
 //! several lines is joined until it parses.
 
-use super::response::{finish_reason, model_reported_error, Details, MODEL_ERROR_STATUS};
+use super::protocol::{finish_reason_from_lmi, is_error_line, reported_error};
+use super::response::{model_reported_error, Details};
 use super::transport::ByteStream;
 use crate::config::LmiSchema;
 use crate::model::{ChunkBlock, ChunkChoice, FinishReason, ModelChunk, ModelUsage};
@@ -114,8 +115,6 @@ struct TokenLine {
 
 #[derive(Debug, Deserialize)]
 struct Token {
-    #[serde(default)]
-    id: Option<i64>,
     #[serde(default)]
     text: String,
     /// TGI spells it `special`.
@@ -268,8 +267,7 @@ impl ChunkMapper {
             other => other.clone(),
         };
         let line: TokenLine = serde_json::from_value(first).map_err(|e| invalid_line(&e))?;
-        let failed_token = line.token.as_ref().is_some_and(|t| t.id == Some(-1));
-        if failed_token || line.details.as_ref().is_some_and(Details::is_error) {
+        if is_error_line(&value) {
             return Err(model_reported_error(Some(value)));
         }
         let piece = match line.token {
@@ -285,7 +283,7 @@ impl ChunkMapper {
         }
         self.finished = true;
         let details = line.details.unwrap_or_default();
-        let reason = finish_reason(details.finish_reason.as_deref());
+        let reason = finish_reason_from_lmi(details.finish_reason.as_deref());
         let usage = details.usage(self.tokens);
         Ok(self.finish(piece, reason, usage))
     }
@@ -313,22 +311,10 @@ fn invalid_line(error: &serde_json::Error) -> ProviderError {
 
 /// An error object sent in the stream (`{"error": …, "code"?}`) as a provider error.
 fn error_object(value: &Value) -> Option<ProviderError> {
-    let error = value.get("error").filter(|e| !e.is_null())?;
-    let message = error
-        .as_str()
-        .or_else(|| error.get("message").and_then(Value::as_str))
-        .or_else(|| value.get("message").and_then(Value::as_str))
-        .unwrap_or("the model reported an error")
-        .to_owned();
-    let status = value
-        .get("code")
-        .and_then(Value::as_u64)
-        .and_then(|code| u16::try_from(code).ok())
-        .filter(|code| (400..600).contains(code))
-        .unwrap_or(MODEL_ERROR_STATUS);
+    let reported = reported_error(value)?;
     Some(ProviderError::Http {
-        status,
-        message,
+        status: reported.status,
+        message: reported.message,
         retry_after: None,
         body: Some(value.clone()),
     })

@@ -236,3 +236,22 @@ fn an_embedding_model_offers_only_embeddings_and_the_others_only_chat() {
     let handle = provider(LmiSchema::TgiCompat, FakeTransport::answering("[]")).handle();
     assert!(handle.embeddings.is_none() && handle.chat.is_some() && handle.chat_stream.is_some());
 }
+
+#[tokio::test]
+async fn a_raw_prompt_is_sent_as_is_without_the_chat_template() {
+    let mut request = user("<|im_start|>user\nHi<|im_end|>\n");
+    request.raw_prompt = true;
+    for schema in [LmiSchema::RollingBatch, LmiSchema::TgiCompat] {
+        let body = sent_body(schema, &request).await;
+        assert_eq!(body["inputs"], "<|im_start|>user\nHi<|im_end|>\n");
+    }
+    let body = sent_body(LmiSchema::DynamicBatch, &request).await;
+    assert_eq!(body["inputs"], json!(["<|im_start|>user\nHi<|im_end|>\n"]));
+    // Without the flag the same text is wrapped in the template again.
+    request.raw_prompt = false;
+    let body = sent_body(LmiSchema::RollingBatch, &request).await;
+    assert!(body["inputs"]
+        .as_str()
+        .unwrap()
+        .starts_with("<|im_start|>user\n<|im_start|>user"));
+}
