@@ -31,8 +31,67 @@ impl LmiSchema {
     }
 }
 
-/// The built-in chat templates, by name.
-pub const BUILT_IN_CHAT_TEMPLATES: [&str; 3] = ["chatml", "llama3", "mistral"];
+/// The built-in chat templates (their sources are the LMI provider's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuiltInChatTemplate {
+    /// `chatml`, the default.
+    Chatml,
+    /// `llama3`.
+    Llama3,
+    /// `mistral`.
+    Mistral,
+}
+
+impl BuiltInChatTemplate {
+    pub const ALL: [Self; 3] = [Self::Chatml, Self::Llama3, Self::Mistral];
+    /// Used when the configuration names no template.
+    pub const DEFAULT: Self = Self::Chatml;
+
+    /// The name a configuration gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Chatml => "chatml",
+            Self::Llama3 => "llama3",
+            Self::Mistral => "mistral",
+        }
+    }
+
+    /// The built-in template called `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|template| template.name() == name)
+    }
+}
+
+/// Marks the error of a template's `raise_exception(message)`: the template refused the
+/// conversation (anything else failing in a render is the template's fault).
+#[derive(Debug, thiserror::Error)]
+#[error("the chat template raised an exception")]
+pub struct ChatTemplateRaised;
+
+/// The environment chat templates compile and render in, set up as Hugging Face renders them:
+/// blocks trimmed, no escaping, Python string methods, `raise_exception(message)`.
+pub fn chat_template_environment() -> minijinja::Environment<'static> {
+    use minijinja::syntax::SyntaxConfig;
+    let mut environment = minijinja::Environment::new();
+    match SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build() {
+        Ok(syntax) => environment.set_syntax(syntax),
+        Err(error) => tracing::warn!(%error, "chat templates keep the default whitespace handling"),
+    }
+    environment.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+    // Hugging Face templates are Jinja run by Python: they call string methods (`.strip()`…).
+    environment.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    environment.add_function(
+        "raise_exception",
+        |message: String| -> Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, message).with_source(ChatTemplateRaised))
+        },
+    );
+    environment
+}
+
+fn built_in_names() -> String {
+    BuiltInChatTemplate::ALL.map(BuiltInChatTemplate::name).join(", ")
+}
 
 /// `type = "lmi"`: a DJL Serving / LMI container reached over HTTP.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -50,6 +109,10 @@ pub struct LmiProviderConfig {
     /// Sent as a bearer token when set.
     #[serde(default = "no_key")]
     pub api_key_location: CredentialLocation,
+    /// `max_new_tokens` sent when a request names no token cap (LMI's own default is small: 30
+    /// tokens on most backends).
+    #[serde(default)]
+    pub default_max_new_tokens: Option<u64>,
     /// Whole-request timeout (for streams: until the first byte, then between lines).
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
@@ -83,6 +146,9 @@ pub struct SageMakerProviderConfig {
     /// As for `type = "lmi"`.
     #[serde(default)]
     pub chat_template: Option<String>,
+    /// `max_new_tokens` sent when a request names no token cap (as for `type = "lmi"`).
+    #[serde(default)]
+    pub default_max_new_tokens: Option<u64>,
     /// Whole-request timeout (for streams: until the first byte, then between lines).
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
@@ -159,33 +225,36 @@ fn check_schema_template(key: &str, schema: LmiSchema, template: Option<&str>) -
     if template.trim().is_empty() {
         return Err(ConfigError::invalid(
             format!("{key}.chat_template"),
-            format!(
-                "must be a built-in name ({}) or a template",
-                BUILT_IN_CHAT_TEMPLATES.join(", ")
-            ),
+            format!("must be a built-in name ({}) or a template", built_in_names()),
         ));
     }
-    if !BUILT_IN_CHAT_TEMPLATES.contains(&template) {
-        check_template_compiles(template).map_err(|message| {
+    if BuiltInChatTemplate::from_name(template).is_some() {
+        return Ok(());
+    }
+    // Its syntax, in the environment it renders in; what it renders is checked per request.
+    chat_template_environment()
+        .template_from_str(template)
+        .map(|_| ())
+        .map_err(|e| {
+            let problem = match e.line() {
+                Some(line) => format!("{} (line {line})", e.detail().unwrap_or("syntax error")),
+                None => e.to_string(),
+            };
             ConfigError::invalid(
                 format!("{key}.chat_template"),
-                format!("not a built-in name and not a valid template: {message}"),
+                format!("not a built-in name and not a valid template: {problem}"),
             )
-        })?;
-    }
-    Ok(())
+        })
 }
 
-/// Whether a chat template's source compiles (its syntax; what it renders is checked per request).
-fn check_template_compiles(source: &str) -> Result<(), String> {
-    let environment = minijinja::Environment::new();
-    environment
-        .template_from_str(source)
-        .map(|_| ())
-        .map_err(|e| match e.line() {
-            Some(line) => format!("{} (line {line})", e.detail().unwrap_or("syntax error")),
-            None => e.to_string(),
-        })
+fn check_default_max_new_tokens(key: &str, value: Option<u64>) -> Result<(), ConfigError> {
+    if value == Some(0) {
+        return Err(ConfigError::invalid(
+            format!("{key}.default_max_new_tokens"),
+            "must be at least 1",
+        ));
+    }
+    Ok(())
 }
 
 fn check_timeouts(key: &str, timeouts: &[u64]) -> Result<(), ConfigError> {
@@ -207,6 +276,7 @@ impl LmiProviderConfig {
             ));
         }
         check_timeouts(key, &[self.timeout_ms, self.connect_timeout_ms])?;
+        check_default_max_new_tokens(key, self.default_max_new_tokens)?;
         check_schema_template(key, self.schema, self.chat_template.as_deref())?;
         check_extra_body(key, &self.extra_body)?;
         check_extra_headers(key, &self.extra_headers)
@@ -228,6 +298,7 @@ impl SageMakerProviderConfig {
             ));
         }
         check_timeouts(key, &[self.timeout_ms])?;
+        check_default_max_new_tokens(key, self.default_max_new_tokens)?;
         check_schema_template(key, self.schema, self.chat_template.as_deref())?;
         check_extra_body(key, &self.extra_body)
     }
@@ -260,5 +331,21 @@ mod tests {
                          endpoint_name = \"rolling-batch\"\nchat_template = \"{% if %}\"\n";
         let err = Config::from_toml(sagemaker).unwrap_err().to_string();
         assert!(err.contains("models.m.providers.p.chat_template"), "{err}");
+    }
+
+    #[test]
+    fn the_compile_check_uses_the_rendering_environment() {
+        // Loop controls and `tojson` exist where templates are rendered, so the check accepts them.
+        Config::from_toml(&lmi_model(
+            "\"{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m | tojson }}{% endfor %}\"",
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn a_zero_default_token_cap_is_refused() {
+        let toml = format!("{}default_max_new_tokens = 0\n", lmi_model("\"chatml\""));
+        let err = Config::from_toml(&toml).unwrap_err().to_string();
+        assert!(err.contains("default_max_new_tokens"), "{err}");
     }
 }

@@ -46,7 +46,8 @@ pub use files::{
 pub use functions::{FunctionConfig, FunctionKind, VariantConfig};
 pub use gateway::{GatewayConfig, RetryConfig};
 pub use lmi::{
-    LmiApiConfig, LmiOutputFormatter, LmiProviderConfig, LmiSchema, SageMakerProviderConfig, BUILT_IN_CHAT_TEMPLATES,
+    chat_template_environment, BuiltInChatTemplate, ChatTemplateRaised, LmiApiConfig, LmiOutputFormatter,
+    LmiProviderConfig, LmiSchema, SageMakerProviderConfig,
 };
 pub use load::{load_config, load_local_config, LoadedConfig};
 pub use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};

@@ -304,7 +304,7 @@ fn routed_model(
                 .handle(),
             (ProviderConfig::Dummy(c), _) => DummyProvider::new(provider_name.clone(), c.clone()).handle(),
             (ProviderConfig::Lmi(c), _) => LmiProvider::over_http(provider_name.clone(), c)
-                .map_err(error)?
+                .map_err(|e| error(e.to_string()))?
                 .handle(),
             (ProviderConfig::Sagemaker(c), _) => {
                 let Some(connector) = sagemaker else {
@@ -312,7 +312,7 @@ fn routed_model(
                 };
                 let transport = connector.connect(provider_name, c);
                 LmiProvider::over_sagemaker(provider_name.clone(), c, transport)
-                    .map_err(error)?
+                    .map_err(|e| error(e.to_string()))?
                     .handle()
             }
         });

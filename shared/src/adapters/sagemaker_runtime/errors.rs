@@ -104,6 +104,14 @@ impl Fault {
     fn into_provider_error(self, started: Instant) -> ProviderError {
         match self {
             Self::Model(model) => model_error(&model),
+            Self::Service { code, message, .. }
+                if code == "ValidationError" && names_missing_endpoint(message.as_deref()) =>
+            {
+                ProviderError::Misconfigured(format!(
+                    "SageMaker {code}: {} (check the provider's endpoint_name and region)",
+                    message.as_deref().unwrap_or("the endpoint was not found")
+                ))
+            }
             Self::Service {
                 code,
                 message,
@@ -142,6 +150,15 @@ impl Fault {
             )),
         }
     }
+}
+
+/// A `ValidationError` about the endpoint itself ("Could not find endpoint …", "… not found"): the
+/// gateway's configuration is wrong, not the client's request.
+fn names_missing_endpoint(message: Option<&str>) -> bool {
+    message.is_some_and(|message| {
+        let message = message.to_ascii_lowercase();
+        message.contains("could not find endpoint") || message.contains("not found")
+    })
 }
 
 /// The container's failure: its status and message, its body when JSON.

@@ -106,7 +106,9 @@ fn sagemakers_own_errors_have_the_status_they_stand_for() {
     let cases: Vec<(InvokeEndpointError, u16, u16, bool)> = vec![
         (
             InvokeEndpointError::ValidationError(
-                ValidationError::builder().message("Endpoint chat-x not found").build(),
+                ValidationError::builder()
+                    .message("Received payload exceeds the limit")
+                    .build(),
             ),
             400,
             400,
@@ -168,6 +170,25 @@ fn sagemakers_own_errors_have_the_status_they_stand_for() {
         let (status, message, _) = http_parts(mapped);
         assert_eq!(status, expected, "{described}");
         assert!(message.starts_with("SageMaker "), "{message}");
+    }
+}
+
+#[test]
+fn a_missing_endpoint_is_a_misconfiguration_not_the_clients_error() {
+    for message in [
+        "Endpoint chat-x of account 123456789012 not found.",
+        "Could not find endpoint \"chat-x\".",
+    ] {
+        // As the SDK parses it: the message in the error's metadata too.
+        let meta = ErrorMetadata::builder()
+            .code("ValidationError")
+            .message(message)
+            .build();
+        let err = InvokeEndpointError::ValidationError(ValidationError::builder().message(message).meta(meta).build());
+        match invoke_failure(err, 400) {
+            ProviderError::Misconfigured(text) => assert!(text.contains("chat-x"), "{text}"),
+            other => panic!("{other:?}"),
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! SageMaker runtime adapter: the transport of `type = "sagemaker"` providers, through the AWS SDK
-//! (`InvokeEndpoint`, `InvokeEndpointWithResponseStream`), with `Content-Type` and `Accept`
-//! `application/json` and the provider's `target_variant` / `inference_component`.
+//! (`InvokeEndpoint`, `InvokeEndpointWithResponseStream`), with `Content-Type` `application/json`,
+//! `Accept` `application/json` (streams: `application/jsonlines`, `text/event-stream` for
+//! `tgi_compat`) and the provider's `target_variant` / `inference_component`. SageMaker carries no
+//! free-form headers: a request's extra headers for the provider are refused.
 //!
 //! The router opens transports synchronously at start-up, so SDK clients are made on the first
 //! call: the SDK configuration is loaded once (region, credentials, endpoint URL from the
@@ -13,7 +15,8 @@ mod errors;
 mod stream;
 
 use crate::adapters::aws::load_sdk_config;
-use crate::config::SageMakerProviderConfig;
+use crate::config::{LmiSchema, SageMakerProviderConfig};
+use crate::model::{entries_for, ExtraHeaderEntry, ExtraPlacement};
 use crate::providers::lmi::{ByteStream, LmiTransport, SageMakerConnector};
 use crate::providers::{CallContext, ProviderError};
 use async_trait::async_trait;
@@ -31,6 +34,14 @@ use tokio::time::Instant;
 
 /// The content type of LMI bodies, both ways.
 const JSON: &str = "application/json";
+
+/// What a stream of `schema` is asked for: LMI's JSON lines, or TGI's server-sent events.
+fn stream_accept(schema: LmiSchema) -> &'static str {
+    match schema {
+        LmiSchema::TgiCompat => "text/event-stream",
+        _ => "application/jsonlines",
+    }
+}
 
 /// A client made on first use.
 type LazyClient = Arc<OnceCell<Client>>;
@@ -99,11 +110,34 @@ impl SageMakerEndpoint {
     fn timeout(&self) -> Duration {
         Duration::from_millis(self.config.timeout_ms)
     }
+
+    /// SageMaker sends no free-form headers: refuse a request's extra headers for this provider.
+    fn refuse_headers(&self, headers: &[ExtraHeaderEntry]) -> Result<(), ProviderError> {
+        let applies = [
+            ExtraPlacement::BeforeProviderConfig,
+            ExtraPlacement::AfterProviderConfig,
+        ]
+        .into_iter()
+        .any(|placement| entries_for(headers, &self.provider, placement).next().is_some());
+        if applies {
+            return Err(ProviderError::UnsupportedParameter {
+                param: "extra_headers".to_owned(),
+                message: "a SageMaker endpoint is called without free-form headers".to_owned(),
+            });
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
 impl LmiTransport for SageMakerEndpoint {
-    async fn invoke(&self, body: Bytes, _ctx: CallContext<'_>) -> Result<Bytes, ProviderError> {
+    async fn invoke(
+        &self,
+        body: Bytes,
+        headers: &[ExtraHeaderEntry],
+        _ctx: CallContext<'_>,
+    ) -> Result<Bytes, ProviderError> {
+        self.refuse_headers(headers)?;
         let started = Instant::now();
         let timeout = self.timeout();
         let request = self
@@ -126,7 +160,13 @@ impl LmiTransport for SageMakerEndpoint {
             .unwrap_or_default())
     }
 
-    async fn invoke_stream(&self, body: Bytes, _ctx: CallContext<'_>) -> Result<ByteStream, ProviderError> {
+    async fn invoke_stream(
+        &self,
+        body: Bytes,
+        headers: &[ExtraHeaderEntry],
+        _ctx: CallContext<'_>,
+    ) -> Result<ByteStream, ProviderError> {
+        self.refuse_headers(headers)?;
         let started = Instant::now();
         let timeout = self.timeout();
         let request = self
@@ -135,7 +175,7 @@ impl LmiTransport for SageMakerEndpoint {
             .invoke_endpoint_with_response_stream()
             .endpoint_name(&self.config.endpoint_name)
             .content_type(JSON)
-            .accept(JSON)
+            .accept(stream_accept(self.config.schema))
             .set_target_variant(self.config.target_variant.clone())
             .set_inference_component_name(self.config.inference_component.clone())
             .body(Blob::new(Vec::from(body)));
@@ -149,5 +189,44 @@ impl LmiTransport for SageMakerEndpoint {
             started,
         };
         Ok(stream::payload_bytes(events, timeout))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_ask_for_json_lines_or_tgi_server_sent_events() {
+        assert_eq!(stream_accept(LmiSchema::RollingBatch), "application/jsonlines");
+        assert_eq!(stream_accept(LmiSchema::Chat), "application/jsonlines");
+        assert_eq!(stream_accept(LmiSchema::TgiCompat), "text/event-stream");
+    }
+
+    fn endpoint() -> SageMakerEndpoint {
+        let config: SageMakerProviderConfig =
+            toml::from_str("endpoint_name = \"rolling-batch\"").expect("a valid provider config");
+        SageMakerEndpoint {
+            provider: "sm".into(),
+            config,
+            sdk_config: Arc::default(),
+            client: Arc::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn extra_headers_for_the_provider_are_refused_before_any_call() {
+        let header = ExtraHeaderEntry::set("x-a", "1");
+        let ctx = CallContext {
+            credentials: &std::collections::HashMap::new(),
+        };
+        let err = endpoint()
+            .invoke(Bytes::from_static(b"{}"), std::slice::from_ref(&header), ctx)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, ProviderError::UnsupportedParameter { param, .. } if param == "extra_headers"),
+            "{err:?}"
+        );
     }
 }

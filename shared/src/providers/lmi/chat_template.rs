@@ -2,14 +2,18 @@
 //! `chat_template` rendered with minijinja: `messages` (role and content strings, instructions
 //! first), `add_generation_prompt = true`, `bos_token`, `eos_token` and `raise_exception(msg)`.
 
+use crate::config::{chat_template_environment, BuiltInChatTemplate, ChatTemplateRaised};
 use crate::model::{ContentBlock, ModelRequest, Role};
 use crate::providers::ProviderError;
-use minijinja::syntax::SyntaxConfig;
-use minijinja::{context, Environment, ErrorKind};
+use minijinja::{context, Environment};
 use serde::Serialize;
 
-/// The template used when the configuration names none.
-pub const DEFAULT_CHAT_TEMPLATE: &str = "chatml";
+/// A chat template that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChatTemplateError {
+    #[error("the chat template does not compile: {0}")]
+    DoesNotCompile(String),
+}
 
 /// The name the compiled template is kept under.
 const TEMPLATE_NAME: &str = "chat_template";
@@ -42,44 +46,24 @@ struct BuiltIn {
     eos_token: &'static str,
 }
 
-fn built_in(name: &str) -> Option<BuiltIn> {
-    Some(match name {
-        "chatml" => BuiltIn {
+fn built_in(template: BuiltInChatTemplate) -> BuiltIn {
+    match template {
+        BuiltInChatTemplate::Chatml => BuiltIn {
             source: CHATML,
             bos_token: "",
             eos_token: "<|im_end|>",
         },
-        "llama3" => BuiltIn {
+        BuiltInChatTemplate::Llama3 => BuiltIn {
             source: LLAMA3,
             bos_token: "<|begin_of_text|>",
             eos_token: "<|eot_id|>",
         },
-        "mistral" => BuiltIn {
+        BuiltInChatTemplate::Mistral => BuiltIn {
             source: MISTRAL,
             bos_token: "<s>",
             eos_token: "</s>",
         },
-        _ => return None,
-    })
-}
-
-/// An environment set up as Hugging Face renders chat templates: blocks trimmed, no escaping.
-pub(crate) fn template_environment() -> Environment<'static> {
-    let mut environment = Environment::new();
-    match SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build() {
-        Ok(syntax) => environment.set_syntax(syntax),
-        Err(error) => tracing::warn!(%error, "chat templates keep the default whitespace handling"),
     }
-    environment.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
-    // Hugging Face templates are Jinja run by Python: they call string methods (`.strip()`…).
-    environment.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    environment.add_function(
-        "raise_exception",
-        |message: String| -> Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
-        },
-    );
-    environment
 }
 
 /// A compiled chat template.
@@ -103,18 +87,25 @@ struct TemplateMessage<'a> {
 }
 
 impl ChatTemplate {
-    /// `configured` is a built-in name or a template's source; `None` is [`DEFAULT_CHAT_TEMPLATE`].
-    /// A custom template gets empty `bos_token` and `eos_token` (write them into the template).
-    pub fn compile(configured: Option<&str>) -> Result<Self, String> {
-        let configured = configured.unwrap_or(DEFAULT_CHAT_TEMPLATE);
-        let (source, bos_token, eos_token) = match built_in(configured) {
-            Some(b) => (b.source, b.bos_token, b.eos_token),
-            None => (configured, "", ""),
+    /// `configured` is a built-in name or a template's source; `None` is
+    /// [`BuiltInChatTemplate::DEFAULT`]. A custom template gets empty `bos_token` and `eos_token`
+    /// (write them into the template).
+    pub fn compile(configured: Option<&str>) -> Result<Self, ChatTemplateError> {
+        let built_in_template = match configured {
+            None => Some(BuiltInChatTemplate::DEFAULT),
+            Some(name) => BuiltInChatTemplate::from_name(name),
         };
-        let mut environment = template_environment();
+        let (source, bos_token, eos_token) = match (built_in_template, configured) {
+            (Some(template), _) => {
+                let b = built_in(template);
+                (b.source, b.bos_token, b.eos_token)
+            }
+            (None, source) => (source.unwrap_or_default(), "", ""),
+        };
+        let mut environment = chat_template_environment();
         environment
             .add_template_owned(TEMPLATE_NAME, source.to_owned())
-            .map_err(|e| format!("the chat template does not compile: {e}"))?;
+            .map_err(|e| ChatTemplateError::DoesNotCompile(e.to_string()))?;
         Ok(Self {
             environment,
             bos_token,
@@ -123,7 +114,8 @@ impl ChatTemplate {
     }
 
     /// The prompt for `request`: its instructions, then its messages, then the assistant's turn.
-    /// Content that is not text (images, files) cannot be rendered: an unsupported `messages`.
+    /// Content that is not text (images, files), or a conversation the template refuses with
+    /// `raise_exception`, is an unsupported `messages`; any other failure is the template's.
     pub fn render(&self, request: &ModelRequest) -> Result<String, ProviderError> {
         let messages = template_messages(request)?;
         let template = self
@@ -137,11 +129,29 @@ impl ChatTemplate {
                 bos_token => self.bos_token,
                 eos_token => self.eos_token,
             })
-            .map_err(|e| ProviderError::UnsupportedParameter {
-                param: "messages".to_owned(),
-                message: format!("the model's chat template rejected the conversation: {}", describe(&e)),
+            .map_err(|e| {
+                if raised_by_template(&e) {
+                    ProviderError::UnsupportedParameter {
+                        param: "messages".to_owned(),
+                        message: format!("the model's chat template rejected the conversation: {}", describe(&e)),
+                    }
+                } else {
+                    ProviderError::Misconfigured(format!("the chat template failed to render: {}", describe(&e)))
+                }
             })
     }
+}
+
+/// The error (or one it wraps) comes from the template's `raise_exception`.
+fn raised_by_template(error: &minijinja::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        if current.is::<ChatTemplateRaised>() {
+            return true;
+        }
+        source = current.source();
+    }
+    false
 }
 
 fn describe(error: &minijinja::Error) -> String {

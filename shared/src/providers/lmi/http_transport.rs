@@ -17,6 +17,11 @@ use std::time::Duration;
 /// The largest error body kept as JSON.
 const MAX_KEPT_ERROR_BODY: usize = 64 * 1024;
 
+/// The HTTP client could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the HTTP client could not be made: {0}")]
+pub struct HttpClientError(pub String);
+
 /// POSTs to the container's `endpoint_url` with the bearer key and the extra headers.
 #[derive(Debug, Clone)]
 pub struct HttpLmiTransport {
@@ -31,8 +36,8 @@ pub struct HttpLmiTransport {
 }
 
 impl HttpLmiTransport {
-    pub fn new(provider: impl Into<String>, config: &LmiProviderConfig) -> Result<Self, String> {
-        let client = http_client(Duration::from_millis(config.connect_timeout_ms))?;
+    pub fn new(provider: impl Into<String>, config: &LmiProviderConfig) -> Result<Self, HttpClientError> {
+        let client = http_client(Duration::from_millis(config.connect_timeout_ms)).map_err(HttpClientError)?;
         let env_key = match &config.api_key_location {
             CredentialLocation::Env(var) => std::env::var(var).ok().filter(|v| !v.is_empty()),
             _ => None,
@@ -115,9 +120,11 @@ impl HttpLmiTransport {
         }
         ProviderError::Connection(message)
     }
+}
 
-    /// The whole answer, sending the request's `headers` too.
-    pub async fn invoke_with_headers(
+#[async_trait]
+impl LmiTransport for HttpLmiTransport {
+    async fn invoke(
         &self,
         body: Bytes,
         headers: &[ExtraHeaderEntry],
@@ -127,8 +134,7 @@ impl HttpLmiTransport {
         response.bytes().await.map_err(|e| self.transport_error(&e))
     }
 
-    /// The answer's bytes as they come, sending the request's `headers` too.
-    pub async fn invoke_stream_with_headers(
+    async fn invoke_stream(
         &self,
         body: Bytes,
         headers: &[ExtraHeaderEntry],
@@ -147,17 +153,6 @@ impl HttpLmiTransport {
                 })
             })
             .boxed())
-    }
-}
-
-#[async_trait]
-impl LmiTransport for HttpLmiTransport {
-    async fn invoke(&self, body: Bytes, ctx: CallContext<'_>) -> Result<Bytes, ProviderError> {
-        self.invoke_with_headers(body, &[], ctx).await
-    }
-
-    async fn invoke_stream(&self, body: Bytes, ctx: CallContext<'_>) -> Result<ByteStream, ProviderError> {
-        self.invoke_stream_with_headers(body, &[], ctx).await
     }
 }
 

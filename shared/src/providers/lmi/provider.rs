@@ -1,14 +1,14 @@
 //! The LMI provider: one protocol over either transport (`type = "lmi"` over HTTP,
 //! `type = "sagemaker"` through the SageMaker connector).
 
-use super::chat_template::ChatTemplate;
-use super::http_transport::HttpLmiTransport;
+use super::chat_template::{ChatTemplate, ChatTemplateError};
+use super::http_transport::{HttpClientError, HttpLmiTransport};
 use super::request::{chat_body, embedding_body};
 use super::response::{chat_answer, embedding_vectors};
 use super::stream::chunk_stream;
 use super::transport::{ByteStream, LmiTransport};
 use crate::config::{LmiProviderConfig, LmiSchema, SageMakerProviderConfig};
-use crate::model::{entries_for, ExtraHeaderEntry, ExtraPlacement, ModelRequest, ModelResponse};
+use crate::model::{ExtraHeaderEntry, ModelRequest, ModelResponse};
 use crate::openai::embeddings::{EmbeddingInput, EmbeddingRequest, EmbeddingUsage};
 use crate::providers::extras::ConfiguredExtras;
 use crate::providers::{
@@ -21,13 +21,22 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How bodies reach the container.
-#[derive(Debug, Clone)]
-enum Carrier {
-    /// Plain HTTP, which also sends the request's extra headers.
-    Http(Arc<HttpLmiTransport>),
-    /// Any other transport (SageMaker's), which sends no free-form headers.
-    Port(Arc<dyn LmiTransport>),
+/// Why an LMI provider could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LmiBuildError {
+    #[error(transparent)]
+    Template(#[from] ChatTemplateError),
+    #[error(transparent)]
+    HttpClient(#[from] HttpClientError),
+}
+
+/// What the provider adds to every body, from its configuration.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BodySettings {
+    /// Configured `extra_body` edits.
+    pub extras: ConfiguredExtras,
+    /// The token cap sent when the request names none.
+    pub default_max_new_tokens: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -37,22 +46,25 @@ pub struct LmiProvider {
     /// Compiled at start-up for the prompt schemas.
     template: Option<ChatTemplate>,
     timeout: Duration,
-    extras: ConfiguredExtras,
-    carrier: Carrier,
+    settings: BodySettings,
+    transport: Arc<dyn LmiTransport>,
 }
 
 impl LmiProvider {
     /// A `type = "lmi"` provider.
-    pub fn over_http(name: impl Into<String>, config: &LmiProviderConfig) -> Result<Self, String> {
+    pub fn over_http(name: impl Into<String>, config: &LmiProviderConfig) -> Result<Self, LmiBuildError> {
         let name = name.into();
         let transport = HttpLmiTransport::new(name.clone(), config)?;
-        Self::build(
+        Self::with_transport(
             name,
             config.schema,
             config.chat_template.as_deref(),
             Duration::from_millis(config.timeout_ms),
-            ConfiguredExtras::from_config(&config.extra_body, &[]),
-            Carrier::Http(Arc::new(transport)),
+            BodySettings {
+                extras: ConfiguredExtras::from_config(&config.extra_body, &[]),
+                default_max_new_tokens: config.default_max_new_tokens,
+            },
+            Arc::new(transport),
         )
     }
 
@@ -61,57 +73,41 @@ impl LmiProvider {
         name: impl Into<String>,
         config: &SageMakerProviderConfig,
         transport: Arc<dyn LmiTransport>,
-    ) -> Result<Self, String> {
-        Self::build(
+    ) -> Result<Self, LmiBuildError> {
+        Self::with_transport(
             name.into(),
             config.schema,
             config.chat_template.as_deref(),
             Duration::from_millis(config.timeout_ms),
-            ConfiguredExtras::from_config(&config.extra_body, &[]),
-            Carrier::Port(transport),
+            BodySettings {
+                extras: ConfiguredExtras::from_config(&config.extra_body, &[]),
+                default_max_new_tokens: config.default_max_new_tokens,
+            },
+            transport,
         )
     }
 
-    /// A provider of `schema` over any transport (the configured `extra_body` edits in `extras`).
-    #[cfg(test)]
+    /// A provider of `schema` over any transport.
     pub(crate) fn with_transport(
         name: impl Into<String>,
         schema: LmiSchema,
         chat_template: Option<&str>,
         timeout: Duration,
-        extras: ConfiguredExtras,
+        settings: BodySettings,
         transport: Arc<dyn LmiTransport>,
-    ) -> Result<Self, String> {
-        Self::build(
-            name.into(),
-            schema,
-            chat_template,
-            timeout,
-            extras,
-            Carrier::Port(transport),
-        )
-    }
-
-    fn build(
-        name: String,
-        schema: LmiSchema,
-        chat_template: Option<&str>,
-        timeout: Duration,
-        extras: ConfiguredExtras,
-        carrier: Carrier,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, LmiBuildError> {
         let template = if schema.uses_chat_template() {
             Some(ChatTemplate::compile(chat_template)?)
         } else {
             None
         };
         Ok(Self {
-            name,
+            name: name.into(),
             schema,
             template,
             timeout,
-            extras,
-            carrier,
+            settings,
+            transport,
         })
     }
 
@@ -131,57 +127,27 @@ impl LmiProvider {
 
     /// The body to send for `request`, after the `extra_body` edits, as text.
     fn chat_request_body(&self, request: &ModelRequest, stream: bool) -> Result<String, ProviderError> {
-        let mut body = chat_body(self.schema, self.template.as_ref(), request, stream)?;
-        self.extras.edit_body(&mut body, &request.extra_body, &self.name)?;
+        let mut body = chat_body(
+            self.schema,
+            self.template.as_ref(),
+            request,
+            stream,
+            self.settings.default_max_new_tokens,
+        )?;
+        self.settings
+            .extras
+            .edit_body(&mut body, &request.extra_body, &self.name)?;
         Ok(body.to_string())
     }
 
-    /// The request's headers for this provider; a transport without free-form headers refuses them.
-    fn request_headers<'a>(&self, headers: &'a [ExtraHeaderEntry]) -> Result<&'a [ExtraHeaderEntry], ProviderError> {
-        if let Carrier::Port(_) = self.carrier {
-            let placements = [
-                ExtraPlacement::BeforeProviderConfig,
-                ExtraPlacement::AfterProviderConfig,
-            ];
-            if placements
-                .into_iter()
-                .any(|placement| entries_for(headers, &self.name, placement).next().is_some())
-            {
-                return Err(ProviderError::UnsupportedParameter {
-                    param: "extra_headers".to_owned(),
-                    message: "this provider's transport sends no extra headers".to_owned(),
-                });
-            }
-        }
-        Ok(headers)
-    }
-
-    async fn invoke(
-        &self,
-        body: String,
-        headers: &[ExtraHeaderEntry],
-        ctx: CallContext<'_>,
-    ) -> Result<Bytes, ProviderError> {
-        let headers = self.request_headers(headers)?;
-        match &self.carrier {
-            Carrier::Http(http) => http.invoke_with_headers(Bytes::from(body), headers, ctx).await,
-            Carrier::Port(port) => port.invoke(Bytes::from(body), ctx).await,
-        }
-    }
-
+    /// The stream's start, within the timeout.
     async fn invoke_stream(
         &self,
         body: String,
         headers: &[ExtraHeaderEntry],
         ctx: CallContext<'_>,
     ) -> Result<ByteStream, ProviderError> {
-        let headers = self.request_headers(headers)?;
-        let start = async {
-            match &self.carrier {
-                Carrier::Http(http) => http.invoke_stream_with_headers(Bytes::from(body), headers, ctx).await,
-                Carrier::Port(port) => port.invoke_stream(Bytes::from(body), ctx).await,
-            }
-        };
+        let start = self.transport.invoke_stream(Bytes::from(body), headers, ctx);
         tokio::time::timeout(self.timeout, start)
             .await
             .map_err(|_| ProviderError::Timeout { after: self.timeout })?
@@ -192,7 +158,10 @@ impl LmiProvider {
 impl ChatProvider for LmiProvider {
     async fn chat(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelResponse, ProviderError> {
         let body = self.chat_request_body(request, false)?;
-        let answer = self.invoke(body.clone(), &request.extra_headers, ctx).await?;
+        let answer = self
+            .transport
+            .invoke(Bytes::from(body.clone()), &request.extra_headers, ctx)
+            .await?;
         let mut response = chat_answer(self.schema, &answer)?;
         response.raw_request = Some(body);
         Ok(response)
@@ -225,12 +194,15 @@ impl EmbeddingProvider for LmiProvider {
             });
         }
         let mut body = embedding_body(&request.input)?;
-        self.extras.edit_body(&mut body, &[], &self.name)?;
+        self.settings.extras.edit_body(&mut body, &[], &self.name)?;
         let expected = match &request.input {
             EmbeddingInput::Texts(texts) => texts.len(),
             _ => 1,
         };
-        let answer = self.invoke(Value::to_string(&body), &[], ctx).await?;
+        let answer = self
+            .transport
+            .invoke(Bytes::from(Value::to_string(&body)), &[], ctx)
+            .await?;
         Ok(Embeddings {
             vectors: embedding_vectors(&answer, expected)?,
             // LMI embedding containers report no token counts.

@@ -19,15 +19,28 @@ fn unsupported(param: &str, message: impl Into<String>) -> ProviderError {
     }
 }
 
-/// The body for a chat request on `schema`. `template` is needed by the prompt schemas.
+/// The body for a chat request on `schema`. `template` is needed by the prompt schemas;
+/// `default_max_new_tokens` caps a request that names no cap.
 pub fn chat_body(
     schema: LmiSchema,
     template: Option<&ChatTemplate>,
     request: &ModelRequest,
     stream: bool,
+    default_max_new_tokens: Option<u64>,
 ) -> Result<Value, ProviderError> {
     match schema {
-        LmiSchema::Chat => Ok(openai_chat_body(request, stream)),
+        LmiSchema::Chat => {
+            let mut body = openai_chat_body(request, stream);
+            if let Some(cap) = default_max_new_tokens {
+                let object = body.as_object_mut();
+                if let Some(object) =
+                    object.filter(|o| !o.contains_key("max_tokens") && !o.contains_key("max_completion_tokens"))
+                {
+                    object.insert("max_tokens".into(), json!(cap));
+                }
+            }
+            Ok(body)
+        }
         LmiSchema::Embedding => Err(ProviderError::Misconfigured(
             "an LMI embedding model does not answer chat requests".to_owned(),
         )),
@@ -51,7 +64,7 @@ pub fn chat_body(
             body.insert("inputs".into(), inputs);
             body.insert(
                 "parameters".into(),
-                Value::Object(generation_parameters(request, details)),
+                Value::Object(generation_parameters(request, details, default_max_new_tokens)),
             );
             if stream {
                 body.insert("stream".into(), Value::Bool(true));
@@ -103,6 +116,9 @@ fn check_prompt_request(request: &ModelRequest) -> Result<(), ProviderError> {
     if request.tool_choice.is_some() {
         return Err(unsupported("tool_choice", NO_TOOLS));
     }
+    if request.parallel_tool_calls == Some(true) {
+        return Err(unsupported("parallel_tool_calls", NO_TOOLS));
+    }
     match request.output {
         OutputMode::Text => {}
         OutputMode::JsonObject | OutputMode::JsonSchema { .. } => {
@@ -147,7 +163,11 @@ fn check_prompt_request(request: &ModelRequest) -> Result<(), ProviderError> {
 
 /// `parameters` of a prompt schema: the LMI generation parameters passed through, then the
 /// modelled ones; `details` asks for finish reasons and token counts (rolling batch only).
-fn generation_parameters(request: &ModelRequest, details: bool) -> Map<String, Value> {
+fn generation_parameters(
+    request: &ModelRequest,
+    details: bool,
+    default_max_new_tokens: Option<u64>,
+) -> Map<String, Value> {
     let mut parameters: Map<String, Value> = request
         .openai_pass_through
         .fields
@@ -156,7 +176,7 @@ fn generation_parameters(request: &ModelRequest, details: bool) -> Map<String, V
         .map(|(field, value)| (field.clone(), value.clone()))
         .collect();
     let params = &request.params;
-    if let Some(max_tokens) = params.max_tokens {
+    if let Some(max_tokens) = params.max_tokens.or(default_max_new_tokens) {
         parameters.insert("max_new_tokens".into(), json!(max_tokens));
     }
     match params.temperature {

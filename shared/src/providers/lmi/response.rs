@@ -1,9 +1,9 @@
 //! LMI answers → [`ModelResponse`]: the rolling-batch object, TGI's one-element array, the
 //! dynamic-batch list, LMI's `chat.completion`, and embedding vectors.
 
-use super::protocol::{finish_reason_from_lmi, is_error_line, MODEL_ERROR_STATUS};
+use super::protocol::{finish_reason_from_lmi, is_error_line, reported_error, MODEL_ERROR_STATUS};
 use crate::config::LmiSchema;
-use crate::model::{ContentBlock, ModelChoice, ModelResponse, ModelUsage};
+use crate::model::{ContentBlock, FinishReason, ModelChoice, ModelResponse, ModelUsage};
 use crate::openai::chat::ChatCompletion;
 use crate::openai::from_model::completion_to_model;
 use crate::providers::ProviderError;
@@ -64,6 +64,14 @@ fn invalid(what: &str, error: impl std::fmt::Display) -> ProviderError {
 /// A non-streamed chat answer on `schema`; `raw` is the body as received.
 pub fn chat_answer(schema: LmiSchema, raw: &[u8]) -> Result<ModelResponse, ProviderError> {
     let value: Value = serde_json::from_slice(raw).map_err(|e| invalid("answer is not JSON", e))?;
+    if let Some(reported) = reported_error(&value) {
+        return Err(ProviderError::Http {
+            status: reported.status,
+            message: reported.message,
+            retry_after: None,
+            body: Some(value),
+        });
+    }
     let raw_text = String::from_utf8_lossy(raw).into_owned();
     if schema == LmiSchema::Chat {
         return chat_completion_answer(value, raw_text);
@@ -113,8 +121,30 @@ fn chat_completion_answer(mut value: Value, raw_text: String) -> Result<ModelRes
             .entry("id")
             .or_insert_with(|| Value::String(uuid::Uuid::now_v7().to_string()));
     }
+    let reasons = lmi_finish_reasons(&value);
     let completion: ChatCompletion = serde_json::from_value(value).map_err(|e| invalid("chat completion", e))?;
-    Ok(completion_to_model(completion, Some(raw_text)))
+    let mut response = completion_to_model(completion, Some(raw_text));
+    for choice in &mut response.choices {
+        if let Some(reason) = reasons.get(&u64::from(choice.index)) {
+            choice.finish_reason = Some(*reason);
+        }
+    }
+    Ok(response)
+}
+
+/// The finish reasons of a chat answer's (or chunk's) choices by index, read with LMI's map (its
+/// `eos_token` and `stop_sequence` besides OpenAI's names).
+pub fn lmi_finish_reasons(value: &Value) -> std::collections::HashMap<u64, FinishReason> {
+    value["choices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|choice| {
+            let reason = choice["finish_reason"].as_str()?;
+            let index = choice["index"].as_u64().unwrap_or(0);
+            Some((index, finish_reason_from_lmi(Some(reason))))
+        })
+        .collect()
 }
 
 /// The vectors of an embedding answer: a list of vectors, `{"embeddings": [...]}`, or a list

@@ -5,7 +5,7 @@
 //! several lines is joined until it parses.
 
 use super::protocol::{finish_reason_from_lmi, is_error_line, reported_error};
-use super::response::{model_reported_error, Details};
+use super::response::{lmi_finish_reasons, model_reported_error, Details};
 use super::transport::ByteStream;
 use crate::config::LmiSchema;
 use crate::model::{ChunkBlock, ChunkChoice, FinishReason, ModelChunk, ModelUsage};
@@ -204,6 +204,12 @@ impl ChunkMapper {
         if self.finished || self.schema == LmiSchema::Chat {
             return Ok(Vec::new());
         }
+        // Only dynamic batch streams end without a last line; the others give it their finish.
+        if self.schema != LmiSchema::DynamicBatch {
+            return Err(ProviderError::Connection(
+                "LMI stream ended before its last line (generated_text / details)".to_owned(),
+            ));
+        }
         self.finished = true;
         Ok(self.finish(None, FinishReason::Stop, ModelUsage::new(0, self.tokens)))
     }
@@ -296,8 +302,15 @@ impl ChunkMapper {
         if failed {
             return Err(model_reported_error(Some(value)));
         }
+        let reasons = lmi_finish_reasons(&value);
         let chunk: ChatCompletionChunk = serde_json::from_value(value).map_err(|e| invalid_line(&e))?;
-        Ok(vec![chunk_to_model(chunk, None)])
+        let mut chunk = chunk_to_model(chunk, None);
+        for choice in &mut chunk.choices {
+            if let Some(reason) = reasons.get(&u64::from(choice.index)) {
+                choice.finish_reason = Some(*reason);
+            }
+        }
+        Ok(vec![chunk])
     }
 }
 

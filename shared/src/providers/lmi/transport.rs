@@ -1,5 +1,6 @@
 //! How an LMI body reaches a container: the port the LMI provider talks to.
 
+use crate::model::ExtraHeaderEntry;
 use crate::providers::{CallContext, ProviderError};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -10,12 +11,26 @@ pub type ByteStream = BoxStream<'static, Result<Bytes, ProviderError>>;
 
 /// Carries a JSON body to an LMI container and its answer back. A non-2xx answer (or SageMaker's
 /// `ModelError`) is a [`ProviderError::Http`] with the container's own status and message.
+///
+/// `headers` are the request's extra headers (all of them: the transport picks those that apply to
+/// its provider). A transport that cannot send free-form headers refuses applicable ones with
+/// [`ProviderError::UnsupportedParameter`] naming `extra_headers`.
 #[async_trait]
 pub trait LmiTransport: Send + Sync + std::fmt::Debug {
     /// POST `body`; the whole answer.
-    async fn invoke(&self, body: Bytes, ctx: CallContext<'_>) -> Result<Bytes, ProviderError>;
+    async fn invoke(
+        &self,
+        body: Bytes,
+        headers: &[ExtraHeaderEntry],
+        ctx: CallContext<'_>,
+    ) -> Result<Bytes, ProviderError>;
     /// POST `body` (which asks for a stream); the answer's bytes as they come.
-    async fn invoke_stream(&self, body: Bytes, ctx: CallContext<'_>) -> Result<ByteStream, ProviderError>;
+    async fn invoke_stream(
+        &self,
+        body: Bytes,
+        headers: &[ExtraHeaderEntry],
+        ctx: CallContext<'_>,
+    ) -> Result<ByteStream, ProviderError>;
 }
 
 /// Opens the transport of a `type = "sagemaker"` provider. The router is given one at start-up

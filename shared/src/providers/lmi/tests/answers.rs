@@ -100,3 +100,31 @@ async fn an_answer_that_is_not_lmi_is_invalid() {
     let err = answer(LmiSchema::RollingBatch, r#"{"outputs": 1}"#).await.unwrap_err();
     assert!(matches!(err, ProviderError::InvalidResponse(_)), "{err:?}");
 }
+
+#[tokio::test]
+async fn chat_answers_read_lmis_own_finish_reasons() {
+    for (reason, expected) in [
+        ("eos_token", FinishReason::Stop),
+        ("stop_sequence", FinishReason::StopSequence),
+    ] {
+        let body = json!({"id": "c", "object": "chat.completion", "created": 1, "model": "lmi",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": reason}]})
+        .to_string();
+        let response = answer(LmiSchema::Chat, &body).await.unwrap();
+        assert_eq!(response.choices[0].finish_reason, Some(expected), "{reason}");
+    }
+}
+
+#[tokio::test]
+async fn an_error_object_on_a_200_keeps_the_models_message_and_code() {
+    let body = r#"{"error": "Input validation failed: max_new_tokens too large", "code": 400}"#;
+    for schema in [LmiSchema::RollingBatch, LmiSchema::Chat, LmiSchema::DynamicBatch] {
+        match answer(schema, body).await.unwrap_err() {
+            ProviderError::Http { status, message, .. } => {
+                assert_eq!(status, 400);
+                assert_eq!(message, "Input validation failed: max_new_tokens too large");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

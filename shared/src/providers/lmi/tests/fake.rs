@@ -1,8 +1,8 @@
 //! A transport that records bodies and answers canned bytes (streams split as told).
 
 use crate::config::LmiSchema;
-use crate::model::{ContentBlock, Message, ModelRequest, Role};
-use crate::providers::extras::ConfiguredExtras;
+use crate::model::{ContentBlock, ExtraHeaderEntry, Message, ModelRequest, Role};
+use crate::providers::lmi::provider::BodySettings;
 use crate::providers::lmi::{ByteStream, LmiProvider, LmiTransport};
 use crate::providers::{CallContext, ProviderError};
 use async_trait::async_trait;
@@ -46,12 +46,22 @@ impl FakeTransport {
 
 #[async_trait]
 impl LmiTransport for FakeTransport {
-    async fn invoke(&self, body: Bytes, _ctx: CallContext<'_>) -> Result<Bytes, ProviderError> {
+    async fn invoke(
+        &self,
+        body: Bytes,
+        _headers: &[ExtraHeaderEntry],
+        _ctx: CallContext<'_>,
+    ) -> Result<Bytes, ProviderError> {
         self.record(&body);
         Ok(self.answer.concat().into())
     }
 
-    async fn invoke_stream(&self, body: Bytes, _ctx: CallContext<'_>) -> Result<ByteStream, ProviderError> {
+    async fn invoke_stream(
+        &self,
+        body: Bytes,
+        _headers: &[ExtraHeaderEntry],
+        _ctx: CallContext<'_>,
+    ) -> Result<ByteStream, ProviderError> {
         self.record(&body);
         Ok(futures::stream::iter(self.answer.clone().into_iter().map(Ok)).boxed())
     }
@@ -63,7 +73,7 @@ pub fn provider(schema: LmiSchema, transport: Arc<FakeTransport>) -> LmiProvider
         schema,
         None,
         Duration::from_secs(5),
-        ConfiguredExtras::default(),
+        BodySettings::default(),
         transport,
     )
     .unwrap()

@@ -54,6 +54,7 @@ fn config(endpoint_url: String) -> LmiProviderConfig {
         endpoint_url,
         schema: LmiSchema::RollingBatch,
         chat_template: None,
+        default_max_new_tokens: None,
         api_key_location: CredentialLocation::Dynamic("lmi_key".into()),
         timeout_ms: 5_000,
         connect_timeout_ms: 1_000,

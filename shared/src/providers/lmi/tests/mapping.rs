@@ -255,3 +255,38 @@ async fn a_raw_prompt_is_sent_as_is_without_the_chat_template() {
         .unwrap()
         .starts_with("<|im_start|>user\n<|im_start|>user"));
 }
+
+#[tokio::test]
+async fn parallel_tool_calls_are_refused_on_prompt_schemas() {
+    let mut request = user("Hi");
+    request.parallel_tool_calls = Some(true);
+    let (param, _) = refusal(LmiSchema::RollingBatch, &request).await;
+    assert_eq!(param, "parallel_tool_calls");
+}
+
+#[tokio::test]
+async fn the_configured_default_token_cap_is_sent_when_the_request_names_none() {
+    let config: crate::config::SageMakerProviderConfig =
+        toml::from_str("endpoint_name = \"e\"\ndefault_max_new_tokens = 256").unwrap();
+    let mut capped = user("Hi");
+    capped.params.max_tokens = Some(8);
+    for (schema, answer, pointer) in [
+        (LmiSchema::RollingBatch, ROLLING_ANSWER, "/parameters/max_new_tokens"),
+        (
+            LmiSchema::Chat,
+            r#"{"id": "c", "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}]}"#,
+            "/max_tokens",
+        ),
+    ] {
+        let config = crate::config::SageMakerProviderConfig {
+            schema,
+            ..config.clone()
+        };
+        let transport = FakeTransport::answering(answer);
+        let provider = crate::providers::lmi::LmiProvider::over_sagemaker("sm", &config, transport.clone()).unwrap();
+        provider.chat(&user("Hi"), ctx()).await.unwrap();
+        assert_eq!(transport.last_body().pointer(pointer), Some(&json!(256)), "{schema:?}");
+        provider.chat(&capped, ctx()).await.unwrap();
+        assert_eq!(transport.last_body().pointer(pointer), Some(&json!(8)), "{schema:?}");
+    }
+}

@@ -212,3 +212,25 @@ async fn special_tokens_add_no_text() {
     assert_eq!(texts(&out), "Hi");
     assert_eq!(usage(&out), Some(ModelUsage::new(0, 2)));
 }
+
+#[tokio::test]
+async fn a_rolling_or_tgi_stream_without_its_last_line_is_an_error() {
+    let cut = "{\"token\": {\"id\": 1, \"text\": \"Hello\"}}\n";
+    for schema in [LmiSchema::RollingBatch, LmiSchema::TgiCompat] {
+        let out = chunks(schema, cut).await;
+        assert_eq!(texts(&out), "Hello");
+        assert!(
+            matches!(out.last(), Some(Err(ProviderError::Connection(_)))),
+            "{schema:?}: {out:?}"
+        );
+        assert_eq!(finish(&out), None);
+    }
+}
+
+#[tokio::test]
+async fn chat_chunks_read_lmis_own_finish_reasons() {
+    let line = "{\"id\": \"c\", \"object\": \"chat.completion.chunk\", \"created\": 1, \"model\": \"m\", \
+                \"choices\": [{\"index\": 0, \"delta\": {\"content\": \"!\"}, \"finish_reason\": \"stop_sequence\"}]}\n";
+    let out = chunks(LmiSchema::Chat, line).await;
+    assert_eq!(finish(&out), Some(FinishReason::StopSequence));
+}

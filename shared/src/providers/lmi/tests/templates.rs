@@ -1,8 +1,9 @@
 //! Chat templates: the built-ins, custom templates, `raise_exception`, non-text content.
 
 use super::fake::user;
+use crate::config::BuiltInChatTemplate;
 use crate::model::{ContentBlock, FileData, Message, ModelRequest, Role};
-use crate::providers::lmi::ChatTemplate;
+use crate::providers::lmi::{ChatTemplate, ChatTemplateError};
 use crate::providers::ProviderError;
 
 fn conversation() -> ModelRequest {
@@ -68,7 +69,7 @@ fn a_custom_template_sees_messages_generation_prompt_and_can_raise() {
 #[test]
 fn a_template_that_does_not_compile_is_refused() {
     let err = ChatTemplate::compile(Some("{% for m in messages %}")).unwrap_err();
-    assert!(err.contains("does not compile"), "{err}");
+    assert!(matches!(err, ChatTemplateError::DoesNotCompile(_)), "{err:?}");
 }
 
 #[test]
@@ -95,4 +96,30 @@ fn hugging_face_templates_may_call_python_string_methods() {
                   {% endif %}{% endfor %}";
     let template = ChatTemplate::compile(Some(source)).unwrap();
     assert_eq!(template.render(&user("Hi there  ")).unwrap(), "<HI THERE>");
+}
+
+#[test]
+fn hugging_face_templates_may_use_tojson_macros_and_break() {
+    let source = "{% macro turn(m) %}{{ m.role }}={{ m.content | tojson }};{% endmacro %}\
+                  {% for m in messages %}{% if m.role == 'assistant' %}{% break %}{% endif %}{{ turn(m) }}{% endfor %}";
+    let template = ChatTemplate::compile(Some(source)).unwrap();
+    assert_eq!(
+        template.render(&conversation()).unwrap(),
+        "system=\"Be brief.\";user=\"Hi\";"
+    );
+}
+
+#[test]
+fn a_template_that_fails_to_render_is_a_misconfiguration_not_the_clients_error() {
+    // Calling an undefined function is the template's fault, whatever the conversation.
+    let template = ChatTemplate::compile(Some("{{ no_such_function() }}")).unwrap();
+    let err = template.render(&user("Hi")).unwrap_err();
+    assert!(matches!(err, ProviderError::Misconfigured(_)), "{err:?}");
+}
+
+#[test]
+fn every_built_in_template_name_compiles() {
+    for template in BuiltInChatTemplate::ALL {
+        ChatTemplate::compile(Some(template.name())).unwrap();
+    }
 }
