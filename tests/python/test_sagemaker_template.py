@@ -1,7 +1,6 @@
-"""template.yaml's SageMaker permissions, expanded the way CloudFormation's LanguageExtensions
-transform expands them (SAM CLI's own implementation), for a few values of `SageMakerEndpointNames`:
-exactly the two invoke actions on exactly the named endpoints, on the functions that call models,
-and nothing at all without names.
+"""template.yaml's SageMaker permissions for a few values of `SageMakerEndpointArns`: exactly the two
+invoke actions on exactly the listed endpoints, on the functions that call models, and nothing at all
+without ARNs.
 """
 
 from __future__ import annotations
@@ -13,68 +12,75 @@ import pytest
 import nimbus_testkit as kit
 
 INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
-ARN_PREFIX = "arn:${AWS::Partition}:sagemaker:${AWS::Region}:${AWS::AccountId}:endpoint/"
+PARAMETER = "SageMakerEndpointArns"
 
 
-def expanded(names: list[str]) -> dict[str, Any]:
-    from samcli.lib.cfn_language_extensions.api import process_template  # noqa: PLC0415
+def template() -> dict[str, Any]:
     from samcli.yamlhelper import yaml_parse  # noqa: PLC0415
 
-    template = yaml_parse(kit.TEMPLATE.read_text())
-    return process_template(template, parameter_values={"SageMakerEndpointNames": names})
+    return yaml_parse(kit.TEMPLATE.read_text())
 
 
-def condition_holds(template: dict[str, Any], name: str) -> bool:
-    """The value of a condition made of Fn::Not / Fn::Equals over resolved strings."""
-
-    def evaluate(expression: Any) -> bool:
+def resolve(expression: Any, arns: list[str]) -> Any:
+    """The value of the intrinsic functions the SageMaker parts use, with the parameter set."""
+    if isinstance(expression, dict):
+        if expression == {"Ref": PARAMETER}:
+            return arns
         if "Fn::Not" in expression:
-            return not evaluate(expression["Fn::Not"][0])
+            return not resolve(expression["Fn::Not"][0], arns)
         if "Fn::Equals" in expression:
-            left, right = expression["Fn::Equals"]
-            assert isinstance(left, str) and isinstance(right, str), expression
+            left, right = (resolve(side, arns) for side in expression["Fn::Equals"])
             return left == right
-        raise AssertionError(f"unexpected condition {expression}")
+        if "Fn::Join" in expression:
+            delimiter, values = expression["Fn::Join"]
+            return delimiter.join(resolve(values, arns))
+    return expression
 
-    return evaluate(template["Conditions"][name])
 
-
-def deployed_sagemaker_statements(template: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def deployed_sagemaker_statements(doc: dict[str, Any], arns: list[str]) -> list[tuple[str, dict[str, Any]]]:
     """(resource, statement) of every statement naming a SageMaker action in a resource that
     CloudFormation creates (its condition, if any, holds)."""
     found = []
-    for name, resource in template["Resources"].items():
+    for name, resource in doc["Resources"].items():
         condition = resource.get("Condition")
-        if condition and not condition_holds(template, condition):
+        if condition and not resolve(doc["Conditions"][condition], arns):
             continue
         if "sagemaker:" not in repr(resource):
             continue
-        properties = resource["Properties"]
         assert resource["Type"] == "AWS::IAM::Policy", (name, resource["Type"])
-        found.extend((name, statement) for statement in properties["PolicyDocument"]["Statement"])
+        found.extend((name, statement) for statement in resource["Properties"]["PolicyDocument"]["Statement"])
     return found
 
 
-def test_without_endpoint_names_no_function_may_call_sagemaker() -> None:
-    template = expanded([""])
-    assert deployed_sagemaker_statements(template) == []
-    # Nor does any function's inline policy list mention SageMaker.
-    for name, resource in template["Resources"].items():
+def test_without_endpoint_arns_no_function_may_call_sagemaker() -> None:
+    doc = template()
+    assert doc["Parameters"][PARAMETER]["Default"] == ""
+    assert deployed_sagemaker_statements(doc, [""]) == []
+    for name, resource in doc["Resources"].items():
         if resource.get("Type") == "AWS::Serverless::Function":
             assert "sagemaker" not in repr(resource["Properties"].get("Policies", [])).lower(), name
 
 
-@pytest.mark.parametrize("names", [["chat-llama3"], ["chat-llama3", "embedding-bge", "tgi-compat-7b"]])
-def test_each_named_endpoint_may_be_invoked_by_the_model_calling_functions_only(names: list[str]) -> None:
-    template = expanded(names)
-    statements = deployed_sagemaker_statements(template)
-    assert sorted(statement["Resource"] for _, statement in statements) == sorted(ARN_PREFIX + n for n in names)
-    for resource_name, statement in statements:
-        assert statement["Effect"] == "Allow"
-        assert sorted(statement["Action"]) == INVOKE_ACTIONS
-        roles = template["Resources"][resource_name]["Properties"]["Roles"]
-        assert roles == [{"Ref": "NimbusInferenceFunctionRole"}, {"Ref": "NimbusWorkerFunctionRole"}]
-    # The roles named are the ones SAM generates for those two functions.
+@pytest.mark.parametrize(
+    "arns",
+    [
+        ["arn:aws:sagemaker:us-east-1:123456789012:endpoint/chat-llama3"],
+        [
+            "arn:aws:sagemaker:us-east-1:123456789012:endpoint/chat-llama3",
+            "arn:aws:sagemaker:eu-west-1:123456789012:endpoint/embedding-bge",
+        ],
+    ],
+)
+def test_each_listed_endpoint_may_be_invoked_by_the_model_calling_functions_only(arns: list[str]) -> None:
+    doc = template()
+    statements = deployed_sagemaker_statements(doc, arns)
+    assert len(statements) == 1
+    resource_name, statement = statements[0]
+    assert statement["Effect"] == "Allow"
+    assert sorted(statement["Action"]) == INVOKE_ACTIONS
+    assert resolve(statement["Resource"], arns) == arns
+    roles = doc["Resources"][resource_name]["Properties"]["Roles"]
+    assert roles == [{"Ref": "NimbusInferenceFunctionRole"}, {"Ref": "NimbusWorkerFunctionRole"}]
     for function in ("NimbusInferenceFunction", "NimbusWorkerFunction"):
-        assert template["Resources"][function]["Type"] == "AWS::Serverless::Function"
-        assert "Role" not in template["Resources"][function]["Properties"], function
+        assert doc["Resources"][function]["Type"] == "AWS::Serverless::Function"
+        assert "Role" not in doc["Resources"][function]["Properties"], function
