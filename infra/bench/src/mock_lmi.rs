@@ -36,6 +36,7 @@
 //! past `--record-limit`), `DELETE /_requests` clears them. With `--port 0` the first line on stdout
 //! is `listening on 127.0.0.1:PORT`.
 
+mod mock_server;
 #[path = "mock_lmi/model.rs"]
 mod model;
 #[path = "mock_lmi/sagemaker.rs"]
@@ -162,16 +163,6 @@ async fn invocations(State(state): State<Shared>, uri: Uri, headers: HeaderMap, 
     container(&state, Schema::RollingBatch, &uri, &headers, &body)
 }
 
-async fn predictions(
-    State(state): State<Shared>,
-    Path(_model): Path<String>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    container(&state, Schema::RollingBatch, &uri, &headers, &body)
-}
-
 async fn schema_invocations(
     State(state): State<Shared>,
     Path(segment): Path<String>,
@@ -260,7 +251,7 @@ fn router(state: Shared) -> Router {
         .route("/ping", get(ping))
         .route("/health", get(ping))
         .route("/invocations", post(invocations))
-        .route("/predictions/{model}", post(predictions))
+        .route("/predictions/{model}", post(invocations))
         .route("/{schema}/invocations", post(schema_invocations))
         .route("/endpoints/{endpoint}/invocations", post(sagemaker_invoke))
         .route(
@@ -271,33 +262,19 @@ fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
-async fn serve(address: SocketAddr, record_limit: usize) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(address).await?;
-    let local = listener.local_addr()?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on {local}")?;
-    stdout.flush()?;
-    drop(stdout);
-    eprintln!("nimbus-mock-lmi listening on http://{local}");
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
+fn main() -> std::io::Result<()> {
+    let args = Args::parse();
     let state = Arc::new(MockState {
-        record_limit,
+        record_limit: args.record_limit,
         requests: Mutex::new(VecDeque::new()),
         failure_counts: FailureCounts::default(),
     });
-    axum::serve(listener, router(state)).await
-}
-
-fn main() -> std::io::Result<()> {
-    let args = Args::parse();
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
-    if let Some(threads) = args.worker_threads {
-        builder.worker_threads(threads.max(1));
-    }
-    builder
-        .build()?
-        .block_on(serve(SocketAddr::new(args.bind, args.port), args.record_limit))
+    let address = SocketAddr::new(args.bind, args.port);
+    mock_server::run(args.worker_threads, address, router(state), |local| {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "listening on {local}")?;
+        stdout.flush()?;
+        eprintln!("nimbus-mock-lmi listening on http://{local}");
+        Ok(())
+    })
 }

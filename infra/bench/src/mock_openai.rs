@@ -5,6 +5,8 @@
 //! needs, so the baseline measured against it is as close to "the network stack alone" as an
 //! axum server gets.
 
+mod mock_server;
+
 use axum::body::Bytes;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
@@ -52,21 +54,11 @@ fn router() -> Router {
         .route("/health", get(health))
 }
 
-async fn serve(address: SocketAddr) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(address).await?;
-    eprintln!("nimbus-mock-openai listening on http://{}/v1", listener.local_addr()?);
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router()).await
-}
-
 fn main() -> std::io::Result<()> {
     let args = Args::parse();
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
-    if let Some(threads) = args.worker_threads {
-        builder.worker_threads(threads.max(1));
-    }
-    builder.build()?.block_on(serve(SocketAddr::new(args.bind, args.port)))
+    let address = SocketAddr::new(args.bind, args.port);
+    mock_server::run(args.worker_threads, address, router(), |local| {
+        eprintln!("nimbus-mock-openai listening on http://{local}/v1");
+        Ok(())
+    })
 }

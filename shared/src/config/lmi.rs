@@ -2,6 +2,7 @@
 //! over plain HTTP or through a SageMaker endpoint; and `[lmi_api]`, the LMI API Nimbus serves.
 
 use super::extras::{check_extra_body, check_extra_headers, extra_body_array, headers_table_or_array};
+use super::models::{check_http_url, check_timeouts, default_connect_timeout_ms, default_timeout_ms};
 use super::{ConfigError, CredentialLocation, ExtraBodyEntry, ExtraHeaderEntry};
 use serde::Deserialize;
 
@@ -160,12 +161,6 @@ pub struct SageMakerProviderConfig {
 fn no_key() -> CredentialLocation {
     CredentialLocation::None
 }
-fn default_timeout_ms() -> u64 {
-    120_000
-}
-fn default_connect_timeout_ms() -> u64 {
-    5_000
-}
 
 /// `[lmi_api]`: the LMI API Nimbus serves (`/invocations`, `/predictions/{model}`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
@@ -257,24 +252,9 @@ fn check_default_max_new_tokens(key: &str, value: Option<u64>) -> Result<(), Con
     Ok(())
 }
 
-fn check_timeouts(key: &str, timeouts: &[u64]) -> Result<(), ConfigError> {
-    if timeouts.contains(&0) {
-        return Err(ConfigError::invalid(
-            format!("{key}.timeout_ms"),
-            "timeouts must be positive",
-        ));
-    }
-    Ok(())
-}
-
 impl LmiProviderConfig {
     pub(crate) fn validate(&self, key: &str) -> Result<(), ConfigError> {
-        if !(self.endpoint_url.starts_with("http://") || self.endpoint_url.starts_with("https://")) {
-            return Err(ConfigError::invalid(
-                format!("{key}.endpoint_url"),
-                format!("`{}` is not an http(s) URL", self.endpoint_url),
-            ));
-        }
+        check_http_url(&format!("{key}.endpoint_url"), &self.endpoint_url)?;
         check_timeouts(key, &[self.timeout_ms, self.connect_timeout_ms])?;
         check_default_max_new_tokens(key, self.default_max_new_tokens)?;
         check_schema_template(key, self.schema, self.chat_template.as_deref())?;

@@ -77,11 +77,31 @@ fn default_api_base() -> String {
 fn default_openai_key() -> CredentialLocation {
     CredentialLocation::Env("OPENAI_API_KEY".to_owned())
 }
-fn default_timeout_ms() -> u64 {
+/// Shared by every provider type that takes a whole-request timeout.
+pub(super) fn default_timeout_ms() -> u64 {
     120_000
 }
-fn default_connect_timeout_ms() -> u64 {
+pub(super) fn default_connect_timeout_ms() -> u64 {
     5_000
+}
+
+/// `url` (the value of `key`) is an http(s) URL.
+pub(super) fn check_http_url(key: &str, url: &str) -> Result<(), ConfigError> {
+    if url.starts_with("http://") || url.starts_with("https://") {
+        return Ok(());
+    }
+    Err(ConfigError::invalid(key, format!("`{url}` is not an http(s) URL")))
+}
+
+/// Every timeout of the provider at `key` is positive (named `{key}.timeout_ms`).
+pub(super) fn check_timeouts(key: &str, timeouts: &[u64]) -> Result<(), ConfigError> {
+    if timeouts.contains(&0) {
+        return Err(ConfigError::invalid(
+            format!("{key}.timeout_ms"),
+            "timeouts must be positive",
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
@@ -184,18 +204,8 @@ impl OpenAiProviderConfig {
         if self.model_name.trim().is_empty() {
             return Err(ConfigError::invalid(format!("{key}.model_name"), "must not be empty"));
         }
-        if !(self.api_base.starts_with("http://") || self.api_base.starts_with("https://")) {
-            return Err(ConfigError::invalid(
-                format!("{key}.api_base"),
-                format!("`{}` is not an http(s) URL", self.api_base),
-            ));
-        }
-        if self.timeout_ms == 0 || self.connect_timeout_ms == 0 {
-            return Err(ConfigError::invalid(
-                format!("{key}.timeout_ms"),
-                "timeouts must be positive",
-            ));
-        }
+        check_http_url(&format!("{key}.api_base"), &self.api_base)?;
+        check_timeouts(key, &[self.timeout_ms, self.connect_timeout_ms])?;
         check_extra_body(key, &self.extra_body)?;
         check_extra_headers(key, &self.extra_headers)
     }

@@ -4,6 +4,7 @@
 //! "unsupported" stub. The router tries a model's providers in order with retries and fallback,
 //! and asks a provider without native `n` support once per choice.
 
+mod api_key;
 pub mod choices;
 pub mod dummy;
 mod error;

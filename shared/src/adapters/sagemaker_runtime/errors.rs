@@ -206,13 +206,7 @@ pub(super) fn invoke_error(
     timeout: Duration,
     started: Instant,
 ) -> ProviderError {
-    match err {
-        SdkError::ServiceError(context) => {
-            let raw_status = Some(context.raw().status().as_u16());
-            Fault::of_invoke(context.into_err(), raw_status).into_provider_error(started)
-        }
-        other => transport_error(other, timeout),
-    }
+    operation_error(err, timeout, started, Fault::of_invoke)
 }
 
 /// An `InvokeEndpointWithResponseStream` failure before the stream started.
@@ -221,10 +215,23 @@ pub(super) fn stream_open_error(
     timeout: Duration,
     started: Instant,
 ) -> ProviderError {
+    operation_error(err, timeout, started, Fault::of_stream_open)
+}
+
+/// An operation's failure: its service error read by `fault`, else a transport failure.
+fn operation_error<E>(
+    err: SdkError<E, HttpResponse>,
+    timeout: Duration,
+    started: Instant,
+    fault: fn(E, Option<u16>) -> Fault,
+) -> ProviderError
+where
+    E: std::error::Error + 'static,
+{
     match err {
         SdkError::ServiceError(context) => {
             let raw_status = Some(context.raw().status().as_u16());
-            Fault::of_stream_open(context.into_err(), raw_status).into_provider_error(started)
+            fault(context.into_err(), raw_status).into_provider_error(started)
         }
         other => transport_error(other, timeout),
     }

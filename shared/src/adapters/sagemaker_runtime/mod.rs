@@ -27,6 +27,7 @@ use aws_sdk_sagemakerruntime::primitives::Blob;
 use aws_sdk_sagemakerruntime::Client;
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -129,6 +130,19 @@ impl SageMakerEndpoint {
     }
 }
 
+/// Awaits `send` until `timeout` after `started`; its failure is read by `on_error`.
+async fn send_within<T, E>(
+    started: Instant,
+    timeout: Duration,
+    send: impl Future<Output = Result<T, E>>,
+    on_error: fn(E, Duration, Instant) -> ProviderError,
+) -> Result<T, ProviderError> {
+    tokio::time::timeout_at(started + timeout, send)
+        .await
+        .map_err(|_| ProviderError::Timeout { after: timeout })?
+        .map_err(|err| on_error(err, timeout, started))
+}
+
 #[async_trait]
 impl LmiTransport for SageMakerEndpoint {
     async fn invoke(
@@ -150,10 +164,7 @@ impl LmiTransport for SageMakerEndpoint {
             .set_target_variant(self.config.target_variant.clone())
             .set_inference_component_name(self.config.inference_component.clone())
             .body(Blob::new(Vec::from(body)));
-        let output = tokio::time::timeout_at(started + timeout, request.send())
-            .await
-            .map_err(|_| ProviderError::Timeout { after: timeout })?
-            .map_err(|err| errors::invoke_error(err, timeout, started))?;
+        let output = send_within(started, timeout, request.send(), errors::invoke_error).await?;
         Ok(output
             .body
             .map(|blob| Bytes::from(blob.into_inner()))
@@ -179,10 +190,7 @@ impl LmiTransport for SageMakerEndpoint {
             .set_target_variant(self.config.target_variant.clone())
             .set_inference_component_name(self.config.inference_component.clone())
             .body(Blob::new(Vec::from(body)));
-        let output = tokio::time::timeout_at(started + timeout, request.send())
-            .await
-            .map_err(|_| ProviderError::Timeout { after: timeout })?
-            .map_err(|err| errors::stream_open_error(err, timeout, started))?;
+        let output = send_within(started, timeout, request.send(), errors::stream_open_error).await?;
         let events = stream::SdkStreamEvents {
             receiver: output.body,
             idle_timeout: timeout,

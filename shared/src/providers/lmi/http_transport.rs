@@ -2,8 +2,9 @@
 
 use super::protocol::error_message;
 use super::transport::{ByteStream, LmiTransport};
-use crate::config::{CredentialLocation, LmiProviderConfig};
+use crate::config::LmiProviderConfig;
 use crate::model::ExtraHeaderEntry;
+use crate::providers::api_key::ApiKeySource;
 use crate::providers::extras::ConfiguredExtras;
 use crate::providers::openai::http_client;
 use crate::providers::retry::retry_after_from_headers;
@@ -27,9 +28,7 @@ pub struct HttpClientError(pub String);
 pub struct HttpLmiTransport {
     provider: String,
     endpoint_url: String,
-    api_key_location: CredentialLocation,
-    /// Resolved once at start-up for `env::` locations.
-    env_key: Option<String>,
+    api_key: ApiKeySource,
     timeout: Duration,
     client: reqwest::Client,
     extras: ConfiguredExtras,
@@ -38,39 +37,15 @@ pub struct HttpLmiTransport {
 impl HttpLmiTransport {
     pub fn new(provider: impl Into<String>, config: &LmiProviderConfig) -> Result<Self, HttpClientError> {
         let client = http_client(Duration::from_millis(config.connect_timeout_ms)).map_err(HttpClientError)?;
-        let env_key = match &config.api_key_location {
-            CredentialLocation::Env(var) => std::env::var(var).ok().filter(|v| !v.is_empty()),
-            _ => None,
-        };
         Ok(Self {
             provider: provider.into(),
             endpoint_url: config.endpoint_url.clone(),
-            api_key_location: config.api_key_location.clone(),
-            env_key,
+            api_key: ApiKeySource::new(&config.api_key_location),
             timeout: Duration::from_millis(config.timeout_ms),
             client,
             // The body edits are the provider's (they apply to the mapped body); headers are ours.
             extras: ConfiguredExtras::from_config(&[], &config.extra_headers),
         })
-    }
-
-    fn api_key(&self, ctx: CallContext<'_>) -> Result<Option<String>, ProviderError> {
-        match &self.api_key_location {
-            CredentialLocation::None => Ok(None),
-            CredentialLocation::Env(var) => match &self.env_key {
-                Some(key) => Ok(Some(key.clone())),
-                None => Err(ProviderError::Misconfigured(format!(
-                    "provider `{}` needs the environment variable {var}, which is not set",
-                    self.provider
-                ))),
-            },
-            CredentialLocation::Dynamic(name) => ctx
-                .credentials
-                .get(name)
-                .cloned()
-                .map(Some)
-                .ok_or_else(|| ProviderError::MissingCredential(name.clone())),
-        }
     }
 
     /// POST `body`; a whole-request timeout unless streaming (the provider times a stream's
@@ -90,7 +65,7 @@ impl HttpLmiTransport {
         if !stream {
             builder = builder.timeout(self.timeout);
         }
-        if let Some(key) = self.api_key(ctx)? {
+        if let Some(key) = self.api_key.key(&self.provider, ctx)? {
             builder = builder.bearer_auth(key);
         }
         let mut request = builder.build().map_err(|e| self.transport_error(&e))?;

@@ -7,7 +7,7 @@ use super::request::{chat_body, embedding_body};
 use super::response::{chat_answer, embedding_vectors};
 use super::stream::chunk_stream;
 use super::transport::{ByteStream, LmiTransport};
-use crate::config::{LmiProviderConfig, LmiSchema, SageMakerProviderConfig};
+use crate::config::{ExtraBodyEntry, LmiProviderConfig, LmiSchema, SageMakerProviderConfig};
 use crate::model::{ExtraHeaderEntry, ModelRequest, ModelResponse};
 use crate::openai::embeddings::{EmbeddingInput, EmbeddingRequest, EmbeddingUsage};
 use crate::providers::extras::ConfiguredExtras;
@@ -39,6 +39,16 @@ pub(crate) struct BodySettings {
     pub default_max_new_tokens: Option<u64>,
 }
 
+impl BodySettings {
+    /// A provider's configured `extra_body` and `default_max_new_tokens`.
+    fn configured(extra_body: &[ExtraBodyEntry], default_max_new_tokens: Option<u64>) -> Self {
+        Self {
+            extras: ConfiguredExtras::from_config(extra_body, &[]),
+            default_max_new_tokens,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct LmiProvider {
     name: String,
@@ -60,10 +70,7 @@ impl LmiProvider {
             config.schema,
             config.chat_template.as_deref(),
             Duration::from_millis(config.timeout_ms),
-            BodySettings {
-                extras: ConfiguredExtras::from_config(&config.extra_body, &[]),
-                default_max_new_tokens: config.default_max_new_tokens,
-            },
+            BodySettings::configured(&config.extra_body, config.default_max_new_tokens),
             Arc::new(transport),
         )
     }
@@ -79,10 +86,7 @@ impl LmiProvider {
             config.schema,
             config.chat_template.as_deref(),
             Duration::from_millis(config.timeout_ms),
-            BodySettings {
-                extras: ConfiguredExtras::from_config(&config.extra_body, &[]),
-                default_max_new_tokens: config.default_max_new_tokens,
-            },
+            BodySettings::configured(&config.extra_body, config.default_max_new_tokens),
             transport,
         )
     }

@@ -215,13 +215,18 @@ impl ChunkMapper {
     }
 
     fn text_chunk(&mut self, text: String) -> ModelChunk {
+        self.choice_chunk(vec![ChunkBlock::Text { text }])
+    }
+
+    /// A chunk of the one choice with `content`; the first one starts the message.
+    fn choice_chunk(&mut self, content: Vec<ChunkBlock>) -> ModelChunk {
         let starts_message = !self.started;
         self.started = true;
         ModelChunk {
             choices: vec![ChunkChoice {
                 index: 0,
                 starts_message,
-                content: vec![ChunkBlock::Text { text }],
+                content,
                 ..ChunkChoice::default()
             }],
             ..ModelChunk::default()
@@ -232,18 +237,7 @@ impl ChunkMapper {
     fn finish(&mut self, text: Option<String>, reason: FinishReason, usage: ModelUsage) -> Vec<ModelChunk> {
         let mut last = match text {
             Some(text) => self.text_chunk(text),
-            None => {
-                let starts_message = !self.started;
-                self.started = true;
-                ModelChunk {
-                    choices: vec![ChunkChoice {
-                        index: 0,
-                        starts_message,
-                        ..ChunkChoice::default()
-                    }],
-                    ..ModelChunk::default()
-                }
-            }
+            None => self.choice_chunk(Vec::new()),
         };
         if let Some(choice) = last.choices.first_mut() {
             choice.finish_reason = Some(reason);

@@ -3,13 +3,14 @@
 
 mod stream;
 
+use super::api_key::ApiKeySource;
 use super::extras::ConfiguredExtras;
 use super::retry::retry_after_from_headers;
 use super::{
     CallContext, ChatProvider, ChatStreamProvider, EmbeddingProvider, Embeddings, ModelStream, ProviderError,
     ProviderHandle,
 };
-use crate::config::{CredentialLocation, OpenAiProviderConfig};
+use crate::config::OpenAiProviderConfig;
 use crate::model::{ExtraHeaderEntry, ModelRequest, ModelResponse};
 use crate::openai::chat::ChatCompletion;
 use crate::openai::chat_body::model_to_chat_body;
@@ -26,8 +27,7 @@ pub struct OpenAiProvider {
     name: String,
     config: OpenAiProviderConfig,
     client: reqwest::Client,
-    /// Resolved once at start-up for `env::` locations.
-    env_key: Option<String>,
+    api_key: ApiKeySource,
     extras: ConfiguredExtras,
 }
 
@@ -51,16 +51,13 @@ impl OpenAiProvider {
     /// A provider sharing `client` (and its connection pool) with others; the client's connect
     /// timeout is used, not the config's.
     pub fn with_client(name: impl Into<String>, config: OpenAiProviderConfig, client: reqwest::Client) -> Self {
-        let env_key = match &config.api_key_location {
-            CredentialLocation::Env(var) => std::env::var(var).ok().filter(|v| !v.is_empty()),
-            _ => None,
-        };
+        let api_key = ApiKeySource::new(&config.api_key_location);
         let extras = ConfiguredExtras::from_config(&config.extra_body, &config.extra_headers);
         Self {
             name: name.into(),
             config,
             client,
-            env_key,
+            api_key,
             extras,
         }
     }
@@ -73,25 +70,6 @@ impl OpenAiProvider {
 
     fn url(&self, path: &str) -> String {
         format!("{}/{path}", self.config.api_base.trim_end_matches('/'))
-    }
-
-    fn api_key(&self, ctx: CallContext<'_>) -> Result<Option<String>, ProviderError> {
-        match &self.config.api_key_location {
-            CredentialLocation::None => Ok(None),
-            CredentialLocation::Env(var) => match &self.env_key {
-                Some(key) => Ok(Some(key.clone())),
-                None => Err(ProviderError::Misconfigured(format!(
-                    "provider `{}` needs the environment variable {var}, which is not set",
-                    self.name
-                ))),
-            },
-            CredentialLocation::Dynamic(name) => ctx
-                .credentials
-                .get(name)
-                .cloned()
-                .map(Some)
-                .ok_or_else(|| ProviderError::MissingCredential(name.clone())),
-        }
     }
 
     /// A JSON POST of `body` with the API key, then the headers: the request's placed before the
@@ -113,7 +91,7 @@ impl OpenAiProvider {
         if let Some(timeout) = timeout {
             builder = builder.timeout(timeout);
         }
-        if let Some(key) = self.api_key(ctx)? {
+        if let Some(key) = self.api_key.key(&self.name, ctx)? {
             builder = builder.bearer_auth(key);
         }
         let mut request = builder.build().map_err(|e| self.transport_error(&e))?;

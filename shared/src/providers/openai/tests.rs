@@ -1,6 +1,7 @@
 //! The OpenAI-compatible provider against a local mock upstream.
 
 use super::*;
+use crate::config::CredentialLocation;
 use crate::model::{ChunkBlock, ContentBlock, ExtraBodyEntry, ModelChunk};
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::to_model::OpenAiChatRequest;
