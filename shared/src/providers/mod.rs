@@ -9,6 +9,7 @@ pub mod choices;
 pub mod dummy;
 mod error;
 mod extras;
+pub mod http_upstream;
 pub mod lmi;
 pub mod openai;
 pub mod retry;

@@ -5,8 +5,9 @@
 //! [`SHORTHAND_CACHE_LIMIT`] of them; past that, built per call).
 
 use super::dummy::DummyProvider;
+use super::http_upstream::http_client;
 use super::lmi::{LmiProvider, SageMakerConnector};
-use super::openai::{http_client, OpenAiProvider};
+use super::openai::OpenAiProvider;
 use super::retry::{RetryDecision, RetryPolicy};
 use super::synthetic_stream::stream_from_response;
 use super::{
@@ -300,7 +301,7 @@ fn routed_model(
                 OpenAiProvider::with_client(provider_name.clone(), c.clone(), client.clone()).handle()
             }
             (ProviderConfig::Openai(c), None) => OpenAiProvider::new(provider_name.clone(), c.clone())
-                .map_err(error)?
+                .map_err(|e| error(e.to_string()))?
                 .handle(),
             (ProviderConfig::Dummy(c), _) => DummyProvider::new(provider_name.clone(), c.clone()).handle(),
             (ProviderConfig::Lmi(c), _) => LmiProvider::over_http(provider_name.clone(), c)

@@ -13,7 +13,8 @@
 //!   that cannot be built (no region, no credentials): a misconfiguration.
 
 use crate::adapters::aws::describe_sdk_error;
-use crate::providers::lmi::{error_message, MODEL_ERROR_STATUS};
+use crate::providers::http_upstream::upstream_error_message;
+use crate::providers::lmi::MODEL_ERROR_STATUS;
 use crate::providers::ProviderError;
 use aws_sdk_sagemakerruntime::config::http::HttpResponse;
 use aws_sdk_sagemakerruntime::error::{ProvideErrorMetadata, SdkError};
@@ -172,7 +173,7 @@ fn model_error(model: &ModelError) -> ProviderError {
     let body = original.and_then(|text| serde_json::from_str::<Value>(text).ok());
     let message = body
         .as_ref()
-        .and_then(error_message)
+        .and_then(upstream_error_message)
         .or_else(|| original.map(str::to_owned))
         .or_else(|| model.message().map(str::to_owned))
         .unwrap_or_else(|| format!("the model container failed with HTTP {status}"));

@@ -13,10 +13,10 @@ mod stream;
 mod transport;
 
 pub use chat_template::{ChatTemplate, ChatTemplateError};
-pub use http_transport::{HttpClientError, HttpLmiTransport};
+pub use http_transport::HttpLmiTransport;
 pub use protocol::{
-    error_message, finish_reason_from_lmi, finish_reason_to_lmi, is_error_line, is_forwarded_parameter,
-    is_generation_parameter, reported_error, ReportedError, ERROR_TOKEN_ID, MODELLED_PARAMETERS, MODEL_ERROR_STATUS,
+    finish_reason_from_lmi, finish_reason_to_lmi, is_error_line, is_forwarded_parameter, is_generation_parameter,
+    reported_error, ReportedError, ERROR_TOKEN_ID, MODELLED_PARAMETERS, MODEL_ERROR_STATUS,
     OPENAI_FORWARDED_MODELLED_PARAMETERS, PASS_THROUGH_PARAMETERS,
 };
 pub use provider::{LmiBuildError, LmiProvider};

@@ -2,6 +2,7 @@
 //! reports errors. The LMI provider, the SageMaker adapter and the inbound LMI API all read it here.
 
 use crate::model::FinishReason;
+use crate::providers::http_upstream::upstream_error_message;
 use serde_json::Value;
 
 /// LMI generation parameters the neutral request does not model, passed through as sent: the
@@ -87,17 +88,6 @@ pub fn finish_reason_to_lmi(reason: Option<FinishReason>) -> &'static str {
     }
 }
 
-/// The message of an LMI or container error body: `error` (a string, or an object's `message`),
-/// else a top-level `message`.
-pub fn error_message(body: &Value) -> Option<String> {
-    let error = body.get("error");
-    error
-        .and_then(Value::as_str)
-        .or_else(|| error.and_then(|e| e.get("message")).and_then(Value::as_str))
-        .or_else(|| body.get("message").and_then(Value::as_str))
-        .map(str::to_owned)
-}
-
 /// An error LMI reported in a body it answered (`{"error": …, "code"?}`), on a 200 or in a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportedError {
@@ -109,7 +99,7 @@ pub struct ReportedError {
 /// The error a body reports, if it is an error object (a non-null `error`).
 pub fn reported_error(body: &Value) -> Option<ReportedError> {
     body.get("error").filter(|e| !e.is_null())?;
-    let message = error_message(body).unwrap_or_else(|| "the model reported an error".to_owned());
+    let message = upstream_error_message(body).unwrap_or_else(|| "the model reported an error".to_owned());
     let status = body
         .get("code")
         .and_then(Value::as_u64)
@@ -167,14 +157,7 @@ mod tests {
     }
 
     #[test]
-    fn error_messages_are_read_from_every_shape() {
-        assert_eq!(error_message(&json!({"error": "bad"})).as_deref(), Some("bad"));
-        assert_eq!(
-            error_message(&json!({"error": {"message": "nested"}})).as_deref(),
-            Some("nested")
-        );
-        assert_eq!(error_message(&json!({"message": "top"})).as_deref(), Some("top"));
-        assert_eq!(error_message(&json!({"generated_text": "x"})), None);
+    fn reported_errors_keep_an_error_status_or_default_to_424() {
         let reported = reported_error(&json!({"error": "boom", "code": 400}));
         assert_eq!(
             reported,

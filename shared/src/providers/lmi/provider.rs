@@ -2,7 +2,7 @@
 //! `type = "sagemaker"` through the SageMaker connector).
 
 use super::chat_template::{ChatTemplate, ChatTemplateError};
-use super::http_transport::{HttpClientError, HttpLmiTransport};
+use super::http_transport::HttpLmiTransport;
 use super::request::{chat_body, embedding_body};
 use super::response::{chat_answer, embedding_vectors};
 use super::stream::chunk_stream;
@@ -11,6 +11,7 @@ use crate::config::{ExtraBodyEntry, LmiProviderConfig, LmiSchema, SageMakerProvi
 use crate::model::{ExtraHeaderEntry, ModelRequest, ModelResponse};
 use crate::openai::embeddings::{EmbeddingInput, EmbeddingRequest, EmbeddingUsage};
 use crate::providers::extras::ConfiguredExtras;
+use crate::providers::http_upstream::HttpClientError;
 use crate::providers::{
     CallContext, ChatProvider, ChatStreamProvider, ChoiceSupport, EmbeddingProvider, Embeddings, ModelStream,
     ProviderError, ProviderHandle,

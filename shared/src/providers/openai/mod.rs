@@ -5,13 +5,13 @@ mod stream;
 
 use super::api_key::ApiKeySource;
 use super::extras::ConfiguredExtras;
-use super::retry::retry_after_from_headers;
+use super::http_upstream::{http_client, HttpClientError, HttpUpstream};
 use super::{
     CallContext, ChatProvider, ChatStreamProvider, EmbeddingProvider, Embeddings, ModelStream, ProviderError,
     ProviderHandle,
 };
 use crate::config::OpenAiProviderConfig;
-use crate::model::{ExtraHeaderEntry, ModelRequest, ModelResponse};
+use crate::model::{ModelRequest, ModelResponse};
 use crate::openai::chat::ChatCompletion;
 use crate::openai::chat_body::model_to_chat_body;
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
@@ -24,26 +24,12 @@ use std::time::Duration;
 
 #[derive(Debug, Clone)]
 pub struct OpenAiProvider {
-    name: String,
     config: OpenAiProviderConfig,
-    client: reqwest::Client,
-    api_key: ApiKeySource,
-    extras: ConfiguredExtras,
-}
-
-/// The HTTP client of one provider (connection pooling, no Nagle delay).
-pub fn http_client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
-        .tcp_nodelay(true)
-        .connect_timeout(connect_timeout)
-        .pool_idle_timeout(Duration::from_secs(60))
-        .user_agent(concat!("nimbus/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| e.to_string())
+    upstream: HttpUpstream,
 }
 
 impl OpenAiProvider {
-    pub fn new(name: impl Into<String>, config: OpenAiProviderConfig) -> Result<Self, String> {
+    pub fn new(name: impl Into<String>, config: OpenAiProviderConfig) -> Result<Self, HttpClientError> {
         let client = http_client(Duration::from_millis(config.connect_timeout_ms))?;
         Ok(Self::with_client(name, config, client))
     }
@@ -51,77 +37,24 @@ impl OpenAiProvider {
     /// A provider sharing `client` (and its connection pool) with others; the client's connect
     /// timeout is used, not the config's.
     pub fn with_client(name: impl Into<String>, config: OpenAiProviderConfig, client: reqwest::Client) -> Self {
-        let api_key = ApiKeySource::new(&config.api_key_location);
-        let extras = ConfiguredExtras::from_config(&config.extra_body, &config.extra_headers);
-        Self {
-            name: name.into(),
-            config,
+        let upstream = HttpUpstream {
+            provider: name.into(),
             client,
-            api_key,
-            extras,
-        }
+            api_key: ApiKeySource::new(&config.api_key_location),
+            extras: ConfiguredExtras::from_config(&config.extra_body, &config.extra_headers),
+            timeout: Duration::from_millis(config.timeout_ms),
+        };
+        Self { config, upstream }
     }
 
     /// Every capability; `n` is passed through, so the upstream answers all choices at once.
     pub fn handle(self) -> ProviderHandle {
-        let name = self.name.clone();
+        let name = self.upstream.provider.clone();
         ProviderHandle::full(name, Arc::new(self)).with_native_choices()
     }
 
     fn url(&self, path: &str) -> String {
         format!("{}/{path}", self.config.api_base.trim_end_matches('/'))
-    }
-
-    /// A JSON POST of `body` with the API key, then the headers: the request's placed before the
-    /// configured ones, the configured ones, the request's placed after (a header without a value
-    /// removes it).
-    fn post(
-        &self,
-        path: &str,
-        body: String,
-        ctx: CallContext<'_>,
-        timeout: Option<Duration>,
-        extra_headers: &[ExtraHeaderEntry],
-    ) -> Result<reqwest::Request, ProviderError> {
-        let mut builder = self
-            .client
-            .post(self.url(path))
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(body);
-        if let Some(timeout) = timeout {
-            builder = builder.timeout(timeout);
-        }
-        if let Some(key) = self.api_key.key(&self.name, ctx)? {
-            builder = builder.bearer_auth(key);
-        }
-        let mut request = builder.build().map_err(|e| self.transport_error(&e))?;
-        self.extras
-            .edit_headers(request.headers_mut(), extra_headers, &self.name)?;
-        Ok(request)
-    }
-
-    fn timeout(&self) -> Duration {
-        Duration::from_millis(self.config.timeout_ms)
-    }
-
-    async fn send(&self, request: reqwest::Request) -> Result<reqwest::Response, ProviderError> {
-        let response = self
-            .client
-            .execute(request)
-            .await
-            .map_err(|e| self.transport_error(&e))?;
-        if response.status().is_success() {
-            return Ok(response);
-        }
-        Err(error_from_response(response).await)
-    }
-
-    fn transport_error(&self, err: &reqwest::Error) -> ProviderError {
-        if err.is_timeout() {
-            ProviderError::Timeout { after: self.timeout() }
-        } else {
-            ProviderError::Connection(error_chain(err))
-        }
     }
 
     /// The OpenAI body for `request`: its modelled fields and OpenAI pass-through fields, the
@@ -134,7 +67,9 @@ impl OpenAiProvider {
             body.insert("stream_options".into(), json!({"include_usage": true}));
         }
         let mut body = Value::Object(body);
-        self.extras.edit_body(&mut body, &request.extra_body, &self.name)?;
+        self.upstream
+            .extras
+            .edit_body(&mut body, &request.extra_body, &self.upstream.provider)?;
         Ok(body)
     }
 
@@ -145,66 +80,21 @@ impl OpenAiProvider {
         stream: bool,
         ctx: CallContext<'_>,
     ) -> Result<(reqwest::Request, String), ProviderError> {
-        let timeout = (!stream).then(|| self.timeout());
         let body = self.chat_body(request, stream)?.to_string();
-        let http = self.post("chat/completions", body.clone(), ctx, timeout, &request.extra_headers)?;
+        let url = self.url("chat/completions");
+        let http = self
+            .upstream
+            .post_json(&url, body.clone(), !stream, &request.extra_headers, ctx)?;
         Ok((http, body))
     }
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut message = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        message.push_str(": ");
-        message.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    message
-}
-
-/// The largest error body kept as JSON (larger ones keep only their message).
-const MAX_KEPT_ERROR_BODY: usize = 64 * 1024;
-
-/// Turn a non-2xx answer into [`ProviderError::Http`], keeping the provider's own message.
-async fn error_from_response(response: reqwest::Response) -> ProviderError {
-    let status = response.status().as_u16();
-    let retry_after = retry_after_from_headers(response.headers());
-    let text = response.text().await.unwrap_or_default();
-    let body = (text.len() <= MAX_KEPT_ERROR_BODY)
-        .then(|| serde_json::from_str::<Value>(&text).ok())
-        .flatten();
-    ProviderError::Http {
-        status,
-        body,
-        message: upstream_error_message(&text).unwrap_or_else(|| {
-            if text.trim().is_empty() {
-                format!("HTTP {status} with an empty body")
-            } else {
-                text.chars().take(2000).collect()
-            }
-        }),
-        retry_after,
-    }
-}
-
-/// `error.message` (or a string `error`/`message`) from an OpenAI-style error body.
-pub(crate) fn upstream_error_message(text: &str) -> Option<String> {
-    let value: Value = serde_json::from_str(text).ok()?;
-    let error = value.get("error").unwrap_or(&value);
-    error
-        .get("message")
-        .and_then(Value::as_str)
-        .or_else(|| error.as_str())
-        .map(str::to_owned)
 }
 
 #[async_trait]
 impl ChatProvider for OpenAiProvider {
     async fn chat(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelResponse, ProviderError> {
         let (http, raw_request) = self.post_chat(request, false, ctx)?;
-        let response = self.send(http).await?;
-        let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
+        let response = self.upstream.send(http).await?;
+        let bytes = response.bytes().await.map_err(|e| self.upstream.transport_error(&e))?;
         let completion: ChatCompletion = serde_json::from_slice(&bytes)
             .map_err(|e| ProviderError::InvalidResponse(format!("chat completion: {e}")))?;
         let raw = String::from_utf8_lossy(&bytes).into_owned();
@@ -218,8 +108,8 @@ impl ChatProvider for OpenAiProvider {
 impl ChatStreamProvider for OpenAiProvider {
     async fn chat_stream(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelStream, ProviderError> {
         let (http, raw_request) = self.post_chat(request, true, ctx)?;
-        let timeout = self.timeout();
-        let response = tokio::time::timeout(timeout, self.send(http))
+        let timeout = self.upstream.timeout;
+        let response = tokio::time::timeout(timeout, self.upstream.send(http))
             .await
             .map_err(|_| ProviderError::Timeout { after: timeout })??;
         Ok(ModelStream::new(stream::chunk_stream(response, timeout)).with_raw_request(Some(raw_request)))
@@ -254,9 +144,11 @@ impl EmbeddingProvider for OpenAiProvider {
         if let Some(user) = &request.user {
             body["user"] = json!(user);
         }
-        let http = self.post("embeddings", body.to_string(), ctx, Some(self.timeout()), &[])?;
-        let response = self.send(http).await?;
-        let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
+        let http = self
+            .upstream
+            .post_json(&self.url("embeddings"), body.to_string(), true, &[], ctx)?;
+        let response = self.upstream.send(http).await?;
+        let bytes = response.bytes().await.map_err(|e| self.upstream.transport_error(&e))?;
         let mut parsed: UpstreamEmbeddings =
             serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse(format!("embeddings: {e}")))?;
         if parsed.data.len() != request.input.len() {

@@ -1,9 +1,9 @@
 //! Reading an upstream SSE stream of chat completion chunks.
 
-use super::upstream_error_message;
 use crate::model::ModelChunk;
 use crate::openai::chat::ChatCompletionChunk;
 use crate::openai::from_model::chunk_to_model;
+use crate::providers::http_upstream::upstream_error_message;
 use crate::providers::{ChunkStream, ProviderError};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -50,7 +50,7 @@ pub(super) fn parse_chunk(data: &str) -> Result<ModelChunk, ProviderError> {
     if value.get("error").is_some_and(|e| !e.is_null()) {
         return Err(ProviderError::Http {
             status: 502,
-            message: upstream_error_message(data).unwrap_or_else(|| "error in upstream stream".to_owned()),
+            message: upstream_error_message(&value).unwrap_or_else(|| "error in upstream stream".to_owned()),
             retry_after: None,
             body: Some(value),
         });

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::config::CredentialLocation;
-use crate::model::{ChunkBlock, ContentBlock, ExtraBodyEntry, ModelChunk};
+use crate::model::{ChunkBlock, ContentBlock, ExtraBodyEntry, ExtraHeaderEntry, ModelChunk};
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::to_model::OpenAiChatRequest;
 use axum::extract::State;

@@ -1,0 +1,159 @@
+//! What the HTTP providers (OpenAI-compatible servers, LMI containers over HTTP) share: one
+//! upstream's pooled client, API key and configured headers; JSON POSTs; and how its failures read.
+
+use super::api_key::ApiKeySource;
+use super::extras::ConfiguredExtras;
+use super::retry::retry_after_from_headers;
+use super::{CallContext, ProviderError};
+use crate::model::ExtraHeaderEntry;
+use serde_json::Value;
+use std::time::Duration;
+
+/// The largest error body kept as JSON (larger ones keep only their message).
+const MAX_KEPT_ERROR_BODY: usize = 64 * 1024;
+
+/// The HTTP client could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the HTTP client could not be made: {0}")]
+pub struct HttpClientError(String);
+
+/// The HTTP client of one provider (connection pooling, no Nagle delay).
+pub fn http_client(connect_timeout: Duration) -> Result<reqwest::Client, HttpClientError> {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(connect_timeout)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .user_agent(concat!("nimbus/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| HttpClientError(e.to_string()))
+}
+
+/// One upstream server as a provider calls it.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpUpstream {
+    /// The provider's name (in errors, and to pick the request's extra entries).
+    pub provider: String,
+    pub client: reqwest::Client,
+    pub api_key: ApiKeySource,
+    /// The provider's configured `extra_body` / `extra_headers`.
+    pub extras: ConfiguredExtras,
+    /// The whole-request timeout.
+    pub timeout: Duration,
+}
+
+impl HttpUpstream {
+    /// A JSON POST of `body` to `url` with the API key as a bearer token, then the headers: the
+    /// request's placed before the configured ones, the configured ones, the request's placed
+    /// after (a header without a value removes it). `whole_request_timeout` bounds the call (not
+    /// for streams, which their reader times).
+    pub fn post_json(
+        &self,
+        url: &str,
+        body: impl Into<reqwest::Body>,
+        whole_request_timeout: bool,
+        headers: &[ExtraHeaderEntry],
+        ctx: CallContext<'_>,
+    ) -> Result<reqwest::Request, ProviderError> {
+        let mut builder = self
+            .client
+            .post(url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        if whole_request_timeout {
+            builder = builder.timeout(self.timeout);
+        }
+        if let Some(key) = self.api_key.key(&self.provider, ctx)? {
+            builder = builder.bearer_auth(key);
+        }
+        let mut request = builder.build().map_err(|e| self.transport_error(&e))?;
+        self.extras
+            .edit_headers(request.headers_mut(), headers, &self.provider)?;
+        Ok(request)
+    }
+
+    /// Send `request`; a non-2xx answer is [`ProviderError::Http`] with the upstream's message.
+    pub async fn send(&self, request: reqwest::Request) -> Result<reqwest::Response, ProviderError> {
+        let response = self
+            .client
+            .execute(request)
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        Err(error_from_response(response).await)
+    }
+
+    /// A failed exchange: a timeout, else a connection error with the whole cause.
+    pub fn transport_error(&self, error: &reqwest::Error) -> ProviderError {
+        if error.is_timeout() {
+            ProviderError::Timeout { after: self.timeout }
+        } else {
+            ProviderError::Connection(error_chain(error))
+        }
+    }
+}
+
+/// An error and its sources, `: `-joined.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        message.push_str(": ");
+        message.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    message
+}
+
+/// A non-2xx answer as [`ProviderError::Http`], keeping the upstream's own message.
+async fn error_from_response(response: reqwest::Response) -> ProviderError {
+    let status = response.status().as_u16();
+    let retry_after = retry_after_from_headers(response.headers());
+    let text = response.text().await.unwrap_or_default();
+    let parsed = serde_json::from_str::<Value>(&text).ok();
+    let message = parsed.as_ref().and_then(upstream_error_message).unwrap_or_else(|| {
+        if text.trim().is_empty() {
+            format!("HTTP {status} with an empty body")
+        } else {
+            text.chars().take(2000).collect()
+        }
+    });
+    ProviderError::Http {
+        status,
+        message,
+        retry_after,
+        body: parsed.filter(|_| text.len() <= MAX_KEPT_ERROR_BODY),
+    }
+}
+
+/// The message of an error body: a string `error`, `error.message` (OpenAI's envelope), or a
+/// top-level `message` (LMI's dynamic-batch errors).
+pub fn upstream_error_message(body: &Value) -> Option<String> {
+    let error = body.get("error");
+    error
+        .and_then(Value::as_str)
+        .or_else(|| error.and_then(|e| e.get("message")).and_then(Value::as_str))
+        .or_else(|| body.get("message").and_then(Value::as_str))
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn error_messages_are_read_from_every_shape() {
+        assert_eq!(upstream_error_message(&json!({"error": "bad"})).as_deref(), Some("bad"));
+        assert_eq!(
+            upstream_error_message(&json!({"error": {"message": "nested"}})).as_deref(),
+            Some("nested")
+        );
+        assert_eq!(
+            upstream_error_message(&json!({"message": "top"})).as_deref(),
+            Some("top")
+        );
+        assert_eq!(upstream_error_message(&json!({"generated_text": "x"})), None);
+    }
+}
