@@ -52,6 +52,12 @@ pub fn settings() -> BatchSettings {
         requeue_after: Duration::from_secs(1),
         allow_short_windows: false,
         model_limits: HashMap::new(),
+        native: nimbus_shared::batches::NativeSettings {
+            max_lines: 50_000,
+            max_bytes: 200_000_000,
+            poll_interval: Duration::from_millis(10),
+            poll_max_interval: Duration::from_millis(100),
+        },
     }
 }
 

@@ -193,6 +193,7 @@ impl BatchService {
             sealed: false,
             output_expires_after,
             format: BatchFormat::OpenAiJsonl,
+            native: Default::default(),
         };
         // The marker first: a batch the poller cannot see could never be recovered.
         let marker = active_marker(&id, project, created_ms);

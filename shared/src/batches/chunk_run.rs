@@ -262,10 +262,17 @@ impl BatchService {
         let stop = &signal.stop;
         let last_start = until(deadline, START_GRACE);
         let hard_stop = until(deadline, FINISH_GRACE);
-        let mut results = futures::stream::iter(pending)
-            .map(|line| async move {
+        let chunk_index = run.index;
+        let mut results = futures::stream::iter(pending.into_iter().enumerate())
+            .map(|(position, line)| async move {
                 if stop.load(Ordering::SeqCst) || Instant::now() >= last_start {
                     return None;
+                }
+                if let Some(request) = kind.native_request(&line) {
+                    // Its provider's own batch API runs it: staged, under an id naming its place.
+                    let line_in_chunk = lines_done + position as u64;
+                    let custom_id = native_custom_id(chunk_index, line_in_chunk);
+                    return Some(Ok(LineOutput::Staged(custom_id, Box::new(request))));
                 }
                 let permit = match kind.slot_of(&line).and_then(|model| limits.get(&model)) {
                     Some(semaphore) => Some(semaphore.acquire().await.ok()?),
@@ -274,7 +281,7 @@ impl BatchService {
                 if stop.load(Ordering::SeqCst) {
                     return None;
                 }
-                let result = kind.run(&line).await;
+                let result = kind.run(&line).await.map(LineOutput::Ran);
                 drop(permit);
                 Some(result)
             })
@@ -288,7 +295,10 @@ impl BatchService {
         let mut interrupted = false;
         loop {
             match tokio::time::timeout_at(hard_stop, results.next()).await {
-                Ok(Some(Some(Ok(result)))) => segment.push(result),
+                Ok(Some(Some(Ok(LineOutput::Ran(result))))) => segment.push(result),
+                Ok(Some(Some(Ok(LineOutput::Staged(custom_id, request))))) => {
+                    segment.stage(&run.batch.batch.id, &custom_id, *request);
+                }
                 // The line's result could not be kept: stop; what is unsaved runs again.
                 Ok(Some(Some(Err(err)))) => return Err(err),
                 Ok(None) => break,
@@ -339,6 +349,23 @@ impl BatchService {
         }
         Ok(outcome)
     }
+}
+
+/// What a line of a run became: a result, or a request staged for its provider's batch API.
+enum LineOutput {
+    Ran(super::lines::LineResult),
+    Staged(String, Box<super::lines::NativeRequest>),
+}
+
+/// The `custom_id` of a staged line in its provider batch: where the line is in the input.
+pub(crate) fn native_custom_id(chunk: u32, line_in_chunk: u64) -> String {
+    format!("{chunk:05}-{line_in_chunk:07}")
+}
+
+/// The chunk index and line (from the chunk's start) a staged line's `custom_id` names.
+pub(crate) fn parse_native_custom_id(custom_id: &str) -> Option<(u32, u64)> {
+    let (chunk, line) = custom_id.split_once('-')?;
+    Some((chunk.parse().ok()?, line.parse().ok()?))
 }
 
 /// The chunk as this run took it, and how many request lines it has.

@@ -7,8 +7,10 @@
 use super::chunk_run::request_lines;
 use super::lines::LineKind;
 use super::missing_input::missing_input_lines;
+use super::native::records::PART_KIND;
 use super::records::{
-    decode, edit, list_all, BatchFormat, Edit, Loaded, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND, CHUNK_KIND,
+    decode, edit, list_all, BatchFormat, Edit, Loaded, Segment, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND,
+    CHUNK_KIND,
 };
 use super::{BatchService, BatchesError};
 use crate::files::NewFile;
@@ -89,10 +91,12 @@ impl BatchService {
                 return Ok(FinalizeStep::NotReady);
             }
             let all_done = batch.body.all_chunks_done();
+            let native_open = batch.body.native.open();
+            let overdue = self.is_overdue(&batch.body);
             let target = match status {
                 BatchStatus::Cancelling => BatchStatus::Cancelled,
                 BatchStatus::Finalizing => BatchStatus::Completed,
-                BatchStatus::InProgress if all_done => BatchStatus::Completed,
+                BatchStatus::InProgress if all_done && !(native_open && overdue) => BatchStatus::Completed,
                 BatchStatus::InProgress if self.is_overdue(&batch.body) => BatchStatus::Expired,
                 _ => return Ok(FinalizeStep::NotReady),
             };
@@ -121,6 +125,14 @@ impl BatchService {
                 if let Some(until_ms) = wait_until.filter(|until| *until > now_ms) {
                     return Ok(FinalizeStep::WaitUntil(until_ms));
                 }
+            }
+            if native_open {
+                // Staged lines wait for their provider batches: the `native` job finalizes
+                // once every part is counted.
+                if !self.close_staging(&mut batch).await? {
+                    continue;
+                }
+                return Ok(FinalizeStep::NotReady);
             }
             batch.body.sealed = true;
             batch.body.finalize_lease_until_ms = now_ms + FINALIZE_LEASE_MS;
@@ -185,14 +197,15 @@ impl BatchService {
         let unrun: u64 = chunks.iter().map(|c| c.range.lines.saturating_sub(c.lines_done)).sum();
         let completed = stored.batch.request_counts.completed;
         let failed = stored.batch.request_counts.failed;
-        let output_keys: Vec<String> = chunks
+        // Results of provider-native parts follow the workers'.
+        let parts = self.parts_of(&batch_id).await?;
+        let segments: Vec<&Segment> = chunks
             .iter()
-            .flat_map(|c| c.segments.iter().filter_map(|s| s.output_key.clone()))
+            .flat_map(|c| c.segments.iter())
+            .chain(parts.iter().filter_map(|p| p.body.result.as_ref()))
             .collect();
-        let error_keys: Vec<String> = chunks
-            .iter()
-            .flat_map(|c| c.segments.iter().filter_map(|s| s.error_key.clone()))
-            .collect();
+        let output_keys: Vec<String> = segments.iter().filter_map(|s| s.output_key.clone()).collect();
+        let error_keys: Vec<String> = segments.iter().filter_map(|s| s.error_key.clone()).collect();
 
         let (code, message) = if target == BatchStatus::Expired {
             ("batch_expired", EXPIRED_MESSAGE)
@@ -340,6 +353,9 @@ impl BatchService {
         self.blobs.delete_prefix(&stored.results_prefix()).await?;
         for record in list_all(self.state.as_ref(), CHUNK_KIND, &stored.batch.id).await? {
             self.state.delete(CHUNK_KIND, &record.id, None).await?;
+        }
+        for record in list_all(self.state.as_ref(), PART_KIND, &stored.batch.id).await? {
+            self.state.delete(PART_KIND, &record.id, None).await?;
         }
         self.release_input(stored).await?;
         if self.state.get(ACTIVE_KIND, &stored.batch.id).await?.is_some() {

@@ -19,6 +19,7 @@ mod finalize;
 pub mod input_validation;
 mod lines;
 mod missing_input;
+mod native;
 mod progress;
 mod records;
 mod recovery;
@@ -44,7 +45,8 @@ use crate::functions::inference::FunctionService;
 use crate::idempotency::IdempotencyKeys;
 use crate::inference::InferenceService;
 use crate::ports::{
-    BatchEventSink, BlobStore, Clock, IdSource, InferenceStore, JobQueue, NoBatchEvents, StateStore, StorageError,
+    BatchEventSink, BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, NoBatchEvents, SealError,
+    StateStore, StorageError,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -71,6 +73,9 @@ pub enum BatchesError {
     Files(#[from] FilesError),
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// A provider's batch API could not be used for now (the step is tried again).
+    #[error("provider batch API: {0}")]
+    Provider(String),
 }
 
 impl BatchesError {
@@ -101,6 +106,30 @@ pub struct BatchSettings {
     pub allow_short_windows: bool,
     /// `[models.NAME] max_concurrency`: in-flight batch requests per model across all workers.
     pub model_limits: HashMap<String, u32>,
+    /// How lines of providers marked `batch = "native"` are packed and polled.
+    pub native: NativeSettings,
+}
+
+/// Provider-native batches: file limits and the polling schedule.
+#[derive(Debug, Clone)]
+pub struct NativeSettings {
+    pub max_lines: u64,
+    pub max_bytes: u64,
+    /// The shortest gap between two polls of one provider batch.
+    pub poll_interval: Duration,
+    /// The longest gap polls back off to while nothing moves.
+    pub poll_max_interval: Duration,
+}
+
+impl NativeSettings {
+    pub fn from_config(batches: &crate::config::BatchesConfig) -> Self {
+        Self {
+            max_lines: batches.native_max_lines,
+            max_bytes: batches.native_max_bytes,
+            poll_interval: Duration::from_millis(batches.native_poll_interval_ms),
+            poll_max_interval: Duration::from_millis(batches.native_poll_max_interval_ms),
+        }
+    }
 }
 
 impl BatchSettings {
@@ -120,6 +149,7 @@ impl BatchSettings {
                 .iter()
                 .filter_map(|(name, model)| model.max_concurrency.map(|limit| (name.clone(), limit)))
                 .collect(),
+            native: NativeSettings::from_config(batches),
         }
     }
 }
@@ -142,6 +172,22 @@ pub struct BatchService {
     pub(crate) settings: Arc<BatchSettings>,
     /// Told when a batch ends (batch event webhooks).
     pub(crate) events: Arc<dyn BatchEventSink>,
+    /// Seals dynamic credentials kept while provider batches poll.
+    pub(crate) sealer: Arc<dyn CredentialSealer>,
+}
+
+/// Without a sealer, lines carrying dynamic credentials cannot be staged for provider batches.
+struct NoCredentialSealer;
+
+#[async_trait::async_trait]
+impl CredentialSealer for NoCredentialSealer {
+    async fn seal(&self, _context: &str, _plaintext: &[u8]) -> Result<String, SealError> {
+        Err(SealError::Unavailable("no credential sealer is configured".to_owned()))
+    }
+
+    async fn open(&self, _context: &str, _sealed: &str) -> Result<Vec<u8>, SealError> {
+        Err(SealError::Unavailable("no credential sealer is configured".to_owned()))
+    }
 }
 
 /// The adapters and services a [`BatchService`] works with.
@@ -172,7 +218,14 @@ impl BatchService {
             records: deps.records,
             settings: Arc::new(settings),
             events: Arc::new(NoBatchEvents),
+            sealer: Arc::new(NoCredentialSealer),
         }
+    }
+
+    /// Seal the dynamic credentials of provider-native batches with `sealer`.
+    pub fn with_sealer(mut self, sealer: Arc<dyn CredentialSealer>) -> Self {
+        self.sealer = sealer;
+        self
     }
 
     /// Tell `events` about every batch that ends (none are told by default).

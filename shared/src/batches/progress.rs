@@ -2,11 +2,17 @@
 //! (under a key no other run uses), then the chunk record and the batch's counters move together
 //! in one conditional write: a segment is counted exactly once, or not at all and run again.
 
-use super::records::{chunk_id, edit, Edit, Lease, Loaded, Segment, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
+use super::lines::NativeRequest;
+use super::records::{
+    chunk_id, edit, Edit, Lease, Loaded, NativeGroup, Segment, StagedBlob, StoredBatch, StoredChunk, BATCH_KIND,
+    CHUNK_KIND,
+};
 use super::{BatchService, BatchesError};
 use crate::openai::batches::BatchUsage;
+use crate::ports::credential_sealer::seal_json;
 use crate::ports::StorageError;
 use bytes::Bytes;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 /// Results of consecutive lines, not yet saved.
@@ -18,9 +24,41 @@ pub(crate) struct PendingSegment {
     pub output: Vec<u8>,
     pub errors: Vec<u8>,
     pub usage: BatchUsage,
+    /// Lines staged for providers' own batch APIs, by group.
+    pub native: BTreeMap<NativeGroup, StagedLines>,
+}
+
+/// Staged request lines of one group, not yet saved.
+#[derive(Debug, Default)]
+pub(crate) struct StagedLines {
+    pub lines: u64,
+    pub jsonl: Vec<u8>,
+    pub credentials: HashMap<String, String>,
 }
 
 impl PendingSegment {
+    /// Stage a line for its provider's batch API under `custom_id` (unique within the batch).
+    pub fn stage(&mut self, batch_id: &str, custom_id: &str, request: NativeRequest) {
+        self.lines += 1;
+        let group = NativeGroup {
+            model: request.model,
+            provider: request.provider,
+            url: request.url.to_owned(),
+            credentials_digest: credentials_digest(batch_id, &request.credentials),
+        };
+        let line = serde_json::json!({
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": group.url,
+            "body": request.body,
+        });
+        let staged = self.native.entry(group).or_default();
+        staged.lines += 1;
+        staged.jsonl.extend_from_slice(line.to_string().as_bytes());
+        staged.jsonl.push(b'\n');
+        staged.credentials = request.credentials;
+    }
+
     pub fn push(&mut self, result: super::lines::LineResult) {
         self.lines += 1;
         let target = if result.ok {
@@ -38,6 +76,21 @@ impl PendingSegment {
     pub fn is_empty(&self) -> bool {
         self.lines == 0
     }
+}
+
+/// A digest telling lines with different dynamic credentials apart (salted with the batch id,
+/// so it says nothing across batches); empty without credentials.
+fn credentials_digest(batch_id: &str, credentials: &HashMap<String, String>) -> String {
+    use sha2::{Digest, Sha256};
+    if credentials.is_empty() {
+        return String::new();
+    }
+    let sorted: BTreeMap<&String, &String> = credentials.iter().collect();
+    let mut hasher = Sha256::new();
+    hasher.update(batch_id.as_bytes());
+    hasher.update([0]);
+    hasher.update(serde_json::to_vec(&sorted).unwrap_or_default());
+    hex::encode(&hasher.finalize()[..8])
 }
 
 /// One run of one chunk: who it is (`token`), until when it holds the chunk, and what its lines are.
@@ -137,25 +190,32 @@ impl BatchService {
             "{}/results/{index:05}-{segment_number:05}-{token}",
             batch.results_prefix()
         );
-        let mut segment = Segment {
-            lines: pending.lines,
-            completed: pending.completed,
-            failed: pending.failed,
-            output_key: None,
-            error_key: None,
-            usage: pending.usage,
-        };
-        if !pending.output.is_empty() {
-            let key = format!("{prefix}.out.jsonl");
-            self.blobs.put(&key, Bytes::from(pending.output)).await?;
-            segment.output_key = Some(key);
-        }
-        if !pending.errors.is_empty() {
-            let key = format!("{prefix}.err.jsonl");
-            self.blobs.put(&key, Bytes::from(pending.errors)).await?;
-            segment.error_key = Some(key);
-        }
+        let mut pending = pending;
+        let mut segment = self.put_results(&prefix, &mut pending).await?;
         let batch_id = &batch.batch.id;
+        let mut staged_lines = 0;
+        for (number, (group, staged)) in std::mem::take(&mut pending.native).into_iter().enumerate() {
+            let key = format!("{prefix}.native-{number:03}.jsonl");
+            let bytes = staged.jsonl.len() as u64;
+            self.blobs.put(&key, Bytes::from(staged.jsonl)).await?;
+            let sealed_credentials = if staged.credentials.is_empty() {
+                None
+            } else {
+                Some(
+                    seal_json(self.sealer.as_ref(), batch_id, &staged.credentials)
+                        .await
+                        .map_err(StorageError::from)?,
+                )
+            };
+            staged_lines += staged.lines;
+            segment.staged.push(StagedBlob {
+                group,
+                key,
+                lines: staged.lines,
+                bytes,
+                sealed_credentials,
+            });
+        }
         let mut delay_ms = 5;
         for _ in 0..50 {
             // The chunk as this run last wrote it saves a read; if anyone wrote it since, the
@@ -175,8 +235,9 @@ impl BatchService {
             let Some(mut current) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
                 return Ok(self.discard_segment(&segment).await);
             };
-            if current.body.sealed {
-                // The finalizer has read the results already: these lines count as never run.
+            if current.body.sealed || (staged_lines > 0 && current.body.native.closed) {
+                // The finalizer has read the results already (or the staged lines were packed
+                // into provider batches): these lines count as never run.
                 return Ok(self.discard_segment(&segment).await);
             }
             chunk.body.lines_done += segment.lines;
@@ -189,6 +250,7 @@ impl BatchService {
             counts.completed += segment.completed;
             counts.failed += segment.failed;
             current.body.batch.usage.add_usage(&segment.usage);
+            current.body.native.staged += staged_lines;
             if chunk_finished {
                 current.body.chunks_done += 1;
             }
@@ -215,10 +277,48 @@ impl BatchService {
         Err(StorageError::Conflict.into())
     }
 
+    /// The segment of `pending`'s results, its output and error lines written as blobs under
+    /// `prefix` (staged lines are the caller's).
+    pub(crate) async fn put_results(
+        &self,
+        prefix: &str,
+        pending: &mut PendingSegment,
+    ) -> Result<Segment, StorageError> {
+        let mut segment = Segment {
+            lines: pending.lines,
+            completed: pending.completed,
+            failed: pending.failed,
+            output_key: None,
+            error_key: None,
+            usage: pending.usage,
+            staged: Vec::new(),
+        };
+        if !pending.output.is_empty() {
+            let key = format!("{prefix}.out.jsonl");
+            self.blobs
+                .put(&key, Bytes::from(std::mem::take(&mut pending.output)))
+                .await?;
+            segment.output_key = Some(key);
+        }
+        if !pending.errors.is_empty() {
+            let key = format!("{prefix}.err.jsonl");
+            self.blobs
+                .put(&key, Bytes::from(std::mem::take(&mut pending.errors)))
+                .await?;
+            segment.error_key = Some(key);
+        }
+        Ok(segment)
+    }
+
     /// A segment that was not counted (the run lost its lease, or the batch was sealed or is
     /// gone): its result blobs go, so nothing is left under a finished batch. Always `None`.
     async fn discard_segment(&self, segment: &Segment) -> Option<StoredBatch> {
-        for key in [&segment.output_key, &segment.error_key].into_iter().flatten() {
+        let staged = segment.staged.iter().map(|blob| &blob.key);
+        for key in [&segment.output_key, &segment.error_key]
+            .into_iter()
+            .flatten()
+            .chain(staged)
+        {
             if let Err(err) = self.blobs.delete(key).await {
                 tracing::warn!(blob = %key, error = %err, "could not delete an uncounted segment");
             }

@@ -43,6 +43,30 @@ pub(crate) struct StoredBatch {
     /// What its lines are (records written before formats existed are OpenAI batches).
     #[serde(default)]
     pub format: BatchFormat,
+    /// Lines handed to providers' own batch APIs.
+    #[serde(default)]
+    pub native: NativeProgress,
+}
+
+/// A batch's provider-native work: lines staged by chunk runs, then packed into parts (one
+/// provider batch each) once no chunk stages any more.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct NativeProgress {
+    /// Lines staged for provider batches (counted in their chunks' `lines_done`, not yet in
+    /// `request_counts.completed`/`failed`).
+    pub staged: u64,
+    /// Set when no chunk will stage any more: no segment staging lines is counted after it.
+    pub closed: bool,
+    /// How many parts the staged lines were packed into, once they are.
+    pub parts: Option<u32>,
+    pub parts_done: u32,
+}
+
+impl NativeProgress {
+    /// Staged lines whose results are not all counted yet.
+    pub fn open(&self) -> bool {
+        self.staged > 0 && self.parts.is_none_or(|parts| self.parts_done < parts)
+    }
 }
 
 /// What a batch's lines are, and where their results go.
@@ -115,6 +139,32 @@ pub(crate) struct Segment {
     pub output_key: Option<String>,
     pub error_key: Option<String>,
     pub usage: BatchUsage,
+    /// Lines of this segment staged for providers' own batch APIs, one blob per group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub staged: Vec<StagedBlob>,
+}
+
+/// Which provider batch a staged line can share: the same model, provider, endpoint and
+/// credentials.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub(crate) struct NativeGroup {
+    pub model: String,
+    pub provider: String,
+    pub url: String,
+    /// A digest of the line's dynamic credentials (salted with the batch id); empty for none.
+    pub credentials_digest: String,
+}
+
+/// Staged request lines of one group, in the provider's JSONL format.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StagedBlob {
+    pub group: NativeGroup,
+    pub key: String,
+    pub lines: u64,
+    pub bytes: u64,
+    /// The group's dynamic credentials, sealed (bound to the batch id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed_credentials: Option<String>,
 }
 
 /// A chunk record's body.

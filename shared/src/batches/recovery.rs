@@ -20,6 +20,9 @@ pub struct RecoveryReport {
     pub finalized: u64,
     pub validations_requeued: u64,
     pub chunks_requeued: u64,
+    /// Provider-native batches polled.
+    #[serde(default)]
+    pub provider_batches_polled: u64,
     pub errors: u64,
 }
 
@@ -88,6 +91,11 @@ impl BatchService {
                         Err(err) => return Err(err.into()),
                     }
                 }
+            }
+            BatchStatus::InProgress | BatchStatus::Cancelling
+                if batch.body.native.closed && batch.body.native.open() =>
+            {
+                report.provider_batches_polled += self.poll_native(&batch.body).await?;
             }
             BatchStatus::InProgress => {
                 let all_done = batch.body.all_chunks_done();

@@ -160,6 +160,7 @@ impl BatchService {
                 variant_name: planned.variant.name.clone(),
                 credentials: planned.credentials.clone(),
             }),
+            native: Default::default(),
         };
         // The marker first: a batch the poller cannot see could never be recovered.
         let marker = active_marker(&batch_id, project, created_ms);

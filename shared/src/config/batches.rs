@@ -18,6 +18,18 @@ pub struct BatchesConfig {
     /// Results are saved (and progress counted) at least this often while a chunk runs.
     #[serde(default = "default_checkpoint_interval_ms")]
     pub checkpoint_interval_ms: u64,
+    /// Provider-native batches: the shortest gap between two polls of one provider batch.
+    #[serde(default = "default_native_poll_interval_ms")]
+    pub native_poll_interval_ms: u64,
+    /// The longest gap the polls back off to while a provider batch shows no progress.
+    #[serde(default = "default_native_poll_max_interval_ms")]
+    pub native_poll_max_interval_ms: u64,
+    /// Request lines per provider input file (the OpenAI Batch API takes at most 50,000).
+    #[serde(default = "default_native_max_lines")]
+    pub native_max_lines: u64,
+    /// Bytes per provider input file (the OpenAI Batch API takes at most 200 MB).
+    #[serde(default = "default_native_max_bytes")]
+    pub native_max_bytes: u64,
 }
 
 fn default_lines_per_chunk() -> u64 {
@@ -32,6 +44,21 @@ fn default_line_concurrency() -> usize {
 fn default_checkpoint_interval_ms() -> u64 {
     10_000
 }
+fn default_native_poll_interval_ms() -> u64 {
+    60_000
+}
+fn default_native_poll_max_interval_ms() -> u64 {
+    300_000
+}
+/// The OpenAI Batch API's limits on one input file.
+pub const NATIVE_MAX_LINES: u64 = 50_000;
+pub const NATIVE_MAX_BYTES: u64 = 200_000_000;
+fn default_native_max_lines() -> u64 {
+    NATIVE_MAX_LINES
+}
+fn default_native_max_bytes() -> u64 {
+    NATIVE_MAX_BYTES
+}
 
 impl Default for BatchesConfig {
     fn default() -> Self {
@@ -40,6 +67,10 @@ impl Default for BatchesConfig {
             max_chunk_bytes: default_max_chunk_bytes(),
             line_concurrency: default_line_concurrency(),
             checkpoint_interval_ms: default_checkpoint_interval_ms(),
+            native_poll_interval_ms: default_native_poll_interval_ms(),
+            native_poll_max_interval_ms: default_native_poll_max_interval_ms(),
+            native_max_lines: default_native_max_lines(),
+            native_max_bytes: default_native_max_bytes(),
         }
     }
 }
@@ -68,6 +99,30 @@ impl BatchesConfig {
             return Err(ConfigError::invalid(
                 "batches.checkpoint_interval_ms",
                 "must be between 100 and 600000",
+            ));
+        }
+        if !(100..=3_600_000).contains(&self.native_poll_interval_ms) {
+            return Err(ConfigError::invalid(
+                "batches.native_poll_interval_ms",
+                "must be between 100 and 3600000",
+            ));
+        }
+        if !(self.native_poll_interval_ms..=86_400_000).contains(&self.native_poll_max_interval_ms) {
+            return Err(ConfigError::invalid(
+                "batches.native_poll_max_interval_ms",
+                "must be at least batches.native_poll_interval_ms and at most 86400000",
+            ));
+        }
+        if !(1..=NATIVE_MAX_LINES).contains(&self.native_max_lines) {
+            return Err(ConfigError::invalid(
+                "batches.native_max_lines",
+                format!("must be between 1 and {NATIVE_MAX_LINES}"),
+            ));
+        }
+        if !(1024..=NATIVE_MAX_BYTES).contains(&self.native_max_bytes) {
+            return Err(ConfigError::invalid(
+                "batches.native_max_bytes",
+                format!("must be between 1024 and {NATIVE_MAX_BYTES}"),
             ));
         }
         Ok(())

@@ -324,31 +324,58 @@ impl FunctionService {
         line: &[u8],
         credentials: &HashMap<String, String>,
     ) -> (Option<ItemIds>, Result<super::records::InferenceRecord, FunctionError>) {
-        // One parse on the way; the ids alone only when the line is not a whole item.
-        let parsed: ItemLine = match serde_json::from_slice(line) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                return (
-                    item_ids(line),
-                    Err(FunctionError::invalid(format!(
-                        "the stored batch item cannot be read: {e}"
-                    ))),
-                )
-            }
-        };
-        let inference_id = parsed.inference_id;
-        let mut call = match parsed.request.into_call(i64::MAX, || inference_id) {
-            Ok(call) => call,
-            Err(e) => return (item_ids(line), Err(e)),
-        };
-        let ids = Some(ItemIds {
-            inference_id,
-            episode_id: call.episode_id,
-        });
-        call.credentials = credentials.clone();
-        let outcome = self.infer_batch_item(project, &call, inference_id).await;
-        (ids, outcome)
+        match stored_item_call(line, credentials) {
+            Ok((ids, call)) => (Some(ids), self.infer_batch_item(project, &call, ids.inference_id).await),
+            Err(e) => (item_ids(line), Err(e)),
+        }
     }
+
+    /// The model and neutral request a stored item line sends (for a provider's own batch API),
+    /// or why it cannot be prepared (a worker run then reports it).
+    pub fn batch_line_request(
+        &self,
+        line: &[u8],
+        credentials: &HashMap<String, String>,
+    ) -> Result<crate::model::ModelRequest, FunctionError> {
+        let (_, call) = stored_item_call(line, credentials)?;
+        self.batch_item_request(&call)
+    }
+
+    /// The record of a stored item line whose model answered `response` through `provider`'s
+    /// own batch API.
+    pub fn native_batch_line_record(
+        &self,
+        project: &str,
+        line: &[u8],
+        credentials: &HashMap<String, String>,
+        provider: &str,
+        response: crate::model::ModelResponse,
+    ) -> (Option<ItemIds>, Result<super::records::InferenceRecord, FunctionError>) {
+        match stored_item_call(line, credentials) {
+            Ok((ids, call)) => (
+                Some(ids),
+                self.native_batch_item_record(project, &call, ids.inference_id, provider, response),
+            ),
+            Err(e) => (item_ids(line), Err(e)),
+        }
+    }
+}
+
+/// A stored item line as the call a worker makes, with its ids (one parse).
+fn stored_item_call(
+    line: &[u8],
+    credentials: &HashMap<String, String>,
+) -> Result<(ItemIds, InferenceCall), FunctionError> {
+    let parsed: ItemLine = serde_json::from_slice(line)
+        .map_err(|e| FunctionError::invalid(format!("the stored batch item cannot be read: {e}")))?;
+    let inference_id = parsed.inference_id;
+    let mut call = parsed.request.into_call(i64::MAX, || inference_id)?;
+    let ids = ItemIds {
+        inference_id,
+        episode_id: call.episode_id,
+    };
+    call.credentials = credentials.clone();
+    Ok((ids, call))
 }
 
 /// An item body as the call a worker makes (the credentials are the batch's).

@@ -2,6 +2,7 @@
 //! [`ModelRequest`], routes them to providers, and mints the id, timestamp and model name of every
 //! answer.
 
+mod native_batch;
 mod openai_chat;
 mod validation;
 
@@ -11,11 +12,12 @@ use crate::openai::embeddings::{EmbeddingData, EmbeddingRequest, EmbeddingRespon
 use crate::openai::models::{ModelList, ModelObject};
 use crate::ports::{Clock, IdSource};
 use crate::providers::router::{ModelRouter, RoutingError};
-use crate::providers::{CallContext, ModelStream, ProviderError};
+use crate::providers::{CallContext, Embeddings, ModelStream, ProviderError};
 use futures::stream::BoxStream;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub use native_batch::one_failure;
 pub use validation::{validate_chat, validate_embeddings};
 
 /// Why an inference request produced no answer.
@@ -125,24 +127,37 @@ impl InferenceService {
     ) -> Result<EmbeddingResponse, InferenceError> {
         validate_embeddings(request)?;
         let embeddings = self.router.embed(request, CallContext { credentials }).await?;
-        let format = request.encoding_format.unwrap_or(EncodingFormat::Float);
-        Ok(EmbeddingResponse {
-            object: "list",
-            data: embeddings
-                .vectors
-                .into_iter()
-                .enumerate()
-                .map(|(index, vector)| EmbeddingData {
-                    object: "embedding",
-                    index,
-                    embedding: EmbeddingVector::encode(vector, format),
-                })
-                .collect(),
-            model: request.model.clone(),
-            usage: embeddings.usage,
-        })
+        Ok(embedding_response(request, embeddings))
+    }
+}
+
+/// The OpenAI answer to `request` from the provider's vectors.
+fn embedding_response(request: &EmbeddingRequest, embeddings: Embeddings) -> EmbeddingResponse {
+    let format = request.encoding_format.unwrap_or(EncodingFormat::Float);
+    EmbeddingResponse {
+        object: "list",
+        data: embeddings
+            .vectors
+            .into_iter()
+            .enumerate()
+            .map(|(index, vector)| EmbeddingData {
+                object: "embedding",
+                index,
+                embedding: EmbeddingVector::encode(vector, format),
+            })
+            .collect(),
+        model: request.model.clone(),
+        usage: embeddings.usage,
     }
 }
 
 #[cfg(test)]
 mod tests;
+
+impl InferenceService {
+    /// The provider whose own batch API runs `model`'s batch lines. No provider is wired to its
+    /// batch API yet (issue #13 in progress), so every batch line runs on Nimbus's workers.
+    pub fn native_batch(&self, _model: &str) -> Option<crate::providers::native_batch::NativeBatchTarget> {
+        None
+    }
+}

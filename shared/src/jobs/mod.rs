@@ -22,6 +22,8 @@ pub enum JobMessage {
     Chunk { batch_id: String, chunk: u32 },
     /// Finish a batch that is ready (e.g. just cancelled).
     Finalize { batch_id: String },
+    /// Move a batch's provider-native parts on (upload, create, cancel, collect).
+    Native { batch_id: String },
     /// Run an async inference request.
     AsyncRun { request_id: String },
     /// Deliver an async request's result to its webhook.
@@ -41,7 +43,10 @@ pub enum JobFamily {
 impl JobMessage {
     pub fn family(&self) -> JobFamily {
         match self {
-            JobMessage::Validate { .. } | JobMessage::Chunk { .. } | JobMessage::Finalize { .. } => JobFamily::Batch,
+            JobMessage::Validate { .. }
+            | JobMessage::Chunk { .. }
+            | JobMessage::Finalize { .. }
+            | JobMessage::Native { .. } => JobFamily::Batch,
             JobMessage::AsyncRun { .. } | JobMessage::AsyncDeliver { .. } => JobFamily::AsyncRequest,
             JobMessage::WebhookDeliver { .. } => JobFamily::Webhook,
         }

@@ -125,6 +125,7 @@ impl From<BatchesError> for ApiError {
             BatchesError::Conflict(message) => Self::new(StatusCode::CONFLICT, "invalid_request_error", message),
             BatchesError::Files(files) => files.into(),
             BatchesError::Storage(storage) => FilesError::Storage(storage).into(),
+            BatchesError::Provider(message) => Self::new(StatusCode::BAD_GATEWAY, "server_error", message),
         }
     }
 }

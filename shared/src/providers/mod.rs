@@ -11,6 +11,7 @@ mod error;
 mod extras;
 pub mod http_upstream;
 pub mod lmi;
+pub mod native_batch;
 pub mod openai;
 pub mod retry;
 pub mod router;

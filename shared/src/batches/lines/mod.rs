@@ -49,6 +49,40 @@ pub(crate) trait LineKind: Send + Sync {
 
     /// The error line of a line that never ran (the batch was cancelled or expired).
     fn not_run(&self, ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String;
+
+    /// The request a provider's own batch API runs for this line, when the line's model is
+    /// served by a provider marked `batch = "native"`; `None`: a worker runs it. A line that
+    /// cannot be prepared is run by a worker too, which reports why, as for any line.
+    fn native_request(&self, line: &[u8]) -> Option<NativeRequest>;
+
+    /// What the line became from its provider batch's answer. An `Err` is a failure to keep the
+    /// result (storage): the collection stops and runs again later.
+    async fn native_result(&self, line: &[u8], answer: NativeAnswer) -> Result<LineResult, BatchesError>;
+}
+
+/// One line's request for a provider's own batch API, in the provider's wire format.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NativeRequest {
+    /// The configured model and its provider that runs the batch.
+    pub model: String,
+    pub provider: String,
+    /// The provider endpoint, e.g. `/v1/chat/completions`.
+    pub url: &'static str,
+    /// The request line's `body`.
+    pub body: serde_json::Value,
+    /// The line's dynamic credentials (the provider batch is created and polled with them).
+    pub credentials: std::collections::HashMap<String, String>,
+}
+
+/// What a provider batch answered for one line.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum NativeAnswer {
+    /// A 2xx `response.body`.
+    Answered(serde_json::Value),
+    /// The provider's error for this line (its status and body when it gave them).
+    Failed(crate::providers::ProviderError),
+    /// The provider never ran it: `code` and `message` say why.
+    NotRun { code: String, message: String },
 }
 
 impl BatchService {
@@ -62,6 +96,7 @@ impl BatchService {
             }),
             BatchFormat::TensorZero(plan) => Arc::new(tensorzero::TensorZeroLines {
                 functions: Arc::clone(&self.functions),
+                inference: Arc::clone(&self.inference),
                 records: Arc::clone(&self.records),
                 project: batch.project.clone(),
                 // The variant's model as configured now: the one its items call.

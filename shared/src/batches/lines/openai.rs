@@ -1,10 +1,10 @@
 //! `/v1/batches` lines: one OpenAI request line through the same inference layer as the
 //! synchronous API, and the output or error file line it becomes.
 
-use super::{LineKind, LineResult};
+use super::{LineKind, LineResult, NativeAnswer, NativeRequest};
 use crate::batches::input_validation::{validate_input, ChunkLimits, ValidationReport};
 use crate::batches::{BatchEndpoint, BatchesError};
-use crate::inference::{InferenceError, InferenceService};
+use crate::inference::{one_failure, InferenceError, InferenceService};
 use crate::openai::batches::BatchUsage;
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::credentials::take_credentials;
@@ -49,6 +49,144 @@ impl LineKind for OpenAiLines {
 
     fn not_run(&self, ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String {
         not_run_line(ids, &custom_id_of(line).unwrap_or_default(), code, message)
+    }
+
+    fn native_request(&self, line: &[u8]) -> Option<NativeRequest> {
+        let (_, mut body) = parse_request_line(line)?;
+        let model = body.get("model")?.as_str()?.to_owned();
+        let target = self.inference.native_batch(&model)?;
+        let credentials = take_credentials(&mut body).ok()?;
+        let body = match self.endpoint {
+            BatchEndpoint::ChatCompletions => {
+                let parsed = parse_json_object::<ChatCompletionRequest>(body).ok()?;
+                let request = OpenAiChatRequest {
+                    typed: parsed.typed,
+                    raw: parsed.raw,
+                };
+                self.inference.native_chat_body(&request, &target).ok()?
+            }
+            BatchEndpoint::Embeddings => {
+                let parsed = parse_json_object::<EmbeddingRequest>(body).ok()?;
+                self.inference.native_embeddings_body(&parsed.typed, &target).ok()?
+            }
+        };
+        Some(NativeRequest {
+            model,
+            provider: target.provider,
+            url: self.endpoint.path(),
+            body,
+            credentials,
+        })
+    }
+
+    async fn native_result(&self, line: &[u8], answer: NativeAnswer) -> Result<LineResult, BatchesError> {
+        let ids = self.ids.as_ref();
+        let Some((custom_id, mut body)) = parse_request_line(line) else {
+            return Ok(unreadable_line(ids, line));
+        };
+        let mut usage = BatchUsage::default();
+        let request_id = ids.prefixed("req_");
+        let outcome = match answer {
+            NativeAnswer::NotRun { code, message } => {
+                return Ok(LineResult {
+                    line: not_run_line(ids, &custom_id, &code, &message),
+                    ok: false,
+                    usage,
+                })
+            }
+            NativeAnswer::Answered(value) => {
+                native_answer(&self.inference, self.endpoint, &mut body, &value, &mut usage)
+            }
+            NativeAnswer::Failed(error) => {
+                let model = body.get("model").and_then(Value::as_str).unwrap_or_default().to_owned();
+                let provider = self
+                    .inference
+                    .native_batch(&model)
+                    .map(|t| t.provider)
+                    .unwrap_or_default();
+                Err(LineError::Inference(one_failure(&model, &provider, error)))
+            }
+        };
+        Ok(result_line(ids, &custom_id, &request_id, outcome, usage))
+    }
+}
+
+/// The answer of a line from its provider batch's `response.body`, read as the synchronous call
+/// reads the provider's answer.
+fn native_answer(
+    inference: &InferenceService,
+    endpoint: BatchEndpoint,
+    body: &mut Map<String, Value>,
+    answer: &Value,
+    usage: &mut BatchUsage,
+) -> Result<Value, LineError> {
+    take_credentials(body)?;
+    let model = body.get("model").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let target = inference
+        .native_batch(&model)
+        .ok_or_else(|| InferenceError::from(RoutingError::ModelNotFound(model.clone())))?;
+    let value = match endpoint {
+        BatchEndpoint::ChatCompletions => {
+            let parsed = parse_json_object::<ChatCompletionRequest>(std::mem::take(body))?;
+            let request = OpenAiChatRequest {
+                typed: parsed.typed,
+                raw: parsed.raw,
+            };
+            let completion = inference.native_chat_completion(&request, &target, answer)?;
+            usage.add(completion.usage.prompt_tokens, completion.usage.completion_tokens);
+            serde_json::to_value(&completion)
+        }
+        BatchEndpoint::Embeddings => {
+            let parsed = parse_json_object::<EmbeddingRequest>(std::mem::take(body))?;
+            let response = inference.native_embedding_response(&parsed.typed, &target, answer)?;
+            usage.add(response.usage.prompt_tokens, 0);
+            serde_json::to_value(&response)
+        }
+    };
+    value.map_err(|e| ApiError::internal(format!("could not encode the answer: {e}")).into())
+}
+
+/// The result of a line that cannot be read (validation let it through, so only an input
+/// changed under the batch).
+fn unreadable_line(ids: &dyn IdSource, text: &[u8]) -> LineResult {
+    let line = json!({
+        "id": ids.prefixed("batch_req_"),
+        "custom_id": custom_id_of(text),
+        "response": null,
+        "error": {"code": "invalid_request", "message": "This line is not a valid batch request."},
+    });
+    LineResult {
+        line: line.to_string(),
+        ok: false,
+        usage: BatchUsage::default(),
+    }
+}
+
+/// The output or error line of a line that was answered or failed.
+fn result_line(
+    ids: &dyn IdSource,
+    custom_id: &str,
+    request_id: &str,
+    outcome: Result<Value, LineError>,
+    usage: BatchUsage,
+) -> LineResult {
+    let (ok, response) = match outcome {
+        Ok(body) => (
+            true,
+            json!({"status_code": 200, "request_id": request_id, "body": body}),
+        ),
+        Err(error) => (false, failed_response(error, request_id)),
+    };
+    let line = json!({
+        "id": ids.prefixed("batch_req_"),
+        "custom_id": custom_id,
+        "response": response,
+        "error": null,
+    });
+    LineResult {
+        line: line.to_string(),
+        ok,
+        usage,
     }
 }
 
@@ -105,39 +243,12 @@ pub(crate) async fn run_line(
     text: &[u8],
 ) -> LineResult {
     let Some((custom_id, body)) = parse_request_line(text) else {
-        // Validation let it through, so this only happens if the input changed under the batch.
-        let line = json!({
-            "id": ids.prefixed("batch_req_"),
-            "custom_id": custom_id_of(text),
-            "response": null,
-            "error": {"code": "invalid_request", "message": "This line is not a valid batch request."},
-        });
-        return LineResult {
-            line: line.to_string(),
-            ok: false,
-            usage: BatchUsage::default(),
-        };
+        return unreadable_line(ids, text);
     };
     let mut usage = BatchUsage::default();
     let request_id = ids.prefixed("req_");
-    let (ok, response) = match call(inference, endpoint, body, &mut usage).await {
-        Ok(body) => (
-            true,
-            json!({"status_code": 200, "request_id": request_id, "body": body}),
-        ),
-        Err(error) => (false, failed_response(error, &request_id)),
-    };
-    let line = json!({
-        "id": ids.prefixed("batch_req_"),
-        "custom_id": custom_id,
-        "response": response,
-        "error": null,
-    });
-    LineResult {
-        line: line.to_string(),
-        ok,
-        usage,
-    }
+    let outcome = call(inference, endpoint, body, &mut usage).await;
+    result_line(ids, &custom_id, &request_id, outcome, usage)
 }
 
 /// Why a line got no answer: the gateway refused the request, or inference failed.

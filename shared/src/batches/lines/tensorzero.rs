@@ -5,11 +5,15 @@
 //! rerun's own model call failed or answered differently. The result line is short: the item's
 //! ids, or why it produced no inference.
 
-use super::{LineKind, LineResult};
+use super::{LineKind, LineResult, NativeAnswer, NativeRequest};
 use crate::batches::input_validation::{plan_checked_lines, ChunkLimits, ValidationReport};
+use crate::batches::BatchEndpoint;
 use crate::batches::BatchesError;
 use crate::functions::batch_request::item_ids;
+use crate::functions::batch_request::ItemIds;
 use crate::functions::inference::FunctionService;
+use crate::functions::records::InferenceRecord;
+use crate::inference::InferenceService;
 use crate::openai::batches::BatchUsage;
 use crate::ports::{BlobStore, IdSource, InferenceStore, StorageError};
 use async_trait::async_trait;
@@ -23,6 +27,7 @@ use uuid::Uuid;
 /// submitted with.
 pub(crate) struct TensorZeroLines {
     pub functions: Arc<FunctionService>,
+    pub inference: Arc<InferenceService>,
     pub records: Arc<dyn InferenceStore>,
     pub project: String,
     pub model: Option<String>,
@@ -67,6 +72,79 @@ impl LineKind for TensorZeroLines {
             .functions
             .run_batch_line(&self.project, line, &self.credentials)
             .await;
+        self.keep(ids, outcome.map_err(|error| error.to_string())).await
+    }
+
+    fn not_run(&self, _ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String {
+        let ids = item_ids(line);
+        ItemResult {
+            inference_id: ids.map(|i| i.inference_id),
+            episode_id: ids.map(|i| i.episode_id),
+            error: Some(message.to_owned()),
+            code: Some(code.to_owned()),
+        }
+        .line()
+    }
+
+    fn native_request(&self, line: &[u8]) -> Option<NativeRequest> {
+        let model = self.model.clone()?;
+        let target = self.inference.native_batch(&model)?;
+        let request = self.functions.batch_line_request(line, &self.credentials).ok()?;
+        let body = target.api.chat_body(&request).ok()?;
+        Some(NativeRequest {
+            model,
+            provider: target.provider,
+            url: BatchEndpoint::ChatCompletions.path(),
+            body,
+            credentials: self.credentials.clone(),
+        })
+    }
+
+    async fn native_result(&self, line: &[u8], answer: NativeAnswer) -> Result<LineResult, BatchesError> {
+        let target = self
+            .model
+            .as_deref()
+            .and_then(|model| self.inference.native_batch(model));
+        let provider = target.as_ref().map(|t| t.provider.clone()).unwrap_or_default();
+        let outcome = match answer {
+            NativeAnswer::NotRun { code, message } => {
+                return Ok(LineResult {
+                    line: self.not_run(&crate::ports::UuidV7Ids, line, &code, &message),
+                    ok: false,
+                    usage: BatchUsage::default(),
+                })
+            }
+            NativeAnswer::Failed(error) => (item_ids(line), Err(format!("provider `{provider}`: {error}"))),
+            NativeAnswer::Answered(body) => match target.map(|t| t.api.chat_answer(&body)) {
+                Some(Ok(response)) => {
+                    let (ids, record) = self.functions.native_batch_line_record(
+                        &self.project,
+                        line,
+                        &self.credentials,
+                        &provider,
+                        response,
+                    );
+                    (ids, record.map_err(|error| error.to_string()))
+                }
+                Some(Err(error)) => (item_ids(line), Err(format!("provider `{provider}`: {error}"))),
+                None => (
+                    item_ids(line),
+                    Err("the variant's model is no longer served by a native batch provider".to_owned()),
+                ),
+            },
+        };
+        self.keep(outcome.0, outcome.1).await
+    }
+}
+
+impl TensorZeroLines {
+    /// Store the item's record (create-if-absent under its id) before the line counts; an item
+    /// stored by an earlier run of the line keeps that record, which is what counts.
+    async fn keep(
+        &self,
+        ids: Option<ItemIds>,
+        outcome: Result<InferenceRecord, String>,
+    ) -> Result<LineResult, BatchesError> {
         let mut result = ItemResult {
             inference_id: ids.map(|i| i.inference_id),
             episode_id: ids.map(|i| i.episode_id),
@@ -94,7 +172,7 @@ impl LineKind for TensorZeroLines {
                     None => None,
                 };
                 if earlier.is_none() {
-                    result.error = Some(error.to_string());
+                    result.error = Some(error);
                 }
                 earlier
             }
@@ -107,16 +185,5 @@ impl LineKind for TensorZeroLines {
             ok: stored.is_some(),
             usage,
         })
-    }
-
-    fn not_run(&self, _ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String {
-        let ids = item_ids(line);
-        ItemResult {
-            inference_id: ids.map(|i| i.inference_id),
-            episode_id: ids.map(|i| i.episode_id),
-            error: Some(message.to_owned()),
-            code: Some(code.to_owned()),
-        }
-        .line()
     }
 }

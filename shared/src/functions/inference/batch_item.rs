@@ -7,9 +7,10 @@ use super::error::{FunctionError, VariantFailure};
 use super::output::function_output;
 use super::persist::Finished;
 use super::prepare::{prepare, PreparedCall, VariantPlan};
-use super::service::FunctionService;
+use super::service::{FunctionService, ModelCall};
 use super::validate::{InferenceCall, InferenceTarget};
 use crate::functions::records::InferenceRecord;
+use crate::model::{ModelRequest, ModelResponse};
 use crate::user_text::excerpt;
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -78,14 +79,56 @@ impl FunctionService {
                     ..failure
                 }])
             })?;
+        Ok(self.batch_item_record(project, call, inference_id, (plan, &prepared), &model_call, started))
+    }
+
+    /// The model request an item sends, for a provider's own batch API: what
+    /// [`Self::infer_batch_item`] would send.
+    pub fn batch_item_request(&self, call: &InferenceCall) -> Result<ModelRequest, FunctionError> {
+        self.prepare_batch_item(call).map(|(_, prepared)| prepared.request)
+    }
+
+    /// The record of an item whose model answered through a provider's own batch API
+    /// (`provider`): built exactly as [`Self::infer_batch_item`] builds it.
+    pub fn native_batch_item_record(
+        &self,
+        project: &str,
+        call: &InferenceCall,
+        inference_id: Uuid,
+        provider: &str,
+        response: ModelResponse,
+    ) -> Result<InferenceRecord, FunctionError> {
+        let started = Instant::now();
+        let (plan, prepared) = self.prepare_batch_item(call)?;
+        let model_call = ModelCall {
+            id: self.new_id(),
+            model: prepared.request.model.clone(),
+            provider: provider.to_owned(),
+            response,
+            latency: std::time::Duration::ZERO,
+            ttft: None,
+            cached: false,
+        };
+        Ok(self.batch_item_record(project, call, inference_id, (plan, &prepared), &model_call, started))
+    }
+
+    fn batch_item_record(
+        &self,
+        project: &str,
+        call: &InferenceCall,
+        inference_id: Uuid,
+        (plan, prepared): (VariantPlan<'_>, &PreparedCall),
+        model_call: &ModelCall,
+        started: Instant,
+    ) -> InferenceRecord {
         let choice = model_call.response.choices.first();
         let output = function_output(plan.kind, choice, &prepared.rules);
         let finish_reason = choice.and_then(|c| c.finish_reason);
         let usage = model_call.response.usage.clone();
-        Ok(self.persistence().build_record(Finished {
+        self.persistence().build_record(Finished {
             project,
             call,
-            prepared: &prepared,
+            prepared,
             inference_id,
             function_name: plan.function_name,
             variant_name: plan.variant_name,
@@ -93,9 +136,9 @@ impl FunctionService {
             output: &output,
             usage: &usage,
             finish_reason,
-            model_call: &model_call,
+            model_call,
             processing_time: started.elapsed(),
-        }))
+        })
     }
 
     /// The item's variant (it must be pinned) and its prepared model request.
