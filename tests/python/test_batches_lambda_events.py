@@ -300,6 +300,7 @@ def test_poller_event_returns_a_report(poller_lambda: kit.LambdaUnderRie, name: 
         "active_batches",
         "finalized",
         "validations_requeued",
+        "provider_batches_polled",
         "chunks_requeued",
         "errors",
     }, report

@@ -198,6 +198,7 @@ def test_poll_runs_every_scheduled_task_and_prints_the_report(tmp_path: Path) ->
                 "active_batches": 0,
                 "finalized": 0,
                 "validations_requeued": 0,
+                "provider_batches_polled": 0,
                 "chunks_requeued": 0,
                 "errors": 0,
             },
