@@ -160,7 +160,8 @@ def resource_pattern(resource: Any) -> str:
     if isinstance(resource, dict) and "Fn::GetAtt" in resource:
         target = resource["Fn::GetAtt"]
         target = target if isinstance(target, list) else target.split(".")
-        return {"NimbusStateTable": "table", "NimbusBucket": "bucket", **QUEUE_SYMBOLS}[target[0]]
+        symbols = {"NimbusStateTable": "table", "NimbusBucket": "bucket", "NimbusSealingKey": "sealing_key"}
+        return {**symbols, **QUEUE_SYMBOLS}[target[0]]
     if isinstance(resource, dict) and "Fn::Sub" in resource:
         text = resource["Fn::Sub"]
         text = text.replace("${NimbusStateTable.Arn}", "table").replace("${NimbusBucket.Arn}", "bucket")
@@ -223,6 +224,9 @@ def iam_actions(entry: dict[str, Any], bucket: str) -> list[tuple[str, str, str 
         queue_url = json.loads(body or "{}").get("QueueUrl", "")
         # IAM authorizes the batch operations with the single ones' actions.
         return [(f"sqs:{SQS_BATCH_ACTIONS.get(operation, operation)}", queue_symbol(queue_url), None)]
+    if target.startswith("TrentService."):
+        # KMS: the one key the functions use is the sealing key.
+        return [(f"kms:{target.split('.', 1)[1]}", "sealing_key", None)]
     url = urlsplit(entry["url"])
     query = parse_qs(url.query, keep_blank_values=True)
     path = unquote(url.path).lstrip("/")

@@ -104,3 +104,13 @@ pub async fn create_queue(config: &aws_config::SdkConfig, name: &str) -> anyhow:
     let output = client.create_queue().queue_name(name).send().await?;
     output.queue_url().map(str::to_owned).context("no queue url")
 }
+
+/// A symmetric encryption key, as template.yaml declares the sealing key; returns its id.
+pub async fn create_sealing_key(config: &aws_config::SdkConfig) -> anyhow::Result<String> {
+    let client = aws_sdk_kms::Client::new(config);
+    let output = client.create_key().description("nimbus sealing key").send().await?;
+    output
+        .key_metadata()
+        .map(|metadata| metadata.key_id().to_owned())
+        .context("no key metadata")
+}

@@ -1,11 +1,14 @@
-//! The ports' contract on the AWS adapters (S3, DynamoDB, SQS), against a moto server started for
+//! The ports' contract on the AWS adapters (S3, DynamoDB, SQS, KMS), against a moto server started for
 //! this test on a free loopback port.
 
 use bytes::Bytes;
 use nimbus_integration_tests::contract;
-use nimbus_integration_tests::moto::{create_bucket, create_queue, create_state_table, MotoServer};
-use nimbus_shared::adapters::aws::{delivered_receipt, DynamoDbStateStore, S3BlobStore, SqsJobQueue};
-use nimbus_shared::ports::{BlobStore, JobQueue, Priority};
+use nimbus_integration_tests::moto::{create_bucket, create_queue, create_sealing_key, create_state_table, MotoServer};
+use nimbus_integration_tests::sealer_contract;
+use nimbus_shared::adapters::aws::{
+    delivered_receipt, DynamoDbStateStore, KmsSealer, S3BlobStore, SqsJobQueue, SEALING_KEY_ENV,
+};
+use nimbus_shared::ports::{BlobStore, CredentialSealer, JobQueue, Priority, SealError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +35,33 @@ async fn aws_adapters_honour_the_contract_on_moto() {
     let queue_url = create_queue(&config, "nimbus-jobs").await.unwrap();
     contract::queue_send_receive(&SqsJobQueue::new(&config, queue_url)).await;
     priority_queues_work(&config).await;
+}
+
+#[tokio::test]
+async fn the_kms_sealer_honours_the_contract_on_moto() {
+    let moto = MotoServer::start().unwrap();
+    let config = moto.sdk_config().await;
+    let key_id = create_sealing_key(&config).await.unwrap();
+    let sealer = KmsSealer::new(&config, &key_id);
+    sealer_contract::sealer_honours_the_contract(&sealer).await;
+    assert!(sealer.seal("c", b"x").await.unwrap().starts_with("kms1."));
+
+    // Functions that never seal start without the key's variable; sealing then names it.
+    assert!(
+        std::env::var(SEALING_KEY_ENV).is_err(),
+        "the test run must not set {SEALING_KEY_ENV}"
+    );
+    let unconfigured = KmsSealer::from_env(&config);
+    let sealed = sealer.seal("c", b"x").await.unwrap();
+    for err in [
+        unconfigured.seal("c", b"x").await.unwrap_err(),
+        unconfigured.open("c", &sealed).await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(&err, SealError::Unavailable(message) if message.contains(SEALING_KEY_ENV)),
+            "{err:?}"
+        );
+    }
 }
 
 /// The jobs queue plus one queue per priority: each lane's messages land in its own queue, and a

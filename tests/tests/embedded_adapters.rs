@@ -66,3 +66,10 @@ async fn memory_queue_honours_the_contract() {
     contract::queue_send_receive(&MemoryQueue::new()).await;
     contract::queue_priority_lanes(&MemoryQueue::new()).await;
 }
+
+#[tokio::test]
+async fn the_local_sealer_honours_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let sealer = nimbus_shared::adapters::embedded::LocalSealer::in_data_dir(dir.path());
+    nimbus_integration_tests::sealer_contract::sealer_honours_the_contract(&sealer).await;
+}

@@ -2,9 +2,11 @@
 //! (set by the SAM template), plus the SDK's own variables (`AWS_REGION`, `AWS_ENDPOINT_URL`…).
 //! `NIMBUS_ASYNC_QUEUE_URL_P0`, `_P1` and `_P2` (the priority queues) are set only on the functions
 //! that send to them; without one, sending at that priority fails with an error naming it.
+//! `NIMBUS_SEALING_KEY_ID` (the KMS key sealing credentials at rest) likewise: without it, sealing
+//! and opening fail naming it.
 
 use super::Adapters;
-use crate::adapters::aws::{load_sdk_config, DynamoDbStateStore, S3BlobStore, SqsJobQueue};
+use crate::adapters::aws::{load_sdk_config, DynamoDbStateStore, KmsSealer, S3BlobStore, SqsJobQueue};
 use crate::ports::Priority;
 use std::sync::Arc;
 
@@ -45,5 +47,6 @@ pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, St
         Arc::new(DynamoDbStateStore::new(sdk_config, table)),
         Arc::new(S3BlobStore::new(sdk_config, bucket)),
         Arc::new(job_queue(sdk_config, queue_url)),
-    ))
+    )
+    .with_sealer(Arc::new(KmsSealer::from_env(sdk_config))))
 }

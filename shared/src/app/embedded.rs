@@ -1,7 +1,8 @@
-//! The embedded stack under one data directory: `state.sqlite3`, `blobs/`, in-process queue.
+//! The embedded stack under one data directory: `state.sqlite3`, `blobs/`, in-process queue, and
+//! `sealing.key` (the key sealing credentials at rest, made on first use).
 
 use super::Adapters;
-use crate::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
+use crate::adapters::embedded::{FileBlobStore, LocalSealer, MemoryQueue, SqliteStateStore};
 use crate::ports::StorageError;
 use std::path::Path;
 use std::sync::Arc;
@@ -19,5 +20,6 @@ pub fn adapters(data_dir: &Path) -> Result<Adapters, StorageError> {
         Arc::new(state_store(data_dir)?),
         Arc::new(blob_store(data_dir)?),
         Arc::new(MemoryQueue::new()),
-    ))
+    )
+    .with_sealer(Arc::new(LocalSealer::in_data_dir(data_dir))))
 }

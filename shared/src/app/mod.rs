@@ -24,8 +24,8 @@ use crate::inference::InferenceService;
 use crate::jobs::{JobDispatcher, JobFamily};
 use crate::lmi_api::LmiApi;
 use crate::ports::{
-    AfterResponse, BlobStore, Clock, FeedbackStore, IdSource, InferenceStore, JobQueue, ModelCache, StateStore,
-    SystemClock, UuidV7Ids, WebhookTransport,
+    AfterResponse, BlobStore, Clock, CredentialSealer, FeedbackStore, IdSource, InferenceStore, JobQueue, ModelCache,
+    NoCredentialSealer, StateStore, SystemClock, UuidV7Ids, WebhookTransport,
 };
 use crate::providers::router::ModelRouter;
 use crate::scheduler::Scheduler;
@@ -49,6 +49,9 @@ pub struct Adapters {
     pub webhook_urls: UrlPolicy,
     /// Sends webhooks, under `webhook_urls`.
     pub webhooks: Arc<dyn WebhookTransport>,
+    /// Seals credentials kept at rest (a provider-native batch's per-request API keys). The
+    /// embedded and AWS stacks set theirs ([`Adapters::with_sealer`]); without one, sealing fails.
+    pub sealer: Arc<dyn CredentialSealer>,
 }
 
 impl Adapters {
@@ -62,7 +65,14 @@ impl Adapters {
             after_response: Arc::new(DeferredTasks::new()),
             webhook_urls: UrlPolicy::default(),
             webhooks: webhooks::webhook_transport(UrlPolicy::default()),
+            sealer: Arc::new(NoCredentialSealer),
         }
+    }
+
+    /// Seal credentials kept at rest with `sealer`.
+    pub fn with_sealer(mut self, sealer: Arc<dyn CredentialSealer>) -> Self {
+        self.sealer = sealer;
+        self
     }
 
     /// Accept and send webhooks under `policy` (the local server allows plain-HTTP loopback URLs).
@@ -159,7 +169,8 @@ pub fn batch_service(
             },
             settings,
         )
-        .with_events(webhooks::batch_webhooks(adapters)),
+        .with_events(webhooks::batch_webhooks(adapters))
+        .with_sealer(Arc::clone(&adapters.sealer)),
     )
 }
 

@@ -45,8 +45,8 @@ use crate::functions::inference::FunctionService;
 use crate::idempotency::IdempotencyKeys;
 use crate::inference::InferenceService;
 use crate::ports::{
-    BatchEventSink, BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, NoBatchEvents, SealError,
-    StateStore, StorageError,
+    BatchEventSink, BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, NoBatchEvents,
+    NoCredentialSealer, StateStore, StorageError,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -174,20 +174,6 @@ pub struct BatchService {
     pub(crate) events: Arc<dyn BatchEventSink>,
     /// Seals dynamic credentials kept while provider batches poll.
     pub(crate) sealer: Arc<dyn CredentialSealer>,
-}
-
-/// Without a sealer, lines carrying dynamic credentials cannot be staged for provider batches.
-struct NoCredentialSealer;
-
-#[async_trait::async_trait]
-impl CredentialSealer for NoCredentialSealer {
-    async fn seal(&self, _context: &str, _plaintext: &[u8]) -> Result<String, SealError> {
-        Err(SealError::Unavailable("no credential sealer is configured".to_owned()))
-    }
-
-    async fn open(&self, _context: &str, _sealed: &str) -> Result<Vec<u8>, SealError> {
-        Err(SealError::Unavailable("no credential sealer is configured".to_owned()))
-    }
 }
 
 /// The adapters and services a [`BatchService`] works with.

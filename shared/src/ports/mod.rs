@@ -17,7 +17,10 @@ pub use after_response::AfterResponse;
 pub use batch_events::{BatchEventSink, NoBatchEvents};
 pub use blob::{BlobStore, ByteStream};
 pub use clock::{Clock, IdSource, OffsetClock, SystemClock, UuidV7Ids};
-pub use credential_sealer::{CredentialSealer, SealError};
+pub use credential_sealer::{
+    check_sealable, decode_sealed, encode_sealed, open_json, seal_json, CredentialSealer, NoCredentialSealer,
+    SealError, MAX_SEALED_PLAINTEXT,
+};
 pub use feedback_store::FeedbackStore;
 pub use inference_store::{InferencePage, InferenceStore};
 pub use jobs::{JobHandler, JobOutcome, SoleWorkerGuard};

@@ -1,11 +1,13 @@
-//! AWS adapters: S3 blobs, DynamoDB state, SQS queue. Clients come from the environment
+//! AWS adapters: S3 blobs, DynamoDB state, SQS queue, KMS credential sealing. Clients come from the environment
 //! (`AWS_REGION`, credentials, and `AWS_ENDPOINT_URL` for moto or other endpoints).
 
 mod dynamodb_state;
+mod kms_sealer;
 mod s3_blobs;
 mod sqs_queue;
 
 pub use dynamodb_state::DynamoDbStateStore;
+pub use kms_sealer::{KmsSealer, SEALING_KEY_ENV};
 pub use s3_blobs::S3BlobStore;
 pub use sqs_queue::{delivered_receipt, SqsJobQueue};
 

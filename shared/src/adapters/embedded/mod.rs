@@ -1,7 +1,10 @@
-//! Embedded adapters: local files, SQLite (crash-safe, WAL), and an in-process queue.
+//! Embedded adapters: local files, SQLite (crash-safe, WAL), an in-process queue, and a local key
+//! file sealing credentials at rest.
 
 mod data_dir_lock;
 mod file_blobs;
+#[cfg(feature = "embedded")]
+mod local_sealer;
 mod memory_queue;
 mod queue_workers;
 #[cfg(feature = "embedded")]
@@ -9,6 +12,8 @@ mod sqlite_state;
 
 pub use data_dir_lock::{DataDirLock, DataDirLockError};
 pub use file_blobs::FileBlobStore;
+#[cfg(feature = "embedded")]
+pub use local_sealer::{LocalSealer, SEALING_KEY_FILE};
 pub use memory_queue::MemoryQueue;
 pub use queue_workers::spawn_queue_workers;
 #[cfg(feature = "embedded")]

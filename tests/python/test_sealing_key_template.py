@@ -1,0 +1,74 @@
+"""template.yaml's sealing key: a rotated KMS key the account administers, named to the batches,
+worker and poller functions (`NIMBUS_SEALING_KEY_ID`), which alone may encrypt and decrypt with it,
+and only under an encryption context.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import nimbus_testkit as kit
+
+KEY = "NimbusSealingKey"
+SEALING_FUNCTIONS = ["NimbusBatchesFunction", "NimbusWorkerFunction", "NimbusPollerFunction"]
+
+
+def template() -> dict[str, Any]:
+    from samcli.yamlhelper import yaml_parse  # noqa: PLC0415
+
+    return yaml_parse(kit.TEMPLATE.read_text())
+
+
+def statements(function: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        statement
+        for policy in function["Properties"].get("Policies", [])
+        if isinstance(policy, dict) and "Statement" in policy
+        for statement in policy["Statement"]
+    ]
+
+
+def kms_statements(function: dict[str, Any]) -> list[dict[str, Any]]:
+    return [statement for statement in statements(function) if "kms:" in repr(statement.get("Action"))]
+
+
+def test_the_sealing_key_is_rotated_and_administered_by_the_account() -> None:
+    key = template()["Resources"][KEY]
+    assert key["Type"] == "AWS::KMS::Key"
+    properties = key["Properties"]
+    assert properties["EnableKeyRotation"] is True
+    assert properties.get("KeySpec", "SYMMETRIC_DEFAULT") == "SYMMETRIC_DEFAULT"
+    assert properties.get("KeyUsage", "ENCRYPT_DECRYPT") == "ENCRYPT_DECRYPT"
+    (admin,) = properties["KeyPolicy"]["Statement"]
+    assert admin["Effect"] == "Allow"
+    assert admin["Principal"] == {"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}}
+    assert admin["Action"] == "kms:*"
+
+
+def test_only_the_functions_that_seal_may_use_the_key_and_only_to_seal_and_open() -> None:
+    doc = template()
+    functions = {
+        name: resource
+        for name, resource in doc["Resources"].items()
+        if resource["Type"] == "AWS::Serverless::Function"
+    }
+    assert set(SEALING_FUNCTIONS) <= set(functions)
+    for name, function in functions.items():
+        variables = function["Properties"].get("Environment", {}).get("Variables", {})
+        found = kms_statements(function)
+        if name not in SEALING_FUNCTIONS:
+            assert "NIMBUS_SEALING_KEY_ID" not in variables, name
+            assert found == [], name
+            continue
+        assert variables["NIMBUS_SEALING_KEY_ID"] == {"Ref": KEY}, name
+        assert len(found) == 1, (name, found)
+        (statement,) = found
+        assert statement["Effect"] == "Allow"
+        assert sorted(statement["Action"]) == ["kms:Decrypt", "kms:Encrypt"], name
+        assert statement["Resource"] == {"Fn::GetAtt": [KEY, "Arn"]}, name
+        # Sealed values are bound to their record: no call without the encryption context.
+        assert statement["Condition"] == {"Null": {"kms:EncryptionContext:nimbus": "false"}}, name
+    # No other resource grants KMS actions (the key policy aside).
+    for name, resource in doc["Resources"].items():
+        if name != KEY and resource["Type"] != "AWS::Serverless::Function":
+            assert "kms:" not in repr(resource), name
