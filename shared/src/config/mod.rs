@@ -51,7 +51,7 @@ pub use lmi::{
 };
 pub use load::{load_config, load_local_config, LoadedConfig};
 pub use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};
-pub use models::{DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
+pub use models::{BatchMode, DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
 pub use shorthand::{shorthand_model, ModelLookupError, SHORTHAND_PROVIDERS};
 pub use tools::ToolConfig;
 

@@ -54,6 +54,21 @@ pub struct OpenAiProviderConfig {
     /// TensorZero's array `[{ name, value | delete = true }]`.
     #[serde(default, deserialize_with = "headers_table_or_array")]
     pub extra_headers: Vec<ExtraHeaderEntry>,
+    /// How `/v1/batches` jobs of this provider run: on Nimbus's own workers (`workers`, the
+    /// default) or as a batch of the upstream's own OpenAI Batch API (`native`).
+    #[serde(default)]
+    pub batch: BatchMode,
+}
+
+/// Where the requests of a batch job are answered.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchMode {
+    /// Nimbus's batch workers call the provider's synchronous API line by line.
+    #[default]
+    Workers,
+    /// The lines go to the upstream's OpenAI Batch API (`/files` + `/batches`) as one job.
+    Native,
 }
 
 impl OpenAiProviderConfig {
@@ -67,6 +82,7 @@ impl OpenAiProviderConfig {
             connect_timeout_ms: default_connect_timeout_ms(),
             extra_body: Vec::new(),
             extra_headers: Vec::new(),
+            batch: BatchMode::Workers,
         }
     }
 }

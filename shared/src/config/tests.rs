@@ -198,3 +198,24 @@ fn bad_provider_extras_are_named() {
     let dummy = "[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"dummy\"\nextra_body=[{ pointer = \"x\", value = 1 }]\n";
     assert!(expect_error(dummy).contains("models.m.providers.p.extra_body[0].pointer"));
 }
+
+#[test]
+fn only_openai_providers_take_a_batch_mode() {
+    let openai = |batch: &str| {
+        format!("[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"openai\"\nmodel_name=\"x\"\n{batch}")
+    };
+    let batch_mode = |text: &str| match &Config::from_toml(text).unwrap().models["m"].providers["p"] {
+        ProviderConfig::Openai(p) => p.batch,
+        other => panic!("unexpected provider {other:?}"),
+    };
+    assert_eq!(batch_mode(&openai("")), BatchMode::Workers);
+    assert_eq!(batch_mode(&openai("batch = \"workers\"\n")), BatchMode::Workers);
+    assert_eq!(batch_mode(&openai("batch = \"native\"\n")), BatchMode::Native);
+    let err = expect_error(&openai("batch = \"upstream\"\n"));
+    assert!(
+        err.contains("unknown variant `upstream`") && err.contains("native"),
+        "{err}"
+    );
+    let err = expect_error("[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"dummy\"\nbatch=\"native\"\n");
+    assert!(err.contains("unknown field `batch`"), "{err}");
+}

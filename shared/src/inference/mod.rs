@@ -11,7 +11,7 @@ use crate::openai::chat::ChatCompletionChunk;
 use crate::openai::embeddings::{EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingVector, EncodingFormat};
 use crate::openai::models::{ModelList, ModelObject};
 use crate::ports::{Clock, IdSource};
-use crate::providers::router::{ModelRouter, RoutingError};
+use crate::providers::router::{ModelRouter, NativeBatchTarget, RoutingError};
 use crate::providers::{CallContext, Embeddings, ModelStream, ProviderError};
 use futures::stream::BoxStream;
 use std::collections::HashMap;
@@ -94,6 +94,11 @@ impl InferenceService {
         self.router.routes(model)
     }
 
+    /// Where batch jobs of configured model `model` run on a provider's own batch API, if they do.
+    pub fn native_batch(&self, model: &str) -> Option<NativeBatchTarget> {
+        self.router.native_batch(model)
+    }
+
     pub fn get_model(&self, id: &str) -> Result<ModelObject, InferenceError> {
         if self.router.contains(id) {
             Ok(self.model_object(id))
@@ -153,11 +158,3 @@ fn embedding_response(request: &EmbeddingRequest, embeddings: Embeddings) -> Emb
 
 #[cfg(test)]
 mod tests;
-
-impl InferenceService {
-    /// The provider whose own batch API runs `model`'s batch lines. No provider is wired to its
-    /// batch API yet (issue #13 in progress), so every batch line runs on Nimbus's workers.
-    pub fn native_batch(&self, _model: &str) -> Option<crate::providers::native_batch::NativeBatchTarget> {
-        None
-    }
-}

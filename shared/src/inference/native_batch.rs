@@ -7,7 +7,7 @@ use crate::openai::chat::ChatCompletion;
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingResponse};
 use crate::openai::from_model::{model_to_completion, AnswerIdentity};
 use crate::openai::to_model::OpenAiChatRequest;
-use crate::providers::native_batch::NativeBatchTarget;
+use crate::providers::router::NativeBatchTarget;
 use crate::providers::router::{ProviderFailure, RoutingError};
 use crate::providers::ProviderError;
 use serde_json::Value;

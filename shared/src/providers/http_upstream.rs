@@ -1,5 +1,5 @@
 //! What the HTTP providers (OpenAI-compatible servers, LMI containers over HTTP) share: one
-//! upstream's pooled client, API key and configured headers; JSON POSTs; and how its failures read.
+//! upstream's pooled client, API key and configured headers; its requests; and how its failures read.
 
 use super::api_key::ApiKeySource;
 use super::extras::ConfiguredExtras;
@@ -42,10 +42,8 @@ pub(crate) struct HttpUpstream {
 }
 
 impl HttpUpstream {
-    /// A JSON POST of `body` to `url` with the API key as a bearer token, then the headers: the
-    /// request's placed before the configured ones, the configured ones, the request's placed
-    /// after (a header without a value removes it). `whole_request_timeout` bounds the call (not
-    /// for streams, which their reader times).
+    /// A JSON POST of `body` to `url`, made ready by [`Self::prepare`]; `whole_request_timeout`
+    /// bounds the call by the provider's timeout (not for streams, which their reader times).
     pub fn post_json(
         &self,
         url: &str,
@@ -54,13 +52,26 @@ impl HttpUpstream {
         headers: &[ExtraHeaderEntry],
         ctx: CallContext<'_>,
     ) -> Result<reqwest::Request, ProviderError> {
-        let mut builder = self
+        let builder = self
             .client
             .post(url)
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(body);
-        if whole_request_timeout {
-            builder = builder.timeout(self.timeout);
+        self.prepare(builder, whole_request_timeout.then_some(self.timeout), headers, ctx)
+    }
+
+    /// `builder` as this upstream takes it: bounded by `timeout` when given, with the API key as
+    /// a bearer token, then the headers: the request's placed before the configured ones, the
+    /// configured ones, the request's placed after (a header without a value removes it).
+    pub fn prepare(
+        &self,
+        mut builder: reqwest::RequestBuilder,
+        timeout: Option<Duration>,
+        headers: &[ExtraHeaderEntry],
+        ctx: CallContext<'_>,
+    ) -> Result<reqwest::Request, ProviderError> {
+        if let Some(timeout) = timeout {
+            builder = builder.timeout(timeout);
         }
         if let Some(key) = self.api_key.key(&self.provider, ctx)? {
             builder = builder.bearer_auth(key);
@@ -86,8 +97,13 @@ impl HttpUpstream {
 
     /// A failed exchange: a timeout, else a connection error with the whole cause.
     pub fn transport_error(&self, error: &reqwest::Error) -> ProviderError {
+        self.transport_error_within(error, self.timeout)
+    }
+
+    /// [`Self::transport_error`] of a call bounded by `timeout` rather than the provider's.
+    pub fn transport_error_within(&self, error: &reqwest::Error, timeout: Duration) -> ProviderError {
         if error.is_timeout() {
-            ProviderError::Timeout { after: self.timeout }
+            ProviderError::Timeout { after: timeout }
         } else {
             ProviderError::Connection(error_chain(error))
         }

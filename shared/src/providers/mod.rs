@@ -23,6 +23,7 @@ use crate::model::{ModelChunk, ModelRequest, ModelResponse};
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
+use native_batch::NativeBatchApi;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -120,6 +121,9 @@ pub struct ProviderHandle {
     pub chat_stream: Option<Arc<dyn ChatStreamProvider>>,
     pub embeddings: Option<Arc<dyn EmbeddingProvider>>,
     pub choices: ChoiceSupport,
+    /// The upstream's own batch API, when batch jobs of this provider run there
+    /// (`batch = "native"`).
+    pub native_batch: Option<Arc<dyn NativeBatchApi>>,
 }
 
 impl std::fmt::Debug for ProviderHandle {
@@ -130,6 +134,7 @@ impl std::fmt::Debug for ProviderHandle {
             .field("chat_stream", &self.chat_stream.is_some())
             .field("embeddings", &self.embeddings.is_some())
             .field("choices", &self.choices)
+            .field("native_batch", &self.native_batch.is_some())
             .finish()
     }
 }
@@ -146,6 +151,7 @@ impl ProviderHandle {
             chat_stream: Some(provider.clone()),
             embeddings: Some(provider),
             choices: ChoiceSupport::OnePerCall,
+            native_batch: None,
         }
     }
 
@@ -157,6 +163,7 @@ impl ProviderHandle {
             chat_stream: None,
             embeddings: None,
             choices: ChoiceSupport::OnePerCall,
+            native_batch: None,
         }
     }
 

@@ -7,6 +7,7 @@
 use super::dummy::DummyProvider;
 use super::http_upstream::http_client;
 use super::lmi::{LmiProvider, SageMakerConnector};
+use super::native_batch::NativeBatchApi;
 use super::openai::OpenAiProvider;
 use super::retry::{RetryDecision, RetryPolicy};
 use super::synthetic_stream::stream_from_response;
@@ -56,6 +57,22 @@ pub enum RoutingError {
         model: String,
         failures: Vec<ProviderFailure>,
     },
+}
+
+/// The provider whose own batch API runs a model's batch jobs.
+#[derive(Clone)]
+pub struct NativeBatchTarget {
+    /// The provider's name in the model's `routing`.
+    pub provider: String,
+    pub api: Arc<dyn NativeBatchApi>,
+}
+
+impl std::fmt::Debug for NativeBatchTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeBatchTarget")
+            .field("provider", &self.provider)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a configured provider could not be built.
@@ -116,6 +133,17 @@ impl ModelRouter {
     /// Whether `model` can be routed: a configured model or a valid shorthand.
     pub fn routes(&self, model: &str) -> bool {
         self.contains(model) || shorthand_model(model).is_ok()
+    }
+
+    /// The first provider, in routing order, of configured model `model` that runs batch jobs on
+    /// its upstream's batch API (`batch = "native"`); `None` for shorthand models.
+    pub fn native_batch(&self, model: &str) -> Option<NativeBatchTarget> {
+        self.models.get(model)?.providers.iter().find_map(|provider| {
+            Some(NativeBatchTarget {
+                provider: provider.name.clone(),
+                api: provider.native_batch.clone()?,
+            })
+        })
     }
 
     fn model(&self, name: &str) -> Result<Arc<RoutedModel>, RoutingError> {

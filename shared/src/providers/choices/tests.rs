@@ -96,6 +96,7 @@ fn streaming_handle(provider: &Arc<OneAtATime>) -> ProviderHandle {
         chat_stream: Some(provider.clone()),
         embeddings: None,
         choices: ChoiceSupport::OnePerCall,
+        native_batch: None,
     }
 }
 

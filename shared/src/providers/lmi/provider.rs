@@ -127,6 +127,7 @@ impl LmiProvider {
             chat_stream: (!embeds).then(|| provider.clone() as Arc<dyn ChatStreamProvider>),
             embeddings: embeds.then_some(provider as Arc<dyn EmbeddingProvider>),
             choices: ChoiceSupport::OnePerCall,
+            native_batch: None,
         }
     }
 

@@ -1,6 +1,8 @@
 //! Any OpenAI-compatible server (OpenAI, vLLM, TGI, Ollama, Together…): chat, streaming chat and
-//! embeddings over `/chat/completions` and `/embeddings`.
+//! embeddings over `/chat/completions` and `/embeddings`; with `batch = "native"`, batch jobs
+//! over its `/files` and `/batches` (see [`batch_api`]).
 
+mod batch_api;
 mod stream;
 
 use super::api_key::ApiKeySource;
@@ -10,7 +12,7 @@ use super::{
     CallContext, ChatProvider, ChatStreamProvider, EmbeddingProvider, Embeddings, ModelStream, ProviderError,
     ProviderHandle,
 };
-use crate::config::OpenAiProviderConfig;
+use crate::config::{BatchMode, OpenAiProviderConfig};
 use crate::model::{ModelRequest, ModelResponse};
 use crate::openai::chat::ChatCompletion;
 use crate::openai::chat_body::model_to_chat_body;
@@ -48,9 +50,16 @@ impl OpenAiProvider {
     }
 
     /// Every capability; `n` is passed through, so the upstream answers all choices at once.
+    /// With `batch = "native"` batch jobs run on the upstream's Batch API.
     pub fn handle(self) -> ProviderHandle {
         let name = self.upstream.provider.clone();
-        ProviderHandle::full(name, Arc::new(self)).with_native_choices()
+        let native_batch = self.config.batch == BatchMode::Native;
+        let provider = Arc::new(self);
+        let mut handle = ProviderHandle::full(name, Arc::clone(&provider)).with_native_choices();
+        if native_batch {
+            handle.native_batch = Some(provider);
+        }
+        handle
     }
 
     fn url(&self, path: &str) -> String {
@@ -59,7 +68,7 @@ impl OpenAiProvider {
 
     /// The OpenAI body for `request`: its modelled fields and OpenAI pass-through fields, the
     /// upstream model name, the stream fields, then the `extra_body` edits in precedence order.
-    fn chat_body(&self, request: &ModelRequest, stream: bool) -> Result<Value, ProviderError> {
+    fn upstream_chat_body(&self, request: &ModelRequest, stream: bool) -> Result<Value, ProviderError> {
         let mut body = model_to_chat_body(request, &self.config.model_name);
         if stream {
             body.insert("stream".into(), Value::Bool(true));
@@ -80,7 +89,7 @@ impl OpenAiProvider {
         stream: bool,
         ctx: CallContext<'_>,
     ) -> Result<(reqwest::Request, String), ProviderError> {
-        let body = self.chat_body(request, stream)?.to_string();
+        let body = self.upstream_chat_body(request, stream)?.to_string();
         let url = self.url("chat/completions");
         let http = self
             .upstream
@@ -95,10 +104,7 @@ impl ChatProvider for OpenAiProvider {
         let (http, raw_request) = self.post_chat(request, false, ctx)?;
         let response = self.upstream.send(http).await?;
         let bytes = response.bytes().await.map_err(|e| self.upstream.transport_error(&e))?;
-        let completion: ChatCompletion = serde_json::from_slice(&bytes)
-            .map_err(|e| ProviderError::InvalidResponse(format!("chat completion: {e}")))?;
-        let raw = String::from_utf8_lossy(&bytes).into_owned();
-        let mut answer = completion_to_model(completion, Some(raw));
+        let mut answer = read_chat_answer(&bytes)?;
         answer.raw_request = Some(raw_request);
         Ok(answer)
     }
@@ -133,6 +139,27 @@ struct UpstreamEmbedding {
 #[async_trait]
 impl EmbeddingProvider for OpenAiProvider {
     async fn embed(&self, request: &EmbeddingRequest, ctx: CallContext<'_>) -> Result<Embeddings, ProviderError> {
+        let body = self.upstream_embeddings_body(request);
+        let http = self
+            .upstream
+            .post_json(&self.url("embeddings"), body.to_string(), true, &[], ctx)?;
+        let response = self.upstream.send(http).await?;
+        let bytes = response.bytes().await.map_err(|e| self.upstream.transport_error(&e))?;
+        let embeddings = read_embeddings(&bytes)?;
+        if embeddings.vectors.len() != request.input.len() {
+            return Err(ProviderError::InvalidResponse(format!(
+                "expected {} embeddings, got {}",
+                request.input.len(),
+                embeddings.vectors.len()
+            )));
+        }
+        Ok(embeddings)
+    }
+}
+
+impl OpenAiProvider {
+    /// The OpenAI embeddings body for `request`, with the upstream model name.
+    fn upstream_embeddings_body(&self, request: &EmbeddingRequest) -> Value {
         let mut body = json!({
             "model": self.config.model_name,
             "input": request.input,
@@ -144,26 +171,27 @@ impl EmbeddingProvider for OpenAiProvider {
         if let Some(user) = &request.user {
             body["user"] = json!(user);
         }
-        let http = self
-            .upstream
-            .post_json(&self.url("embeddings"), body.to_string(), true, &[], ctx)?;
-        let response = self.upstream.send(http).await?;
-        let bytes = response.bytes().await.map_err(|e| self.upstream.transport_error(&e))?;
-        let mut parsed: UpstreamEmbeddings =
-            serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse(format!("embeddings: {e}")))?;
-        if parsed.data.len() != request.input.len() {
-            return Err(ProviderError::InvalidResponse(format!(
-                "expected {} embeddings, got {}",
-                request.input.len(),
-                parsed.data.len()
-            )));
-        }
-        parsed.data.sort_by_key(|d| d.index);
-        Ok(Embeddings {
-            vectors: parsed.data.into_iter().map(|d| d.embedding).collect(),
-            usage: parsed.usage,
-        })
+        body
     }
+}
+
+/// An upstream chat completion body as the answer; `raw_response` is the body as text.
+fn read_chat_answer(bytes: &[u8]) -> Result<ModelResponse, ProviderError> {
+    let completion: ChatCompletion =
+        serde_json::from_slice(bytes).map_err(|e| ProviderError::InvalidResponse(format!("chat completion: {e}")))?;
+    let raw = String::from_utf8_lossy(bytes).into_owned();
+    Ok(completion_to_model(completion, Some(raw)))
+}
+
+/// An upstream embeddings body as vectors in input order.
+fn read_embeddings(bytes: &[u8]) -> Result<Embeddings, ProviderError> {
+    let mut parsed: UpstreamEmbeddings =
+        serde_json::from_slice(bytes).map_err(|e| ProviderError::InvalidResponse(format!("embeddings: {e}")))?;
+    parsed.data.sort_by_key(|d| d.index);
+    Ok(Embeddings {
+        vectors: parsed.data.into_iter().map(|d| d.embedding).collect(),
+        usage: parsed.usage,
+    })
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
-struct Seen {
-    bodies: Vec<Value>,
+pub(super) struct Seen {
+    pub(super) bodies: Vec<Value>,
     auth: Vec<Option<String>>,
     team: Vec<Option<String>>,
     trace: Vec<Option<String>>,
@@ -83,7 +83,7 @@ async fn embeddings(Json(body): Json<Value>) -> Json<Value> {
     Json(json!({"data": data, "usage": {"prompt_tokens": 4, "total_tokens": 4}}))
 }
 
-async fn start_mock() -> (String, Arc<Mutex<Seen>>) {
+pub(super) async fn start_mock() -> (String, Arc<Mutex<Seen>>) {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let app = Router::new()
         .route("/v1/chat/completions", post(chat))
@@ -95,7 +95,7 @@ async fn start_mock() -> (String, Arc<Mutex<Seen>>) {
     (format!("http://{addr}/v1"), seen)
 }
 
-fn provider(api_base: String, location: CredentialLocation) -> OpenAiProvider {
+pub(super) fn provider(api_base: String, location: CredentialLocation) -> OpenAiProvider {
     provider_with_timeout(api_base, location, 5_000)
 }
 
@@ -112,6 +112,7 @@ fn provider_with_timeout(api_base: String, location: CredentialLocation, timeout
             value: Some("ml".into()),
             delete: None,
         }],
+        batch: crate::config::BatchMode::Workers,
     };
     OpenAiProvider::new("openai", config).unwrap()
 }
@@ -122,7 +123,7 @@ fn openai_request(raw: Value) -> ModelRequest {
     OpenAiChatRequest { typed, raw }.to_model()
 }
 
-fn chat_request(content: &str) -> ModelRequest {
+pub(super) fn chat_request(content: &str) -> ModelRequest {
     openai_request(
         json!({"model": "alias", "messages": [{"role": "user", "content": content}],
                           "frequency_penalty": 0.5, "credentials": {"k": "secret"}}),
@@ -408,7 +409,7 @@ async fn extra_body_and_extra_headers_are_applied_last() {
     );
 }
 
-fn layered_provider(api_base: String) -> OpenAiProvider {
+pub(super) fn layered_provider(api_base: String) -> OpenAiProvider {
     let mut config = provider(api_base, CredentialLocation::None).config;
     config.extra_body = vec![crate::config::ExtraBodyEntry {
         pointer: "/layer".into(),

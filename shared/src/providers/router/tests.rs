@@ -351,3 +351,44 @@ async fn the_dummy_records_its_raw_request_on_chat_and_stream() {
     let err = refused(router.chat(&request, ctx).await.unwrap_err());
     assert!(matches!(err, ProviderError::InvalidExtraBody(_)), "{err:?}");
 }
+
+#[tokio::test]
+async fn native_batch_is_the_first_native_provider_of_a_configured_model() {
+    let config = crate::config::Config::from_toml(
+        r#"
+[models.mixed]
+routing = ["sync", "fake", "native-a", "native-b"]
+[models.mixed.providers.sync]
+type = "openai"
+model_name = "x"
+[models.mixed.providers.fake]
+type = "dummy"
+[models.mixed.providers.native-a]
+type = "openai"
+model_name = "x"
+batch = "native"
+[models.mixed.providers.native-b]
+type = "openai"
+model_name = "x"
+batch = "native"
+
+[models.workers]
+routing = ["sync"]
+[models.workers.providers.sync]
+type = "openai"
+model_name = "x"
+"#,
+    )
+    .unwrap();
+    let models = config
+        .models
+        .iter()
+        .map(|(name, model)| routed_model(name, model, None, None).unwrap())
+        .collect();
+    let router = ModelRouter::new(models, RetryPolicy::from(&config.gateway.retries));
+    let target = router.native_batch("mixed").unwrap();
+    assert_eq!(target.provider, "native-a");
+    assert!(router.native_batch("workers").is_none());
+    assert!(router.native_batch("openai::gpt-4o-mini").is_none());
+    assert!(router.native_batch("nope").is_none());
+}
