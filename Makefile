@@ -21,7 +21,7 @@ export SAM_CLI_TELEMETRY := 0
 
 PORT ?= 3000
 
-.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async bench-lmi fmt clean
+.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async bench-lmi bench-native fmt clean
 
 help:
 	@echo "make run        start the gateway locally on http://127.0.0.1:$(PORT) (embedded stack in .data/)"
@@ -32,6 +32,7 @@ help:
 	@echo "make bench-memory   the local server's memory across repeated hostile runs (its section of docs/benchmarks.md)"
 	@echo "make bench-inference  /inference overhead beside /v1/chat/completions, records on vs dryrun (its section)"
 	@echo "make bench-lmi      LMI provider overhead beside the OpenAI-compatible provider's (its section)"
+	@echo "make bench-native   provider-native batch: AWS and provider requests of a 50,000-line batch (section 9)"
 	@echo "make bench-async    async inference: submit and webhook latency, priority, AWS requests per request (its section)"
 
 run:
@@ -100,6 +101,11 @@ bench-async: test-deps
 # each mock also measured directly.
 bench-lmi:
 	bash infra/bench/lmi_bench.sh
+
+# Provider-native batch: AWS and provider requests of a 50,000-line native batch (section 9).
+bench-native: test-deps
+	cargo build --release -p nimbus-local -p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller
+	$(VENV)/bin/python infra/bench/native_batch_bench.py --bin-dir $(CARGO_TARGET_DIR)/release
 
 fmt:
 	cargo fmt --all

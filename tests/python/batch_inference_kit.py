@@ -26,6 +26,10 @@ USAGE = {"input_tokens": 4, "output_tokens": 4}
 DONE_WITHIN_S = 60.0
 
 
+# How long a synchronous inference's record may take to be stored after its answer.
+RECORD_WITHIN_S = 10.0
+
+
 class Gateway:
     """Plain HTTP on a server's root with one project's key."""
 
@@ -73,7 +77,14 @@ class Gateway:
             time.sleep(0.1)
 
     def record(self, inference_id: str) -> dict[str, Any]:
-        response = self.http.get(f"/inferences/{inference_id}")
+        """The stored record of an inference. A synchronous `/inference` stores it after its answer
+        (deferred work), so a 404 right after the answer is waited out for a few seconds."""
+        deadline = time.monotonic() + RECORD_WITHIN_S
+        while True:
+            response = self.http.get(f"/inferences/{inference_id}")
+            if response.status_code != 404 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert response.status_code == 200, response.text
         return response.json()
 

@@ -233,6 +233,18 @@ pub struct Harness {
 impl Harness {
     /// An engine whose models are `models` (name, provider).
     pub fn new(settings: BatchSettings, models: &[(&str, Arc<ScriptedProvider>)]) -> Self {
+        let routed = models
+            .iter()
+            .map(|(name, provider)| RoutedModel {
+                name: (*name).to_owned(),
+                providers: vec![provider.handle(&format!("{name}-provider"))],
+            })
+            .collect();
+        Self::with_routed(settings, routed)
+    }
+
+    /// An engine whose models are `routed` as given (providers with any capabilities).
+    pub fn with_routed(settings: BatchSettings, routed: Vec<RoutedModel>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(TestClock::default());
         let sqlite: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&dir.path().join("state.sqlite3")).unwrap());
@@ -247,13 +259,7 @@ impl Harness {
                 Arc::clone(&queue) as Arc<dyn JobQueue>,
             )
         };
-        let routed = models
-            .iter()
-            .map(|(name, provider)| RoutedModel {
-                name: (*name).to_owned(),
-                providers: vec![provider.handle(&format!("{name}-provider"))],
-            })
-            .collect();
+        let names: Vec<String> = routed.iter().map(|m| m.name.clone()).collect();
         let policy = RetryPolicy {
             max_retries: 0,
             initial_backoff: Duration::from_millis(1),
@@ -265,7 +271,7 @@ impl Harness {
             Arc::clone(&adapters.clock),
             Arc::clone(&adapters.ids),
         ));
-        let names: Vec<&str> = models.iter().map(|(name, _)| *name).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let loaded = crate::batch_inference_harness::config_for(&names);
         let records = adapters.inference_records();
         let functions = function_service(&loaded, &adapters, Arc::clone(&inference), Arc::clone(&records));

@@ -9,5 +9,7 @@ pub mod batch_inference_harness;
 pub mod contract;
 pub mod lmi_mock;
 pub mod moto;
+pub mod native_fake;
 pub mod records_contract;
 pub mod scripted_provider;
+pub mod sealer_contract;

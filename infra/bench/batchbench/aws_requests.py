@@ -158,7 +158,16 @@ class AwsStack:
     HTTP functions behind API Gateway relays. Cold starts happen in `__init__` (phase `init`).
     `serialize_moto`: the proxy hands moto one request at a time (see `CountingProxy`)."""
 
-    def __init__(self, bin_dir: Path, scratch: Path, worker_instances: int, *, serialize_moto: bool = False):
+    def __init__(
+        self,
+        bin_dir: Path,
+        scratch: Path,
+        worker_instances: int,
+        *,
+        serialize_moto: bool = False,
+        edit_config: Callable[[str], str] | None = None,
+        extra_env: dict[str, str] | None = None,
+    ):
         import nimbus_testkit as kit
 
         os.environ["NIMBUS_BIN_DIR"] = str(bin_dir)
@@ -168,6 +177,8 @@ class AwsStack:
         self.kit = kit
         self.worker_instances = worker_instances
         self.serialize_moto = serialize_moto
+        self.edit_config = edit_config
+        self.extra_env = extra_env or {}
         logs = scratch / "logs"
         self.started: list[Any] = []
         self.proxy: CountingProxy | None = None
@@ -192,6 +203,8 @@ class AwsStack:
         self.key = kit.NimbusCli(kit.clean_env(moto.aws_env()), backend="aws").create_key(PROJECT, name="batch-bench")
         # The config as a deployment puts it: the TOML with its templates and schemas beside it.
         config = write_bench_config(scratch / "aws-config")
+        if self.edit_config is not None:
+            config.write_text(self.edit_config(config.read_text()))
         self.config_source = moto.put_config(config.stem, config.read_text(), config_dir=config.parent)
 
         access_keys = {f"AKIABENCH{name.upper()}": name for name in RESOURCES}
@@ -211,6 +224,7 @@ class AwsStack:
                     "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(MEMORY_MB["batches" if name == "status" else name]),
                     "AWS_LAMBDA_FUNCTION_TIMEOUT": str(TIMEOUT_S["batches" if name == "status" else name]),
                     "RUST_LOG": "warn",
+                    **self.extra_env,
                 }
             )
             function = kit.LambdaUnderRie(kit.binary(binary), env, logs, name=f"rie-bench-{name}{instance}")
@@ -363,12 +377,18 @@ def part_aws(
     model: str = MODEL,
     system: str | None = None,
     serialize_moto: bool = False,
+    edit_config: Callable[[str], str] | None = None,
+    extra_env: dict[str, str] | None = None,
+    watch: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """One `/v1/batches` batch of `lines` chat requests (after a `system` message when given) from
-    a direct upload to `completed` and its output downloaded."""
+    a direct upload to `completed` and its output downloaded. `edit_config` rewrites the
+    benchmark config, `extra_env` given to every function, `watch()` called with each status poll."""
     import requests
 
-    stack = AwsStack(bin_dir, scratch, worker_instances, serialize_moto=serialize_moto)
+    stack = AwsStack(
+        bin_dir, scratch, worker_instances, serialize_moto=serialize_moto, edit_config=edit_config, extra_env=extra_env
+    )
     try:
         proxy, clients, key = stack.proxy, stack.clients, stack.key
         assert proxy is not None
@@ -406,6 +426,8 @@ def part_aws(
         last: dict[str, Any] = {}
 
         def poll() -> str:
+            if watch is not None:
+                watch()
             last["batch"] = clients["status"].batches.retrieve(batch.id)
             return last["batch"].status
 
@@ -429,6 +451,8 @@ def part_aws(
             "worker_instances": worker_instances,
             "upload_s": upload_s,
             "create_s": create_s,
+            "batch_id": batch.id,
+            "created_perf_s": t_create,
             "download_s": download_s,
             **run,
             "output_lines": output_lines,

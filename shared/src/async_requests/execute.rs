@@ -101,7 +101,7 @@ impl AsyncExecutor {
                     .embed(&parsed.typed, &credentials)
                     .await
                     .map_err(inference_failure)?;
-                serde_json::to_value(&response)
+                response.to_json_value()
             }
             AsyncEndpoint::Inference => {
                 let request: InferenceRequest = serde_json::from_value(Value::Object(body))

@@ -83,7 +83,7 @@ impl BatchService {
         };
         let run = ChunkRun {
             batch: &batch,
-            lines: self.line_kind(&batch),
+            lines: self.running_line_kind(&batch).await?,
             index,
             token: token.clone(),
             lease_until_ms,

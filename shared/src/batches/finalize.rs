@@ -93,11 +93,17 @@ impl BatchService {
             let all_done = batch.body.all_chunks_done();
             let native_open = batch.body.native.open();
             let overdue = self.is_overdue(&batch.body);
+            // Provider-native lines cut short by the window: the batch expired, even though
+            // every part is counted now.
+            let native_expired =
+                overdue && !native_open && batch.body.native.staged > 0 && self.parts_expired(batch_id).await?;
             let target = match status {
                 BatchStatus::Cancelling => BatchStatus::Cancelled,
                 BatchStatus::Finalizing => BatchStatus::Completed,
-                BatchStatus::InProgress if all_done && !(native_open && overdue) => BatchStatus::Completed,
-                BatchStatus::InProgress if self.is_overdue(&batch.body) => BatchStatus::Expired,
+                BatchStatus::InProgress if all_done && !(native_open && overdue) && !native_expired => {
+                    BatchStatus::Completed
+                }
+                BatchStatus::InProgress if overdue => BatchStatus::Expired,
                 _ => return Ok(FinalizeStep::NotReady),
             };
             let now_ms = self.now_ms();
@@ -272,6 +278,7 @@ impl BatchService {
             if let BatchFormat::TensorZero(plan) = &mut batch.format {
                 // Nothing runs any more: the credentials go.
                 plan.credentials.clear();
+                plan.sealed_credentials = None;
             }
             Edit::Save(())
         })

@@ -85,9 +85,14 @@ pub(crate) enum BatchFormat {
 pub(crate) struct TensorZeroPlan {
     pub function_name: String,
     pub variant_name: String,
-    /// The dynamic credentials it was submitted with; dropped when the batch ends.
-    #[serde(default)]
+    /// The dynamic credentials of batches stored before they were sealed; dropped when the batch
+    /// ends.
+    #[serde(default, skip_serializing_if = "std::collections::HashMap::is_empty")]
     pub credentials: std::collections::HashMap<String, String>,
+    /// The dynamic credentials it was submitted with, sealed (bound to the batch id); dropped
+    /// when the batch ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed_credentials: Option<String>,
 }
 
 /// The marker of an unfinished batch, what the poller walks; written before the batch record.

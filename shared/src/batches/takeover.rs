@@ -1,11 +1,13 @@
 //! Taking over at start-up, for the local server only. It is the only worker of its data
 //! directory (it holds the directory's lock), so every lease found at start-up belongs to a
-//! process that is gone: chunk leases, finalize leases and model slots are broken at once and
+//! process that is gone: chunk leases, finalize leases, provider-native part leases and model
+//! slots are broken at once and
 //! every unfinished job is enqueued again (the in-process queue died with that process), instead
 //! of waiting minutes for leases to expire and for the poller's requeue delay. Saved progress
 //! stays, so nothing is lost or run twice. Lambda never does this: there many workers share the
 //! storage and a lease may belong to a live one.
 
+use super::native::records::{StoredPart, PART_KIND};
 use super::records::{
     decode, edit, list_all, Edit, StoredBatch, StoredChunk, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND, CHUNK_KIND,
 };
@@ -21,6 +23,8 @@ pub struct TakeoverReport {
     pub batches: u64,
     pub chunk_leases_broken: u64,
     pub finalize_leases_broken: u64,
+    /// Provider-native parts a dead process was working on.
+    pub part_leases_broken: u64,
     pub slot_leases_broken: u64,
     pub jobs_enqueued: u64,
 }
@@ -90,6 +94,12 @@ impl BatchService {
                 });
             }
         }
+        if batch.native.closed && batch.native.open() {
+            report.part_leases_broken += self.break_part_leases(batch_id, now_ms).await?;
+            jobs.push(JobMessage::Native {
+                batch_id: batch_id.to_owned(),
+            });
+        }
         let finalize = JobMessage::Finalize {
             batch_id: batch_id.to_owned(),
         };
@@ -97,6 +107,7 @@ impl BatchService {
             BatchStatus::Validating => jobs.push(JobMessage::Validate {
                 batch_id: batch_id.to_owned(),
             }),
+            BatchStatus::InProgress if batch.native.closed && batch.native.open() => {}
             BatchStatus::InProgress if batch.all_chunks_done() || self.is_overdue(&batch) => jobs.push(finalize),
             BatchStatus::Cancelling | BatchStatus::Finalizing => jobs.push(finalize),
             _ => {}
@@ -106,5 +117,22 @@ impl BatchService {
         report.jobs_enqueued += bodies.len() as u64;
         tracing::info!(batch = %batch_id, status = status.as_str(), jobs = bodies.len(), "took over an unfinished batch");
         Ok(())
+    }
+
+    /// Let go of every part lease of a batch (their holder is gone); how many were held.
+    async fn break_part_leases(&self, batch_id: &str, now_ms: i64) -> Result<u64, BatchesError> {
+        let mut broken = 0;
+        for part in self.parts_of(batch_id).await? {
+            if part.body.lease_until_ms <= now_ms {
+                continue;
+            }
+            edit(self.state.as_ref(), PART_KIND, &part.record.id, |p: &mut StoredPart| {
+                p.lease_until_ms = 0;
+                Edit::Save(())
+            })
+            .await?;
+            broken += 1;
+        }
+        Ok(broken)
     }
 }

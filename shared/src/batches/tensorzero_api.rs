@@ -12,6 +12,7 @@ use super::{BatchService, BatchesError, JobMessage};
 use crate::functions::batch_request::{item_ids, BatchInferenceRequest, ItemIds};
 use crate::functions::inference::{FunctionError, InferenceReply};
 use crate::openai::batches::{BatchObject, BatchStatus};
+use crate::ports::credential_sealer::seal_json;
 use crate::ports::{Record, StorageError};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -129,6 +130,16 @@ impl BatchService {
         }
         let input_blob_key = format!("batch_inference/{project}/{batch_id}/items.jsonl");
         self.blobs.put(&input_blob_key, Bytes::from(input)).await?;
+        // Kept until the batch ends, so kept sealed: never at rest in the clear.
+        let sealed_credentials = if planned.credentials.is_empty() {
+            None
+        } else {
+            Some(
+                seal_json(self.sealer.as_ref(), &batch_id, &planned.credentials)
+                    .await
+                    .map_err(StorageError::from)?,
+            )
+        };
         let created_ms = self.now_ms();
         let created_at = created_ms.div_euclid(1000);
         let total = planned.items.len() as u64;
@@ -158,7 +169,8 @@ impl BatchService {
             format: BatchFormat::TensorZero(TensorZeroPlan {
                 function_name: planned.function_name.clone(),
                 variant_name: planned.variant.name.clone(),
-                credentials: planned.credentials.clone(),
+                credentials: HashMap::new(),
+                sealed_credentials,
             }),
             native: Default::default(),
         };

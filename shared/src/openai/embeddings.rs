@@ -73,6 +73,16 @@ pub struct EmbeddingData {
     pub embedding: EmbeddingVector,
 }
 
+impl EmbeddingResponse {
+    /// The answer as a JSON value with each float written as the direct answer writes it (its
+    /// shortest `f32` form). `serde_json::to_value` would widen every `f32` to the nearest `f64`,
+    /// printed with up to 17 digits, so a stored answer (a batch line, an async result) would
+    /// differ from the same request answered directly.
+    pub fn to_json_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::from_slice(&serde_json::to_vec(self)?)
+    }
+}
+
 /// Floats, or little-endian f32 bytes in base64 (what the SDKs ask for by default).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(untagged)]
@@ -105,6 +115,26 @@ pub struct EmbeddingUsage {
 mod tests {
     use super::*;
 
+    #[test]
+    fn embedding_floats_are_written_as_the_direct_answer_writes_them() {
+        let response = EmbeddingResponse {
+            object: "list",
+            data: vec![EmbeddingData {
+                object: "embedding",
+                index: 0,
+                embedding: EmbeddingVector::Float(vec![0.1, -0.3360462]),
+            }],
+            model: "m".into(),
+            usage: EmbeddingUsage::default(),
+        };
+        let value = response.to_json_value().unwrap();
+        assert_eq!(value["data"][0]["embedding"].to_string(), "[0.1,-0.3360462]");
+        let widened = serde_json::to_value(&response).unwrap();
+        assert_ne!(
+            widened["data"][0]["embedding"], value["data"][0]["embedding"],
+            "what to_value would write"
+        );
+    }
     #[test]
     fn base64_is_little_endian_f32() {
         let EmbeddingVector::Base64(text) = EmbeddingVector::encode(vec![1.0, -0.5], EncodingFormat::Base64) else {

@@ -16,8 +16,10 @@ use super::input_validation::{ChunkLimits, ValidationReport};
 use super::records::{BatchFormat, StoredBatch};
 use super::{BatchEndpoint, BatchService, BatchesError};
 use crate::openai::batches::BatchUsage;
+use crate::ports::credential_sealer::open_json;
 use crate::ports::{BlobStore, IdSource, StorageError};
 use async_trait::async_trait;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// What became of one line.
@@ -86,8 +88,32 @@ pub(crate) enum NativeAnswer {
 }
 
 impl BatchService {
-    /// The lines of `batch`'s format.
+    /// The lines of `batch`'s format, to plan and render them (no provider is called with the
+    /// batch's dynamic credentials: see [`Self::running_line_kind`]).
     pub(crate) fn line_kind(&self, batch: &StoredBatch) -> Arc<dyn LineKind> {
+        let legacy = match &batch.format {
+            BatchFormat::TensorZero(plan) => plan.credentials.clone(),
+            BatchFormat::OpenAiJsonl => HashMap::new(),
+        };
+        self.line_kind_with(batch, legacy)
+    }
+
+    /// The lines of `batch`'s format to run, with the dynamic credentials it was submitted with
+    /// (a `/batch_inference` batch keeps them sealed).
+    pub(crate) async fn running_line_kind(&self, batch: &StoredBatch) -> Result<Arc<dyn LineKind>, BatchesError> {
+        let credentials = match &batch.format {
+            BatchFormat::TensorZero(plan) => match &plan.sealed_credentials {
+                Some(sealed) => open_json(self.sealer.as_ref(), &batch.batch.id, sealed)
+                    .await
+                    .map_err(StorageError::from)?,
+                None => plan.credentials.clone(),
+            },
+            BatchFormat::OpenAiJsonl => HashMap::new(),
+        };
+        Ok(self.line_kind_with(batch, credentials))
+    }
+
+    fn line_kind_with(&self, batch: &StoredBatch, credentials: HashMap<String, String>) -> Arc<dyn LineKind> {
         match &batch.format {
             BatchFormat::OpenAiJsonl => Arc::new(openai::OpenAiLines {
                 inference: Arc::clone(&self.inference),
@@ -105,7 +131,7 @@ impl BatchService {
                     .batch_variant(&plan.function_name, Some(&plan.variant_name), uuid::Uuid::nil())
                     .ok()
                     .map(|variant| variant.model),
-                credentials: plan.credentials.clone(),
+                credentials,
             }),
         }
     }

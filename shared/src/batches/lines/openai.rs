@@ -140,7 +140,7 @@ fn native_answer(
             let parsed = parse_json_object::<EmbeddingRequest>(std::mem::take(body))?;
             let response = inference.native_embedding_response(&parsed.typed, &target, answer)?;
             usage.add(response.usage.prompt_tokens, 0);
-            serde_json::to_value(&response)
+            response.to_json_value()
         }
     };
     value.map_err(|e| ApiError::internal(format!("could not encode the answer: {e}")).into())
@@ -355,7 +355,7 @@ async fn call(
             let parsed = parse_json_object::<EmbeddingRequest>(body)?;
             let response = inference.embed(&parsed.typed, &credentials).await?;
             usage.add(response.usage.prompt_tokens, 0);
-            serde_json::to_value(&response)
+            response.to_json_value()
         }
     };
     value.map_err(|e| ApiError::internal(format!("could not encode the answer: {e}")).into())
@@ -363,6 +363,7 @@ async fn call(
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
     use crate::ports::UuidV7Ids;
     use crate::providers::router::ProviderFailure;

@@ -16,6 +16,9 @@ use bytes::Bytes;
 use serde_json::Value;
 use std::collections::HashMap;
 
+/// The codes a provider's error file gives lines its batch never ran.
+const PROVIDER_NOT_RUN_CODES: [&str; 2] = ["batch_cancelled", "batch_expired"];
+
 /// What one result line of a provider batch says about its request.
 fn answer_of(line: &Value) -> NativeAnswer {
     let response = line.get("response").filter(|r| r.is_object());
@@ -106,12 +109,18 @@ impl BatchService {
                     continue;
                 };
                 let original = self.input_line(batch, &mut chunk, chunk_index, line).await?;
-                let answer = match results.remove(&custom_id) {
-                    Some(result) => answer_of(&result),
-                    None => NativeAnswer::NotRun {
-                        code: end.code.clone(),
-                        message: end.message.clone(),
-                    },
+                let not_run = || NativeAnswer::NotRun {
+                    code: end.code.clone(),
+                    message: end.message.clone(),
+                };
+                let answer = match results.remove(&custom_id).map(|result| answer_of(&result)) {
+                    // The provider lists the lines its cancelled or expired batch never ran;
+                    // the part's end says why from this batch's side (its cancel, its window).
+                    Some(NativeAnswer::NotRun { code, .. }) if PROVIDER_NOT_RUN_CODES.contains(&code.as_str()) => {
+                        not_run()
+                    }
+                    Some(answer) => answer,
+                    None => not_run(),
                 };
                 pending.push(collect_line(kind.as_ref(), &original, answer).await?);
             }

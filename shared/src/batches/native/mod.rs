@@ -34,6 +34,9 @@ const STOP_GRACE_MS: i64 = 15 * 60 * 1000;
 /// When a step failed (the provider unreachable, storage), the job is tried again after this.
 const STEP_RETRY: Duration = Duration::from_secs(15);
 
+/// The code of a line not run because its batch's window ran out.
+pub(crate) const EXPIRED_CODE: &str = "batch_expired";
+
 const CANCELLED_MESSAGE: &str = "This request was not executed because the batch was cancelled.";
 const EXPIRED_MESSAGE: &str = "This request could not be executed before the completion window expired.";
 
@@ -59,7 +62,7 @@ impl BatchService {
         }
         if self.is_overdue(batch) {
             return Some(Stopping {
-                code: "batch_expired",
+                code: EXPIRED_CODE,
                 message: EXPIRED_MESSAGE,
                 since_ms: object.expires_at.unwrap_or_default().saturating_mul(1000),
             });
@@ -77,6 +80,15 @@ impl BatchService {
             });
         }
         Ok(parts)
+    }
+
+    /// Whether some part of the batch ended because the batch's window ran out.
+    pub(crate) async fn parts_expired(&self, batch_id: &str) -> Result<bool, BatchesError> {
+        Ok(self
+            .parts_of(batch_id)
+            .await?
+            .iter()
+            .any(|part| part.body.end.as_ref().is_some_and(|end| end.code == EXPIRED_CODE)))
     }
 
     /// The finalizer found provider-native work open: close staging (no segment staging lines

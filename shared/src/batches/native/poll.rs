@@ -11,14 +11,16 @@ use crate::ports::StorageError;
 use crate::providers::CallContext;
 
 impl BatchService {
-    /// Poll the due provider batches of a batch whose staged lines are packed; send the
+    /// Poll the due provider batches of a batch whose staging is closed; send the
     /// `native` job when a part needs a worker. Returns how many provider batches were polled.
     pub(crate) async fn poll_native(&self, batch: &StoredBatch) -> Result<u64, BatchesError> {
         let batch_id = &batch.batch.id;
         let now_ms = self.now_ms();
         let stopping = self.stopping(batch);
         let mut polled = 0;
-        let mut needs_job = false;
+        // Parts not planned yet: the `native` job that plans them was lost (its worker died
+        // before planning); planning is idempotent, so send it again.
+        let mut needs_job = batch.native.parts.is_none();
         for part in self.parts_of(batch_id).await? {
             match part.body.state {
                 PartState::Done => continue,

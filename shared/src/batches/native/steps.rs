@@ -8,7 +8,8 @@ use super::{Stopping, STOP_GRACE_MS};
 use crate::batches::chunk_run::request_lines;
 use crate::batches::records::{Loaded, StoredBatch};
 use crate::batches::{BatchService, BatchesError};
-use crate::providers::native_batch::{NativeBatchTarget, ProviderBatch, ProviderBatchStatus};
+use crate::providers::native_batch::{ProviderBatch, ProviderBatchStatus};
+use crate::providers::router::NativeBatchTarget;
 use crate::providers::{CallContext, ProviderError};
 use std::collections::BTreeMap;
 
@@ -33,7 +34,7 @@ pub(super) fn end_of(batch: &ProviderBatch, stopping: Option<Stopping>) -> PartE
             format!("The provider batch {} failed{errors}", batch.id),
         ),
         ProviderBatchStatus::Expired => (
-            "batch_expired",
+            super::EXPIRED_CODE,
             format!("The provider batch {} expired before running this request.", batch.id),
         ),
         ProviderBatchStatus::Cancelled => match stopping {

@@ -1,0 +1,136 @@
+"""Provider-native batches on the AWS path (issue #13): `nimbus-batches`, `nimbus-worker` and
+`nimbus-poller` under the RIE against moto (DynamoDB, S3, SQS, and KMS sealing the per-line
+credentials), with a second Nimbus (a local server) as the upstream provider. The tests play the
+SQS event source and the EventBridge schedule (batch_lambda_kit.py); the poller, never a client
+GET, polls the upstream batches.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import nimbus_testkit as kit
+from batch_lambda_kit import PROJECT, Api, EventSource, check_output_line, jsonl, run_until
+from native_batch_kit import (
+    DYNAMIC_CREDENTIAL,
+    UPSTREAM_KEY_ENV,
+    NativeUpstream,
+    downstream_config,
+    upstream_line_texts,
+)
+from native_batch_kit import fake_provider, upstream  # noqa: F401 - fixtures
+from mock_batch_upstream import FakeBatchUpstream
+
+WORKER_TIMEOUT = "300"
+
+
+@pytest.fixture(scope="module")
+def native_aws(
+    moto: kit.MotoServer,
+    batch_lambda_factory: Callable[..., kit.LambdaUnderRie],
+    files_lambda: kit.LambdaUnderRie,
+    aws_api_key: dict[str, Any],
+    upstream: NativeUpstream,
+    fake_provider: FakeBatchUpstream,
+) -> tuple[Api, EventSource]:
+    """The batch functions on the native config (read from S3), the upstream's key in their
+    environment and a KMS key (moto) sealing dynamic credentials."""
+    source_uri = moto.put_config("native-downstream", downstream_config(upstream.relay.api_base, fake_provider))
+    key_id = moto.client("kms").create_key(Description="nimbus sealing (test)")["KeyMetadata"]["KeyId"]
+    env = {
+        "NIMBUS_CONFIG_SOURCE": source_uri,
+        UPSTREAM_KEY_ENV: upstream.key,
+        "NIMBUS_SEALING_KEY_ID": key_id,
+        "NIMBUS_ALLOW_SHORT_COMPLETION_WINDOWS": "1",
+    }
+
+    def start(resource: str, binary: str, memory: str, timeout: str) -> kit.LambdaUnderRie:
+        name = f"rie-native-{binary.removeprefix('nimbus-')}"
+        return batch_lambda_factory(resource, binary, memory=memory, timeout=timeout, name=name, extra_env=env)
+
+    batches = start("NimbusBatchesFunction", "nimbus-batches", "256", "30")
+    worker = start("NimbusWorkerFunction", "nimbus-worker", "512", WORKER_TIMEOUT)
+    poller = start("NimbusPollerFunction", "nimbus-poller", "256", "300")
+    return Api(files_lambda, batches, aws_api_key["api_key"]), EventSource(moto, worker, poller)
+
+
+def line(custom_id: str, text: str, model: str, **body: Any) -> dict[str, Any]:
+    return {
+        "custom_id": custom_id,
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": model, "messages": [{"role": "user", "content": text}], **body},
+    }
+
+
+def stored_anywhere(moto: kit.MotoServer, needle: str, *, except_keys: set[str]) -> list[str]:
+    """Where `needle` is stored in the clear: DynamoDB items and S3 objects (but `except_keys`)."""
+    found = []
+    dynamodb = moto.client("dynamodb")
+    for page in dynamodb.get_paginator("scan").paginate(TableName=moto.table):
+        for item in page["Items"]:
+            if needle in repr(item):
+                found.append(f"dynamodb: {item.get('pk')}")
+    s3 = moto.client("s3")
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=moto.bucket):
+        for entry in page.get("Contents", []):
+            if entry["Key"] in except_keys:
+                continue
+            if needle.encode() in s3.get_object(Bucket=moto.bucket, Key=entry["Key"])["Body"].read():
+                found.append(f"s3: {entry['Key']}")
+    return found
+
+
+def test_a_mixed_batch_runs_native_lines_upstream_on_the_aws_path(
+    native_aws: tuple[Api, EventSource], upstream: NativeUpstream, moto: kit.MotoServer
+) -> None:
+    api, source = native_aws
+    bad_key = f"sk-not-a-key-{uuid.uuid4().hex}"
+    good = {"credentials": {DYNAMIC_CREDENTIAL: upstream.key}}
+    lines = [
+        line("aws-native-1", "aws native one", "cheap"),
+        line("aws-local", "aws local", "local"),
+        line("aws-native-2", "aws native two", "cheap"),
+        line("aws-failing", "fails upstream", "cheap-failing"),
+        line("aws-dynamic", "on the key it carries", "cheap-dynamic", **good),
+        line("aws-bad-key", "on a key the upstream refuses", "cheap-dynamic", credentials={DYNAMIC_CREDENTIAL: bad_key}),
+    ]
+    file = api.upload(jsonl(lines))
+    batch = api.create_ok(file["id"])
+    done = run_until(api, source, batch["id"], timeout=120)
+    assert done["status"] == "completed", done
+    assert done["request_counts"] == {"total": 6, "completed": 4, "failed": 2}, done
+    output, errors = api.results(done)
+    by_id = {entry["custom_id"]: entry for entry in output + errors}
+    assert sorted(by_id) == sorted(entry["custom_id"] for entry in lines)
+    assert sorted(entry["custom_id"] for entry in output) == ["aws-dynamic", "aws-local", "aws-native-1", "aws-native-2"]
+    for entry in output:
+        check_output_line(entry)
+    model_of = {entry["custom_id"]: entry["body"]["model"] for entry in lines}
+    for entry in output:
+        assert entry["response"]["body"]["model"] == model_of[entry["custom_id"]], entry
+    assert by_id["aws-failing"]["response"]["status_code"] == 500, by_id["aws-failing"]
+    assert by_id["aws-bad-key"]["error"]["code"] == "provider_file_rejected", by_id["aws-bad-key"]
+
+    # Upstream: one batch per group (cheap, cheap-failing, cheap-dynamic on the good key), each
+    # made of exactly its lines; the poller did the polling.
+    parts = upstream.parts_of(done["id"])
+    assert len(parts) == 3, parts
+    sent = [upstream.sent(done["id"], int(p.metadata["nimbus_part"]))[1] for p in parts]
+    assert sorted(upstream_line_texts(s)[0] for s in sent) == sorted(
+        ["aws native one", "fails upstream", "on the key it carries"]
+    ), sent
+    polled = sum(report.get("tasks", {}).get("batches", {}).get("provider_batches_polled", 0) for report in source.poll_reports)
+    assert polled >= 3, source.poll_reports[-3:]
+    kinds = {d.job["job"] for d in source.jobs_for(done["id"])}
+    assert "native" in kinds, kinds
+
+    # Neither key is stored in the clear anywhere but in the user's own input file.
+    input_key = f"projects/{PROJECT}/files/{file['id']}"
+    for key in (upstream.key, bad_key):
+        assert stored_anywhere(moto, key, except_keys={input_key}) == []
+
