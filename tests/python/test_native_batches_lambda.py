@@ -7,6 +7,8 @@ GET, polls the upstream batches.
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -134,3 +136,78 @@ def test_a_mixed_batch_runs_native_lines_upstream_on_the_aws_path(
     for key in (upstream.key, bad_key):
         assert stored_anywhere(moto, key, except_keys={input_key}) == []
 
+
+
+def run_until_upstream_finished(
+    api: Api, source: EventSource, upstream: NativeUpstream, batch_id: str, lines: int, timeout: float = 60
+) -> Any:
+    """Deliver jobs and play the schedule until the upstream batch of `batch_id` has finished at
+    least `lines` lines; that upstream batch."""
+    found: list[Any] = []
+
+    def upstream_progress(_: dict[str, Any]) -> bool:
+        found[:] = upstream.parts_of(batch_id)
+        return bool(found) and (found[0].request_counts.completed or 0) >= lines
+
+    run_until(api, source, batch_id, until=upstream_progress, timeout=timeout)
+    return found[0]
+
+
+def stopped_batch_results(
+    api: Api, done: dict[str, Any], upstream: NativeUpstream, part_id: str, lines: list[dict[str, Any]], code: str
+) -> None:
+    """A batch stopped while its upstream batch ran: the upstream batch stopped too; what it finished
+    is in the output (no more, no less), every other line once in the error file with `code`."""
+    part = upstream.wait(part_id, timeout=15)
+    assert part.status in {"cancelled", "expired"}, part
+    output, errors = api.results(done)
+    assert sorted(e["custom_id"] for e in output + errors) == sorted(e["custom_id"] for e in lines)
+    assert len(output) == part.request_counts.completed, (len(output), part.request_counts)
+    assert 0 < len(output) < len(lines), output
+    for entry in output:
+        check_output_line(entry)
+        assert entry["response"]["body"]["model"] == "cheap-slow", entry
+    for entry in errors:
+        assert entry["response"] is None and entry["error"]["code"] == code, entry
+    assert done["request_counts"] == {"total": len(lines), "completed": len(output), "failed": len(errors)}, done
+
+
+def test_cancel_on_the_aws_path_cancels_the_upstream_batch_and_keeps_its_results(
+    native_aws: tuple[Api, EventSource], upstream: NativeUpstream
+) -> None:
+    api, source = native_aws
+    lines = [line(f"aws-cancel-{i}", f"aws slow line {i}", "cheap-slow") for i in range(10)]
+    batch = api.create_ok(api.upload(jsonl(lines))["id"])
+    part = run_until_upstream_finished(api, source, upstream, batch["id"], 2)
+    status, cancelling = api.cancel(batch["id"])
+    assert status == 200 and cancelling["status"] == "cancelling", cancelling
+    done = run_until(api, source, batch["id"], timeout=60)
+    assert done["status"] == "cancelled", done
+    stopped_batch_results(api, done, upstream, part.id, lines, "batch_cancelled")
+
+
+def end_window_soon(moto: kit.MotoServer, batch_id: str, *, in_s: int) -> None:
+    """Move a stored batch's `expires_at` to `in_s` seconds from now, in place in the table, with a
+    new version so that no write made on the old one lands."""
+    dynamodb = moto.client("dynamodb")
+    key = {"pk": {"S": f"batch#{batch_id}"}}
+    item = dynamodb.get_item(TableName=moto.table, Key=key, ConsistentRead=True)["Item"]
+    body = json.loads(item["body"]["S"])
+    body["batch"]["expires_at"] = int(time.time()) + in_s
+    item["body"] = {"S": json.dumps(body)}
+    item["version"] = {"N": str(int(item["version"]["N"]) + 1)}
+    dynamodb.put_item(TableName=moto.table, Item=item)
+
+
+def test_expiry_on_the_aws_path_stops_the_upstream_batch_and_keeps_its_results(
+    native_aws: tuple[Api, EventSource], upstream: NativeUpstream, moto: kit.MotoServer
+) -> None:
+    api, source = native_aws
+    lines = [line(f"aws-expire-{i}", f"aws slow line to expire {i}", "cheap-slow") for i in range(12)]
+    batch = api.create_ok(api.upload(jsonl(lines))["id"])
+    part = run_until_upstream_finished(api, source, upstream, batch["id"], 1)
+    # Deployed, windows are 24 h at least: move this one's end close instead.
+    end_window_soon(moto, batch["id"], in_s=2)
+    done = run_until(api, source, batch["id"], timeout=60)
+    assert done["status"] == "expired", done
+    stopped_batch_results(api, done, upstream, part.id, lines, "batch_expired")
