@@ -6,7 +6,7 @@
 //! and opening fail naming it.
 
 use super::Adapters;
-use crate::adapters::aws::{load_sdk_config, DynamoDbStateStore, KmsSealer, S3BlobStore, SqsJobQueue};
+use crate::adapters::aws::{load_sdk_config, DynamoDbStateStore, EmfMetrics, KmsSealer, S3BlobStore, SqsJobQueue};
 use crate::ports::Priority;
 use std::sync::Arc;
 
@@ -48,5 +48,6 @@ pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, St
         Arc::new(S3BlobStore::new(sdk_config, bucket)),
         Arc::new(job_queue(sdk_config, queue_url)),
     )
-    .with_sealer(Arc::new(KmsSealer::from_env(sdk_config))))
+    .with_sealer(Arc::new(KmsSealer::from_env(sdk_config)))
+    .with_metrics(EmfMetrics::for_lambda()))
 }

@@ -2,7 +2,7 @@
 //! `sealing.key` (the key sealing credentials at rest, made on first use).
 
 use super::Adapters;
-use crate::adapters::embedded::{FileBlobStore, LocalSealer, MemoryQueue, SqliteStateStore};
+use crate::adapters::embedded::{FileBlobStore, LocalSealer, MemoryQueue, PrometheusMetrics, SqliteStateStore};
 use crate::ports::StorageError;
 use std::path::Path;
 use std::sync::Arc;
@@ -21,5 +21,6 @@ pub fn adapters(data_dir: &Path) -> Result<Adapters, StorageError> {
         Arc::new(blob_store(data_dir)?),
         Arc::new(MemoryQueue::new()),
     )
-    .with_sealer(Arc::new(LocalSealer::in_data_dir(data_dir))))
+    .with_sealer(Arc::new(LocalSealer::in_data_dir(data_dir)))
+    .with_metrics(Arc::new(PrometheusMetrics::new())))
 }

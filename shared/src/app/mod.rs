@@ -24,8 +24,8 @@ use crate::inference::InferenceService;
 use crate::jobs::{JobDispatcher, JobFamily};
 use crate::lmi_api::LmiApi;
 use crate::ports::{
-    AfterResponse, BlobStore, Clock, CredentialSealer, FeedbackStore, IdSource, InferenceStore, JobQueue, ModelCache,
-    NoCredentialSealer, StateStore, SystemClock, UuidV7Ids, WebhookTransport,
+    AfterResponse, BlobStore, Clock, CredentialSealer, FeedbackStore, IdSource, InferenceStore, JobQueue, MetricsSink,
+    ModelCache, NoCredentialSealer, NoMetrics, StateStore, SystemClock, UuidV7Ids, WebhookTransport,
 };
 use crate::providers::router::ModelRouter;
 use crate::scheduler::Scheduler;
@@ -52,6 +52,8 @@ pub struct Adapters {
     /// Seals credentials kept at rest (a provider-native batch's per-request API keys). The
     /// embedded and AWS stacks set theirs ([`Adapters::with_sealer`]); without one, sealing fails.
     pub sealer: Arc<dyn CredentialSealer>,
+    /// Where measurements go (EMF lines in Lambda, an in-memory registry locally).
+    pub metrics: Arc<dyn MetricsSink>,
 }
 
 impl Adapters {
@@ -66,7 +68,14 @@ impl Adapters {
             webhook_urls: UrlPolicy::default(),
             webhooks: webhooks::webhook_transport(UrlPolicy::default()),
             sealer: Arc::new(NoCredentialSealer),
+            metrics: Arc::new(NoMetrics),
         }
+    }
+
+    /// Send measurements to `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<dyn MetricsSink>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Seal credentials kept at rest with `sealer`.
@@ -170,14 +179,17 @@ pub fn batch_service(
             settings,
         )
         .with_events(webhooks::batch_webhooks(adapters))
-        .with_sealer(Arc::clone(&adapters.sealer)),
+        .with_sealer(Arc::clone(&adapters.sealer))
+        .with_metrics(Arc::clone(&adapters.metrics)),
     )
 }
 
 /// The inference layer for a validated configuration.
 pub fn inference_service(config: &Config, adapters: &Adapters) -> Result<Arc<InferenceService>, String> {
     let sagemaker = Arc::new(crate::adapters::sagemaker_runtime::SageMakerRuntime::default());
-    let router = ModelRouter::from_config(config, sagemaker).map_err(|e| e.to_string())?;
+    let router = ModelRouter::from_config(config, sagemaker)
+        .map_err(|e| e.to_string())?
+        .with_metrics(Arc::clone(&adapters.metrics));
     Ok(Arc::new(InferenceService::new(
         router,
         Arc::clone(&adapters.clock),
@@ -263,6 +275,7 @@ pub fn app_state(
         webhook_endpoints: webhooks::webhook_endpoints(adapters),
         batch_webhooks: webhooks::batch_webhooks(adapters),
         lmi_api: Arc::new(LmiApi::new(inference, config.lmi_api.clone())),
+        metrics: Arc::clone(&adapters.metrics),
     })
 }
 

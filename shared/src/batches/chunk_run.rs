@@ -139,6 +139,17 @@ impl BatchService {
             Ok(outcome) => outcome,
             Err(err) => return Err(self.give_back(&run, err).await),
         };
+        let end = if outcome.lease_lost {
+            "lease_lost"
+        } else if signal.stop.load(Ordering::SeqCst) {
+            "stopped"
+        } else if outcome.finished {
+            "finished"
+        } else {
+            "deadline"
+        };
+        self.metrics
+            .record("chunk_runs", crate::ports::MetricUnit::Count, 1.0, &[("end", end)]);
         if !outcome.finished {
             self.release_chunk(batch_id, index, &token).await?;
         }

@@ -45,8 +45,8 @@ use crate::functions::inference::FunctionService;
 use crate::idempotency::IdempotencyKeys;
 use crate::inference::InferenceService;
 use crate::ports::{
-    BatchEventSink, BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, NoBatchEvents,
-    NoCredentialSealer, StateStore, StorageError,
+    BatchEventSink, BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, MetricUnit, MetricsSink,
+    NoBatchEvents, NoCredentialSealer, NoMetrics, StateStore, StorageError,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -174,6 +174,8 @@ pub struct BatchService {
     pub(crate) events: Arc<dyn BatchEventSink>,
     /// Seals dynamic credentials kept while provider batches poll.
     pub(crate) sealer: Arc<dyn CredentialSealer>,
+    /// Lines and chunk runs are measured here.
+    pub(crate) metrics: Arc<dyn MetricsSink>,
 }
 
 /// The adapters and services a [`BatchService`] works with.
@@ -205,6 +207,7 @@ impl BatchService {
             settings: Arc::new(settings),
             events: Arc::new(NoBatchEvents),
             sealer: Arc::new(NoCredentialSealer),
+            metrics: Arc::new(NoMetrics),
         }
     }
 
@@ -212,6 +215,23 @@ impl BatchService {
     pub fn with_sealer(mut self, sealer: Arc<dyn CredentialSealer>) -> Self {
         self.sealer = sealer;
         self
+    }
+
+    /// Measure lines and chunk runs into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<dyn MetricsSink>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Lines counted into a batch (`batch_lines`, by who ran them and how they ended).
+    pub(crate) fn count_lines(&self, runner: &'static str, completed: u64, failed: u64, staged: u64) {
+        for (outcome, lines) in [("completed", completed), ("failed", failed), ("staged", staged)] {
+            if lines > 0 {
+                let dimensions = [("runner", runner), ("outcome", outcome)];
+                self.metrics
+                    .record("batch_lines", MetricUnit::Count, lines as f64, &dimensions);
+            }
+        }
     }
 
     /// Tell `events` about every batch that ends (none are told by default).

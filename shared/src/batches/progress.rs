@@ -261,6 +261,7 @@ impl BatchService {
                 .await
             {
                 Ok(()) => {
+                    self.count_lines("workers", segment.completed, segment.failed, staged_lines);
                     chunk.record = chunk_record;
                     *known_chunk = Some(chunk);
                     return Ok(Some(current.body));

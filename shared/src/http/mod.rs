@@ -16,6 +16,7 @@ pub mod lmi_routes;
 mod middleware;
 mod multipart_stream;
 pub mod public_url;
+mod request_metrics;
 pub mod sse;
 mod tensorzero_batch_routes;
 pub mod tensorzero_error;
@@ -38,7 +39,7 @@ use crate::functions::feedback::FeedbackService;
 use crate::functions::inference::FunctionService;
 use crate::inference::InferenceService;
 use crate::lmi_api::LmiApi;
-use crate::ports::InferenceStore;
+use crate::ports::{InferenceStore, MetricsSink};
 use crate::webhooks::{BatchWebhooks, WebhookEndpoints, WebhookSecrets};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
@@ -67,6 +68,8 @@ pub struct AppState {
     pub batch_webhooks: Arc<BatchWebhooks>,
     /// `/invocations`, `/predictions/{model}`: the LMI API.
     pub lmi_api: Arc<LmiApi>,
+    /// Requests are measured here; `GET /metrics` reads it back where it keeps them.
+    pub metrics: Arc<dyn MetricsSink>,
 }
 
 /// Host-specific choices.
@@ -146,12 +149,14 @@ fn host_router(state: AppState, routes: Router<AppState>, open: Router<AppState>
         state.clone(),
         middleware::require_auth,
     ));
+    let metrics = Arc::clone(&state.metrics);
     let router = Router::new()
         .merge(authenticated)
         .merge(open)
         .route("/health", get(inference_routes::health))
+        .route("/metrics", get(request_metrics::prometheus_text))
         .with_state(state);
-    with_common_layers(router)
+    with_common_layers(router).layer(axum::middleware::from_fn_with_state(metrics, request_metrics::measure))
 }
 
 /// Request ids, tracing, OpenAI-style 404/405 and an envelope for every error (TensorZero's error

@@ -307,3 +307,61 @@ async fn a_gzip_encoded_batch_inference_submission_is_decoded() {
     // Without the header the bytes are not JSON.
     assert_eq!(send(false).await.unwrap().status(), StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test]
+async fn requests_are_measured_by_route_template_and_read_back_at_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapters = adapters(dir.path()).with_metrics(Arc::new(crate::adapters::embedded::PrometheusMetrics::new()));
+    let router = router_with(&adapters, AuthMode::OpenWhenNoKeys);
+    assert_eq!(call(&router, "GET", "/v1/models", None, None).await.0, StatusCode::OK);
+    assert_eq!(
+        call(&router, "GET", "/v1/models/dummy", None, None).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&router, "GET", "/v1/models/nope", None, None).await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        call(&router, "GET", "/no/such/route", None, None).await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    let (status, headers, body) = call(&router, "GET", "/metrics", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers[http::header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let text = body.as_str().unwrap();
+    let count = |labels: &str| format!("nimbus_http_requests_total{{{labels}}} 1\n");
+    assert!(
+        text.contains(&count(r#"method="GET",route="/v1/models",status_class="2xx""#)),
+        "{text}"
+    );
+    // The route template, never the id in the path.
+    assert!(
+        text.contains(&count(r#"method="GET",route="/v1/models/{*model}",status_class="2xx""#)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&count(r#"method="GET",route="/v1/models/{*model}",status_class="4xx""#)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&count(r#"method="GET",route="unmatched",status_class="4xx""#)),
+        "{text}"
+    );
+    assert!(!text.contains("dummy") && !text.contains("nope"), "{text}");
+    assert!(text.contains("nimbus_http_request_duration_seconds_count{"), "{text}");
+}
+
+#[tokio::test]
+async fn a_host_that_keeps_no_metrics_serves_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let router = router_with(&adapters(dir.path()), AuthMode::OpenWhenNoKeys);
+    assert_eq!(
+        call(&router, "GET", "/metrics", None, None).await.0,
+        StatusCode::NOT_FOUND
+    );
+}

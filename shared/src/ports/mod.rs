@@ -8,6 +8,7 @@ pub mod credential_sealer;
 pub mod feedback_store;
 pub mod inference_store;
 pub mod jobs;
+pub mod metrics;
 pub mod model_cache;
 pub mod queue;
 pub mod state;
@@ -24,6 +25,7 @@ pub use credential_sealer::{
 pub use feedback_store::FeedbackStore;
 pub use inference_store::{InferencePage, InferenceStore};
 pub use jobs::{JobHandler, JobOutcome, SoleWorkerGuard};
+pub use metrics::{MetricUnit, MetricsSink, NoMetrics};
 pub use model_cache::{CacheKey, CachedModelResponse, ModelCache};
 pub use queue::{JobQueue, Priority, QueueMessage, UnknownPriority};
 pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore, MAX_UPDATE_ALL};

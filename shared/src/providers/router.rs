@@ -17,6 +17,7 @@ use super::{
 use crate::config::{shorthand_model, Config, ModelConfig, ProviderConfig};
 use crate::model::{ModelRequest, ModelResponse};
 use crate::openai::embeddings::EmbeddingRequest;
+use crate::ports::{MetricUnit, MetricsSink, NoMetrics};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use std::collections::{BTreeMap, HashMap};
@@ -95,6 +96,8 @@ pub struct ModelRouter {
     policy: RetryPolicy,
     /// Opens `type = "sagemaker"` providers' transports.
     sagemaker: Option<Arc<dyn SageMakerConnector>>,
+    /// Provider calls, retries and fallbacks are measured here.
+    metrics: Arc<dyn MetricsSink>,
 }
 
 impl ModelRouter {
@@ -105,7 +108,14 @@ impl ModelRouter {
             shorthand_client: OnceLock::new(),
             policy,
             sagemaker: None,
+            metrics: Arc::new(NoMetrics),
         }
+    }
+
+    /// Measure provider calls into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<dyn MetricsSink>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Build every provider of every model in the (validated) configuration; `sagemaker` opens
@@ -211,8 +221,33 @@ impl ModelRouter {
                 Some(complete(provider.chat.clone()?, provider.choices, request, ctx))
             })
             .await?;
+        self.count_tokens(
+            &model,
+            &provider_name,
+            answer.usage.input_tokens,
+            answer.usage.output_tokens,
+        );
         answer.provider_name = provider_name;
         Ok(answer)
+    }
+
+    /// A model's name as a metric dimension: configured names only, never a client's shorthand.
+    fn model_label<'m>(&self, model: &'m RoutedModel) -> &'m str {
+        if self.models.contains_key(&model.name) {
+            model.name.as_str()
+        } else {
+            "shorthand"
+        }
+    }
+
+    /// Tokens a provider's answer used (`tokens` by model, provider and direction).
+    fn count_tokens(&self, model: &RoutedModel, provider: &str, input: u64, output: u64) {
+        let model = self.model_label(model);
+        for (direction, tokens) in [("in", input), ("out", output)] {
+            let dimensions = [("model", model), ("provider", provider), ("direction", direction)];
+            self.metrics
+                .record("tokens", MetricUnit::Count, tokens as f64, &dimensions);
+        }
     }
 
     /// Streamed chat. Fallback happens until a provider starts streaming; providers without
@@ -246,12 +281,13 @@ impl ModelRouter {
 
     pub async fn embed(&self, request: &EmbeddingRequest, ctx: CallContext<'_>) -> Result<Embeddings, RoutingError> {
         let model = self.model(&request.model)?;
-        let (_, embeddings) = self
+        let (provider_name, embeddings) = self
             .with_fallback(&model, "embeddings", |provider| {
                 let embeddings = provider.embeddings.clone()?;
                 Some(async move { embeddings.embed(request, ctx).await }.boxed())
             })
             .await?;
+        self.count_tokens(&model, &provider_name, embeddings.usage.prompt_tokens, 0);
         Ok(embeddings)
     }
 
@@ -267,12 +303,41 @@ impl ModelRouter {
     {
         let mut failures = Vec::new();
         let mut capable = false;
+        let model_label = self.model_label(model);
         for provider in &model.providers {
             let mut attempt: u32 = 0;
             while let Some(future) = call(provider) {
                 capable = true;
-                let error = match future.await {
-                    Ok(value) => return Ok((provider.name.clone(), value)),
+                let started = std::time::Instant::now();
+                let result = future.await;
+                let outcome = match &result {
+                    Ok(_) => "ok",
+                    Err(error) if error.is_retryable() => "retryable_error",
+                    Err(_) => "error",
+                };
+                let dimensions = [
+                    ("model", model_label),
+                    ("provider", provider.name.as_str()),
+                    ("outcome", outcome),
+                ];
+                self.metrics
+                    .record("provider_calls", MetricUnit::Count, 1.0, &dimensions);
+                let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+                self.metrics.record(
+                    "provider_call_duration",
+                    MetricUnit::Milliseconds,
+                    elapsed_ms,
+                    &dimensions,
+                );
+                let error = match result {
+                    Ok(value) => {
+                        if !failures.is_empty() {
+                            let dimensions = [("model", model_label), ("provider", provider.name.as_str())];
+                            self.metrics
+                                .record("provider_fallbacks", MetricUnit::Count, 1.0, &dimensions);
+                        }
+                        return Ok((provider.name.clone(), value));
+                    }
                     Err(error) => error,
                 };
                 let decision = self
@@ -281,7 +346,12 @@ impl ModelRouter {
                 tracing::warn!(model = %model.name, provider = %provider.name, attempt, error = %error, ?decision, "provider call failed");
                 attempt += 1;
                 match decision {
-                    RetryDecision::RetryAfter(wait) => tokio::time::sleep(wait).await,
+                    RetryDecision::RetryAfter(wait) => {
+                        let dimensions = [("model", model_label), ("provider", provider.name.as_str())];
+                        self.metrics
+                            .record("provider_retries", MetricUnit::Count, 1.0, &dimensions);
+                        tokio::time::sleep(wait).await;
+                    }
                     RetryDecision::GiveUp => {
                         failures.push(ProviderFailure {
                             provider: provider.name.clone(),

@@ -2,11 +2,13 @@
 //! (`AWS_REGION`, credentials, and `AWS_ENDPOINT_URL` for moto or other endpoints).
 
 mod dynamodb_state;
+mod emf_metrics;
 mod kms_sealer;
 mod s3_blobs;
 mod sqs_queue;
 
 pub use dynamodb_state::DynamoDbStateStore;
+pub use emf_metrics::{emf_line, EmfMetrics};
 pub use kms_sealer::{KmsSealer, SEALING_KEY_ENV};
 pub use s3_blobs::S3BlobStore;
 pub use sqs_queue::{delivered_receipt, SqsJobQueue};

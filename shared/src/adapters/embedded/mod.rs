@@ -6,6 +6,7 @@ mod file_blobs;
 #[cfg(feature = "embedded")]
 mod local_sealer;
 mod memory_queue;
+mod prometheus_metrics;
 mod queue_workers;
 #[cfg(feature = "embedded")]
 mod sqlite_state;
@@ -15,6 +16,7 @@ pub use file_blobs::FileBlobStore;
 #[cfg(feature = "embedded")]
 pub use local_sealer::{LocalSealer, SEALING_KEY_FILE};
 pub use memory_queue::MemoryQueue;
+pub use prometheus_metrics::PrometheusMetrics;
 pub use queue_workers::spawn_queue_workers;
 #[cfg(feature = "embedded")]
 pub use sqlite_state::SqliteStateStore;

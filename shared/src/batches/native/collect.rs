@@ -189,6 +189,7 @@ impl BatchService {
                 .await
             {
                 Ok(()) => {
+                    self.count_lines("native", segment.completed, segment.failed, 0);
                     part.record = part_record;
                     self.forget_provider_files(part).await;
                     return Ok(());

@@ -392,3 +392,45 @@ model_name = "x"
     assert!(router.native_batch("openai::gpt-4o-mini").is_none());
     assert!(router.native_batch("nope").is_none());
 }
+
+#[tokio::test]
+async fn calls_retries_fallbacks_and_tokens_are_measured_without_shorthand_names() {
+    let metrics = Arc::new(crate::adapters::embedded::PrometheusMetrics::new());
+    let first = Scripted::new(vec![Err(http(503)), Err(http(400))]);
+    let second = Scripted::new(vec![Ok("second")]);
+    let router = router(vec![chat_only("a", first), chat_only("b", second)], 1)
+        .with_metrics(Arc::clone(&metrics) as Arc<dyn MetricsSink>);
+    let none = HashMap::new();
+    let answer = router
+        .chat(&request(), CallContext { credentials: &none })
+        .await
+        .unwrap();
+    let shorthand = router
+        .chat(
+            &dummy_request("dummy::some-client-chosen-name"),
+            CallContext { credentials: &none },
+        )
+        .await
+        .unwrap();
+
+    let text = metrics.prometheus_text().unwrap();
+    let has = |line: &str| assert!(text.contains(line), "{line} missing from:\n{text}");
+    has("nimbus_provider_calls_total{model=\"m\",outcome=\"retryable_error\",provider=\"a\"} 1\n");
+    has("nimbus_provider_calls_total{model=\"m\",outcome=\"error\",provider=\"a\"} 1\n");
+    has("nimbus_provider_calls_total{model=\"m\",outcome=\"ok\",provider=\"b\"} 1\n");
+    has("nimbus_provider_retries_total{model=\"m\",provider=\"a\"} 1\n");
+    has("nimbus_provider_fallbacks_total{model=\"m\",provider=\"b\"} 1\n");
+    let tokens = |c: &ModelResponse, direction: &str, provider: &str, model: &str| {
+        let value = if direction == "in" {
+            c.usage.input_tokens
+        } else {
+            c.usage.output_tokens
+        };
+        format!("nimbus_tokens_total{{direction=\"{direction}\",model=\"{model}\",provider=\"{provider}\"}} {value}\n")
+    };
+    has(&tokens(&answer, "in", "b", "m"));
+    has(&tokens(&answer, "out", "b", "m"));
+    has(&tokens(&shorthand, "out", &shorthand.provider_name, "shorthand"));
+    assert!(!text.contains("some-client-chosen-name"), "{text}");
+    has("nimbus_provider_call_duration_seconds_count{model=\"m\",outcome=\"ok\",provider=\"b\"} 1\n");
+}

@@ -1,0 +1,69 @@
+//! Every request measured: `http_requests` (a count) and `http_request_duration` (until the
+//! response's head, so a stream counts its time to first byte), by route template, method and
+//! status class; and `GET /metrics`, the measurements in Prometheus text format where the host
+//! keeps them (the local server).
+
+use super::AppState;
+use crate::openai::error::ApiError;
+use crate::ports::metrics::status_class;
+use crate::ports::{MetricUnit, MetricsSink};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Requests of no route are counted under this route.
+const UNMATCHED: &str = "unmatched";
+
+/// The method as a dimension: the standard ones by name, anything else as `other`.
+fn method_name(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+pub(super) async fn measure(State(metrics): State<Arc<dyn MetricsSink>>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| UNMATCHED.to_owned(), |path| path.as_str().to_owned());
+    let method = method_name(request.method());
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let dimensions = [
+        ("route", route.as_str()),
+        ("method", method),
+        ("status_class", status_class(response.status().as_u16())),
+    ];
+    metrics.record("http_requests", MetricUnit::Count, 1.0, &dimensions);
+    metrics.record(
+        "http_request_duration",
+        MetricUnit::Milliseconds,
+        elapsed_ms,
+        &dimensions,
+    );
+    response
+}
+
+/// `GET /metrics`.
+pub(super) async fn prometheus_text(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let text = state
+        .metrics
+        .prometheus_text()
+        .ok_or_else(|| ApiError::not_found("This host sends its metrics to CloudWatch; it serves none."))?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    )
+        .into_response())
+}
