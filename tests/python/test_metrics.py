@@ -91,7 +91,7 @@ def test_a_lambda_function_writes_embedded_metric_format_lines(
     line = lines[-1]
     directive = line["_aws"]["CloudWatchMetrics"][0]
     assert directive["Namespace"] == "Nimbus"
-    assert directive["Dimensions"] == [["function", "route", "method", "status_class"]]
+    assert directive["Dimensions"] == [["function", "route", "method", "status_class"], ["status_class"]]
     assert directive["Metrics"] == [{"Name": "http_requests", "Unit": "Count"}]
     assert line["function"] == "NimbusInferenceFunction"
     assert (line["method"], line["status_class"], line["http_requests"]) == ("GET", "2xx", 1.0)

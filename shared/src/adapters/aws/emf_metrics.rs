@@ -1,6 +1,7 @@
 //! Metrics as CloudWatch embedded metric format (EMF) lines on stdout: Lambda sends them to
 //! CloudWatch Logs, which turns each into a metric, with no API call from the function. One line
-//! per measurement, its dimensions plus the function's name.
+//! per measurement, its dimensions plus the function's name (and the outcome or status class
+//! alone, as a second set, where the metric has one).
 
 use crate::ports::metrics::{Dimension, MetricUnit, MetricsSink};
 use crate::ports::{Clock, SystemClock};
@@ -9,6 +10,10 @@ use std::io::Write as _;
 
 /// The CloudWatch namespace of every Nimbus metric.
 pub const NAMESPACE: &str = "Nimbus";
+
+/// Dimensions each metric is also aggregated by alone (a second dimension set), so alarms and the
+/// dashboard can read, say, every provider call by outcome without listing models and providers.
+const AGGREGATED: [&str; 2] = ["outcome", "status_class"];
 
 /// Writes EMF lines to stdout.
 #[derive(Debug, Clone)]
@@ -39,6 +44,13 @@ pub fn emf_line(
 ) -> String {
     let mut names = vec![Value::from("function")];
     names.extend(dimensions.iter().map(|(key, _)| Value::from(*key)));
+    let mut sets = vec![Value::Array(names)];
+    sets.extend(
+        dimensions
+            .iter()
+            .filter(|(key, _)| AGGREGATED.contains(key))
+            .map(|(key, _)| json!([key])),
+    );
     let mut line = Map::new();
     line.insert(
         "_aws".to_owned(),
@@ -46,7 +58,7 @@ pub fn emf_line(
             "Timestamp": timestamp_ms,
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
-                "Dimensions": [names],
+                "Dimensions": sets,
                 "Metrics": [{"Name": name, "Unit": unit.cloudwatch_name()}],
             }],
         }),
@@ -87,7 +99,11 @@ mod tests {
         assert_eq!(aws["Timestamp"], 1_700_000_000_000i64);
         let directive = &aws["CloudWatchMetrics"][0];
         assert_eq!(directive["Namespace"], NAMESPACE);
-        assert_eq!(directive["Dimensions"], json!([["function", "route", "status_class"]]));
+        assert_eq!(
+            directive["Dimensions"],
+            json!([["function", "route", "status_class"], ["status_class"]]),
+            "the full set, and the status class alone for alarms and the dashboard"
+        );
         assert_eq!(
             directive["Metrics"],
             json!([{"Name": "http_requests", "Unit": "Count"}])
