@@ -118,3 +118,10 @@ def test_the_dashboard_shows_the_main_figures() -> None:
     assert ("Nimbus", "http_requests") in metrics and ("Nimbus", "provider_calls") in metrics
     for function in FUNCTIONS:
         assert f"${{{function}}}" in body, function
+
+
+def test_every_function_is_traced_by_x_ray() -> None:
+    parsed = template()
+    assert parsed["Globals"]["Function"]["Tracing"] == "Active"
+    for function in FUNCTIONS:
+        assert parsed["Resources"][function]["Properties"].get("Tracing", "Active") == "Active", function

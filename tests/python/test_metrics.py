@@ -96,3 +96,35 @@ def test_a_lambda_function_writes_embedded_metric_format_lines(
     assert line["function"] == "NimbusInferenceFunction"
     assert (line["method"], line["status_class"], line["http_requests"]) == ("GET", "2xx", 1.0)
     assert isinstance(line["_aws"]["Timestamp"], int)
+
+
+def test_a_requests_log_lines_carry_its_trace_id(
+    inference_lambda: kit.LambdaUnderRie, aws_api_key: dict[str, Any]
+) -> None:
+    """A request's log lines name its X-Ray trace (the runtime's for the invocation, else the
+    `x-amzn-trace-id` API Gateway sent) beside its `x-request-id`."""
+    event = kit.with_api_key(kit.load_event("inference-chat.json"), aws_api_key["api_key"])
+    body = json.loads(event["body"])
+    marker = f"trace-{time.time_ns()}"
+    event = kit.with_body(event, {**body, "model": "dummy-error", "user": marker})
+    event["headers"]["x-request-id"] = marker
+    inference_lambda.invoke_raw(event)
+    deadline = time.monotonic() + 10
+    while True:
+        spans = []
+        for line in inference_lambda.process.log_text(max_chars=500_000).splitlines():
+            start = line.find("{")
+            if start < 0 or marker not in line:
+                continue
+            try:
+                spans.append(json.loads(line[start:]).get("span") or {})
+            except json.JSONDecodeError:
+                continue
+        if spans or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert spans, inference_lambda.process.log_text()[-3000:]
+    for span in spans:
+        assert span["request_id"] == marker, span
+        assert span["trace_id"], span
+        assert span["trace_id"].startswith("Root=1-"), span

@@ -12,6 +12,24 @@ use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, 
 use tower_http::trace::TraceLayer;
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static AMZN_TRACE_ID: HeaderName = HeaderName::from_static("x-amzn-trace-id");
+/// The longest trace id kept in the logs (an X-Ray header is about 100 characters).
+const MAX_TRACE_ID_CHARS: usize = 256;
+
+/// The X-Ray trace of this request: the Lambda runtime's for the invocation
+/// (`_X_AMZN_TRACE_ID`), else the one API Gateway or a load balancer sent; empty locally.
+fn trace_id(request: &Request) -> String {
+    let from_runtime = std::env::var("_X_AMZN_TRACE_ID").ok().filter(|id| !id.is_empty());
+    let id = from_runtime.unwrap_or_else(|| {
+        request
+            .headers()
+            .get(&AMZN_TRACE_ID)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    });
+    id.chars().take(MAX_TRACE_ID_CHARS).collect()
+}
 
 /// Request ids are UUIDv7 (`req_…`), unless the caller sent one.
 #[derive(Clone, Copy, Default)]
@@ -24,7 +42,8 @@ impl MakeRequestId for MakeRequestUuidV7 {
     }
 }
 
-/// Set `x-request-id` on the request (if absent), trace with it, and copy it to the response.
+/// Set `x-request-id` on the request (if absent), trace with it (and the X-Ray trace id, so a
+/// request's log lines can be found from its trace), and copy it to the response.
 pub fn add_request_id_layers(router: axum::Router) -> axum::Router {
     router
         .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
@@ -39,6 +58,7 @@ pub fn add_request_id_layers(router: axum::Router) -> axum::Router {
                 method = %request.method(),
                 path = %request.uri().path(),
                 request_id,
+                trace_id = %trace_id(request),
                 project = tracing::field::Empty
             )
         }))
