@@ -24,6 +24,14 @@ async fn handle(worker: &JobDispatcher, event: LambdaEvent<SqsEvent>) -> Result<
     let mut response = SqsBatchResponse::default();
     for record in event.payload.records {
         let body = record.body.as_deref().unwrap_or_default();
+        let attribute = |name: &str| record.attributes.get(name).map(String::as_str);
+        worker.record_pickup(
+            body,
+            attribute("ApproximateReceiveCount")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
+            attribute("SentTimestamp").and_then(|v| v.parse().ok()),
+        );
         let receipt = lambda::sqs_record_receipt(
             record.event_source_arn.as_deref(),
             record.receipt_handle.as_deref().unwrap_or_default(),

@@ -315,6 +315,7 @@ impl WorkerParts {
 /// The one place job runners are registered: every family of queued work and who runs it.
 pub fn job_dispatcher(parts: &WorkerParts) -> JobDispatcher {
     JobDispatcher::new(Arc::clone(&parts.adapters.queue), parts.max_run)
+        .with_metrics(Arc::clone(&parts.adapters.metrics))
         .with_runner(JobFamily::Batch, Arc::new(BatchWorker::new(Arc::clone(&parts.batches))))
         .with_runner(JobFamily::Webhook, webhooks::batch_webhooks(&parts.adapters))
         .with_runner(

@@ -1,7 +1,9 @@
 //! Hands each job message to the runner of its family, and settles SQS deliveries.
 
 use super::{JobFamily, JobMessage, JobRunner};
-use crate::ports::{JobHandler, JobOutcome, JobQueue};
+use crate::ports::{
+    Clock, JobHandler, JobOutcome, JobQueue, MetricUnit, MetricsSink, NoMetrics, QueueMessage, SystemClock,
+};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +20,8 @@ pub struct JobDispatcher {
     queue: Arc<dyn JobQueue>,
     max_run: Duration,
     runners: HashMap<JobFamily, Arc<dyn JobRunner>>,
+    /// How long jobs waited is measured here.
+    metrics: Arc<dyn MetricsSink>,
 }
 
 impl JobDispatcher {
@@ -28,7 +32,28 @@ impl JobDispatcher {
             queue,
             max_run,
             runners: HashMap::new(),
+            metrics: Arc::new(NoMetrics),
         }
+    }
+
+    /// Measure how long jobs waited into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<dyn MetricsSink>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// A message picked up for the first time after waiting since `sent_at_ms`: `queue_age`
+    /// by job kind. Redeliveries are not counted (their wait is a retry delay, not a backlog).
+    pub fn record_pickup(&self, body: &str, receive_count: u32, sent_at_ms: Option<i64>) {
+        let (Some(sent_at_ms), 1) = (sent_at_ms, receive_count) else {
+            return;
+        };
+        let Ok(job) = serde_json::from_str::<JobMessage>(body) else {
+            return;
+        };
+        let waited_ms = (SystemClock.now_unix_ms() - sent_at_ms).max(0) as f64;
+        self.metrics
+            .record("queue_age", MetricUnit::Milliseconds, waited_ms, &[("job", job.kind())]);
     }
 
     /// Run the jobs of `family` on `runner` (replacing any runner registered before).
@@ -84,6 +109,10 @@ impl JobDispatcher {
 impl JobHandler for JobDispatcher {
     async fn handle(&self, body: &str) -> JobOutcome {
         self.handle_until(body, Instant::now() + self.max_run).await
+    }
+
+    fn picked_up(&self, message: &QueueMessage) {
+        self.record_pickup(&message.body, message.receive_count, message.sent_at_ms);
     }
 }
 
@@ -212,6 +241,36 @@ mod tests {
                 .unwrap()
                 .len(),
             1
+        );
+    }
+
+    #[test]
+    fn a_first_pickup_records_how_long_the_job_waited_and_a_redelivery_does_not() {
+        let metrics = Arc::new(crate::adapters::embedded::PrometheusMetrics::new());
+        let dispatcher = JobDispatcher::new(Arc::new(MemoryQueue::new()), Duration::from_secs(60))
+            .with_metrics(Arc::clone(&metrics) as Arc<dyn MetricsSink>);
+        let body = JobMessage::Chunk {
+            batch_id: "b".into(),
+            chunk: 3,
+        }
+        .to_body();
+        let sent = SystemClock.now_unix_ms() - 1500;
+        dispatcher.record_pickup(&body, 1, Some(sent));
+        dispatcher.record_pickup(&body, 2, Some(sent - 60_000));
+        dispatcher.record_pickup(&body, 1, None);
+        dispatcher.record_pickup("not a job", 1, Some(sent));
+        let text = metrics.prometheus_text().unwrap();
+        assert!(
+            text.contains("nimbus_queue_age_seconds_count{job=\"chunk\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nimbus_queue_age_seconds_bucket{job=\"chunk\",le=\"1\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nimbus_queue_age_seconds_bucket{job=\"chunk\",le=\"2.5\"} 1\n"),
+            "{text}"
         );
     }
 }

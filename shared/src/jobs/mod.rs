@@ -41,6 +41,19 @@ pub enum JobFamily {
 }
 
 impl JobMessage {
+    /// The job's kind, as its wire format names it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            JobMessage::Validate { .. } => "validate",
+            JobMessage::Chunk { .. } => "chunk",
+            JobMessage::Finalize { .. } => "finalize",
+            JobMessage::Native { .. } => "native",
+            JobMessage::AsyncRun { .. } => "async_run",
+            JobMessage::AsyncDeliver { .. } => "async_deliver",
+            JobMessage::WebhookDeliver { .. } => "webhook_deliver",
+        }
+    }
+
     pub fn family(&self) -> JobFamily {
         match self {
             JobMessage::Validate { .. }

@@ -17,6 +17,9 @@ pub enum JobOutcome {
 #[async_trait]
 pub trait JobHandler: Send + Sync {
     async fn handle(&self, body: &str) -> JobOutcome;
+
+    /// A message was received, about to be handled (how long it waited is measured here).
+    fn picked_up(&self, _message: &super::QueueMessage) {}
 }
 
 /// Held by a process that is the only worker of its storage (the local server's data-directory

@@ -59,6 +59,8 @@ pub struct QueueMessage {
     pub body: String,
     /// How many times the message has been delivered, this delivery included.
     pub receive_count: u32,
+    /// When it was sent (unix ms), when the queue says.
+    pub sent_at_ms: Option<i64>,
 }
 
 /// A queue of job messages. Messages not deleted before their visibility timeout are delivered again.

@@ -133,6 +133,7 @@ impl SqsJobQueue {
             .wait_time_seconds(seconds_i32(wait, 20))
             .visibility_timeout(seconds_i32(visibility, MAX_VISIBILITY_S))
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
             .send()
             .await
             .map_err(|e| StorageError::Backend(describe_sdk_error(&e)))?;
@@ -148,6 +149,10 @@ impl SqsJobQueue {
                     .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(1),
+                sent_at_ms: m
+                    .attributes()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+                    .and_then(|v| v.parse().ok()),
             })
             .collect())
     }

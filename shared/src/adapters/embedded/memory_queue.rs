@@ -31,6 +31,8 @@ struct StoredMessage {
     body: String,
     visible_at: Instant,
     receive_count: u32,
+    /// When it was sent (unix ms).
+    sent_at_ms: i64,
     /// The receipt of the latest delivery; older receipts no longer delete it.
     receipt: Option<String>,
 }
@@ -102,6 +104,7 @@ impl MemoryQueue {
                 receipt,
                 body: message.body.clone(),
                 receive_count: message.receive_count,
+                sent_at_ms: Some(message.sent_at_ms),
             });
         }
         for (receipt, id) in receipts {
@@ -118,6 +121,7 @@ impl MemoryQueue {
             body: body.to_owned(),
             visible_at: Instant::now() + delay,
             receive_count: 0,
+            sent_at_ms: crate::ports::Clock::now_unix_ms(&crate::ports::SystemClock),
             receipt: None,
         });
         self.notify.notify_waiters();

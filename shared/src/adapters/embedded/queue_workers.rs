@@ -29,6 +29,7 @@ pub fn spawn_queue_workers(
                         }
                     };
                     for message in messages {
+                        handler.picked_up(&message);
                         let result = match handler.handle(&message.body).await {
                             JobOutcome::Done => queue.delete(&message.receipt).await,
                             JobOutcome::Retry { retry_after } => {
