@@ -128,3 +128,20 @@ def test_a_requests_log_lines_carry_its_trace_id(
         assert span["request_id"] == marker, span
         assert span["trace_id"], span
         assert span["trace_id"].startswith("Root=1-"), span
+
+
+def test_async_requests_are_counted_by_status(nimbus_server: kit.NimbusServer) -> None:
+    from async_kit import AsyncApi, chat_input  # noqa: PLC0415
+
+    before = metrics_text(nimbus_server)
+    api = AsyncApi(nimbus_server.base_url)
+    request_id = api.submit_ok({"model_input": chat_input("counted")})
+    assert api.wait(request_id)["status"] == "SUCCEEDED"
+    after = metrics_text(nimbus_server)
+    for status in ("QUEUED", "SUCCEEDED"):
+        moved = sample(after, "nimbus_async_requests_total", status=status) - sample(
+            before, "nimbus_async_requests_total", status=status
+        )
+        assert moved == 1, (status, after)
+    # The job waited in the in-process queue before a worker took it.
+    assert sample(after, "nimbus_queue_age_seconds_count", job="async_run") >= 1, after

@@ -236,10 +236,10 @@ pub fn async_service(
         ids: Arc::clone(&adapters.ids),
         executor: AsyncExecutor { inference, functions },
     };
-    Arc::new(AsyncService::new(
-        deps,
-        AsyncSettings::from_config(&loaded.config, adapters.webhook_urls),
-    ))
+    Arc::new(
+        AsyncService::new(deps, AsyncSettings::from_config(&loaded.config, adapters.webhook_urls))
+            .with_metrics(Arc::clone(&adapters.metrics)),
+    )
 }
 
 /// Build the handler state from a validated configuration and adapters.

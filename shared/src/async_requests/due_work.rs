@@ -76,6 +76,7 @@ impl AsyncService {
                 match loaded.save(state).await {
                     Ok(()) => {
                         report.expired += 1;
+                        self.count_status(AsyncStatus::Expired);
                         self.queue_first_delivery(&loaded.body, now).await
                     }
                     // A worker (or a cancel) got there first; the next pass sees what it did.

@@ -298,7 +298,7 @@ impl AsyncRunner {
         self.attempt_delivery(&mut loaded.body, output.as_ref(), now).await;
         expect_due_move(&mut loaded.body);
         match loaded.save(self.service.deps.state.as_ref()).await {
-            Ok(()) => {}
+            Ok(()) => self.service.count_status(loaded.body.status),
             // Someone else concluded it meanwhile: theirs stands.
             Err(StorageError::Conflict) => return Ok(JobOutcome::Done),
             Err(err) => return Err(err),

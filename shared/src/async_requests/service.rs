@@ -8,7 +8,10 @@ use super::wire::{AsyncRequestPage, AsyncRequestView};
 use super::DUE_LANE;
 use crate::config::Config;
 use crate::jobs::JobMessage;
-use crate::ports::{BlobStore, Clock, IdSource, JobQueue, ListOrder, ListQuery, Record, StateStore, StorageError};
+use crate::ports::{
+    BlobStore, Clock, IdSource, JobQueue, ListOrder, ListQuery, MetricUnit, MetricsSink, NoMetrics, Record, StateStore,
+    StorageError,
+};
 use crate::records::{decode, encode, Loaded};
 use crate::scheduler::DueIndex;
 use crate::user_text::excerpt;
@@ -88,6 +91,8 @@ pub struct AsyncService {
     pub(crate) deps: AsyncDeps,
     pub(crate) settings: AsyncSettings,
     pub(crate) due: DueIndex,
+    /// Requests reaching a status are counted here.
+    metrics: Arc<dyn MetricsSink>,
 }
 
 /// `GET /async_requests`' query.
@@ -109,7 +114,24 @@ pub struct CancelOutcome {
 impl AsyncService {
     pub fn new(deps: AsyncDeps, settings: AsyncSettings) -> Self {
         let due = DueIndex::new(Arc::clone(&deps.state));
-        Self { deps, settings, due }
+        Self {
+            deps,
+            settings,
+            due,
+            metrics: Arc::new(NoMetrics),
+        }
+    }
+
+    /// Count requests by status into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<dyn MetricsSink>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// A request reached `status` (`async_requests` by status: queued at submit, then its end).
+    pub(crate) fn count_status(&self, status: AsyncStatus) {
+        self.metrics
+            .record("async_requests", MetricUnit::Count, 1.0, &[("status", status.as_str())]);
     }
 
     pub(crate) fn now_ms(&self) -> i64 {
@@ -206,6 +228,7 @@ impl AsyncService {
             self.due.clear(DUE_LANE, &request_id).await.ok();
             return Err(err.into());
         }
+        self.count_status(AsyncStatus::Queued);
         Ok(request_id)
     }
 
@@ -359,6 +382,7 @@ impl AsyncService {
             );
             match loaded.save(self.deps.state.as_ref()).await {
                 Ok(()) => {
+                    self.count_status(AsyncStatus::Canceled);
                     self.queue_first_delivery(&loaded.body, now).await?;
                     return Ok(CancelOutcome {
                         request_id: request_id.to_owned(),
