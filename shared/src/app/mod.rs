@@ -72,8 +72,10 @@ impl Adapters {
         }
     }
 
-    /// Send measurements to `metrics`.
+    /// Send measurements to `metrics` (webhook posts included).
     pub fn with_metrics(mut self, metrics: Arc<dyn MetricsSink>) -> Self {
+        self.webhooks =
+            webhooks::metered_transport(webhooks::webhook_transport(self.webhook_urls), Arc::clone(&metrics));
         self.metrics = metrics;
         self
     }
@@ -87,7 +89,7 @@ impl Adapters {
     /// Accept and send webhooks under `policy` (the local server allows plain-HTTP loopback URLs).
     pub fn with_webhook_urls(mut self, policy: UrlPolicy) -> Self {
         self.webhook_urls = policy;
-        self.webhooks = webhooks::webhook_transport(policy);
+        self.webhooks = webhooks::metered_transport(webhooks::webhook_transport(policy), Arc::clone(&self.metrics));
         self
     }
 

@@ -3,7 +3,8 @@
 
 use super::Adapters;
 use crate::adapters::webhook_http::HttpWebhookTransport;
-use crate::ports::{PostOutcome, WebhookTransport};
+use crate::ports::metrics::status_class;
+use crate::ports::{MetricUnit, MetricsSink, PostOutcome, WebhookTransport};
 use crate::webhooks::{BatchWebhooks, BatchWebhooksDeps, UrlPolicy, WebhookEndpoints, WebhookSecrets, WebhookUrl};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -72,5 +73,96 @@ impl WebhookTransport for LazyHttpTransport {
                 }
             }
         }
+    }
+}
+
+/// `inner` with every post measured: `webhook_deliveries` by outcome (the receiver's status
+/// class, `refused`, `failed` or `timed_out`) and `webhook_delivery_duration`.
+pub fn metered_transport(inner: Arc<dyn WebhookTransport>, metrics: Arc<dyn MetricsSink>) -> Arc<dyn WebhookTransport> {
+    Arc::new(MeteredTransport { inner, metrics })
+}
+
+struct MeteredTransport {
+    inner: Arc<dyn WebhookTransport>,
+    metrics: Arc<dyn MetricsSink>,
+}
+
+#[async_trait]
+impl WebhookTransport for MeteredTransport {
+    async fn post(&self, url: &WebhookUrl, headers: &[(String, String)], body: Bytes) -> PostOutcome {
+        let started = std::time::Instant::now();
+        let outcome = self.inner.post(url, headers, body).await;
+        let label = match &outcome {
+            PostOutcome::Response { status, .. } => status_class(*status),
+            PostOutcome::Refused { .. } => "refused",
+            PostOutcome::Failed { timed_out: true, .. } => "timed_out",
+            PostOutcome::Failed { .. } => "failed",
+        };
+        let dimensions = [("outcome", label)];
+        self.metrics
+            .record("webhook_deliveries", MetricUnit::Count, 1.0, &dimensions);
+        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.metrics.record(
+            "webhook_delivery_duration",
+            MetricUnit::Milliseconds,
+            elapsed_ms,
+            &dimensions,
+        );
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::adapters::embedded::PrometheusMetrics;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// Answers the scripted outcomes in order.
+    struct Scripted(Mutex<Vec<PostOutcome>>);
+
+    #[async_trait]
+    impl WebhookTransport for Scripted {
+        async fn post(&self, _url: &WebhookUrl, _headers: &[(String, String)], _body: Bytes) -> PostOutcome {
+            self.0.lock().unwrap().remove(0)
+        }
+    }
+
+    #[tokio::test]
+    async fn every_post_is_counted_by_its_outcome() {
+        let metrics = Arc::new(PrometheusMetrics::new());
+        let script = vec![
+            PostOutcome::Response {
+                status: 204,
+                retry_after: None,
+            },
+            PostOutcome::Response {
+                status: 503,
+                retry_after: Some(Duration::from_secs(1)),
+            },
+            PostOutcome::Refused {
+                reason: "private address".into(),
+            },
+            PostOutcome::Failed {
+                reason: "timed out".into(),
+                timed_out: true,
+            },
+        ];
+        let transport = metered_transport(
+            Arc::new(Scripted(Mutex::new(script))),
+            Arc::clone(&metrics) as Arc<dyn MetricsSink>,
+        );
+        let url = WebhookUrl::parse("https://hooks.example.com/in", &UrlPolicy::default()).unwrap();
+        for _ in 0..4 {
+            transport.post(&url, &[], Bytes::from_static(b"{}")).await;
+        }
+        let text = metrics.prometheus_text().unwrap();
+        for outcome in ["2xx", "5xx", "refused", "timed_out"] {
+            let line = format!("nimbus_webhook_deliveries_total{{outcome=\"{outcome}\"}} 1\n");
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
+        assert!(!text.contains("hooks.example.com"), "{text}");
     }
 }
