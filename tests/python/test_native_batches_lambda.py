@@ -60,15 +60,6 @@ def native_aws(
     return Api(files_lambda, batches, aws_api_key["api_key"]), EventSource(moto, worker, poller)
 
 
-def line(custom_id: str, text: str, model: str, **body: Any) -> dict[str, Any]:
-    return {
-        "custom_id": custom_id,
-        "method": "POST",
-        "url": "/v1/chat/completions",
-        "body": {"model": model, "messages": [{"role": "user", "content": text}], **body},
-    }
-
-
 def stored_anywhere(moto: kit.MotoServer, needle: str, *, except_keys: set[str]) -> list[str]:
     """Where `needle` is stored in the clear: DynamoDB items and S3 objects (but `except_keys`)."""
     found = []
@@ -94,12 +85,12 @@ def test_a_mixed_batch_runs_native_lines_upstream_on_the_aws_path(
     bad_key = f"sk-not-a-key-{uuid.uuid4().hex}"
     good = {"credentials": {DYNAMIC_CREDENTIAL: upstream.key}}
     lines = [
-        line("aws-native-1", "aws native one", "cheap"),
-        line("aws-local", "aws local", "local"),
-        line("aws-native-2", "aws native two", "cheap"),
-        line("aws-failing", "fails upstream", "cheap-failing"),
-        line("aws-dynamic", "on the key it carries", "cheap-dynamic", **good),
-        line("aws-bad-key", "on a key the upstream refuses", "cheap-dynamic", credentials={DYNAMIC_CREDENTIAL: bad_key}),
+        kit.chat_line("aws-native-1", "aws native one", model="cheap"),
+        kit.chat_line("aws-local", "aws local", model="local"),
+        kit.chat_line("aws-native-2", "aws native two", model="cheap"),
+        kit.chat_line("aws-failing", "fails upstream", model="cheap-failing"),
+        kit.chat_line("aws-dynamic", "on the key it carries", model="cheap-dynamic", **good),
+        kit.chat_line("aws-bad-key", "on a key the upstream refuses", model="cheap-dynamic", credentials={DYNAMIC_CREDENTIAL: bad_key}),
     ]
     file = api.upload(jsonl(lines))
     batch = api.create_ok(file["id"])
@@ -176,7 +167,7 @@ def test_cancel_on_the_aws_path_cancels_the_upstream_batch_and_keeps_its_results
     native_aws: tuple[Api, EventSource], upstream: NativeUpstream
 ) -> None:
     api, source = native_aws
-    lines = [line(f"aws-cancel-{i}", f"aws slow line {i}", "cheap-slow") for i in range(10)]
+    lines = [kit.chat_line(f"aws-cancel-{i}", f"aws slow line {i}", model="cheap-slow") for i in range(10)]
     batch = api.create_ok(api.upload(jsonl(lines))["id"])
     part = run_until_upstream_finished(api, source, upstream, batch["id"], 2)
     status, cancelling = api.cancel(batch["id"])
@@ -203,7 +194,7 @@ def test_expiry_on_the_aws_path_stops_the_upstream_batch_and_keeps_its_results(
     native_aws: tuple[Api, EventSource], upstream: NativeUpstream, moto: kit.MotoServer
 ) -> None:
     api, source = native_aws
-    lines = [line(f"aws-expire-{i}", f"aws slow line to expire {i}", "cheap-slow") for i in range(12)]
+    lines = [kit.chat_line(f"aws-expire-{i}", f"aws slow line to expire {i}", model="cheap-slow") for i in range(12)]
     batch = api.create_ok(api.upload(jsonl(lines))["id"])
     part = run_until_upstream_finished(api, source, upstream, batch["id"], 1)
     # Deployed, windows are 24 h at least: move this one's end close instead.

@@ -38,23 +38,6 @@ impl FakeCalls {
     pub fn get(counter: &AtomicUsize) -> usize {
         counter.load(Ordering::SeqCst)
     }
-
-    /// Every call the engine made to the provider.
-    pub fn total(&self) -> usize {
-        [
-            &self.uploads,
-            &self.find_files,
-            &self.creates,
-            &self.find_batches,
-            &self.polls,
-            &self.cancels,
-            &self.downloads,
-            &self.deletes,
-        ]
-        .iter()
-        .map(|c| Self::get(c))
-        .sum()
-    }
 }
 
 #[derive(Debug, Default)]

@@ -74,10 +74,9 @@ impl Adapters {
 
     /// Send measurements to `metrics` (webhook posts included).
     pub fn with_metrics(mut self, metrics: Arc<dyn MetricsSink>) -> Self {
-        self.webhooks =
-            webhooks::metered_transport(webhooks::webhook_transport(self.webhook_urls), Arc::clone(&metrics));
         self.metrics = metrics;
-        self
+        let policy = self.webhook_urls;
+        self.with_webhook_urls(policy)
     }
 
     /// Seal credentials kept at rest with `sealer`.

@@ -4,7 +4,7 @@
 use super::Adapters;
 use crate::adapters::webhook_http::HttpWebhookTransport;
 use crate::ports::metrics::status_class;
-use crate::ports::{MetricUnit, MetricsSink, PostOutcome, WebhookTransport};
+use crate::ports::{MetricsSink, PostOutcome, WebhookTransport};
 use crate::webhooks::{BatchWebhooks, BatchWebhooksDeps, UrlPolicy, WebhookEndpoints, WebhookSecrets, WebhookUrl};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -98,15 +98,11 @@ impl WebhookTransport for MeteredTransport {
             PostOutcome::Failed { timed_out: true, .. } => "timed_out",
             PostOutcome::Failed { .. } => "failed",
         };
-        let dimensions = [("outcome", label)];
-        self.metrics
-            .record("webhook_deliveries", MetricUnit::Count, 1.0, &dimensions);
-        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-        self.metrics.record(
+        self.metrics.record_timed(
+            "webhook_deliveries",
             "webhook_delivery_duration",
-            MetricUnit::Milliseconds,
-            elapsed_ms,
-            &dimensions,
+            started,
+            &[("outcome", label)],
         );
         outcome
     }

@@ -67,6 +67,11 @@ impl NativeProgress {
     pub fn open(&self) -> bool {
         self.staged > 0 && self.parts.is_none_or(|parts| self.parts_done < parts)
     }
+
+    /// Staging is closed and provider batches still owe results: the `native` job's work.
+    pub fn awaiting_provider(&self) -> bool {
+        self.closed && self.open()
+    }
 }
 
 /// What a batch's lines are, and where their results go.

@@ -92,9 +92,7 @@ impl BatchService {
                     }
                 }
             }
-            BatchStatus::InProgress | BatchStatus::Cancelling
-                if batch.body.native.closed && batch.body.native.open() =>
-            {
+            BatchStatus::InProgress | BatchStatus::Cancelling if batch.body.native.awaiting_provider() => {
                 report.provider_batches_polled += self.poll_native(&batch.body).await?;
             }
             BatchStatus::InProgress => {

@@ -94,7 +94,8 @@ impl BatchService {
                 });
             }
         }
-        if batch.native.closed && batch.native.open() {
+        let awaiting_provider = batch.native.awaiting_provider();
+        if awaiting_provider {
             report.part_leases_broken += self.break_part_leases(batch_id, now_ms).await?;
             jobs.push(JobMessage::Native {
                 batch_id: batch_id.to_owned(),
@@ -107,7 +108,7 @@ impl BatchService {
             BatchStatus::Validating => jobs.push(JobMessage::Validate {
                 batch_id: batch_id.to_owned(),
             }),
-            BatchStatus::InProgress if batch.native.closed && batch.native.open() => {}
+            BatchStatus::InProgress if awaiting_provider => {}
             BatchStatus::InProgress if batch.all_chunks_done() || self.is_overdue(&batch) => jobs.push(finalize),
             BatchStatus::Cancelling | BatchStatus::Finalizing => jobs.push(finalize),
             _ => {}

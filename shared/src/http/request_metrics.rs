@@ -6,7 +6,7 @@
 use super::AppState;
 use crate::openai::error::ApiError;
 use crate::ports::metrics::status_class;
-use crate::ports::{MetricUnit, MetricsSink};
+use crate::ports::MetricsSink;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, Method};
 use axum::middleware::Next;
@@ -39,19 +39,12 @@ pub(super) async fn measure(State(metrics): State<Arc<dyn MetricsSink>>, request
     let method = method_name(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let dimensions = [
         ("route", route.as_str()),
         ("method", method),
         ("status_class", status_class(response.status().as_u16())),
     ];
-    metrics.record("http_requests", MetricUnit::Count, 1.0, &dimensions);
-    metrics.record(
-        "http_request_duration",
-        MetricUnit::Milliseconds,
-        elapsed_ms,
-        &dimensions,
-    );
+    metrics.record_timed("http_requests", "http_request_duration", started, &dimensions);
     response
 }
 

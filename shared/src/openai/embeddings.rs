@@ -135,6 +135,7 @@ mod tests {
             "what to_value would write"
         );
     }
+
     #[test]
     fn base64_is_little_endian_f32() {
         let EmbeddingVector::Base64(text) = EmbeddingVector::encode(vec![1.0, -0.5], EncodingFormat::Base64) else {

@@ -29,6 +29,20 @@ pub trait MetricsSink: Send + Sync + std::fmt::Debug {
     /// observation.
     fn record(&self, name: &'static str, unit: MetricUnit, value: f64, dimensions: &[Dimension<'_>]);
 
+    /// One timed event under `dimensions`: `count` goes up by one and `duration` observes the
+    /// time since `started`.
+    fn record_timed(
+        &self,
+        count: &'static str,
+        duration: &'static str,
+        started: std::time::Instant,
+        dimensions: &[Dimension<'_>],
+    ) {
+        self.record(count, MetricUnit::Count, 1.0, dimensions);
+        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.record(duration, MetricUnit::Milliseconds, elapsed_ms, dimensions);
+    }
+
     /// The measurements so far in Prometheus text format, when this sink keeps them.
     fn prometheus_text(&self) -> Option<String> {
         None

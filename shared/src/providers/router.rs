@@ -321,14 +321,7 @@ impl ModelRouter {
                     ("outcome", outcome),
                 ];
                 self.metrics
-                    .record("provider_calls", MetricUnit::Count, 1.0, &dimensions);
-                let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-                self.metrics.record(
-                    "provider_call_duration",
-                    MetricUnit::Milliseconds,
-                    elapsed_ms,
-                    &dimensions,
-                );
+                    .record_timed("provider_calls", "provider_call_duration", started, &dimensions);
                 let error = match result {
                     Ok(value) => {
                         if !failures.is_empty() {

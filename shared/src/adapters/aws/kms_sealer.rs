@@ -28,18 +28,20 @@ pub struct KmsSealer {
 impl KmsSealer {
     /// A sealer using the KMS key `key_id` (id, ARN or alias).
     pub fn new(sdk_config: &aws_config::SdkConfig, key_id: impl Into<String>) -> Self {
-        Self {
-            client: aws_sdk_kms::Client::new(sdk_config),
-            key_id: Some(key_id.into()),
-        }
+        Self::with_key(sdk_config, Some(key_id.into()))
     }
 
     /// A sealer using the key named by [`SEALING_KEY_ENV`]. Without it the sealer is still made
     /// (functions that never seal start as usual) and every call fails naming the variable.
     pub fn from_env(sdk_config: &aws_config::SdkConfig) -> Self {
+        let key_id = std::env::var(SEALING_KEY_ENV).ok().filter(|v| !v.trim().is_empty());
+        Self::with_key(sdk_config, key_id)
+    }
+
+    fn with_key(sdk_config: &aws_config::SdkConfig, key_id: Option<String>) -> Self {
         Self {
             client: aws_sdk_kms::Client::new(sdk_config),
-            key_id: std::env::var(SEALING_KEY_ENV).ok().filter(|v| !v.trim().is_empty()),
+            key_id,
         }
     }
 

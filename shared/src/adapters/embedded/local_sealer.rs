@@ -38,13 +38,8 @@ impl LocalSealer {
     /// A sealer whose key lives in `data_dir`/[`SEALING_KEY_FILE`]. Nothing is read or written
     /// until the first seal or open.
     pub fn in_data_dir(data_dir: &Path) -> Self {
-        Self::with_key_file(data_dir.join(SEALING_KEY_FILE))
-    }
-
-    /// A sealer whose key lives in `key_path`.
-    pub fn with_key_file(key_path: impl Into<PathBuf>) -> Self {
         Self {
-            key_path: key_path.into(),
+            key_path: data_dir.join(SEALING_KEY_FILE),
             cipher: OnceCell::new(),
         }
     }

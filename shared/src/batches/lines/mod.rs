@@ -88,14 +88,10 @@ pub(crate) enum NativeAnswer {
 }
 
 impl BatchService {
-    /// The lines of `batch`'s format, to plan and render them (no provider is called with the
-    /// batch's dynamic credentials: see [`Self::running_line_kind`]).
+    /// The lines of `batch`'s format, to plan and render them: no provider is called, so no
+    /// dynamic credentials are opened (see [`Self::running_line_kind`]).
     pub(crate) fn line_kind(&self, batch: &StoredBatch) -> Arc<dyn LineKind> {
-        let legacy = match &batch.format {
-            BatchFormat::TensorZero(plan) => plan.credentials.clone(),
-            BatchFormat::OpenAiJsonl => HashMap::new(),
-        };
-        self.line_kind_with(batch, legacy)
+        self.line_kind_with(batch, HashMap::new())
     }
 
     /// The lines of `batch`'s format to run, with the dynamic credentials it was submitted with

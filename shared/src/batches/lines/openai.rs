@@ -363,7 +363,6 @@ async fn call(
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
     use crate::ports::UuidV7Ids;
     use crate::providers::router::ProviderFailure;

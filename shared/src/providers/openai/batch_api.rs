@@ -182,13 +182,6 @@ impl OpenAiProvider {
             "the listing of {path} did not end after {MAX_LIST_PAGES} pages"
         )))
     }
-
-    /// Batch `id`, `None` on a 404.
-    async fn read_batch(&self, id: &str, ctx: CallContext<'_>) -> Result<Option<ProviderBatch>, ProviderError> {
-        let builder = self.upstream.client.get(self.item_url("batches", id, None)?);
-        let read = self.call_json::<WireBatch>(builder, self.upstream.timeout, "batch", ctx);
-        found(read.await).map(|batch| batch.map(ProviderBatch::from))
-    }
 }
 
 /// What a listing search does after one item.
@@ -321,7 +314,9 @@ impl NativeBatchApi for OpenAiProvider {
     }
 
     async fn batch(&self, id: &str, ctx: CallContext<'_>) -> Result<Option<ProviderBatch>, ProviderError> {
-        self.read_batch(id, ctx).await
+        let builder = self.upstream.client.get(self.item_url("batches", id, None)?);
+        let read = self.call_json::<WireBatch>(builder, self.upstream.timeout, "batch", ctx);
+        found(read.await).map(|batch| batch.map(ProviderBatch::from))
     }
 
     async fn cancel_batch(&self, id: &str, ctx: CallContext<'_>) -> Result<Option<ProviderBatch>, ProviderError> {
@@ -335,7 +330,7 @@ impl NativeBatchApi for OpenAiProvider {
                     status: 400 | 409 | 422,
                     ..
                 },
-            ) => match self.read_batch(id, ctx).await? {
+            ) => match self.batch(id, ctx).await? {
                 Some(batch) if batch.status.is_terminal() || batch.status == ProviderBatchStatus::Cancelling => {
                     Ok(Some(batch))
                 }
