@@ -21,7 +21,7 @@ export SAM_CLI_TELEMETRY := 0
 
 PORT ?= 3000
 
-.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async bench-lmi bench-native fmt clean
+.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async bench-lmi bench-native bench-metrics openapi fmt clean
 
 help:
 	@echo "make run        start the gateway locally on http://127.0.0.1:$(PORT) (embedded stack in .data/)"
@@ -33,6 +33,8 @@ help:
 	@echo "make bench-inference  /inference overhead beside /v1/chat/completions, records on vs dryrun (its section)"
 	@echo "make bench-lmi      LMI provider overhead beside the OpenAI-compatible provider's (its section)"
 	@echo "make bench-native   provider-native batch: AWS and provider requests of a 50,000-line batch (section 9)"
+	@echo "make bench-metrics  metrics overhead: p99 with metrics off, Prometheus and EMF (section 10)"
+	@echo "make openapi        regenerate docs/openapi.json from the handlers"
 	@echo "make bench-async    async inference: submit and webhook latency, priority, AWS requests per request (its section)"
 
 run:
@@ -106,6 +108,14 @@ bench-lmi:
 bench-native: test-deps
 	cargo build --release -p nimbus-local -p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller
 	$(VENV)/bin/python infra/bench/native_batch_bench.py --bin-dir $(CARGO_TARGET_DIR)/release
+
+# Metrics overhead (section 10): p99 with metrics dropped, kept (Prometheus) and written as EMF.
+bench-metrics:
+	bash infra/bench/metrics_bench.sh
+
+# The checked-in OpenAPI document, regenerated from the handlers (a test fails while it is stale).
+openapi:
+	cargo run --quiet -p nimbus-local -- openapi > docs/openapi.json
 
 fmt:
 	cargo fmt --all

@@ -145,3 +145,40 @@ def test_async_requests_are_counted_by_status(nimbus_server: kit.NimbusServer) -
         assert moved == 1, (status, after)
     # The job waited in the in-process queue before a worker took it.
     assert sample(after, "nimbus_queue_age_seconds_count", job="async_run") >= 1, after
+
+
+def test_streamed_tokens_and_cache_lookups_are_counted(
+    nimbus_server: kit.NimbusServer, client: openai.OpenAI
+) -> None:
+    before = metrics_text(nimbus_server)
+    stream = client.chat.completions.create(
+        model="dummy",
+        messages=kit.user("count my streamed tokens"),
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    usage = [chunk.usage for chunk in stream if chunk.usage is not None]
+    assert len(usage) == 1, usage
+
+    body = {
+        "model_name": "dummy",
+        "input": {"messages": [{"role": "user", "content": f"cache me {time.time_ns()}"}]},
+        "cache_options": {"enabled": "on"},
+    }
+    hit = False
+    deadline = time.monotonic() + 10
+    while not hit and time.monotonic() < deadline:
+        answer = httpx.post(f"{nimbus_server.base_url}/inference", json=body, timeout=10)
+        assert answer.status_code == 200, answer.text
+        hit = answer.json()["usage"]["input_tokens"] == 0
+    assert hit, "the cache never answered"
+    after = metrics_text(nimbus_server)
+
+    def moved(metric: str, **labels: str) -> float:
+        return sample(after, metric, **labels) - sample(before, metric, **labels)
+
+    streamed = {"model": "dummy", "provider": "dummy"}
+    assert moved("nimbus_tokens_total", **streamed, direction="in") >= usage[0].prompt_tokens, after
+    assert moved("nimbus_tokens_total", **streamed, direction="out") >= usage[0].completion_tokens, after
+    assert moved("nimbus_cache_lookups_total", result="miss") >= 1, after
+    assert moved("nimbus_cache_lookups_total", result="hit") >= 1, after

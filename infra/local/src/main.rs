@@ -42,6 +42,9 @@ enum Command {
     /// sweep, batch recovery (finalize what is ready or overdue, run again what is stuck), … —,
     /// its report printed as JSON.
     Poll(serve::PollArgs),
+    /// Print the OpenAPI 3.1 document of the HTTP surface (what `GET /openapi.json` serves;
+    /// `make openapi` writes it to `docs/openapi.json`).
+    Openapi,
     /// Check a configuration file and print its models.
     CheckConfig {
         #[arg(long, env = "NIMBUS_CONFIG", default_value = "infra/config/nimbus.toml")]
@@ -58,6 +61,10 @@ async fn main() -> anyhow::Result<()> {
         Command::WebhookSecrets(command) => webhook_secrets::run(command).await,
         Command::Sweep(args) => serve::sweep_once(args).await,
         Command::Poll(args) => serve::poll_once(args).await,
+        Command::Openapi => {
+            println!("{}", nimbus_shared::http::api_doc::document_json());
+            Ok(())
+        }
         Command::CheckConfig { config } => {
             let loaded = nimbus_shared::config::load_local_config(&config).await?;
             print!("{}", check_config::summary(&loaded));

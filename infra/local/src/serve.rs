@@ -51,8 +51,29 @@ pub struct ServeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     allow_short_completion_windows: bool,
+    /// Where measurements go: kept for `GET /metrics` (`prometheus`), written as CloudWatch EMF
+    /// lines on stdout as a Lambda function writes them (`emf`), or dropped (`off`).
+    #[arg(long, env = "NIMBUS_METRICS", value_enum, default_value_t = MetricsSinkChoice::Prometheus)]
+    metrics: MetricsSinkChoice,
     #[command(flatten)]
     webhooks: WebhookArgs,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum MetricsSinkChoice {
+    Prometheus,
+    Emf,
+    Off,
+}
+
+impl MetricsSinkChoice {
+    fn sink(self) -> Arc<dyn nimbus_shared::ports::MetricsSink> {
+        match self {
+            Self::Prometheus => Arc::new(nimbus_shared::adapters::embedded::PrometheusMetrics::new()),
+            Self::Emf => Arc::new(nimbus_shared::adapters::aws::EmfMetrics::for_function("local")),
+            Self::Off => Arc::new(nimbus_shared::ports::NoMetrics),
+        }
+    }
 }
 
 /// Where the local server's webhooks may go.
@@ -192,7 +213,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let lock = DataDirLock::acquire(&args.data_dir)?;
     let mut adapters = embedded::adapters(&args.data_dir)
         .with_context(|| format!("opening {}", args.data_dir.display()))?
-        .with_webhook_urls(args.webhooks.url_policy());
+        .with_webhook_urls(args.webhooks.url_policy())
+        .with_metrics(args.metrics.sink());
     // Work handlers defer past the response; waited for (bounded) when the server stops.
     let deferred = Arc::new(DeferredTasks::new());
     adapters.after_response = Arc::clone(&deferred) as _;

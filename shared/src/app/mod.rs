@@ -212,6 +212,7 @@ pub fn function_service(
         cache_config: loaded.config.gateway.cache.clone(),
         after_response: Arc::clone(&adapters.after_response),
         clock: Arc::clone(&adapters.clock),
+        metrics: Arc::clone(&adapters.metrics),
     };
     Arc::new(FunctionService::new(
         Arc::clone(&loaded.functions),

@@ -35,7 +35,7 @@ pub use execute::AsyncExecutor;
 pub use records::{AsyncStatus, WebhookStatus};
 pub use runner::AsyncRunner;
 pub use service::{AsyncDeps, AsyncService, AsyncSettings, CancelOutcome, ListAsyncRequests};
-pub use submit::{AsyncEndpoint, RetryConfig};
+pub use submit::{AsyncEndpoint, AsyncPredictDoc, RetryConfig};
 pub use wire::{AsyncRequestPage, AsyncRequestView};
 
 /// The scheduler lane of async requests' due work.

@@ -46,7 +46,7 @@ impl AsyncStatus {
 }
 
 /// Baseten's webhook statuses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum WebhookStatus {
     Pending,
@@ -57,7 +57,7 @@ pub enum WebhookStatus {
 }
 
 /// One error of a request, Baseten's `{"code", "message"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorEntry {
     pub code: String,
     pub message: String,

@@ -104,7 +104,7 @@ pub struct ListAsyncRequests {
 }
 
 /// What `DELETE /async_request/{id}` did.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct CancelOutcome {
     pub request_id: String,
     pub canceled: bool,

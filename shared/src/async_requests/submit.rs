@@ -23,8 +23,46 @@ const FIELDS: [&str; 6] = [
     "endpoint",
 ];
 
+/// `POST /async_predict`'s body as the API document describes it; [`parse_submission`] reads the
+/// same fields (`FIELDS`) with the same bounds, naming the field it refuses.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = AsyncPredictRequest, example = json!({"model_input": {"model": "dummy", "messages": [{"role": "user", "content": "Hello"}]}}))]
+#[allow(dead_code)]
+pub struct AsyncPredictDoc {
+    /// The request body of `endpoint` (with `model`, or `function_name`/`model_name` for
+    /// `/inference`).
+    #[schema(value_type = Object)]
+    model_input: Map<String, Value>,
+    /// Which API runs `model_input` (default `/v1/chat/completions`).
+    endpoint: Option<AsyncEndpoint>,
+    /// Where the result is posted when the request ends.
+    webhook_endpoint: Option<String>,
+    /// 0 is served first (default 1).
+    #[schema(minimum = 0, maximum = 2)]
+    priority: Option<u8>,
+    /// How long the request may wait before it runs (default 600).
+    #[schema(minimum = 10, maximum = 259200)]
+    max_time_in_queue_seconds: Option<u64>,
+    inference_retry_config: Option<RetryConfigDoc>,
+}
+
+/// `inference_retry_config`: attempts in all and the backoff between them.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = InferenceRetryConfig)]
+#[allow(dead_code)]
+pub struct RetryConfigDoc {
+    #[schema(minimum = 1, maximum = 10)]
+    max_attempts: Option<u32>,
+    #[schema(minimum = 0, maximum = 10000)]
+    initial_delay_ms: Option<u64>,
+    #[schema(minimum = 0, maximum = 60000)]
+    max_delay_ms: Option<u64>,
+}
+
 /// Which Nimbus API runs `model_input`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum AsyncEndpoint {
     #[serde(rename = "/v1/chat/completions")]
     ChatCompletions,

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 /// One request's status.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AsyncRequestView {
     pub request_id: String,
     pub model_id: String,
@@ -38,7 +38,7 @@ pub struct AsyncRequestView {
     pub expires_at: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AttemptView {
     pub started_at: String,
     pub finished_at: Option<String>,
@@ -56,7 +56,7 @@ impl From<&Attempt> for AttemptView {
 }
 
 /// The webhook's delivery: where, each attempt, and the next one.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct WebhookView {
     pub url: String,
     pub webhook_id: Option<String>,
@@ -64,7 +64,7 @@ pub struct WebhookView {
     pub next_attempt_at: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DeliveryAttemptView {
     pub at: String,
     pub status_code: Option<u16>,
@@ -84,7 +84,7 @@ impl From<&DeliveryAttempt> for DeliveryAttemptView {
 }
 
 /// A page of a project's requests, newest first.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AsyncRequestPage {
     pub object: &'static str,
     pub data: Vec<AsyncRequestView>,

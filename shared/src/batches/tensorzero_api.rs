@@ -49,7 +49,7 @@ impl From<BatchesError> for BatchInferenceError {
 }
 
 /// `POST /batch_inference`'s reply.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct BatchInferenceCreated {
     pub batch_id: Uuid,
     pub inference_ids: Vec<Uuid>,
@@ -70,7 +70,7 @@ pub struct PollQuery {
 }
 
 /// A poll's status, as TensorZero names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PollStatus {
     Pending,
@@ -80,7 +80,7 @@ pub enum PollStatus {
 
 /// A poll's reply: `{"status": "pending"}`, `{"status": "failed"}`, or `completed` with
 /// `batch_id` and `inferences`; the extensions appear only when asked for.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct BatchInferencePoll {
     pub status: PollStatus,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -49,7 +49,7 @@ impl CacheConfig {
 }
 
 /// Whether a call reads cached responses and whether it writes new ones.
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CacheMode {
     /// Read and write.

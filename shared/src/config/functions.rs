@@ -119,7 +119,7 @@ pub struct ChatCompletionConfig {
     pub timeouts: Option<VariantTimeouts>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JsonMode {
     Off,

@@ -12,7 +12,7 @@ use uuid::Uuid;
 /// At most this many inputs in one batch.
 pub const MAX_BATCH_INPUTS: usize = 50_000;
 
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchInferenceRequest {
     #[serde(default)]
@@ -51,7 +51,7 @@ pub struct BatchInferenceRequest {
 }
 
 /// `params`: per-item values of inference-time parameters, by variant type.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchParams {
     #[serde(default)]
@@ -59,7 +59,7 @@ pub struct BatchParams {
 }
 
 /// `params.chat_completion`: each a list as long as `inputs`, null where the variant's value holds.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchChatParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,14 +95,14 @@ pub struct PlannedBatch {
 }
 
 /// A stored item line, as a worker reads it back.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct ItemLine {
     inference_id: Uuid,
     request: InferenceRequest,
 }
 
 /// The ids at the head of an item line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 pub struct ItemIds {
     pub inference_id: Uuid,
     pub episode_id: Uuid,
@@ -110,11 +110,11 @@ pub struct ItemIds {
 
 /// The ids of an item line, when it is one.
 pub fn item_ids(line: &[u8]) -> Option<ItemIds> {
-    #[derive(Deserialize)]
+    #[derive(Deserialize, utoipa::ToSchema)]
     struct Episode {
         episode_id: Uuid,
     }
-    #[derive(Deserialize)]
+    #[derive(Deserialize, utoipa::ToSchema)]
     struct Line {
         inference_id: Uuid,
         request: Episode,

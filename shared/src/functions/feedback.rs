@@ -16,7 +16,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 /// The body of `POST /feedback`. The TensorZero client sends every field, unset ones as null.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FeedbackRequest {
     pub metric_name: String,
@@ -36,7 +36,7 @@ pub struct FeedbackRequest {
 }
 
 /// The id of a stored (or, for a dry run, checked) feedback: a UUIDv7.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(transparent)]
 pub struct FeedbackId(pub Uuid);
 

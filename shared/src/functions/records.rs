@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 /// `chat` or `json`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FunctionType {
     Chat,
@@ -16,14 +16,14 @@ pub enum FunctionType {
 }
 
 /// Tokens read and written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenUsage {
     pub input_tokens: u64,
     pub output_tokens: u64,
 }
 
 /// One stored inference.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InferenceRecord {
     /// The owning project: stored with the record, never in its JSON.
     #[serde(skip)]
@@ -63,7 +63,7 @@ pub struct InferenceRecord {
 }
 
 /// One call to a model provider made for an inference.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModelCallRecord {
     pub id: Uuid,
     pub model_name: String,
@@ -81,7 +81,7 @@ pub struct ModelCallRecord {
 }
 
 /// What feedback is about: one inference or a whole episode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FeedbackTarget {
     Inference,
@@ -89,7 +89,7 @@ pub enum FeedbackTarget {
 }
 
 /// The kind of feedback, which decides the shape of its value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FeedbackKind {
     /// A `boolean` metric: the value is a bool.
@@ -103,7 +103,7 @@ pub enum FeedbackKind {
 }
 
 /// One stored feedback.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FeedbackRecord {
     /// The owning project: stored with the record, never in its JSON.
     #[serde(skip)]

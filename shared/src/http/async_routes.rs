@@ -8,60 +8,110 @@ use super::error::ApiError;
 use super::extract::{ApiExtension, ApiPath};
 use super::json_body::JsonBody;
 use super::AppState;
-use crate::async_requests::{AsyncError, AsyncRequestPage, AsyncRequestView, CancelOutcome, ListAsyncRequests};
+use crate::async_requests::{
+    AsyncError, AsyncPredictDoc, AsyncRequestPage, AsyncRequestView, CancelOutcome, ListAsyncRequests,
+};
 use crate::auth::Principal;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Baseten's limit on an `/async_predict` body.
 pub const MAX_ASYNC_BODY_BYTES: usize = 256 * 1024;
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/async_predict", post(submit))
-        .route("/models/{model}/async_predict", post(submit_for_model))
-        .route("/models/{model}/production/async_predict", post(submit_for_model))
-        .route("/async_request/{request_id}", get(status).delete(cancel))
-        .route("/async_request/{request_id}/output", get(output))
-        .route(
-            "/models/{model}/async_request/{request_id}",
-            get(status_for_model).delete(cancel_for_model),
-        )
-        .route("/async_requests", get(list))
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(submit))
+        .routes(routes!(submit_for_model))
+        .routes(routes!(submit_for_production_model))
+        .routes(routes!(status, cancel))
+        .routes(routes!(output))
+        .routes(routes!(status_for_model, cancel_for_model))
+        .routes(routes!(list))
         .layer(DefaultBodyLimit::max(MAX_ASYNC_BODY_BYTES))
 }
 
+/// `{"request_id": "<id>"}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct AsyncAccepted {
+    request_id: String,
+}
+
+/// `POST /async_predict`: queue `model_input` for `endpoint`; the result is kept and, with a
+/// `webhook_endpoint`, posted there signed.
+#[utoipa::path(
+    post,
+    path = "/async_predict",
+    tag = "async",
+    request_body = AsyncPredictDoc,
+    responses((status = 200, body = AsyncAccepted), super::api_doc::BasetenErrors)
+)]
 async fn submit(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
     body: JsonBody<Map<String, Value>>,
-) -> Result<Json<Value>, BasetenError> {
+) -> Result<Json<AsyncAccepted>, BasetenError> {
     let request_id = state
         .async_requests
         .submit(&principal.project, body.typed, None)
         .await?;
-    Ok(Json(json!({ "request_id": request_id })))
+    Ok(Json(AsyncAccepted { request_id }))
 }
 
+/// `POST /models/{model}/async_predict`: as `/async_predict`, for the model in the path.
+#[utoipa::path(
+    post,
+    path = "/models/{model}/async_predict",
+    tag = "async",
+    params(("model" = String, Path, description = "The model (or `/inference` function) to run")),
+    request_body = AsyncPredictDoc,
+    responses((status = 200, body = AsyncAccepted), super::api_doc::BasetenErrors)
+)]
 async fn submit_for_model(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(model): ApiPath<String>,
     body: JsonBody<Map<String, Value>>,
-) -> Result<Json<Value>, BasetenError> {
+) -> Result<Json<AsyncAccepted>, BasetenError> {
     let request_id = state
         .async_requests
         .submit(&principal.project, body.typed, Some(&model))
         .await?;
-    Ok(Json(json!({ "request_id": request_id })))
+    Ok(Json(AsyncAccepted { request_id }))
 }
 
+/// `POST /models/{model}/production/async_predict`: Baseten's production-environment URL.
+#[utoipa::path(
+    post,
+    path = "/models/{model}/production/async_predict",
+    tag = "async",
+    params(("model" = String, Path, description = "The model (or `/inference` function) to run")),
+    request_body = AsyncPredictDoc,
+    responses((status = 200, body = AsyncAccepted), super::api_doc::BasetenErrors)
+)]
+async fn submit_for_production_model(
+    state: State<AppState>,
+    principal: ApiExtension<Principal>,
+    model: ApiPath<String>,
+    body: JsonBody<Map<String, Value>>,
+) -> Result<Json<AsyncAccepted>, BasetenError> {
+    submit_for_model(state, principal, model, body).await
+}
+
+/// `GET /async_request/{request_id}`: the request's status, attempts and webhook deliveries.
+#[utoipa::path(
+    get,
+    path = "/async_request/{request_id}",
+    tag = "async",
+    params(("request_id" = String, Path)),
+    responses((status = 200, body = AsyncRequestView), super::api_doc::BasetenErrors)
+)]
 async fn status(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -70,6 +120,14 @@ async fn status(
     Ok(Json(state.async_requests.get(&principal.project, &request_id).await?))
 }
 
+/// `GET /models/{model}/async_request/{request_id}`: as above, for a request of this model.
+#[utoipa::path(
+    get,
+    path = "/models/{model}/async_request/{request_id}",
+    tag = "async",
+    params(("model" = String, Path), ("request_id" = String, Path)),
+    responses((status = 200, body = AsyncRequestView), super::api_doc::BasetenErrors)
+)]
 async fn status_for_model(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -82,6 +140,14 @@ async fn status_for_model(
     Ok(Json(view))
 }
 
+/// `DELETE /async_request/{request_id}`: cancel a request that has not run yet.
+#[utoipa::path(
+    delete,
+    path = "/async_request/{request_id}",
+    tag = "async",
+    params(("request_id" = String, Path)),
+    responses((status = 200, body = CancelOutcome), super::api_doc::BasetenErrors)
+)]
 async fn cancel(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -92,6 +158,14 @@ async fn cancel(
     ))
 }
 
+/// `DELETE /models/{model}/async_request/{request_id}`: as above, for a request of this model.
+#[utoipa::path(
+    delete,
+    path = "/models/{model}/async_request/{request_id}",
+    tag = "async",
+    params(("model" = String, Path), ("request_id" = String, Path)),
+    responses((status = 200, body = CancelOutcome), super::api_doc::BasetenErrors)
+)]
 async fn cancel_for_model(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -106,6 +180,15 @@ async fn cancel_for_model(
     ))
 }
 
+/// `GET /async_request/{request_id}/output`: the finished request's answer, as its endpoint
+/// answered it.
+#[utoipa::path(
+    get,
+    path = "/async_request/{request_id}/output",
+    tag = "async",
+    params(("request_id" = String, Path)),
+    responses((status = 200, description = "The endpoint's answer", body = Object), super::api_doc::BasetenErrors)
+)]
 async fn output(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -123,6 +206,18 @@ struct ListParams {
     status: Option<String>,
 }
 
+/// `GET /async_requests`: this project's requests, newest first.
+#[utoipa::path(
+    get,
+    path = "/async_requests",
+    tag = "async",
+    params(
+        ("limit" = Option<u32>, Query, description = "Page size"),
+        ("after" = Option<String>, Query, description = "The last request id of the previous page"),
+        ("status" = Option<String>, Query, description = "Only requests in this status"),
+    ),
+    responses((status = 200, body = AsyncRequestPage), super::api_doc::BasetenErrors)
+)]
 async fn list(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,

@@ -6,7 +6,6 @@ use crate::async_requests::AsyncError;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BasetenError {
@@ -64,10 +63,22 @@ impl From<AsyncError> for BasetenError {
 
 impl IntoResponse for BasetenError {
     fn into_response(self) -> Response {
-        let mut body = json!({"error": self.message, "code": self.code});
-        if let Some(field) = self.field {
-            body["field"] = json!(field);
-        }
+        let body = BasetenErrorBody {
+            error: self.message,
+            code: self.code.to_owned(),
+            field: self.field,
+        };
         (self.status, Json(body)).into_response()
     }
+}
+
+/// Baseten's error body: `{"error": "<message>", "code": "<CODE>"}`, plus the `field` a 400 names.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = BasetenError)]
+pub struct BasetenErrorBody {
+    pub error: String,
+    /// `MODEL_INVALID_INPUT`, `MODEL_DOES_NOT_EXIST`, `ASYNC_REQUEST_NOT_FOUND`, `UNAUTHORIZED`, …
+    pub code: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
 }

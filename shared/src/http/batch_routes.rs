@@ -6,20 +6,21 @@ use super::json_body::JsonBody;
 use super::AppState;
 use crate::auth::Principal;
 use crate::batches::ListBatches;
-use crate::openai::batches::CreateBatchRequest;
+use crate::openai::batches::{BatchList, BatchObject, CreateBatchRequest};
 use crate::user_text::excerpt;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/batches", post(create_batch).get(list_batches))
-        .route("/v1/batches/{id}", get(get_batch))
-        .route("/v1/batches/{id}/cancel", post(cancel_batch))
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(create_batch, list_batches))
+        .routes(routes!(get_batch))
+        .routes(routes!(cancel_batch))
 }
 
 /// The `Idempotency-Key` header, checked.
@@ -37,6 +38,15 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
     }
 }
 
+/// `POST /v1/batches`: run an uploaded JSONL file of requests as a batch.
+#[utoipa::path(
+    post,
+    path = "/v1/batches",
+    tag = "batches",
+    params(("Idempotency-Key" = Option<String>, Header, description = "A retry with the same key answers with what the first request created")),
+    request_body = CreateBatchRequest,
+    responses((status = 200, body = BatchObject), super::api_doc::OpenAiErrors)
+)]
 async fn create_batch(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -57,6 +67,17 @@ struct ListParams {
     limit: Option<String>,
 }
 
+/// `GET /v1/batches`: this project's batches, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/batches",
+    tag = "batches",
+    params(
+        ("after" = Option<String>, Query, description = "The last batch id of the previous page"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size (default 20)"),
+    ),
+    responses((status = 200, body = BatchList), super::api_doc::OpenAiErrors)
+)]
 async fn list_batches(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -82,6 +103,14 @@ async fn list_batches(
     Ok(Json(list).into_response())
 }
 
+/// `GET /v1/batches/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/batches/{id}",
+    tag = "batches",
+    params(("id" = String, Path, description = "The batch's id")),
+    responses((status = 200, body = BatchObject), super::api_doc::OpenAiErrors)
+)]
 async fn get_batch(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -90,6 +119,14 @@ async fn get_batch(
     Ok(Json(state.batches.get_batch(&principal.project, &id).await?).into_response())
 }
 
+/// `POST /v1/batches/{id}/cancel`: stop the batch; finished lines are kept.
+#[utoipa::path(
+    post,
+    path = "/v1/batches/{id}/cancel",
+    tag = "batches",
+    params(("id" = String, Path, description = "The batch's id")),
+    responses((status = 200, body = BatchObject), super::api_doc::OpenAiErrors)
+)]
 async fn cancel_batch(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,

@@ -7,7 +7,9 @@ use super::multipart_stream::{multipart_error, multipart_rejection, read_text_fi
 use super::{AppState, PublicBaseUrl};
 use crate::auth::Principal;
 use crate::files::{FileContent, FileReservation, ListFiles, NewFile, MAX_FILE_BYTES};
-use crate::openai::files::{CreateDirectUploadRequest, DirectUpload, ExpiresAfter, FilePurpose};
+use crate::openai::files::{
+    CreateDirectUploadRequest, DirectUpload, ExpiresAfter, FileDeleted, FileList, FileObject, FilePurpose,
+};
 use crate::ports::ListOrder;
 use crate::user_text::excerpt;
 use axum::body::Body;
@@ -15,17 +17,36 @@ use axum::extract::multipart::MultipartRejection;
 use axum::extract::{Multipart, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::{Extension, Json};
 use futures::StreamExt;
 use serde::Deserialize;
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/files", post(create_file).get(list_files))
-        .route("/v1/files/{id}", get(get_file).delete(delete_file))
-        .route("/v1/files/{id}/content", get(file_content).put(put_direct_content))
-        .route("/v1/direct_uploads", post(create_direct_upload))
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(create_file, list_files))
+        .routes(routes!(get_file, delete_file))
+        .routes(routes!(file_content, put_direct_content))
+        .routes(routes!(create_direct_upload))
+}
+
+/// `POST /v1/files`'s multipart form.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct FileUploadForm {
+    /// The file's bytes.
+    #[schema(value_type = String, format = Binary)]
+    file: Vec<u8>,
+    /// `batch`, `user_data`, `fine-tune`, `assistants`, `vision` or `evals`.
+    purpose: String,
+    /// `created_at`: the file expires `expires_after[seconds]` after it is created.
+    #[schema(rename = "expires_after[anchor]")]
+    expires_after_anchor: Option<String>,
+    /// 3600 to 2592000.
+    #[schema(rename = "expires_after[seconds]")]
+    expires_after_seconds: Option<i64>,
 }
 
 fn purpose_of(text: &str) -> Result<FilePurpose, ApiError> {
@@ -49,6 +70,15 @@ fn parse_seconds(text: &str) -> Result<i64, ApiError> {
     })
 }
 
+/// `POST /v1/files`: upload a file (multipart).
+#[utoipa::path(
+    post,
+    path = "/v1/files",
+    tag = "files",
+    params(("Idempotency-Key" = Option<String>, Header, description = "A retry with the same key answers with what the first request created")),
+    request_body(content = FileUploadForm, content_type = "multipart/form-data"),
+    responses((status = 200, body = FileObject), super::api_doc::OpenAiErrors)
+)]
 async fn create_file(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -202,6 +232,19 @@ pub(super) fn parse_order(text: Option<&str>) -> Result<ListOrder, ApiError> {
     }
 }
 
+/// `GET /v1/files`: this project's files.
+#[utoipa::path(
+    get,
+    path = "/v1/files",
+    tag = "files",
+    params(
+        ("after" = Option<String>, Query, description = "The last file id of the previous page"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 10000, description = "Page size (default 10000)"),
+        ("order" = Option<String>, Query, description = "`asc` or `desc` by creation time (default `desc`)"),
+        ("purpose" = Option<String>, Query, description = "Only files of this purpose"),
+    ),
+    responses((status = 200, body = FileList), super::api_doc::OpenAiErrors)
+)]
 async fn list_files(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -220,6 +263,14 @@ async fn list_files(
     Ok(Json(state.files.list_files(&principal.project, query).await?).into_response())
 }
 
+/// `GET /v1/files/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/files/{id}",
+    tag = "files",
+    params(("id" = String, Path, description = "The file's id")),
+    responses((status = 200, body = FileObject), super::api_doc::OpenAiErrors)
+)]
 async fn get_file(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -228,6 +279,14 @@ async fn get_file(
     Ok(Json(state.files.get_file(&principal.project, &id).await?).into_response())
 }
 
+/// `DELETE /v1/files/{id}`.
+#[utoipa::path(
+    delete,
+    path = "/v1/files/{id}",
+    tag = "files",
+    params(("id" = String, Path, description = "The file's id")),
+    responses((status = 200, body = FileDeleted), super::api_doc::OpenAiErrors)
+)]
 async fn delete_file(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -236,6 +295,19 @@ async fn delete_file(
     Ok(Json(state.files.delete_file(&principal.project, &id).await?).into_response())
 }
 
+/// `GET /v1/files/{id}/content`: the file's bytes; a large file may answer with a redirect to a
+/// presigned URL.
+#[utoipa::path(
+    get,
+    path = "/v1/files/{id}/content",
+    tag = "files",
+    params(("id" = String, Path, description = "The file's id")),
+    responses(
+        (status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 307, description = "The bytes are at the `Location` URL (presigned)"),
+        super::api_doc::OpenAiErrors,
+    )
+)]
 async fn file_content(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -265,6 +337,15 @@ async fn file_content(
     }
 }
 
+/// `PUT /v1/files/{id}/content`: a direct upload's bytes, as the body.
+#[utoipa::path(
+    put,
+    path = "/v1/files/{id}/content",
+    tag = "files",
+    params(("id" = String, Path, description = "The file's id, from `POST /v1/direct_uploads`")),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 200, body = FileObject), super::api_doc::OpenAiErrors)
+)]
 async fn put_direct_content(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -279,6 +360,15 @@ async fn put_direct_content(
     Ok(Json(state.files.put_direct_content(&principal.project, &id, body).await?).into_response())
 }
 
+/// `POST /v1/direct_uploads`: a file id and a URL to `PUT` its bytes to (presigned where the store
+/// offers it).
+#[utoipa::path(
+    post,
+    path = "/v1/direct_uploads",
+    tag = "files",
+    request_body = CreateDirectUploadRequest,
+    responses((status = 200, body = DirectUpload), super::api_doc::OpenAiErrors)
+)]
 async fn create_direct_upload(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,

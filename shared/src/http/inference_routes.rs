@@ -1,32 +1,63 @@
 //! `/v1/chat/completions`, `/v1/embeddings`, `/v1/models`, `/health`.
 
+use super::api_doc::OpenAiErrors;
 use super::error::ApiError;
 use super::extract::ApiPath;
 use super::json_body::JsonBody;
 use super::sse::sse_response;
 use super::AppState;
-use crate::openai::chat::ChatCompletionRequest;
+use crate::openai::chat::{ChatCompletion, ChatCompletionChunk, ChatCompletionRequest};
 use crate::openai::credentials::take_credentials;
-use crate::openai::embeddings::EmbeddingRequest;
+use crate::openai::embeddings::{EmbeddingRequest, EmbeddingResponse};
+use crate::openai::models::{ModelList, ModelObject};
 use crate::openai::to_model::OpenAiChatRequest;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde_json::{json, Value};
+use axum::routing::get;
+use axum::Json;
+use serde::Serialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/embeddings", post(embeddings))
-        .route("/v1/models", get(list_models))
-        .route("/v1/models/{*model}", get(get_model))
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    let mut router = OpenApiRouter::default()
+        .routes(routes!(chat_completions))
+        .routes(routes!(embeddings))
+        .routes(routes!(list_models))
+        // A model id may hold slashes (`org/name`): a wildcard route, documented as `{model}`.
+        .route("/v1/models/{*model}", get(get_model));
+    let (_, documented) = OpenApiRouter::<AppState>::default()
+        .routes(routes!(get_model))
+        .split_for_parts();
+    router.get_openapi_mut().merge(documented);
+    router
 }
 
-pub(super) async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// `{"status": "ok"}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct Health {
+    status: &'static str,
 }
 
+/// `GET /health`: the function is up.
+#[utoipa::path(get, path = "/health", tag = "operations", security(()), responses((status = 200, body = Health)))]
+pub(super) async fn health() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// `POST /v1/chat/completions`: a chat completion, or with `"stream": true` its chunks as
+/// server-sent events ending in `data: [DONE]`.
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "openai",
+    request_body = ChatCompletionRequest,
+    responses(
+        (status = 200, description = "The completion; with `stream: true`, `chat.completion.chunk` events",
+            content((ChatCompletion = "application/json"), (ChatCompletionChunk = "text/event-stream"))),
+        OpenAiErrors,
+    )
+)]
 async fn chat_completions(
     State(state): State<AppState>,
     body: JsonBody<ChatCompletionRequest>,
@@ -43,6 +74,14 @@ async fn chat_completions(
     }
 }
 
+/// `POST /v1/embeddings`.
+#[utoipa::path(
+    post,
+    path = "/v1/embeddings",
+    tag = "openai",
+    request_body = EmbeddingRequest,
+    responses((status = 200, body = EmbeddingResponse), OpenAiErrors)
+)]
 async fn embeddings(State(state): State<AppState>, body: JsonBody<EmbeddingRequest>) -> Result<Response, ApiError> {
     let JsonBody { typed, mut raw, .. } = body;
     let credentials = take_credentials(&mut raw)?;
@@ -50,10 +89,20 @@ async fn embeddings(State(state): State<AppState>, body: JsonBody<EmbeddingReque
     Ok(Json(response).into_response())
 }
 
+/// `GET /v1/models`: every configured model.
+#[utoipa::path(get, path = "/v1/models", tag = "openai", responses((status = 200, body = ModelList), OpenAiErrors))]
 async fn list_models(State(state): State<AppState>) -> Response {
     Json(state.inference.list_models()).into_response()
 }
 
+/// `GET /v1/models/{model}`: a configured model, or a shorthand one (`provider::name`).
+#[utoipa::path(
+    get,
+    path = "/v1/models/{model}",
+    tag = "openai",
+    params(("model" = String, Path, description = "The model's id; it may contain `/`")),
+    responses((status = 200, body = ModelObject), OpenAiErrors)
+)]
 async fn get_model(State(state): State<AppState>, ApiPath(model): ApiPath<String>) -> Result<Response, ApiError> {
     Ok(Json(state.inference.get_model(&model)?).into_response())
 }

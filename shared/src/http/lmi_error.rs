@@ -62,12 +62,24 @@ impl LmiError {
     }
 
     pub fn body(&self) -> Value {
-        if self.handler_failure {
-            json!({"code": self.status.as_u16(), "message": "invoke handler failure", "error": self.message})
-        } else {
-            json!({"error": self.message, "code": self.status.as_u16()})
-        }
+        let body = LmiErrorBody {
+            code: self.status.as_u16(),
+            message: self.handler_failure.then(|| "invoke handler failure".to_owned()),
+            error: self.message.clone(),
+        };
+        serde_json::to_value(body).unwrap_or_else(|_| json!({"error": self.message}))
     }
+}
+
+/// DJL Serving's error body: `{"error": "<message>", "code": <status>}`; when the model's handler
+/// failed, also `"message": "invoke handler failure"`.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = LmiError)]
+pub struct LmiErrorBody {
+    pub code: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub error: String,
 }
 
 impl IntoResponse for LmiError {

@@ -11,33 +11,66 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::routing::post;
+use axum::Json;
 use bytes::Bytes;
 use futures::StreamExt;
 use serde::de::IgnoredAny;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// The paths of this surface (errors on them are rendered in LMI's shapes).
 pub fn is_lmi_path(path: &str) -> bool {
     matches!(path, "/invocations" | "/ping") || path.starts_with("/predictions/")
 }
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/invocations", post(invocations))
-        .route("/predictions/{*model}", post(predictions))
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    let mut router = OpenApiRouter::default()
+        .routes(routes!(invocations))
+        // A model name may hold slashes: a wildcard route, documented as `{model}`.
+        .route("/predictions/{*model}", post(predictions));
+    let (_, documented) = OpenApiRouter::<AppState>::default()
+        .routes(routes!(predictions))
+        .split_for_parts();
+    router.get_openapi_mut().merge(documented);
+    router
 }
 
 /// Routes without authentication.
-pub(super) fn open_routes() -> Router<AppState> {
-    Router::new().route("/ping", get(ping))
+pub(super) fn open_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default().routes(routes!(ping))
 }
 
-async fn ping() -> Json<Value> {
-    Json(json!({"status": "Healthy"}))
+/// `{"status": "Healthy"}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct Ping {
+    status: &'static str,
 }
 
+/// `GET /ping`: SageMaker's health check (no key needed).
+#[utoipa::path(get, path = "/ping", tag = "lmi", security(()), responses((status = 200, body = Ping)))]
+async fn ping() -> Json<Ping> {
+    Json(Ping { status: "Healthy" })
+}
+
+/// `POST /invocations`: DJL Serving's inference API; the model is the
+/// `X-Amzn-SageMaker-Target-Model` header's, or the only one configured for it. With
+/// `"stream": true` the answer comes as JSON lines (`application/jsonlines`), or as server-sent
+/// events when `Accept: text/event-stream`.
+#[utoipa::path(
+    post,
+    path = "/invocations",
+    tag = "lmi",
+    request_body(content = Object, description = "`{\"inputs\": …, \"parameters\": {…}, \"stream\": …}` (text generation) or an OpenAI-style chat body with `messages`"),
+    params(("X-Amzn-SageMaker-Target-Model" = Option<String>, Header, description = "The model to use")),
+    responses(
+        (status = 200, description = "The answer; streamed as JSON lines or events with `stream: true`",
+            content((Object = "application/json"), (Object = "application/jsonlines"), (Object = "text/event-stream"))),
+        super::api_doc::LmiErrors,
+    )
+)]
 async fn invocations(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -55,6 +88,19 @@ async fn invocations(
     answer(&state, ModelTarget::Header(target), &headers, body).await
 }
 
+/// `POST /predictions/{model}`: as `/invocations`, the model named in the path.
+#[utoipa::path(
+    post,
+    path = "/predictions/{model}",
+    tag = "lmi",
+    request_body(content = Object, description = "`{\"inputs\": …, \"parameters\": {…}, \"stream\": …}` (text generation) or an OpenAI-style chat body with `messages`"),
+    params(("model" = String, Path, description = "The model's name; it may contain `/`")),
+    responses(
+        (status = 200, description = "The answer; streamed as JSON lines or events with `stream: true`",
+            content((Object = "application/json"), (Object = "application/jsonlines"), (Object = "text/event-stream"))),
+        super::api_doc::LmiErrors,
+    )
+)]
 async fn predictions(
     State(state): State<AppState>,
     ApiPath(model): ApiPath<String>,

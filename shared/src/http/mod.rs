@@ -1,6 +1,7 @@
 //! The HTTP surface: one axum router, served by `lambda_http` in Lambda and by a plain server
 //! locally. Handlers parse, call the business layer, and map errors; nothing else.
 
+pub mod api_doc;
 mod async_routes;
 pub mod baseten_error;
 mod batch_routes;
@@ -42,9 +43,10 @@ use crate::lmi_api::LmiApi;
 use crate::ports::{InferenceStore, MetricsSink};
 use crate::webhooks::{BatchWebhooks, WebhookEndpoints, WebhookSecrets};
 use axum::extract::DefaultBodyLimit;
-use axum::routing::get;
 use axum::Router;
 use std::sync::Arc;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Everything the handlers need.
 #[derive(Clone)]
@@ -93,7 +95,7 @@ pub fn inference_router(state: AppState) -> Router {
     host_router(state, inference_function_routes(), lmi_routes::open_routes())
 }
 
-fn inference_function_routes() -> Router<AppState> {
+fn inference_function_routes() -> OpenApiRouter<AppState> {
     inference_routes::routes()
         .merge(tensorzero_routes::routes())
         .merge(tensorzero_openai_routes::routes())
@@ -104,19 +106,19 @@ fn inference_function_routes() -> Router<AppState> {
 
 /// The files function's routes: `/v1/files`, `/v1/uploads`, `/v1/direct_uploads`, health.
 pub fn files_router(state: AppState) -> Router {
-    host_router(state, file_api_routes(), Router::new())
+    host_router(state, file_api_routes(), OpenApiRouter::default())
 }
 
 /// The batches function's routes: `/v1/batches`, `/batch_inference`, `/v1/webhook_secrets`,
 /// `/v1/webhook_endpoints`, health.
 pub fn batches_router(state: AppState) -> Router {
-    host_router(state, batches_function_routes(), Router::new())
+    host_router(state, batches_function_routes(), OpenApiRouter::default())
 }
 
 /// Request bodies may be gzip-encoded (`Content-Encoding: gzip`): a large `/batch_inference`
 /// submission then fits the 6 MB a Lambda request may carry; the body limit applies to the
 /// decoded JSON.
-fn batches_function_routes() -> Router<AppState> {
+fn batches_function_routes() -> OpenApiRouter<AppState> {
     batch_routes::routes()
         .merge(tensorzero_batch_routes::routes())
         .merge(async_routes::routes())
@@ -125,36 +127,53 @@ fn batches_function_routes() -> Router<AppState> {
         .layer(tower_http::decompression::RequestDecompressionLayer::new())
 }
 
+/// Every function's authenticated routes: what the local server serves.
+fn every_function_route() -> OpenApiRouter<AppState> {
+    inference_function_routes()
+        .merge(batches_function_routes())
+        .merge(file_api_routes())
+}
+
+/// Every route of every host, authenticated or not: what the OpenAPI document describes.
+fn every_route() -> OpenApiRouter<AppState> {
+    every_function_route()
+        .merge(lmi_routes::open_routes())
+        .merge(open_routes())
+}
+
 /// Every function's routes on one router: what the local server serves. Its clients keep
 /// connections alive, so unread request bodies are drained to let them survive early rejections
 /// (in Lambda, API Gateway owns the connection and the body is already read).
 pub fn local_router(state: AppState) -> Router {
-    let routes = inference_function_routes()
-        .merge(batches_function_routes())
-        .merge(file_api_routes());
-    host_router(state, routes, lmi_routes::open_routes())
+    host_router(state, every_function_route(), lmi_routes::open_routes())
         .layer(axum::middleware::from_fn(body_drain::drain_unread_body))
 }
 
 /// Streamed bodies: sizes are enforced while streaming, per purpose, not by a body limit.
-fn file_api_routes() -> Router<AppState> {
+fn file_api_routes() -> OpenApiRouter<AppState> {
     files_routes::routes()
         .merge(upload_routes::routes())
         .layer(DefaultBodyLimit::disable())
 }
 
-/// `routes` behind authentication, `open` and `/health` without.
-fn host_router(state: AppState, routes: Router<AppState>, open: Router<AppState>) -> Router {
-    let authenticated = routes.route_layer(axum::middleware::from_fn_with_state(
+/// What every host answers without authentication: health, metrics, this API's document.
+fn open_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(inference_routes::health))
+        .routes(routes!(request_metrics::prometheus_text))
+        .routes(routes!(api_doc::openapi_json))
+}
+
+/// `routes` behind authentication, `open` and the always-open routes without.
+fn host_router(state: AppState, routes: OpenApiRouter<AppState>, open: OpenApiRouter<AppState>) -> Router {
+    let authenticated = Router::from(routes).route_layer(axum::middleware::from_fn_with_state(
         state.clone(),
         middleware::require_auth,
     ));
     let metrics = Arc::clone(&state.metrics);
     let router = Router::new()
         .merge(authenticated)
-        .merge(open)
-        .route("/health", get(inference_routes::health))
-        .route("/metrics", get(request_metrics::prometheus_text))
+        .merge(Router::from(open.merge(open_routes())))
         .with_state(state);
     with_common_layers(router).layer(axum::middleware::from_fn_with_state(metrics, request_metrics::measure))
 }
@@ -171,6 +190,8 @@ pub fn with_common_layers(router: Router) -> Router {
     middleware::add_request_id_layers(router)
 }
 
+#[cfg(test)]
+mod api_doc_tests;
 #[cfg(test)]
 mod hostile_tests;
 #[cfg(test)]

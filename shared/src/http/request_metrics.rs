@@ -48,7 +48,18 @@ pub(super) async fn measure(State(metrics): State<Arc<dyn MetricsSink>>, request
     response
 }
 
-/// `GET /metrics`.
+/// `GET /metrics`: the local server's measurements in Prometheus text format (a Lambda function
+/// sends its own to CloudWatch and answers 404).
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    security(()),
+    responses(
+        (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain", body = String),
+        super::api_doc::OpenAiErrors,
+    )
+)]
 pub(super) async fn prometheus_text(State(state): State<AppState>) -> Result<Response, ApiError> {
     let text = state
         .metrics

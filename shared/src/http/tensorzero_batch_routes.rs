@@ -13,18 +13,16 @@ use crate::user_text::excerpt;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/batch_inference", post(submit))
-        .route("/batch_inference/{batch_id}", get(poll_batch))
-        .route(
-            "/batch_inference/{batch_id}/inference/{inference_id}",
-            get(poll_inference),
-        )
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(submit))
+        .routes(routes!(poll_batch))
+        .routes(routes!(poll_inference))
 }
 
 fn parse_uuid(name: &str, value: &str) -> Result<Uuid, TensorZeroError> {
@@ -32,6 +30,14 @@ fn parse_uuid(name: &str, value: &str) -> Result<Uuid, TensorZeroError> {
         .map_err(|_| TensorZeroError::bad_request(format!("Invalid `{name}` `{}`: it must be a UUID.", excerpt(value))))
 }
 
+/// `POST /batch_inference`: many `/inference` calls run as one batch (gzip-encoded bodies accepted).
+#[utoipa::path(
+    post,
+    path = "/batch_inference",
+    tag = "tensorzero",
+    request_body = BatchInferenceRequest,
+    responses((status = 200, body = BatchInferenceCreated), super::api_doc::TensorZeroErrors)
+)]
 async fn submit(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -90,6 +96,19 @@ fn poll_query(pairs: Vec<(String, String)>) -> Result<PollQuery, TensorZeroError
     Ok(query)
 }
 
+/// `GET /batch_inference/{batch_id}`: `pending`, `failed`, or `completed` with the inferences.
+#[utoipa::path(
+    get,
+    path = "/batch_inference/{batch_id}",
+    tag = "tensorzero",
+    params(
+        ("batch_id" = Uuid, Path, description = "The batch's id"),
+        ("limit" = Option<u32>, Query, minimum = 1, description = "At most this many inferences (all by default)"),
+        ("after" = Option<Uuid>, Query, description = "Inferences after this one, in input order"),
+        ("include_failures" = Option<bool>, Query, description = "List failed items in `failed_inferences`"),
+    ),
+    responses((status = 200, body = crate::batches::BatchInferencePoll), super::api_doc::TensorZeroErrors)
+)]
 async fn poll_batch(
     State(state): State<AppState>,
     principal: Result<ApiExtension<Principal>, ApiError>,
@@ -103,6 +122,18 @@ async fn poll_batch(
     poll(&state, &principal.project, batch_id, poll_query(pairs)?).await
 }
 
+/// `GET /batch_inference/{batch_id}/inference/{inference_id}`: one item of a batch.
+#[utoipa::path(
+    get,
+    path = "/batch_inference/{batch_id}/inference/{inference_id}",
+    tag = "tensorzero",
+    params(
+        ("batch_id" = Uuid, Path, description = "The batch's id"),
+        ("inference_id" = Uuid, Path, description = "The item's inference id"),
+        ("include_failures" = Option<bool>, Query, description = "List the item in `failed_inferences` if it failed"),
+    ),
+    responses((status = 200, body = crate::batches::BatchInferencePoll), super::api_doc::TensorZeroErrors)
+)]
 async fn poll_inference(
     State(state): State<AppState>,
     principal: Result<ApiExtension<Principal>, ApiError>,

@@ -56,6 +56,13 @@ impl TensorZeroError {
     }
 }
 
+/// TensorZero's error body: `{"error": "<message>"}`.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = TensorZeroError)]
+pub struct TensorZeroErrorBody {
+    pub error: String,
+}
+
 impl IntoResponse for TensorZeroError {
     fn into_response(self) -> Response {
         if self.status.is_server_error() {

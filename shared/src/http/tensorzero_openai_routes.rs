@@ -15,17 +15,33 @@ use crate::functions::openai_compat::{
 use crate::openai::embeddings::EmbeddingRequest;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use futures::StreamExt;
 use serde_json::{Map, Value};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/openai/v1/chat/completions", post(chat_completions))
-        .route("/openai/v1/embeddings", post(embeddings))
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(chat_completions))
+        .routes(routes!(embeddings))
 }
 
+/// `POST /openai/v1/chat/completions`: TensorZero's OpenAI-compatible route; `model` is
+/// `tensorzero::function_name::NAME` or `tensorzero::model_name::NAME`, and
+/// `tensorzero::`-prefixed fields (`tensorzero::episode_id`, `tensorzero::tags`, …) are read.
+#[utoipa::path(
+    post,
+    path = "/openai/v1/chat/completions",
+    tag = "tensorzero",
+    request_body = crate::openai::chat::ChatCompletionRequest,
+    responses(
+        (status = 200, description = "The completion; with `stream: true`, `chat.completion.chunk` events",
+            content((crate::openai::chat::ChatCompletion = "application/json"),
+                (crate::openai::chat::ChatCompletionChunk = "text/event-stream"))),
+        super::api_doc::OpenAiErrors,
+    )
+)]
 async fn chat_completions(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -63,6 +79,15 @@ async fn chat_completions(
     Ok(Json(completion_of(&result, created)).into_response())
 }
 
+/// `POST /openai/v1/embeddings`: `model` is `tensorzero::embedding_model_name::NAME` (or a model
+/// name as such).
+#[utoipa::path(
+    post,
+    path = "/openai/v1/embeddings",
+    tag = "tensorzero",
+    request_body = EmbeddingRequest,
+    responses((status = 200, body = crate::openai::embeddings::EmbeddingResponse), super::api_doc::OpenAiErrors)
+)]
 async fn embeddings(State(state): State<AppState>, body: JsonBody<EmbeddingRequest>) -> Result<Response, ApiError> {
     let JsonBody { mut typed, mut raw, .. } = body;
     let credentials = crate::openai::credentials::take_credentials(&mut raw)?;

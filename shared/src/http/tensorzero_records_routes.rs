@@ -7,25 +7,26 @@ use super::extract::{ApiExtension, ApiPath};
 use super::tensorzero_error::{TensorZeroError, TensorZeroJson};
 use super::AppState;
 use crate::auth::Principal;
-use crate::functions::feedback::FeedbackRequest;
+use crate::functions::feedback::{FeedbackId, FeedbackRequest};
 use crate::functions::records::InferenceRecord;
 use crate::user_text::excerpt;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde_json::{json, Value};
+use axum::Json;
+use serde::Serialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 /// Page sizes of `GET /episodes/{episode_id}/inferences`.
 pub const DEFAULT_EPISODE_PAGE: usize = 20;
 pub const MAX_EPISODE_PAGE: usize = 100;
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/inferences/{inference_id}", get(get_inference))
-        .route("/episodes/{episode_id}/inferences", get(list_episode_inferences))
-        .route("/feedback", post(feedback))
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(get_inference))
+        .routes(routes!(list_episode_inferences))
+        .routes(routes!(feedback))
 }
 
 fn parse_uuid(name: &str, value: &str) -> Result<Uuid, TensorZeroError> {
@@ -33,6 +34,14 @@ fn parse_uuid(name: &str, value: &str) -> Result<Uuid, TensorZeroError> {
         .map_err(|_| TensorZeroError::bad_request(format!("Invalid `{name}` `{}`: it must be a UUID.", excerpt(value))))
 }
 
+/// `GET /inferences/{inference_id}`: a stored inference of `/inference`.
+#[utoipa::path(
+    get,
+    path = "/inferences/{inference_id}",
+    tag = "tensorzero",
+    params(("inference_id" = Uuid, Path, description = "The inference's id")),
+    responses((status = 200, body = InferenceRecord), super::api_doc::TensorZeroErrors)
+)]
 async fn get_inference(
     State(state): State<AppState>,
     principal: Result<ApiExtension<Principal>, ApiError>,
@@ -94,12 +103,24 @@ fn episode_page_query(pairs: Vec<(String, String)>) -> Result<EpisodePageQuery, 
     })
 }
 
+/// `GET /episodes/{episode_id}/inferences`: an episode's stored inferences, a page at a time.
+#[utoipa::path(
+    get,
+    path = "/episodes/{episode_id}/inferences",
+    tag = "tensorzero",
+    params(
+        ("episode_id" = Uuid, Path, description = "The episode's id"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size (default 20)"),
+        ("after" = Option<Uuid>, Query, description = "The last inference id of the previous page"),
+    ),
+    responses((status = 200, body = EpisodeInferences), super::api_doc::TensorZeroErrors)
+)]
 async fn list_episode_inferences(
     State(state): State<AppState>,
     principal: Result<ApiExtension<Principal>, ApiError>,
     path: Result<ApiPath<String>, ApiError>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Json<Value>, TensorZeroError> {
+) -> Result<Json<EpisodeInferences>, TensorZeroError> {
     let ApiExtension(principal) = principal?;
     let ApiPath(id) = path?;
     let episode_id = parse_uuid("episode_id", &id)?;
@@ -115,19 +136,44 @@ async fn list_episode_inferences(
             "Episode `{episode_id}` was not found."
         )));
     }
-    Ok(Json(
-        json!({"object": "list", "data": page.records, "has_more": page.has_more}),
-    ))
+    Ok(Json(EpisodeInferences {
+        object: "list",
+        data: page.records,
+        has_more: page.has_more,
+    }))
 }
 
+/// A page of an episode's inferences, oldest first.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct EpisodeInferences {
+    /// Always `list`.
+    object: &'static str,
+    data: Vec<InferenceRecord>,
+    has_more: bool,
+}
+
+/// `{"feedback_id": "<uuid>"}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct FeedbackAccepted {
+    feedback_id: FeedbackId,
+}
+
+/// `POST /feedback`: a metric's value or a demonstration for an inference or an episode.
+#[utoipa::path(
+    post,
+    path = "/feedback",
+    tag = "tensorzero",
+    request_body = FeedbackRequest,
+    responses((status = 200, body = FeedbackAccepted), super::api_doc::TensorZeroErrors)
+)]
 async fn feedback(
     State(state): State<AppState>,
     principal: Result<ApiExtension<Principal>, ApiError>,
     TensorZeroJson(request): TensorZeroJson<FeedbackRequest>,
-) -> Result<Json<Value>, TensorZeroError> {
+) -> Result<Json<FeedbackAccepted>, TensorZeroError> {
     let ApiExtension(principal) = principal?;
     let feedback_id = state.feedback.submit(&principal.project, request).await?;
-    Ok(Json(json!({"feedback_id": feedback_id})))
+    Ok(Json(FeedbackAccepted { feedback_id }))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use crate::http::{inference_router, local_router, HttpSettings};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tower::ServiceExt;

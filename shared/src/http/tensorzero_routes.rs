@@ -8,13 +8,28 @@ use crate::auth::Principal;
 use crate::functions::inference::{FunctionError, InferenceRequest};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new().route("/inference", post(inference))
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default().routes(routes!(inference))
 }
 
+/// `POST /inference`: call a function (or a model directly with `model_name`); with
+/// `"stream": true` the answer comes as server-sent events ending in `data: [DONE]`.
+#[utoipa::path(
+    post,
+    path = "/inference",
+    tag = "tensorzero",
+    request_body = InferenceRequest,
+    responses(
+        (status = 200, description = "The inference; with `stream: true`, its chunks as events",
+            content((crate::functions::inference::InferenceReply = "application/json"),
+                (crate::functions::inference::InferenceChunk = "text/event-stream"))),
+        super::api_doc::TensorZeroErrors,
+    )
+)]
 async fn inference(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,

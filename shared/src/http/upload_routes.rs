@@ -6,21 +6,39 @@ use super::json_body::JsonBody;
 use super::multipart_stream::{multipart_error, multipart_rejection, skip_field, stream_field};
 use super::AppState;
 use crate::auth::Principal;
-use crate::openai::files::{CompleteUploadRequest, CreateUploadRequest};
+use crate::openai::files::{CompleteUploadRequest, CreateUploadRequest, UploadObject, UploadPart};
 use axum::extract::multipart::MultipartRejection;
 use axum::extract::{Multipart, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/uploads", post(create_upload))
-        .route("/v1/uploads/{id}/parts", post(add_part))
-        .route("/v1/uploads/{id}/complete", post(complete_upload))
-        .route("/v1/uploads/{id}/cancel", post(cancel_upload))
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(create_upload))
+        .routes(routes!(add_part))
+        .routes(routes!(complete_upload))
+        .routes(routes!(cancel_upload))
 }
 
+/// `POST /v1/uploads/{id}/parts`'s multipart form.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct UploadPartForm {
+    /// The part's bytes (up to 64 MB).
+    #[schema(value_type = String, format = Binary)]
+    data: Vec<u8>,
+}
+
+/// `POST /v1/uploads`: start an upload of `bytes` bytes, to be sent in parts.
+#[utoipa::path(
+    post,
+    path = "/v1/uploads",
+    tag = "files",
+    request_body = CreateUploadRequest,
+    responses((status = 200, body = UploadObject), super::api_doc::OpenAiErrors)
+)]
 async fn create_upload(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -29,6 +47,15 @@ async fn create_upload(
     Ok(Json(state.files.create_upload(&principal.project, body.typed).await?).into_response())
 }
 
+/// `POST /v1/uploads/{id}/parts`: add one part (multipart field `data`).
+#[utoipa::path(
+    post,
+    path = "/v1/uploads/{id}/parts",
+    tag = "files",
+    params(("id" = String, Path, description = "The upload's id")),
+    request_body(content = UploadPartForm, content_type = "multipart/form-data"),
+    responses((status = 200, body = UploadPart), super::api_doc::OpenAiErrors)
+)]
 async fn add_part(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -48,6 +75,15 @@ async fn add_part(
     Err(ApiError::invalid_request("Missing required parameter: 'data'.").with_param("data"))
 }
 
+/// `POST /v1/uploads/{id}/complete`: join the parts, in the order given, into a file.
+#[utoipa::path(
+    post,
+    path = "/v1/uploads/{id}/complete",
+    tag = "files",
+    params(("id" = String, Path, description = "The upload's id")),
+    request_body = CompleteUploadRequest,
+    responses((status = 200, body = UploadObject), super::api_doc::OpenAiErrors)
+)]
 async fn complete_upload(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -62,6 +98,14 @@ async fn complete_upload(
     Ok(Json(upload).into_response())
 }
 
+/// `POST /v1/uploads/{id}/cancel`: cancel an upload; its parts are deleted.
+#[utoipa::path(
+    post,
+    path = "/v1/uploads/{id}/cancel",
+    tag = "files",
+    params(("id" = String, Path, description = "The upload's id")),
+    responses((status = 200, body = UploadObject), super::api_doc::OpenAiErrors)
+)]
 async fn cancel_upload(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,

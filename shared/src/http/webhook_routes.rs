@@ -8,22 +8,26 @@ use super::AppState;
 use crate::auth::Principal;
 use crate::openai::json_body::parse_json_body;
 use crate::user_text::excerpt;
-use crate::webhooks::CreateEndpointRequest;
+use crate::webhooks::{
+    CreateEndpointRequest, CreatedEndpoint, CreatedSecret, DeletedEndpoint, DeliveryList, EndpointList, RevokedSecret,
+    SecretSummary, WebhookEndpoint,
+};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
-use axum::{Json, Router};
-use serde::Deserialize;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/webhook_secrets", post(create_secret).get(list_secrets))
-        .route("/v1/webhook_secrets/{id}", delete(revoke_secret))
-        .route("/v1/webhook_endpoints", post(create_endpoint).get(list_endpoints))
-        .route("/v1/webhook_endpoints/{id}", get(get_endpoint).delete(delete_endpoint))
-        .route("/v1/webhook_endpoints/{id}/rotate_secret", post(rotate_endpoint_secret))
-        .route("/v1/webhook_endpoints/{id}/deliveries", get(list_deliveries))
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(create_secret, list_secrets))
+        .routes(routes!(revoke_secret))
+        .routes(routes!(create_endpoint, list_endpoints))
+        .routes(routes!(get_endpoint, delete_endpoint))
+        .routes(routes!(rotate_endpoint_secret))
+        .routes(routes!(list_deliveries))
 }
 
 /// `?limit=N` read as an integer, `default` when absent.
@@ -37,6 +41,9 @@ fn limit_param(limit: Option<&str>, default: usize) -> Result<usize, ApiError> {
     }
 }
 
+/// `POST /v1/webhook_secrets`: a new secret signing this project's async-request webhooks; its
+/// value is shown only here.
+#[utoipa::path(post, path = "/v1/webhook_secrets", tag = "webhooks", responses((status = 200, body = CreatedSecret), super::api_doc::OpenAiErrors))]
 async fn create_secret(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -44,14 +51,38 @@ async fn create_secret(
     Ok(Json(state.webhook_secrets.create(&principal.project).await?).into_response())
 }
 
+/// This project's webhook secrets, without their values.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+struct SecretList {
+    /// Always `list`.
+    object: &'static str,
+    data: Vec<SecretSummary>,
+    has_more: bool,
+}
+
+/// `GET /v1/webhook_secrets`.
+#[utoipa::path(get, path = "/v1/webhook_secrets", tag = "webhooks", responses((status = 200, body = SecretList), super::api_doc::OpenAiErrors))]
 async fn list_secrets(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
 ) -> Result<Response, ApiError> {
     let data = state.webhook_secrets.list(&principal.project).await?;
-    Ok(Json(serde_json::json!({"object": "list", "data": data, "has_more": false})).into_response())
+    let list = SecretList {
+        object: "list",
+        data,
+        has_more: false,
+    };
+    Ok(Json(list).into_response())
 }
 
+/// `DELETE /v1/webhook_secrets/{id}`: stop signing with a secret.
+#[utoipa::path(
+    delete,
+    path = "/v1/webhook_secrets/{id}",
+    tag = "webhooks",
+    params(("id" = String, Path, description = "The secret's id")),
+    responses((status = 200, body = RevokedSecret), super::api_doc::OpenAiErrors)
+)]
 async fn revoke_secret(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -60,6 +91,15 @@ async fn revoke_secret(
     Ok(Json(state.webhook_secrets.revoke(&principal.project, &id).await?).into_response())
 }
 
+/// `POST /v1/webhook_endpoints`: an endpoint for batch events; its signing secret is shown only
+/// here.
+#[utoipa::path(
+    post,
+    path = "/v1/webhook_endpoints",
+    tag = "webhooks",
+    request_body = CreateEndpointRequest,
+    responses((status = 200, body = CreatedEndpoint), super::api_doc::OpenAiErrors)
+)]
 async fn create_endpoint(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -75,6 +115,17 @@ struct ListParams {
     limit: Option<String>,
 }
 
+/// `GET /v1/webhook_endpoints`.
+#[utoipa::path(
+    get,
+    path = "/v1/webhook_endpoints",
+    tag = "webhooks",
+    params(
+        ("after" = Option<String>, Query, description = "The last endpoint id of the previous page"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Page size (default 20)"),
+    ),
+    responses((status = 200, body = EndpointList), super::api_doc::OpenAiErrors)
+)]
 async fn list_endpoints(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -85,6 +136,14 @@ async fn list_endpoints(
     Ok(Json(state.webhook_endpoints.list(&principal.project, after, limit).await?).into_response())
 }
 
+/// `GET /v1/webhook_endpoints/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/webhook_endpoints/{id}",
+    tag = "webhooks",
+    params(("id" = String, Path, description = "The endpoint's id")),
+    responses((status = 200, body = WebhookEndpoint), super::api_doc::OpenAiErrors)
+)]
 async fn get_endpoint(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -93,6 +152,14 @@ async fn get_endpoint(
     Ok(Json(state.webhook_endpoints.get(&principal.project, &id).await?).into_response())
 }
 
+/// `DELETE /v1/webhook_endpoints/{id}`.
+#[utoipa::path(
+    delete,
+    path = "/v1/webhook_endpoints/{id}",
+    tag = "webhooks",
+    params(("id" = String, Path, description = "The endpoint's id")),
+    responses((status = 200, body = DeletedEndpoint), super::api_doc::OpenAiErrors)
+)]
 async fn delete_endpoint(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -101,13 +168,22 @@ async fn delete_endpoint(
     Ok(Json(state.webhook_endpoints.delete(&principal.project, &id).await?).into_response())
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 struct RotateSecretRequest {
     #[serde(default)]
     keep_old_secret_active_for_24_hours: bool,
 }
 
-/// The body is optional (the SDK sends `{}` or the flag).
+/// `POST /v1/webhook_endpoints/{id}/rotate_secret`: a new signing secret; the old one may stay
+/// valid for 24 hours. The body is optional (the SDK sends `{}` or the flag).
+#[utoipa::path(
+    post,
+    path = "/v1/webhook_endpoints/{id}/rotate_secret",
+    tag = "webhooks",
+    params(("id" = String, Path, description = "The endpoint's id")),
+    request_body(content = Option<RotateSecretRequest>),
+    responses((status = 200, body = CreatedEndpoint), super::api_doc::OpenAiErrors)
+)]
 async fn rotate_endpoint_secret(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
@@ -131,6 +207,17 @@ struct DeliveryParams {
     limit: Option<String>,
 }
 
+/// `GET /v1/webhook_endpoints/{id}/deliveries`: the latest deliveries, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/webhook_endpoints/{id}/deliveries",
+    tag = "webhooks",
+    params(
+        ("id" = String, Path, description = "The endpoint's id"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "How many (default 20)"),
+    ),
+    responses((status = 200, body = DeliveryList), super::api_doc::OpenAiErrors)
+)]
 async fn list_deliveries(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,

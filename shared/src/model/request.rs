@@ -76,7 +76,7 @@ pub struct ToolDefinition {
 }
 
 /// Whether and which tool the model must call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolChoice {
     None,

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Where a batch is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BatchStatus {
     Validating,
@@ -38,25 +38,25 @@ impl BatchStatus {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RequestCounts {
     pub total: u64,
     pub completed: u64,
     pub failed: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InputTokensDetails {
     pub cached_tokens: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OutputTokensDetails {
     pub reasoning_tokens: u64,
 }
 
 /// Token totals over every request that ran.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchUsage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -78,7 +78,7 @@ impl BatchUsage {
 }
 
 /// One problem with the input file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchError {
     pub code: String,
     pub message: String,
@@ -86,14 +86,14 @@ pub struct BatchError {
     pub line: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchErrors {
     pub object: String,
     pub data: Vec<BatchError>,
 }
 
 /// The Batch object.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchObject {
     pub id: String,
     pub object: String,
@@ -155,7 +155,7 @@ impl BatchObject {
 }
 
 /// `POST /v1/batches`. Fields Nimbus does not model are ignored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CreateBatchRequest {
     pub input_file_id: String,
     pub endpoint: String,
@@ -169,7 +169,7 @@ pub struct CreateBatchRequest {
     pub output_expires_after: Option<ExpiresAfter>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct BatchList {
     pub object: &'static str,
     pub data: Vec<BatchObject>,

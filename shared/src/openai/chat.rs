@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 /// The typed view of a chat completion request: what the gateway interprets or validates. Every
 /// field the client sent (typed here or not, e.g. `user`) is kept in the raw body that
 /// OpenAI-compatible providers receive, so nothing the client sent is lost.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
+#[schema(example = json!({"model": "dummy", "messages": [{"role": "user", "content": "Hello"}]}))]
 pub struct ChatCompletionRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
@@ -83,14 +84,14 @@ impl ChatCompletionRequest {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default, utoipa::ToSchema)]
 pub struct StreamOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include_usage: Option<bool>,
 }
 
 /// A message in the conversation, by role.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum ChatMessage {
     System {
@@ -156,7 +157,7 @@ impl ChatMessage {
 }
 
 /// Message content: a string or a list of typed parts.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum MessageContent {
     Text(String),
@@ -180,7 +181,7 @@ impl MessageContent {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentPart {
     Text { text: String },
@@ -190,7 +191,7 @@ pub enum ContentPart {
     Refusal { refusal: String },
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ToolCall {
     pub id: String,
     #[serde(rename = "type", default = "function_type")]
@@ -202,27 +203,27 @@ fn function_type() -> String {
     "function".to_owned()
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct FunctionCall {
     pub name: String,
     /// JSON text, as the model wrote it.
     pub arguments: String,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct Tool {
     #[serde(rename = "type")]
     pub kind: ToolKind,
     pub function: FunctionDefinition,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolKind {
     Function,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct FunctionDefinition {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -234,14 +235,14 @@ pub struct FunctionDefinition {
 }
 
 /// `"none" | "auto" | "required"` or `{"type":"function","function":{"name":…}}`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum ToolChoice {
     Mode(ToolChoiceMode),
     Named(NamedToolChoice),
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolChoiceMode {
     None,
@@ -249,19 +250,19 @@ pub enum ToolChoiceMode {
     Required,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct NamedToolChoice {
     #[serde(rename = "type")]
     pub kind: ToolKind,
     pub function: NamedFunction,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct NamedFunction {
     pub name: String,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ResponseFormat {
     Text,
@@ -269,7 +270,7 @@ pub enum ResponseFormat {
     JsonSchema { json_schema: Value },
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum StopSequences {
     One(String),
@@ -277,7 +278,7 @@ pub enum StopSequences {
 }
 
 /// A complete (non-streamed) answer.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ChatCompletion {
     pub id: String,
     #[serde(default = "completion_object")]
@@ -297,7 +298,7 @@ fn completion_object() -> String {
     "chat.completion".to_owned()
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct Choice {
     #[serde(default)]
     pub index: u32,
@@ -308,7 +309,7 @@ pub struct Choice {
     pub finish_reason: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct AssistantMessage {
     #[serde(default = "assistant_role")]
     pub role: String,
@@ -324,7 +325,7 @@ fn assistant_role() -> String {
     "assistant".to_owned()
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct Usage {
     #[serde(default)]
     pub prompt_tokens: u64,
@@ -350,7 +351,7 @@ impl Usage {
 }
 
 /// One streamed chunk.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ChatCompletionChunk {
     #[serde(default)]
     pub id: String,
@@ -373,7 +374,7 @@ fn chunk_object() -> String {
     "chat.completion.chunk".to_owned()
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ChunkChoice {
     #[serde(default)]
     pub index: u32,
@@ -385,7 +386,7 @@ pub struct ChunkChoice {
     pub finish_reason: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ChunkDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
@@ -397,7 +398,7 @@ pub struct ChunkDelta {
     pub refusal: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ToolCallDelta {
     pub index: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -408,7 +409,7 @@ pub struct ToolCallDelta {
     pub function: Option<FunctionCallDelta>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct FunctionCallDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,

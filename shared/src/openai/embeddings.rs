@@ -3,7 +3,8 @@
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
+#[schema(example = json!({"model": "dummy-embedding", "input": "Hello"}))]
 pub struct EmbeddingRequest {
     pub model: String,
     pub input: EmbeddingInput,
@@ -16,7 +17,7 @@ pub struct EmbeddingRequest {
 }
 
 /// A string, strings, a token array, or token arrays.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum EmbeddingInput {
     Text(String),
@@ -50,7 +51,7 @@ impl EmbeddingInput {
     }
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EncodingFormat {
     #[default]
@@ -58,7 +59,7 @@ pub enum EncodingFormat {
     Base64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct EmbeddingResponse {
     pub object: &'static str,
     pub data: Vec<EmbeddingData>,
@@ -66,7 +67,7 @@ pub struct EmbeddingResponse {
     pub usage: EmbeddingUsage,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct EmbeddingData {
     pub object: &'static str,
     pub index: usize,
@@ -84,7 +85,7 @@ impl EmbeddingResponse {
 }
 
 /// Floats, or little-endian f32 bytes in base64 (what the SDKs ask for by default).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum EmbeddingVector {
     Float(Vec<f32>),
@@ -103,7 +104,7 @@ impl EmbeddingVector {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct EmbeddingUsage {
     #[serde(default)]
     pub prompt_tokens: u64,

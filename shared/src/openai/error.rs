@@ -12,6 +12,7 @@ use crate::providers::ProviderError;
 use crate::user_text::excerpt;
 use crate::webhooks::WebhooksError;
 use http::StatusCode;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -69,8 +70,35 @@ impl ApiError {
 
     /// The envelope as JSON (also used for errors inside an SSE stream).
     pub fn envelope(&self) -> Value {
-        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
+        let envelope = ErrorEnvelope {
+            error: ErrorObject {
+                message: self.message.clone(),
+                kind: self.kind.to_owned(),
+                param: self.param.clone(),
+                code: self.code.clone(),
+            },
+        };
+        serde_json::to_value(envelope).unwrap_or_else(|_| json!({"error": {"message": self.message}}))
     }
+}
+
+/// OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = OpenAiError)]
+pub struct ErrorEnvelope {
+    pub error: ErrorObject,
+}
+
+/// What went wrong; `param` names the field at fault when one is.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = OpenAiErrorObject)]
+pub struct ErrorObject {
+    pub message: String,
+    /// `invalid_request_error`, `authentication_error`, `server_error`, …
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub param: Option<String>,
+    pub code: Option<String>,
 }
 
 impl From<AuthError> for ApiError {

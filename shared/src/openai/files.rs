@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What a file is for. Upload purposes can be sent by clients; `batch_output` is written by Nimbus.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FilePurpose {
     Assistants,
@@ -46,7 +46,7 @@ impl FilePurpose {
 }
 
 /// A file as the API returns it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FileObject {
     pub id: String,
     pub object: String,
@@ -60,7 +60,7 @@ pub struct FileObject {
     pub status_details: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct FileList {
     pub object: &'static str,
     pub data: Vec<FileObject>,
@@ -69,14 +69,14 @@ pub struct FileList {
     pub has_more: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct FileDeleted {
     pub id: String,
     pub object: &'static str,
     pub deleted: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 pub struct CreateUploadRequest {
     pub filename: String,
     pub purpose: String,
@@ -86,13 +86,13 @@ pub struct CreateUploadRequest {
     pub expires_after: Option<ExpiresAfter>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExpiresAfter {
     pub anchor: String,
     pub seconds: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 pub struct CompleteUploadRequest {
     pub part_ids: Vec<String>,
     #[serde(default)]
@@ -100,7 +100,7 @@ pub struct CompleteUploadRequest {
 }
 
 /// An upload as the API returns it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UploadObject {
     pub id: String,
     pub object: String,
@@ -114,7 +114,7 @@ pub struct UploadObject {
     pub file: Option<FileObject>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UploadPart {
     pub id: String,
     pub object: String,
@@ -123,7 +123,7 @@ pub struct UploadPart {
 }
 
 /// A presigned (or local) URL the client PUTs the bytes to, skipping the API for the payload.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DirectUpload {
     pub object: &'static str,
     pub file: FileObject,
@@ -132,7 +132,7 @@ pub struct DirectUpload {
     pub expires_at: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 pub struct CreateDirectUploadRequest {
     pub filename: String,
     pub purpose: String,

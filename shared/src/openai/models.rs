@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ModelObject {
     pub id: String,
     pub object: &'static str,
@@ -10,7 +10,7 @@ pub struct ModelObject {
     pub owned_by: String,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ModelList {
     pub object: &'static str,
     pub data: Vec<ModelObject>,

@@ -242,12 +242,7 @@ impl ModelRouter {
 
     /// Tokens a provider's answer used (`tokens` by model, provider and direction).
     fn count_tokens(&self, model: &RoutedModel, provider: &str, input: u64, output: u64) {
-        let model = self.model_label(model);
-        for (direction, tokens) in [("in", input), ("out", output)] {
-            let dimensions = [("model", model), ("provider", provider), ("direction", direction)];
-            self.metrics
-                .record("tokens", MetricUnit::Count, tokens as f64, &dimensions);
-        }
+        token_tally::record_tokens(self.metrics.as_ref(), self.model_label(model), provider, input, output);
     }
 
     /// Streamed chat. Fallback happens until a provider starts streaming; providers without
@@ -275,6 +270,13 @@ impl ModelRouter {
                 )
             })
             .await?;
+        let tally = token_tally::TokenTally {
+            metrics: Arc::clone(&self.metrics),
+            model: self.model_label(&model).to_owned(),
+            provider: provider_name.clone(),
+            latest: None,
+        };
+        stream.chunks = token_tally::counting_tokens(stream.chunks, tally);
         stream.provider_name = provider_name;
         Ok(stream)
     }
@@ -428,6 +430,8 @@ fn complete<'a>(
     }
     async move { chat.chat(request, ctx).await }.boxed()
 }
+
+mod token_tally;
 
 #[cfg(test)]
 mod tests;

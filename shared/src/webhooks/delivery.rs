@@ -32,7 +32,7 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// The `user-agent` of every webhook request.
 pub const USER_AGENT: &str = "Nimbus-Webhooks/1";
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum DeliveryState {
     Pending,
@@ -42,7 +42,7 @@ pub enum DeliveryState {
 }
 
 /// Which signature headers a delivery carries.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, utoipa::ToSchema)]
 pub enum SignatureStyle {
     /// `webhook-signature` (Standard Webhooks) only.
     Standard,
@@ -51,7 +51,7 @@ pub enum SignatureStyle {
 }
 
 /// The record of one attempt.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, utoipa::ToSchema)]
 pub struct DeliveryAttempt {
     pub at_ms: i64,
     /// The receiver's status, when it answered.
@@ -62,7 +62,7 @@ pub struct DeliveryAttempt {
 }
 
 /// One webhook message on its way to one URL.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, utoipa::ToSchema)]
 pub struct Delivery {
     /// The `webhook-id` of every attempt; must not contain `.`.
     pub webhook_id: String,

@@ -24,7 +24,7 @@ const MAX_NAME_CHARS: usize = 256;
 pub const SECRET_OVERLAP_MS: i64 = 24 * 3600 * 1000;
 
 /// The events an endpoint may subscribe to: a batch reached a terminal status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum BatchEventType {
     #[serde(rename = "batch.completed")]
     Completed,
@@ -65,7 +65,8 @@ impl BatchEventType {
 
 /// `POST /v1/webhook_endpoints`. `events` is accepted for `event_types`; `secret` (a `whsec_`
 /// string) is generated when absent.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(example = json!({"url": "http://127.0.0.1:9/hooks", "event_types": ["batch.completed"]}))]
 pub struct CreateEndpointRequest {
     pub url: String,
     #[serde(alias = "events")]
@@ -77,14 +78,14 @@ pub struct CreateEndpointRequest {
 }
 
 /// One signing secret of an endpoint, newest first in [`StoredEndpoint::secrets`].
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 struct EndpointSecret {
     secret: String,
     expires_at_ms: Option<i64>,
 }
 
 /// What is stored for an endpoint.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub(crate) struct StoredEndpoint {
     pub(crate) url: WebhookUrl,
     name: String,
@@ -112,7 +113,7 @@ impl StoredEndpoint {
 }
 
 /// An endpoint as shown (`WebhookEndpoint` in the OpenAI SDK): its secret only as a hint.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct WebhookEndpoint {
     pub id: String,
     pub object: &'static str,
@@ -125,14 +126,14 @@ pub struct WebhookEndpoint {
 }
 
 /// A new endpoint: the only answer that shows its secret.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct CreatedEndpoint {
     #[serde(flatten)]
     pub endpoint: WebhookEndpoint,
     pub signing_secret: String,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct EndpointList {
     pub object: &'static str,
     pub data: Vec<WebhookEndpoint>,
@@ -141,7 +142,7 @@ pub struct EndpointList {
     pub has_more: bool,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct DeletedEndpoint {
     pub id: String,
     pub object: &'static str,

@@ -39,7 +39,7 @@ pub(crate) const LOST_MESSAGE_GRACE_MS: i64 = 5 * 60_000;
 const PENDING_TTL_MS: i64 = 8 * 24 * 3600 * 1000;
 
 /// What is stored per delivery (owner: the endpoint, so that its deliveries list together).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub(crate) struct StoredDelivery {
     pub(crate) project: String,
     pub(crate) endpoint_id: String,
@@ -71,7 +71,7 @@ pub fn event_body(event_id: &str, event: BatchEventType, batch_id: &str, created
 }
 
 /// One delivery as listed under its endpoint.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct DeliveryView {
     pub id: String,
     pub object: &'static str,
@@ -87,7 +87,7 @@ pub struct DeliveryView {
     pub next_attempt_at: Option<i64>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct DeliveryList {
     pub object: &'static str,
     pub data: Vec<DeliveryView>,

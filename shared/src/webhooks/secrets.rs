@@ -31,7 +31,7 @@ pub const CACHE_TTL_MS: i64 = 30_000;
 pub const MAX_LIVE_SECRETS: usize = 10;
 
 /// What is stored for a secret (the `whsec_` string itself: signing needs it).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 struct StoredSecret {
     secret: String,
     created_at_ms: i64,
@@ -46,7 +46,7 @@ impl StoredSecret {
 }
 
 /// A new secret: the only answer that shows it whole.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct CreatedSecret {
     pub id: String,
     pub object: &'static str,
@@ -56,7 +56,7 @@ pub struct CreatedSecret {
 }
 
 /// A secret as listed: masked, with its expiry (`null`: no expiry yet).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct SecretSummary {
     pub id: String,
     pub object: &'static str,
@@ -68,7 +68,7 @@ pub struct SecretSummary {
 }
 
 /// A revoked secret.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct RevokedSecret {
     pub id: String,
     pub object: &'static str,

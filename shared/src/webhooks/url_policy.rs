@@ -57,8 +57,9 @@ pub enum WebhookUrlError {
 /// It serializes as its string. Deserializing checks the syntax only: a stored URL was checked
 /// when submitted, and the transport checks it again (and every address it resolves to) before
 /// each attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(try_from = "String", into = "String")]
+#[schema(value_type = String)]
 pub struct WebhookUrl(Url);
 
 impl WebhookUrl {

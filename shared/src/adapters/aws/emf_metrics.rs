@@ -27,8 +27,15 @@ impl EmfMetrics {
     /// (the `nimbus` command on the AWS backend, whose stdout is its output) nothing.
     pub fn for_lambda() -> std::sync::Arc<dyn MetricsSink> {
         match std::env::var("AWS_LAMBDA_FUNCTION_NAME") {
-            Ok(function) => std::sync::Arc::new(Self { function }),
+            Ok(function) => std::sync::Arc::new(Self::for_function(function)),
             Err(_) => std::sync::Arc::new(crate::ports::NoMetrics),
+        }
+    }
+
+    /// EMF lines for `function`, wherever this runs (the overhead benchmark's local server).
+    pub fn for_function(function: impl Into<String>) -> Self {
+        Self {
+            function: function.into(),
         }
     }
 }

@@ -35,7 +35,7 @@ pub(crate) struct TensorZeroLines {
 }
 
 /// What an item became: its ids, and for a failure why (`code` for items that never ran).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ItemResult {
     pub inference_id: Option<Uuid>,
     pub episode_id: Option<Uuid>,

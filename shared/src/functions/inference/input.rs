@@ -5,7 +5,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 /// `input` of an inference request.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FunctionInput {
     /// Text, or an object of arguments for the system template.
@@ -16,7 +16,7 @@ pub struct FunctionInput {
 }
 
 /// Who wrote an input message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InputRole {
     User,
@@ -33,7 +33,7 @@ impl InputRole {
 }
 
 /// One message; a string `content` is one text block.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InputMessage {
     pub role: InputRole,
@@ -78,7 +78,7 @@ fn path_suffix<E>(error: &serde_path_to_error::Error<E>) -> String {
 }
 
 /// One block of a message's content.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum InputBlock {
     /// Text, or (legacy) `arguments` for the role's template.
@@ -95,7 +95,7 @@ pub enum InputBlock {
     Unknown(UnknownInput),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TextInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,7 +104,7 @@ pub struct TextInput {
     pub arguments: Option<Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TemplateInputBlock {
     pub name: String,
@@ -114,7 +114,7 @@ pub struct TemplateInputBlock {
 
 /// A tool call: as the client writes one (`name`, `arguments` as a JSON string or object), or
 /// an earlier answer's block sent back (`raw_name`, `raw_arguments`, validated `name`/`arguments`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolCallInput {
     pub id: String,
@@ -148,7 +148,7 @@ impl ToolCallInput {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolResultInput {
     pub id: String,
@@ -157,7 +157,7 @@ pub struct ToolResultInput {
 }
 
 /// A file by URL or as base64 bytes (`file_type` may be left out: then `url` or `data` decides).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -176,14 +176,14 @@ pub struct FileInput {
     pub filename: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawTextInput {
     pub value: String,
 }
 
 /// Reasoning sent back to the model; extra provider fields are tolerated.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ThoughtInput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
@@ -191,7 +191,7 @@ pub struct ThoughtInput {
     pub signature: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UnknownInput {
     pub data: Value,

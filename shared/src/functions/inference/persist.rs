@@ -10,7 +10,9 @@ use crate::config::functions::FunctionKind;
 use crate::config::{CacheConfig, CacheMode};
 use crate::functions::records::{rfc3339, FunctionType, InferenceRecord, ModelCallRecord, TokenUsage};
 use crate::model::{FinishReason, ModelResponse, ModelUsage};
-use crate::ports::{AfterResponse, CacheKey, CachedModelResponse, Clock, InferenceStore, ModelCache};
+use crate::ports::{
+    AfterResponse, CacheKey, CachedModelResponse, Clock, InferenceStore, MetricUnit, MetricsSink, ModelCache,
+};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +26,8 @@ pub struct InferencePersistence {
     pub cache_config: CacheConfig,
     pub after_response: Arc<dyn AfterResponse>,
     pub clock: Arc<dyn Clock>,
+    /// Cache lookups are counted here (`cache_lookups` by `result`: hit, miss, error).
+    pub metrics: Arc<dyn MetricsSink>,
 }
 
 /// One finished inference, as recorded.
@@ -53,13 +57,17 @@ impl InferencePersistence {
         if !mode.reads() {
             return None;
         }
-        match self.cache.lookup(key, max_age_s).await {
-            Ok(hit) => hit.map(|entry| entry.response),
+        let (result, response) = match self.cache.lookup(key, max_age_s).await {
+            Ok(Some(entry)) => ("hit", Some(entry.response)),
+            Ok(None) => ("miss", None),
             Err(error) => {
                 tracing::warn!(%error, "model cache read failed; calling the model");
-                None
+                ("error", None)
             }
-        }
+        };
+        self.metrics
+            .record("cache_lookups", MetricUnit::Count, 1.0, &[("result", result)]);
+        response
     }
 
     /// Write `response` to the cache after the response, if writing is on.

@@ -12,7 +12,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 /// One model call's raw data, for `include_raw_response` / `include_raw_usage`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RawEntry {
     pub model_inference_id: Uuid,
     pub provider_type: String,
@@ -20,7 +20,7 @@ pub struct RawEntry {
     pub data: Value,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InferenceReply {
     pub inference_id: Uuid,
     pub episode_id: Uuid,

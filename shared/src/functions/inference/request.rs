@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"model_name": "dummy", "input": {"messages": [{"role": "user", "content": "Hello"}]}}))]
 pub struct InferenceRequest {
     #[serde(default)]
     pub function_name: Option<String>,
@@ -67,7 +68,7 @@ pub struct InferenceRequest {
 }
 
 /// `params`: inference-time parameters per variant type.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InferenceParams {
     #[serde(default)]
@@ -75,7 +76,7 @@ pub struct InferenceParams {
 }
 
 /// `params.chat_completion`: these beat the variant's configuration.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatCompletionParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,7 +106,7 @@ pub struct ChatCompletionParams {
 }
 
 /// A tool defined with the request (`parameters` is the schema itself).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdditionalTool {
     pub name: String,
@@ -120,7 +121,7 @@ pub struct AdditionalTool {
 }
 
 /// `cache_options`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CacheOptions {
     #[serde(default)]
@@ -131,7 +132,7 @@ pub struct CacheOptions {
 
 /// One `extra_body` (`pointer`) or `extra_headers` (`name`) entry: where it applies (a variant,
 /// a model and maybe one of its providers, or always) and the edit (`value`, or `delete: true`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InferenceEdit {
     #[serde(default)]

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 /// A piece of a chat answer.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentChunk {
     Text {
@@ -29,7 +29,7 @@ pub enum ContentChunk {
 }
 
 /// Usage as TensorZero reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UsageReport {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -45,7 +45,7 @@ impl From<&ModelUsage> for UsageReport {
 }
 
 /// The answer part of a chunk.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum ChunkBody {
     Chat { content: Vec<ContentChunk> },
@@ -53,7 +53,7 @@ pub enum ChunkBody {
 }
 
 /// One streamed chunk of a function's answer.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct InferenceChunk {
     pub inference_id: Uuid,
     pub episode_id: Uuid,

@@ -434,3 +434,28 @@ async fn calls_retries_fallbacks_and_tokens_are_measured_without_shorthand_names
     assert!(!text.contains("some-client-chosen-name"), "{text}");
     has("nimbus_provider_call_duration_seconds_count{model=\"m\",outcome=\"ok\",provider=\"b\"} 1\n");
 }
+
+/// A streamed answer's tokens are counted from its usage chunk, once, when the stream is done.
+#[tokio::test]
+async fn streamed_tokens_are_counted_from_the_usage_chunk_when_the_stream_ends() {
+    use futures::StreamExt;
+    let metrics = Arc::new(crate::adapters::embedded::PrometheusMetrics::new());
+    let router = router(vec![chat_only("b", Scripted::new(vec![Ok("streamed")]))], 0)
+        .with_metrics(Arc::clone(&metrics) as Arc<dyn MetricsSink>);
+    let none = HashMap::new();
+    let stream = router
+        .chat_stream(&request(), CallContext { credentials: &none })
+        .await
+        .unwrap();
+    let chunks: Vec<_> = stream.chunks.collect().await;
+    let usage = chunks
+        .iter()
+        .rev()
+        .find_map(|chunk| chunk.as_ref().unwrap().usage.clone())
+        .unwrap();
+    let text = metrics.prometheus_text().unwrap();
+    for (direction, value) in [("in", usage.input_tokens), ("out", usage.output_tokens)] {
+        let line = format!("nimbus_tokens_total{{direction=\"{direction}\",model=\"m\",provider=\"b\"}} {value}\n");
+        assert!(text.contains(&line), "{line} missing from:\n{text}");
+    }
+}
