@@ -33,6 +33,11 @@ def check_health(body: str, headers: dict[str, str]) -> None:
     assert json.loads(body) == {"status": "ok"}
 
 
+def check_openapi(body: str, headers: dict[str, str]) -> None:
+    assert headers.get("content-type") == "application/json", headers
+    assert json.loads(body) == json.loads((kit.REPO_ROOT / "docs" / "openapi.json").read_text())
+
+
 def check_models(body: str, headers: dict[str, str]) -> None:
     payload = json.loads(body)
     assert payload["object"] == "list"
@@ -126,6 +131,7 @@ Check = Callable[[str, dict[str, str]], None]
 
 EXPECTED: dict[str, tuple[int, Check]] = {
     "inference-health.json": (200, check_health),
+    "inference-openapi.json": (200, check_openapi),
     "inference-models.json": (200, check_models),
     "inference-model.json": (200, check_one_model),
     "inference-chat.json": (200, check_chat),
@@ -139,7 +145,7 @@ EXPECTED: dict[str, tuple[int, Check]] = {
     "inference-lmi-predictions.json": (200, check_lmi_rolling),
     "inference-lmi-invocations-stream.json": (200, check_lmi_stream),
 }
-UNAUTHENTICATED_ROUTES = {"inference-health.json"}
+UNAUTHENTICATED_ROUTES = {"inference-health.json", "inference-openapi.json"}
 TENSORZERO_ROUTES = {"inference-tensorzero.json"}
 LMI_ROUTES = {"inference-lmi-predictions.json", "inference-lmi-invocations-stream.json"}
 EVENT_NAMES = [path.name for path in kit.event_files()]
