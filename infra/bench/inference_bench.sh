@@ -68,27 +68,12 @@ for t in "${TARGETS[@]}"; do
 done
 
 # --- mock and gateways -------------------------------------------------------------------------------
-MOCK_PORT="$(free_port)"
-log "mock upstream on 127.0.0.1:$MOCK_PORT (CPUs $SERVER_CPUS)"
-"${SERVER_PREFIX[@]}" "$MOCK" --port "$MOCK_PORT" 2>"$WORK/mock.log" &
-MOCK_PID=$!
-PIDS+=("$MOCK_PID")
-wait_http "http://127.0.0.1:$MOCK_PORT/health"
+bench_start_mock_openai "$MOCK"
 
 CONFIG="$WORK/config"
 mkdir -p "$CONFIG/bench_chat"
-cat >"$CONFIG/nimbus.toml" <<EOF
-[gateway.retries]
-max_retries = 0
-
-[models.bench]
-routing = ["mock"]
-
-[models.bench.providers.mock]
-type = "openai"
-model_name = "mock-model"
-api_base = "http://127.0.0.1:$MOCK_PORT/v1"
-api_key_location = "none"
+bench_model_toml "$MOCK_PORT" >"$CONFIG/nimbus.toml"
+cat >>"$CONFIG/nimbus.toml" <<EOF
 
 [functions.bench_chat]
 type = "chat"

@@ -55,6 +55,35 @@ stop() { # stop one process we started and forget it
   PIDS=("${keep[@]}")
 }
 
+# bench_start_mock_openai BIN: the zero-latency OpenAI-compatible mock (nimbus-mock-openai) on a
+# free port and the server CPUs, until it answers; sets MOCK_PORT and MOCK_PID
+bench_start_mock_openai() {
+  MOCK_PORT="$(free_port)"
+  log "mock upstream on 127.0.0.1:$MOCK_PORT (CPUs $SERVER_CPUS)"
+  "${SERVER_PREFIX[@]}" "$1" --port "$MOCK_PORT" 2>"$WORK/mock.log" &
+  MOCK_PID=$!
+  PIDS+=("$MOCK_PID")
+  wait_http "http://127.0.0.1:$MOCK_PORT/health"
+}
+
+# bench_model_toml PORT: gateway configuration with no retries and model `bench` routed to the
+# OpenAI-compatible mock on PORT (more sections may follow it)
+bench_model_toml() {
+  cat <<EOF
+[gateway.retries]
+max_retries = 0
+
+[models.bench]
+routing = ["mock"]
+
+[models.bench.providers.mock]
+type = "openai"
+model_name = "mock-model"
+api_base = "http://127.0.0.1:$1/v1"
+api_key_location = "none"
+EOF
+}
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_http() { # wait_http URL: until it answers at all (any status)
   local _

@@ -68,18 +68,8 @@ wait_http "http://127.0.0.1:$LMI_PORT/ping"
 
 CONFIG="$WORK/config"
 mkdir -p "$CONFIG"
-cat >"$CONFIG/nimbus.toml" <<EOF
-[gateway.retries]
-max_retries = 0
-
-[models.bench]
-routing = ["mock"]
-
-[models.bench.providers.mock]
-type = "openai"
-model_name = "mock-model"
-api_base = "http://127.0.0.1:$OPENAI_PORT/v1"
-api_key_location = "none"
+bench_model_toml "$OPENAI_PORT" >"$CONFIG/nimbus.toml"
+cat >>"$CONFIG/nimbus.toml" <<EOF
 
 [models.bench-lmi]
 routing = ["mock"]

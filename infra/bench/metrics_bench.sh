@@ -35,26 +35,8 @@ bench_setup_work nimbus-metrics-bench
 mkdir -p "$WORK/bin"
 cp "$CARGO_TARGET_DIR/release/nimbus" "$CARGO_TARGET_DIR/release/nimbus-mock-openai" "$WORK/bin/"
 
-MOCK_PORT="$(free_port)"
-log "mock upstream on 127.0.0.1:$MOCK_PORT"
-"${SERVER_PREFIX[@]}" "$WORK/bin/nimbus-mock-openai" --port "$MOCK_PORT" 2>"$WORK/mock.log" &
-MOCK_PID=$!
-PIDS+=("$MOCK_PID")
-wait_http "http://127.0.0.1:$MOCK_PORT/health"
-
-cat >"$WORK/nimbus.toml" <<TOML
-[gateway.retries]
-max_retries = 0
-
-[models.bench]
-routing = ["mock"]
-
-[models.bench.providers.mock]
-type = "openai"
-model_name = "mock-model"
-api_base = "http://127.0.0.1:$MOCK_PORT/v1"
-api_key_location = "none"
-TOML
+bench_start_mock_openai "$WORK/bin/nimbus-mock-openai"
+bench_model_toml "$MOCK_PORT" >"$WORK/nimbus.toml"
 BODY='{"model":"bench","messages":[{"role":"user","content":"Say hello in one short sentence."}]}'
 
 declare -A URLS GATEWAY_PIDS

@@ -92,26 +92,8 @@ S1="$SNAPSHOT"
 # One mock, and two gateways in front of it (default logging, and RUST_LOG=warn to see what the
 # per-request tracing span costs). All three stay up for the whole section; an idle server costs
 # nothing, so the targets can be interleaved and repeated, which spreads the VM's noise evenly.
-MOCK_PORT="$(free_port)"
-log "mock upstream on 127.0.0.1:$MOCK_PORT (CPUs $SERVER_CPUS)"
-"${SERVER_PREFIX[@]}" "$MOCK" --port "$MOCK_PORT" 2>"$WORK/mock.log" &
-MOCK_PID=$!
-PIDS+=("$MOCK_PID")
-wait_http "http://127.0.0.1:$MOCK_PORT/health"
-
-cat >"$WORK/nimbus.toml" <<EOF
-[gateway.retries]
-max_retries = 0
-
-[models.bench]
-routing = ["mock"]
-
-[models.bench.providers.mock]
-type = "openai"
-model_name = "mock-model"
-api_base = "http://127.0.0.1:$MOCK_PORT/v1"
-api_key_location = "none"
-EOF
+bench_start_mock_openai "$MOCK"
+bench_model_toml "$MOCK_PORT" >"$WORK/nimbus.toml"
 
 # start_gateway NAME RUST_LOG: a gateway with its own fresh data dir on a free port; sets GATEWAY_URL, GATEWAY_PID
 start_gateway() {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,10 +67,10 @@ def test_the_template_routes_every_documented_operation(fuzzed_server: kit.Nimbu
     assert routed - documented == set()
 
 
-def seed(server: kit.NimbusServer) -> dict[str, dict[str, str]]:
-    """Real resources for the operations that read one, by operation name."""
-    base = server.base_url
-    http = httpx.Client(base_url=base, timeout=30)
+def seed(server: kit.NimbusServer) -> dict[str, str]:
+    """Real resources for the operations that read one: each path parameter's value, an `id` under
+    the collection it names (`/v1/files/{id}` → a file's id)."""
+    http = httpx.Client(base_url=server.base_url, timeout=30)
     line = json.dumps(kit.chat_line("seed-1")).encode() + b"\n"
     file = http.post("/v1/files", files={"file": ("seed.jsonl", io.BytesIO(line))}, data={"purpose": "batch"}).json()
     batch = http.post(
@@ -82,58 +83,50 @@ def seed(server: kit.NimbusServer) -> dict[str, dict[str, str]]:
     endpoint = http.post(
         "/v1/webhook_endpoints", json={"url": "http://127.0.0.1:9/hooks", "event_types": ["batch.completed"]}
     ).json()
+    secret = http.post("/v1/webhook_secrets").json()
     inference = http.post("/inference", json={"model_name": "dummy", "input": {"messages": kit.user("seed")}}).json()
     request = http.post("/async_predict", json={"model_input": {"model": "dummy", "messages": kit.user("seed")}}).json()
     tz_batch = http.post(
         "/batch_inference", json={"function_name": "weather_assistant", "inputs": [{"messages": kit.user("seed")}]}
     ).json()
     http.close()
-    for created in (file, batch, upload, endpoint, inference, request, tz_batch):
+    for created in (file, batch, upload, endpoint, secret, inference, request, tz_batch):
         assert "error" not in created, created
-    ids = {
-        "file": {"id": file["id"]},
-        "batch": {"id": batch["id"]},
-        "upload": {"id": upload["id"]},
-        "endpoint": {"id": endpoint["id"]},
-        "request": {"request_id": request["request_id"], "model": "dummy"},
-        "model": {"model": "dummy"},
-        "inference": {"inference_id": inference["inference_id"], "episode_id": inference["episode_id"]},
-        "tz_batch": {"batch_id": tz_batch["batch_id"], "inference_id": tz_batch["inference_ids"][0]},
+    return {
+        "/v1/files/{id}": file["id"],
+        "/v1/batches/{id}": batch["id"],
+        "/v1/uploads/{id}": upload["id"],
+        "/v1/webhook_endpoints/{id}": endpoint["id"],
+        "/v1/webhook_secrets/{id}": secret["id"],
+        "request_id": request["request_id"],
+        "model": "dummy",
+        "inference_id": inference["inference_id"],
+        "episode_id": inference["episode_id"],
+        "batch_id": tz_batch["batch_id"],
+        # Under /batch_inference/{batch_id}, an item of that batch.
+        "/batch_inference/{batch_id}/inference/{inference_id}": tz_batch["inference_ids"][0],
     }
-    by_operation: dict[str, dict[str, str]] = {}
-    for path, kind in [
-        ("/v1/files/{id}", "file"),
-        ("/v1/files/{id}/content", "file"),
-        ("/v1/batches/{id}", "batch"),
-        ("/v1/batches/{id}/cancel", "batch"),
-        ("/v1/uploads/{id}/parts", "upload"),
-        ("/v1/uploads/{id}/complete", "upload"),
-        ("/v1/uploads/{id}/cancel", "upload"),
-        ("/v1/webhook_endpoints/{id}", "endpoint"),
-        ("/v1/webhook_endpoints/{id}/rotate_secret", "endpoint"),
-        ("/v1/webhook_endpoints/{id}/deliveries", "endpoint"),
-        ("/async_request/{request_id}", "request"),
-        ("/async_request/{request_id}/output", "request"),
-        ("/models/{model}/async_request/{request_id}", "request"),
-        ("/models/{model}/async_predict", "model"),
-        ("/models/{model}/production/async_predict", "model"),
-        ("/v1/models/{model}", "model"),
-        ("/predictions/{model}", "model"),
-        ("/inferences/{inference_id}", "inference"),
-        ("/episodes/{episode_id}/inferences", "inference"),
-        ("/batch_inference/{batch_id}", "tz_batch"),
-        ("/batch_inference/{batch_id}/inference/{inference_id}", "tz_batch"),
-    ]:
-        by_operation[path] = {name: value for name, value in ids[kind].items() if "{" + name + "}" in path}
-    return by_operation
+
+
+def parameters_of(path: str, seeded: dict[str, str]) -> dict[str, str]:
+    """The seeded value of each of `path`'s parameters: by the path up to it, else by its name."""
+    values = {}
+    for match in re.finditer(r"\{(\w+)\}", path):
+        up_to = path[: match.end()]
+        values[match.group(1)] = seeded.get(up_to, seeded.get(match.group(1)))
+    assert None not in values.values(), f"{path}: no seeded value for {values}"
+    return values
 
 
 def test_schemathesis_finds_no_server_error_and_no_nonconforming_response(
     fuzzed_server: kit.NimbusServer, tmp_path: Path
 ) -> None:
+    seeded = seed(fuzzed_server)
     config = ["generation.max-examples = 25", ""]
-    for path, parameters in seed(fuzzed_server).items():
-        values = ", ".join(f'"path.{name}" = "{value}"' for name, value in parameters.items())
+    for path in document_of(fuzzed_server)["paths"]:
+        if "{" not in path:
+            continue
+        values = ", ".join(f'"path.{name}" = "{value}"' for name, value in parameters_of(path, seeded).items())
         config += ["[[operations]]", f'include-path = "{path}"', f"parameters = {{ {values} }}", ""]
     config_file = tmp_path / "schemathesis.toml"
     config_file.write_text("\n".join(config))

@@ -312,6 +312,51 @@ mod tests {
         parse(body, None).unwrap_err().field().unwrap().to_owned()
     }
 
+    /// The documented body (`AsyncPredictDoc`) has the parser's fields and bounds: each bound the
+    /// document gives is accepted, one past it is refused naming the field, and the parser takes no
+    /// field the document lacks.
+    #[test]
+    fn the_documented_body_is_the_one_the_parser_reads() {
+        let schema_of =
+            |schema: utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>| serde_json::to_value(schema).unwrap();
+        let body = schema_of(<AsyncPredictDoc as utoipa::PartialSchema>::schema());
+        let retry = schema_of(<RetryConfigDoc as utoipa::PartialSchema>::schema());
+        let documented: Vec<&str> = body["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(documented.len(), FIELDS.len());
+        assert!(FIELDS.iter().all(|field| documented.contains(field)), "{documented:?}");
+        let input = json!({"model": "m", "messages": []});
+        let bounded = [(&body, None), (&retry, Some("inference_retry_config"))];
+        let mut checked = 0;
+        for (schema, parent) in bounded {
+            for (name, property) in schema["properties"].as_object().unwrap() {
+                let (Some(min), Some(max)) = (property["minimum"].as_i64(), property["maximum"].as_i64()) else {
+                    continue;
+                };
+                let body_with = |value: i64| match parent {
+                    None => json!({"model_input": input, name.as_str(): value}),
+                    Some(parent) => json!({"model_input": input, parent: {name.as_str(): value}}),
+                };
+                let field = parent.map_or_else(|| name.clone(), |parent| format!("{parent}.{name}"));
+                for inside in [min, max] {
+                    assert!(parse(body_with(inside), None).is_ok(), "{field} = {inside}");
+                }
+                for outside in [min - 1, max + 1] {
+                    assert_eq!(field_of(body_with(outside)), field, "{field} = {outside}");
+                }
+                checked += 1;
+            }
+        }
+        assert_eq!(
+            checked, 5,
+            "priority, max_time_in_queue_seconds and the three retry settings"
+        );
+    }
+
     #[test]
     fn defaults_follow_baseten() {
         let submission = parse(json!({"model_input": {"model": "m", "messages": []}}), None).unwrap();

@@ -8,11 +8,13 @@ use super::lmi_error::LmiErrorBody;
 use super::tensorzero_error::TensorZeroErrorBody;
 use crate::openai::error::ErrorEnvelope;
 use axum::http::header;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
 use std::sync::OnceLock;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::OpenApi as Document;
-use utoipa::{IntoResponses, Modify, OpenApi};
+use utoipa::openapi::{ContentBuilder, OpenApi as Document, Ref, RefOr, Response, ResponseBuilder, ResponsesBuilder};
+use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
 /// The document's fixed parts: what Nimbus is, the API key scheme, the tags.
 #[derive(OpenApi)]
@@ -51,49 +53,39 @@ impl Modify for ApiKeyAuth {
     }
 }
 
-/// The errors of the OpenAI-compatible routes.
-#[derive(IntoResponses)]
-pub enum OpenAiErrors {
-    /// The request was refused: bad input (`param` names the field), a missing or bad API key,
-    /// something not found, a body too large, a rate limit.
-    #[response(status = "4XX")]
-    Refused(ErrorEnvelope),
-    /// The gateway or every provider failed; `x-should-retry: false` when the gateway already
-    /// retried.
-    #[response(status = "5XX")]
-    Failed(ErrorEnvelope),
+/// A surface's error responses: any 4XX or 5XX, its body that surface's error shape `T`.
+pub struct ErrorResponses<T>(PhantomData<T>);
+
+impl<T: ToSchema> IntoResponses for ErrorResponses<T> {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        let response = |description: &str| {
+            let body = ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name(T::name())))
+                .build();
+            ResponseBuilder::new()
+                .description(description)
+                .content("application/json", body)
+                .build()
+        };
+        ResponsesBuilder::new()
+            .response(
+                "4XX",
+                response("The request was refused: bad input (naming the field), a missing or bad API key, something not found, a body too large."),
+            )
+            .response("5XX", response("The gateway, its storage or every provider failed."))
+            .build()
+            .responses
+    }
 }
 
-/// The errors of TensorZero's routes.
-#[derive(IntoResponses)]
-pub enum TensorZeroErrors {
-    /// The request was refused (bad input names the field in the message).
-    #[response(status = "4XX")]
-    Refused(TensorZeroErrorBody),
-    /// The gateway or the model failed.
-    #[response(status = "5XX")]
-    Failed(TensorZeroErrorBody),
-}
-
-/// The errors of the Baseten-style async routes.
-#[derive(IntoResponses)]
-pub enum BasetenErrors {
-    /// The request was refused; a 400 names the `field`.
-    #[response(status = "4XX")]
-    Refused(BasetenErrorBody),
-    /// Storage failed; try again.
-    #[response(status = "5XX")]
-    Failed(BasetenErrorBody),
-}
-
-/// The errors of the LMI API (bad input is a 424, as DJL Serving answers it).
-#[derive(IntoResponses)]
-pub enum LmiErrors {
-    #[response(status = "4XX")]
-    Refused(LmiErrorBody),
-    #[response(status = "5XX")]
-    Failed(LmiErrorBody),
-}
+/// The OpenAI-compatible routes' errors: `{"error": {"message", "type", "param", "code"}}`.
+pub type OpenAiErrors = ErrorResponses<ErrorEnvelope>;
+/// TensorZero's routes' errors: `{"error": "<message>"}`.
+pub type TensorZeroErrors = ErrorResponses<TensorZeroErrorBody>;
+/// The Baseten-style async routes' errors: `{"error", "code", "field"}`.
+pub type BasetenErrors = ErrorResponses<BasetenErrorBody>;
+/// The LMI API's errors (bad input is a 424, as DJL Serving answers it).
+pub type LmiErrors = ErrorResponses<LmiErrorBody>;
 
 /// The whole document: the fixed parts and every route's operation.
 pub fn document() -> Document {
@@ -117,6 +109,6 @@ pub fn document_json() -> &'static str {
     security(()),
     responses((status = 200, description = "This document (OpenAPI 3.1)", content_type = "application/json", body = Object))
 )]
-pub(super) async fn openapi_json() -> Response {
+pub(super) async fn openapi_json() -> axum::response::Response {
     ([(header::CONTENT_TYPE, "application/json")], document_json()).into_response()
 }

@@ -2,14 +2,9 @@
 //! local server serves.
 
 use super::api_doc::{document, document_json};
-use super::tests::adapters;
-use super::*;
-use crate::app::{app_state, AuthSettings};
-use crate::auth::AuthMode;
-use crate::config::Config;
+use super::tests::local_in;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use std::time::Duration;
 use tower::ServiceExt;
 
 #[test]
@@ -49,32 +44,13 @@ fn the_document_is_openapi_3_1_with_every_error_shape() {
     assert_eq!(error_of("/invocations", "post"), "#/components/schemas/LmiError");
 }
 
-fn local() -> (tempfile::TempDir, Router) {
-    let dir = tempfile::tempdir().unwrap();
-    let config = Config::from_toml(super::tests::CONFIG).unwrap();
-    let state = app_state(
-        &crate::config::LoadedConfig::without_files(config.clone()).unwrap(),
-        &adapters(dir.path()),
-        AuthSettings {
-            mode: AuthMode::OpenWhenNoKeys,
-            cache_ttl: Duration::ZERO,
-        },
-        HttpSettings {
-            inline_content_limit: u64::MAX,
-            public_url: Some(PublicBaseUrl::parse("http://gateway.test:3000").unwrap()),
-        },
-        crate::batches::BatchSettings::from_config(&config),
-    )
-    .unwrap();
-    (dir, local_router(state))
-}
-
 /// Every documented operation reaches a handler of the local server (no "unknown URL", no 405),
 /// and the document has every route a handler serves: a route missing from it would have to be
 /// registered outside `routes!`, which only the two wildcard routes are (documented by hand).
 #[tokio::test]
 async fn every_documented_operation_is_served() {
-    let (_dir, router) = local();
+    let dir = tempfile::tempdir().unwrap();
+    let router = local_in(dir.path());
     let document = document();
     let mut operations = 0;
     for (path, item) in &document.paths.paths {

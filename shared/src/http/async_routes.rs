@@ -57,11 +57,7 @@ async fn submit(
     ApiExtension(principal): ApiExtension<Principal>,
     body: JsonBody<Map<String, Value>>,
 ) -> Result<Json<AsyncAccepted>, BasetenError> {
-    let request_id = state
-        .async_requests
-        .submit(&principal.project, body.typed, None)
-        .await?;
-    Ok(Json(AsyncAccepted { request_id }))
+    accept(&state, &principal, body, None).await
 }
 
 /// `POST /models/{model}/async_predict`: as `/async_predict`, for the model in the path.
@@ -79,11 +75,7 @@ async fn submit_for_model(
     ApiPath(model): ApiPath<String>,
     body: JsonBody<Map<String, Value>>,
 ) -> Result<Json<AsyncAccepted>, BasetenError> {
-    let request_id = state
-        .async_requests
-        .submit(&principal.project, body.typed, Some(&model))
-        .await?;
-    Ok(Json(AsyncAccepted { request_id }))
+    accept(&state, &principal, body, Some(&model)).await
 }
 
 /// `POST /models/{model}/production/async_predict`: Baseten's production-environment URL.
@@ -96,12 +88,26 @@ async fn submit_for_model(
     responses((status = 200, body = AsyncAccepted), super::api_doc::BasetenErrors)
 )]
 async fn submit_for_production_model(
-    state: State<AppState>,
-    principal: ApiExtension<Principal>,
-    model: ApiPath<String>,
+    State(state): State<AppState>,
+    ApiExtension(principal): ApiExtension<Principal>,
+    ApiPath(model): ApiPath<String>,
     body: JsonBody<Map<String, Value>>,
 ) -> Result<Json<AsyncAccepted>, BasetenError> {
-    submit_for_model(state, principal, model, body).await
+    accept(&state, &principal, body, Some(&model)).await
+}
+
+/// Queue a submission (for the model of a per-model URL, when there is one).
+async fn accept(
+    state: &AppState,
+    principal: &Principal,
+    body: JsonBody<Map<String, Value>>,
+    path_model: Option<&str>,
+) -> Result<Json<AsyncAccepted>, BasetenError> {
+    let request_id = state
+        .async_requests
+        .submit(&principal.project, body.typed, path_model)
+        .await?;
+    Ok(Json(AsyncAccepted { request_id }))
 }
 
 /// `GET /async_request/{request_id}`: the request's status, attempts and webhook deliveries.

@@ -1,37 +1,12 @@
 //! The router against hostile input, in process: ids that are not UTF-8, repeated query
 //! parameters, poisoned `Host` headers, oversized values; every answer is a small JSON envelope.
 
-use super::tests::{adapters, CONFIG};
+use super::tests::{local_in, PUBLIC_URL};
 use super::*;
-use crate::app::{app_state, AuthSettings};
-use crate::auth::AuthMode;
-use crate::config::Config;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{json, Value};
-use std::time::Duration;
 use tower::ServiceExt;
-
-const PUBLIC_URL: &str = "http://gateway.test:3000";
-
-fn local(dir: &std::path::Path) -> Router {
-    let config = Config::from_toml(CONFIG).unwrap();
-    let state = app_state(
-        &crate::config::LoadedConfig::without_files(config.clone()).unwrap(),
-        &adapters(dir),
-        AuthSettings {
-            mode: AuthMode::OpenWhenNoKeys,
-            cache_ttl: Duration::ZERO,
-        },
-        HttpSettings {
-            inline_content_limit: u64::MAX,
-            public_url: Some(PublicBaseUrl::parse(PUBLIC_URL).unwrap()),
-        },
-        crate::batches::BatchSettings::from_config(&config),
-    )
-    .unwrap();
-    local_router(state)
-}
 
 struct Answer {
     status: StatusCode,
@@ -90,7 +65,7 @@ const ROUTES_WITH_IDS: [(&str, &str, &str); 10] = [
 #[tokio::test]
 async fn ids_that_are_not_utf8_get_an_envelope_naming_the_parameter() {
     let dir = tempfile::tempdir().unwrap();
-    let router = local(dir.path());
+    let router = local_in(dir.path());
     for (method, route, param) in ROUTES_WITH_IDS {
         let uri = route.replace("{id}", "%FF%FE%FD");
         let answer = send(&router, request(method, &uri, Body::from("{}"))).await;
@@ -110,7 +85,7 @@ async fn ids_that_are_not_utf8_get_an_envelope_naming_the_parameter() {
 #[tokio::test]
 async fn repeated_query_parameters_get_an_envelope_naming_the_parameter() {
     let dir = tempfile::tempdir().unwrap();
-    let router = local(dir.path());
+    let router = local_in(dir.path());
     for path in ["/v1/files", "/v1/batches"] {
         for query in ["limit=1&limit=2", "after=a&after=b"] {
             let uri = format!("{path}?{query}");
@@ -128,7 +103,7 @@ async fn repeated_query_parameters_get_an_envelope_naming_the_parameter() {
 #[tokio::test]
 async fn unknown_routes_and_methods_keep_the_envelope_and_quote_short() {
     let dir = tempfile::tempdir().unwrap();
-    let router = local(dir.path());
+    let router = local_in(dir.path());
     let long_path = format!("/v1/{}", "p".repeat(60_000));
     for (method, uri, status) in [
         ("GET", "/v1/nope", StatusCode::NOT_FOUND),
@@ -160,7 +135,7 @@ async fn a_plain_text_error_from_anywhere_becomes_an_envelope() {
 #[tokio::test]
 async fn a_poisoned_host_is_refused_and_upload_urls_use_the_public_url() {
     let dir = tempfile::tempdir().unwrap();
-    let router = local(dir.path());
+    let router = local_in(dir.path());
     let body = json!({"filename": "a.jsonl", "purpose": "batch", "bytes": 10}).to_string();
     for host in ["evil.example:443/steal?x=", "user@evil.example", "evil.example:99999"] {
         let mut poisoned = request("POST", "/v1/direct_uploads", Body::from(body.clone()));
@@ -184,7 +159,7 @@ async fn a_poisoned_host_is_refused_and_upload_urls_use_the_public_url() {
 #[tokio::test]
 async fn oversized_values_are_quoted_as_a_short_prefix() {
     let dir = tempfile::tempdir().unwrap();
-    let router = local(dir.path());
+    let router = local_in(dir.path());
     let huge = "v".repeat(1024 * 1024);
     let chat = |extra: Value| {
         let mut body = json!({"model": "dummy", "messages": [{"role": "user", "content": "hi"}]});
@@ -276,7 +251,7 @@ fn multipart(fields: &[(&str, &[u8], Option<&str>)]) -> Request<Body> {
 #[tokio::test]
 async fn multipart_text_fields_are_capped() {
     let dir = tempfile::tempdir().unwrap();
-    let router = local(dir.path());
+    let router = local_in(dir.path());
     let huge = vec![b'p'; 7 * 1024 * 1024];
     for name in [
         "purpose",

@@ -13,24 +13,18 @@ use crate::openai::models::{ModelList, ModelObject};
 use crate::openai::to_model::OpenAiChatRequest;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::Json;
 use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub(super) fn routes() -> OpenApiRouter<AppState> {
-    let mut router = OpenApiRouter::default()
+    let router = OpenApiRouter::default()
         .routes(routes!(chat_completions))
         .routes(routes!(embeddings))
-        .routes(routes!(list_models))
-        // A model id may hold slashes (`org/name`): a wildcard route, documented as `{model}`.
-        .route("/v1/models/{*model}", get(get_model));
-    let (_, documented) = OpenApiRouter::<AppState>::default()
-        .routes(routes!(get_model))
-        .split_for_parts();
-    router.get_openapi_mut().merge(documented);
-    router
+        .routes(routes!(list_models));
+    // A model id may hold slashes (`org/name`).
+    super::with_wildcard_route(router, "/v1/models/{*model}", routes!(get_model))
 }
 
 /// `{"status": "ok"}`.

@@ -11,7 +11,6 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use axum::Json;
 use bytes::Bytes;
 use futures::StreamExt;
@@ -27,15 +26,9 @@ pub fn is_lmi_path(path: &str) -> bool {
 }
 
 pub(super) fn routes() -> OpenApiRouter<AppState> {
-    let mut router = OpenApiRouter::default()
-        .routes(routes!(invocations))
-        // A model name may hold slashes: a wildcard route, documented as `{model}`.
-        .route("/predictions/{*model}", post(predictions));
-    let (_, documented) = OpenApiRouter::<AppState>::default()
-        .routes(routes!(predictions))
-        .split_for_parts();
-    router.get_openapi_mut().merge(documented);
-    router
+    let router = OpenApiRouter::default().routes(routes!(invocations));
+    // A model name may hold slashes.
+    super::with_wildcard_route(router, "/predictions/{*model}", routes!(predictions))
 }
 
 /// Routes without authentication.

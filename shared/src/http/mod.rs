@@ -45,7 +45,7 @@ use crate::webhooks::{BatchWebhooks, WebhookEndpoints, WebhookSecrets};
 use axum::extract::DefaultBodyLimit;
 use axum::Router;
 use std::sync::Arc;
-use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 use utoipa_axum::routes;
 
 /// Everything the handlers need.
@@ -162,6 +162,25 @@ fn open_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(inference_routes::health))
         .routes(routes!(request_metrics::prometheus_text))
         .routes(routes!(api_doc::openapi_json))
+}
+
+/// `router` with `operation` served at `axum_path`, a path whose last parameter holds slashes
+/// (`/v1/models/{*model}`); the document keeps the operation's own path (`/v1/models/{model}`).
+fn with_wildcard_route(
+    router: OpenApiRouter<AppState>,
+    axum_path: &str,
+    operation: UtoipaMethodRouter<AppState>,
+) -> OpenApiRouter<AppState> {
+    let (schemas, paths, method_router) = operation;
+    let mut router = router.route(axum_path, method_router);
+    let document = router.get_openapi_mut();
+    document.paths.merge(paths);
+    document
+        .components
+        .get_or_insert_with(Default::default)
+        .schemas
+        .extend(schemas);
+    router
 }
 
 /// `routes` behind authentication, `open` and the always-open routes without.

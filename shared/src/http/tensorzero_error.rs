@@ -52,7 +52,10 @@ impl TensorZeroError {
 
     /// The body, also usable as an error event inside a stream.
     pub fn body(&self) -> serde_json::Value {
-        json!({"error": self.message})
+        let body = TensorZeroErrorBody {
+            error: self.message.clone(),
+        };
+        serde_json::to_value(body).unwrap_or_else(|_| json!({"error": self.message}))
     }
 }
 

@@ -40,9 +40,22 @@ pub(super) fn adapters(dir: &std::path::Path) -> Adapters {
     )
 }
 
+/// Where the test routers say clients reach them.
+pub(super) const PUBLIC_URL: &str = "http://gateway.test:3000";
+
+/// The whole local router (every function's routes) on fresh embedded adapters in `dir`, open.
+pub(super) fn local_in(dir: &std::path::Path) -> Router {
+    local_router(state_with(&adapters(dir), AuthMode::OpenWhenNoKeys))
+}
+
 fn router_with(adapters: &Adapters, mode: AuthMode) -> Router {
+    inference_router(state_with(adapters, mode))
+}
+
+/// The handlers' state for [`CONFIG`] on `adapters`, public at `http://gateway.test:3000`.
+fn state_with(adapters: &Adapters, mode: AuthMode) -> AppState {
     let config = Config::from_toml(CONFIG).unwrap();
-    let state = app_state(
+    app_state(
         &crate::config::LoadedConfig::without_files(config.clone()).unwrap(),
         adapters,
         AuthSettings {
@@ -51,12 +64,11 @@ fn router_with(adapters: &Adapters, mode: AuthMode) -> Router {
         },
         HttpSettings {
             inline_content_limit: u64::MAX,
-            public_url: Some(PublicBaseUrl::parse("http://gateway.test:3000").unwrap()),
+            public_url: Some(PublicBaseUrl::parse(PUBLIC_URL).unwrap()),
         },
         crate::batches::BatchSettings::from_config(&config),
     )
-    .unwrap();
-    inference_router(state)
+    .unwrap()
 }
 
 async fn call(

@@ -17,8 +17,7 @@ pub(super) fn record_tokens(metrics: &dyn MetricsSink, model: &str, provider: &s
 }
 
 /// `chunks`, with the usage they carry counted once the stream is dropped.
-pub(super) fn counting_tokens(chunks: ChunkStream, tally: TokenTally) -> ChunkStream {
-    let mut tally = tally;
+pub(super) fn counting_tokens(chunks: ChunkStream, mut tally: TokenTally) -> ChunkStream {
     chunks
         .inspect(move |chunk| {
             if let Ok(usage) = chunk.as_ref().map(|chunk| chunk.usage.as_ref()) {
