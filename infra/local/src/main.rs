@@ -1,5 +1,7 @@
-//! `nimbus`: the local gateway (`nimbus serve`) and API key administration (`nimbus keys …`).
+//! `nimbus`: the local gateway (`nimbus serve`), API key administration (`nimbus keys …`) and the
+//! batch client (`nimbus batch …`, for any OpenAI-compatible Batch API).
 
+mod batch;
 mod check_config;
 mod keys;
 mod serve;
@@ -7,6 +9,7 @@ mod webhook_secrets;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 /// jemalloc hands freed memory back to the system within seconds (its background thread purges
 /// idle pages), where glibc's malloc kept a burst of large requests' memory for good: see
@@ -45,6 +48,9 @@ enum Command {
     /// Print the OpenAPI 3.1 document of the HTTP surface (what `GET /openapi.json` serves;
     /// `make openapi` writes it to `docs/openapi.json`).
     Openapi,
+    /// Submit, watch, fetch, list and cancel batches on Nimbus or any OpenAI-compatible Batch API
+    /// (`--base-url`/`OPENAI_BASE_URL`, `--api-key`/`OPENAI_API_KEY`), with progress bars.
+    Batch(batch::BatchArgs),
     /// Check a configuration file and print its models.
     CheckConfig {
         #[arg(long, env = "NIMBUS_CONFIG", default_value = "infra/config/nimbus.toml")]
@@ -53,9 +59,17 @@ enum Command {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
-    match cli.command {
+    if let Command::Batch(args) = cli.command {
+        return Ok(batch::run(args).await);
+    }
+    admin(cli.command).await.map(|()| ExitCode::SUCCESS)
+}
+
+async fn admin(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Batch(_) => Ok(()),
         Command::Serve(args) => serve::run(args).await,
         Command::Keys(command) => keys::run(command).await,
         Command::WebhookSecrets(command) => webhook_secrets::run(command).await,

@@ -15,6 +15,7 @@
 
 mod api;
 mod chunk_run;
+mod create_checks;
 mod finalize;
 pub mod input_validation;
 mod lines;
@@ -32,6 +33,7 @@ mod worker;
 
 pub use crate::jobs::JobMessage;
 pub use api::ListBatches;
+pub use create_checks::{check_create_request, CheckedCreate};
 pub use input_validation::{BatchEndpoint, ChunkRange, MAX_REQUESTS};
 pub use lines::tensorzero::ItemResult;
 pub use recovery::{BatchRecovery, RecoveryReport};

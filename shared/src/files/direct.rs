@@ -2,7 +2,7 @@
 //! API and Lambda's payload limit. The file exists at once with status `uploaded` and becomes
 //! `processed` once its bytes have landed (checked whenever it is read, and by the sweep).
 
-use super::limits::{check_filename, expires_at, max_bytes_for, too_large};
+use super::limits::{check_new_file, expires_at};
 use super::streams::limited;
 use super::sweep::{Janitor, JanitorTask};
 use super::{project_prefix, FilesError, FilesService, StoredFile, FILE_KIND};
@@ -30,10 +30,7 @@ impl FilesService {
         bytes: u64,
         expires_after: Option<ExpiresAfter>,
     ) -> Result<DirectUploadTarget, FilesError> {
-        check_filename(&filename, purpose)?;
-        if bytes > max_bytes_for(purpose) {
-            return Err(too_large(purpose));
-        }
+        check_new_file(&filename, purpose, bytes)?;
         let (id, created_ms) = self.mint("file-");
         let created_at = created_ms.div_euclid(1000);
         let expires = expires_at(created_at, purpose, expires_after)?;

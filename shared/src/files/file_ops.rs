@@ -1,6 +1,6 @@
 //! Creating, reading, listing and deleting files.
 
-use super::limits::{check_filename, expires_at, max_bytes_for, too_large};
+use super::limits::{check_filename, check_new_file, expires_at, max_bytes_for, too_large};
 use super::streams::limited;
 use super::sweep::{Janitor, JanitorTask, Marker};
 use super::{cursor_for_id, decode, encode, project_prefix, FilesError, FilesService, StoredFile, FILE_KIND};
@@ -185,14 +185,7 @@ impl FilesService {
             return Err(FilesError::invalid("The request has no 'file' field.", "file"));
         };
         let created_at = draft.created_ms.div_euclid(1000);
-        let checked = check_filename(&new.filename, new.purpose)
-            .and_then(|()| {
-                if bytes > max_bytes_for(new.purpose) {
-                    Err(too_large(new.purpose))
-                } else {
-                    Ok(())
-                }
-            })
+        let checked = check_new_file(&new.filename, new.purpose, bytes)
             .and_then(|()| expires_at(created_at, new.purpose, new.expires_after.clone()));
         let expires = match checked {
             Ok(expires) => expires,

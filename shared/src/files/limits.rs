@@ -54,6 +54,16 @@ pub(crate) fn check_filename(filename: &str, purpose: FilePurpose) -> Result<(),
     Ok(())
 }
 
+/// A new file's name and size: what the server refuses before it takes any bytes (and what
+/// `nimbus batch submit` checks before it sends any).
+pub fn check_new_file(filename: &str, purpose: FilePurpose, bytes: u64) -> Result<(), FilesError> {
+    check_filename(filename, purpose)?;
+    if bytes > max_bytes_for(purpose) {
+        return Err(too_large(purpose));
+    }
+    Ok(())
+}
+
 pub(crate) fn too_large(purpose: FilePurpose) -> FilesError {
     let max = max_bytes_for(purpose);
     FilesError::TooLarge {

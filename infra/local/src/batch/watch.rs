@@ -1,0 +1,369 @@
+//! `nimbus batch watch`: poll a batch until it ends. On a terminal, a live bar (status, elapsed,
+//! completed/failed of total, rate, ETA); elsewhere a plain line whenever something moved (and
+//! at least once a minute). Ctrl-C stops watching and leaves the batch running.
+
+use super::api_client::{ApiError, BatchApi};
+use super::console::{style, CliError, Console, Exit};
+use super::interrupt::Interrupt;
+use indicatif::{ProgressBar, ProgressDrawTarget};
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// The rate is measured over this much of the latest progress.
+const RATE_WINDOW: Duration = Duration::from_secs(60);
+/// Without a change, a plain line is still written this often.
+const HEARTBEAT: Duration = Duration::from_secs(60);
+/// Polls that fail one after the other (each after its own retries) before watching gives up.
+const MAX_FAILED_POLLS: u32 = 10;
+
+/// What a poll tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub status: String,
+    pub total: u64,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+impl Snapshot {
+    pub fn of(batch: &Value) -> Self {
+        let count = |name: &str| {
+            batch
+                .pointer(&format!("/request_counts/{name}"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        };
+        Self {
+            status: batch
+                .get("status")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown")
+                .to_owned(),
+            total: count("total"),
+            completed: count("completed"),
+            failed: count("failed"),
+        }
+    }
+
+    pub fn done(&self) -> u64 {
+        self.completed + self.failed
+    }
+
+    pub fn has_ended(&self) -> bool {
+        matches!(self.status.as_str(), "completed" | "failed" | "expired" | "cancelled")
+    }
+}
+
+/// Requests done per second over the latest [`RATE_WINDOW`].
+#[derive(Default)]
+pub struct RateWindow {
+    samples: VecDeque<(Instant, u64)>,
+}
+
+impl RateWindow {
+    pub fn record(&mut self, at: Instant, done: u64) {
+        self.samples.push_back((at, done));
+        while self.samples.len() > 2
+            && self
+                .samples
+                .front()
+                .is_some_and(|(t, _)| at.duration_since(*t) > RATE_WINDOW)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    /// `None` until progress was seen across at least a second.
+    pub fn per_second(&self) -> Option<f64> {
+        let (first_at, first) = self.samples.front()?;
+        let (last_at, last) = self.samples.back()?;
+        let seconds = last_at.duration_since(*first_at).as_secs_f64();
+        (seconds >= 1.0 && last > first).then(|| (last - first) as f64 / seconds)
+    }
+}
+
+/// `45s`, `3m 07s`, `2h 05m`.
+pub fn short_duration(seconds: f64) -> String {
+    let seconds = seconds.max(0.0).round() as u64;
+    match seconds {
+        0..60 => format!("{seconds}s"),
+        60..3600 => format!("{}m {:02}s", seconds / 60, seconds % 60),
+        _ => format!("{}h {:02}m", seconds / 3600, seconds % 3600 / 60),
+    }
+}
+
+/// `completed 118 · failed 2 · 12.3/s · ETA 1m 11s` (rate and ETA once known).
+pub fn progress_text(snapshot: &Snapshot, rate: Option<f64>) -> String {
+    let mut text = format!("completed {} · failed {}", snapshot.completed, snapshot.failed);
+    if let Some(rate) = rate.filter(|_| !snapshot.has_ended()) {
+        text.push_str(&format!(" · {rate:.1}/s"));
+        let remaining = snapshot.total.saturating_sub(snapshot.done());
+        if remaining > 0 {
+            text.push_str(&format!(" · ETA {}", short_duration(remaining as f64 / rate)));
+        }
+    }
+    text
+}
+
+/// One plain progress line: `<time> <id> <status> <done>/<total> completed … failed …`.
+pub fn plain_line(id: &str, snapshot: &Snapshot, rate: Option<f64>) -> String {
+    format!(
+        "{} {id} {} {}/{} {}",
+        jiff::Timestamp::now()
+            .round(jiff::Unit::Second)
+            .unwrap_or_else(|_| jiff::Timestamp::now()),
+        snapshot.status,
+        snapshot.done(),
+        snapshot.total,
+        progress_text(snapshot, rate)
+    )
+}
+
+/// How progress is shown.
+enum Display {
+    Bar(ProgressBar),
+    Lines { last: Option<(Snapshot, Instant)> },
+}
+
+impl Display {
+    fn new(console: &Console) -> Self {
+        if console.interactive {
+            let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+            bar.set_style(style(
+                "{spinner:.green} {prefix:.bold} [{elapsed_precise}] [{bar:30.cyan/blue}] {pos}/{len} {msg}",
+            ));
+            bar.enable_steady_tick(Duration::from_millis(120));
+            Self::Bar(bar)
+        } else {
+            Self::Lines { last: None }
+        }
+    }
+
+    fn show(&mut self, id: &str, snapshot: &Snapshot, rate: Option<f64>, first: bool) {
+        match self {
+            Self::Bar(bar) => {
+                bar.set_prefix(snapshot.status.clone());
+                bar.set_length(snapshot.total);
+                bar.set_position(snapshot.done());
+                if first {
+                    // Progress made before watching began is not this rate's.
+                    bar.reset_eta();
+                }
+                bar.set_message(progress_text(snapshot, rate));
+            }
+            Self::Lines { last } => {
+                let now = Instant::now();
+                let due = match last {
+                    None => true,
+                    Some((seen, at)) => seen != snapshot || now.duration_since(*at) >= HEARTBEAT,
+                };
+                if due {
+                    eprintln!("{}", plain_line(id, snapshot, rate));
+                    *last = Some((snapshot.clone(), now));
+                }
+            }
+        }
+    }
+
+    fn end(&self) {
+        if let Self::Bar(bar) = self {
+            bar.finish();
+        }
+    }
+
+    fn abandon(&self) {
+        if let Self::Bar(bar) = self {
+            bar.abandon();
+        }
+    }
+}
+
+/// Watch batch `id` until it ends: its exit code and last object. Ctrl-C answers
+/// [`Exit::Interrupted`] with the last object seen; the batch goes on.
+pub async fn watch(
+    api: &BatchApi,
+    console: &Console,
+    interrupt: &Interrupt,
+    id: &str,
+    interval: Duration,
+) -> Result<(Exit, Value), CliError> {
+    let mut last: Option<Value> = None;
+    let mut display = Display::new(console);
+    if !console.interactive {
+        console.say(format!("watching {id} (Ctrl-C stops watching; the batch goes on)"));
+    }
+    let polled = interrupt
+        .guard(poll_until_ended(api, console, id, interval, &mut display, &mut last))
+        .await;
+    match polled {
+        Ok(()) => {
+            display.end();
+            let batch = last.ok_or_else(|| CliError::Unexpected(format!("no answer for batch {id}")))?;
+            for line in summary(&batch) {
+                console.say(line);
+            }
+            Ok((Exit::for_status(&Snapshot::of(&batch).status), batch))
+        }
+        Err(CliError::Interrupted) => {
+            display.abandon();
+            console.say(format!(
+                "stopped watching; batch {id} goes on (nimbus batch watch {id} to see it again)"
+            ));
+            Ok((Exit::Interrupted, last.unwrap_or(Value::Null)))
+        }
+        Err(err) => {
+            display.abandon();
+            Err(err)
+        }
+    }
+}
+
+async fn poll_until_ended(
+    api: &BatchApi,
+    console: &Console,
+    id: &str,
+    interval: Duration,
+    display: &mut Display,
+    last: &mut Option<Value>,
+) -> Result<(), CliError> {
+    let mut rate = RateWindow::default();
+    let mut failed_polls = 0;
+    loop {
+        match api.batch(id).await {
+            Ok(batch) => {
+                failed_polls = 0;
+                let snapshot = Snapshot::of(&batch);
+                rate.record(Instant::now(), snapshot.done());
+                display.show(id, &snapshot, rate.per_second(), last.is_none());
+                *last = Some(batch);
+                if snapshot.has_ended() {
+                    return Ok(());
+                }
+            }
+            // Not found, unauthorized…: polling again will not change it.
+            Err(err @ ApiError::Refused { status, .. }) if status < 500 => return Err(err.into()),
+            Err(err) => {
+                failed_polls += 1;
+                if failed_polls >= MAX_FAILED_POLLS {
+                    return Err(err.into());
+                }
+                if let Display::Bar(bar) = display {
+                    bar.suspend(|| console.say(format!("could not poll ({err}); trying again")));
+                } else {
+                    console.say(format!("could not poll ({err}); trying again"));
+                }
+            }
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// What to tell about a batch that ended: counts, files, and for a refused input its problems.
+pub fn summary(batch: &Value) -> Vec<String> {
+    let snapshot = Snapshot::of(batch);
+    let id = batch.get("id").and_then(Value::as_str).unwrap_or("?");
+    let mut lines = vec![format!(
+        "{id} {}: {} of {} requests completed, {} failed",
+        snapshot.status, snapshot.completed, snapshot.total, snapshot.failed
+    )];
+    if let Some(errors) = batch.pointer("/errors/data").and_then(Value::as_array) {
+        for error in errors.iter().take(50) {
+            let text = |name: &str| error.get(name).and_then(Value::as_str).unwrap_or("");
+            let line = error
+                .get("line")
+                .and_then(Value::as_u64)
+                .map(|line| format!("line {line}: "))
+                .unwrap_or_default();
+            lines.push(format!("  {line}{}: {}", text("code"), text("message")));
+        }
+        if errors.len() > 50 {
+            lines.push(format!("  … and {} more (--json lists them all)", errors.len() - 50));
+        }
+    }
+    let has_output = batch.get("output_file_id").is_some_and(Value::is_string);
+    let has_errors = batch.get("error_file_id").is_some_and(Value::is_string);
+    if has_output || has_errors {
+        let errors = if has_errors { " --errors errors.jsonl" } else { "" };
+        lines.push(format!("results: nimbus batch results {id} -o results.jsonl{errors}"));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_snapshot_reads_status_and_counts() {
+        let batch = json!({"status": "in_progress", "request_counts": {"total": 10, "completed": 6, "failed": 1}});
+        let snapshot = Snapshot::of(&batch);
+        assert_eq!(snapshot.done(), 7);
+        assert!(!snapshot.has_ended());
+        let ended = Snapshot::of(&json!({"status": "expired"}));
+        assert!(ended.has_ended());
+        assert_eq!(ended.total, 0);
+    }
+
+    #[test]
+    fn the_rate_is_measured_over_the_latest_minute() {
+        let start = Instant::now();
+        let mut window = RateWindow::default();
+        window.record(start, 0);
+        assert_eq!(window.per_second(), None);
+        window.record(start + Duration::from_secs(10), 100);
+        assert_eq!(window.per_second(), Some(10.0));
+        // Two minutes later, only the latest minute counts: 60 more in 60 s.
+        window.record(start + Duration::from_secs(70), 160);
+        window.record(start + Duration::from_secs(130), 220);
+        assert_eq!(window.per_second(), Some(1.0));
+    }
+
+    #[test]
+    fn progress_text_has_rate_and_eta_once_known() {
+        let snapshot = Snapshot {
+            status: "in_progress".to_owned(),
+            total: 1000,
+            completed: 118,
+            failed: 2,
+        };
+        assert_eq!(progress_text(&snapshot, None), "completed 118 · failed 2");
+        assert_eq!(
+            progress_text(&snapshot, Some(12.0)),
+            "completed 118 · failed 2 · 12.0/s · ETA 1m 13s"
+        );
+        let ended = Snapshot {
+            status: "completed".to_owned(),
+            ..snapshot
+        };
+        assert_eq!(progress_text(&ended, Some(12.0)), "completed 118 · failed 2");
+    }
+
+    #[test]
+    fn durations_are_short() {
+        assert_eq!(short_duration(44.6), "45s");
+        assert_eq!(short_duration(187.0), "3m 07s");
+        assert_eq!(short_duration(7500.0), "2h 05m");
+        assert_eq!(short_duration(-3.0), "0s");
+    }
+
+    #[test]
+    fn a_refused_input_is_summarized_with_its_lines() {
+        let batch = json!({
+            "id": "batch_1", "status": "failed",
+            "errors": {"object": "list", "data": [{"code": "invalid_json_line", "message": "bad", "line": 4}]},
+            "output_file_id": null, "error_file_id": null
+        });
+        let lines = summary(&batch);
+        assert_eq!(lines[0], "batch_1 failed: 0 of 0 requests completed, 0 failed");
+        assert_eq!(lines[1], "  line 4: invalid_json_line: bad");
+        assert_eq!(lines.len(), 2);
+        let done =
+            json!({"id": "batch_2", "status": "completed", "output_file_id": "file-1", "error_file_id": "file-2"});
+        assert_eq!(
+            summary(&done).last().unwrap(),
+            "results: nimbus batch results batch_2 -o results.jsonl --errors errors.jsonl"
+        );
+    }
+}
