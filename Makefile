@@ -21,7 +21,7 @@ export SAM_CLI_TELEMETRY := 0
 
 PORT ?= 3000
 
-.PHONY: help run build test test-deps check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async bench-lmi bench-native bench-metrics openapi fmt clean
+.PHONY: help run build test test-deps terminal-tools check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async bench-lmi bench-native bench-metrics openapi fmt clean
 
 help:
 	@echo "make run        start the gateway locally on http://127.0.0.1:$(PORT) (embedded stack in .data/)"
@@ -44,8 +44,18 @@ run:
 build:
 	cargo build --workspace --all-targets
 
-# Pinned Python tools (openai SDK, moto, SAM CLI, cargo-lambda) in a venv keyed by the pins.
-test-deps: $(VENV_STAMP)
+# Pinned Python tools (openai SDK, moto, SAM CLI, cargo-lambda) in a venv keyed by the pins, and
+# tmux, which gives `nimbus batch`'s progress bar a real terminal in its tests.
+test-deps: $(VENV_STAMP) terminal-tools
+
+# Debian's tmux, at the pinned version when the archive still has it.
+TMUX_VERSION ?= 3.3a-3
+terminal-tools:
+	@command -v tmux >/dev/null || { \
+		echo "installing tmux $(TMUX_VERSION) for the terminal tests"; \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && \
+		{ $$SUDO apt-get install -y -qq tmux=$(TMUX_VERSION) || $$SUDO apt-get install -y -qq tmux; }; }
 $(VENV_STAMP): $(REQUIREMENTS)
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)

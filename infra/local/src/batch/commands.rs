@@ -305,6 +305,6 @@ mod tests {
             "{text}"
         );
         assert!(lines[1].starts_with("batch_1   in_progress  4/10        1"), "{text}");
-        assert!(lines[2].contains("2023-11-14T22:15:00Z"), "{text}");
+        assert!(lines[2].contains("2023-11-14T22:14:20Z"), "{text}");
     }
 }

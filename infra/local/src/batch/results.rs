@@ -99,7 +99,6 @@ pub fn reorder(results: &Path, input: &Path, dest: &Path) -> Result<Reordered, C
         copy(found, &mut report)?;
         report.not_in_input += 1;
     }
-    drop(copy);
     out.into_inner()
         .map_err(|e| CliError::io(dest, e.error()))?
         .sync_all()
