@@ -90,6 +90,22 @@ def file_ids(sdk: Any) -> set[str]:
     return {f.id for f in sdk.files.list()}
 
 
+def test_the_make_run_server_with_its_default_config(nimbus_server: kit.NimbusServer, tmp_path: Path) -> None:
+    """`make run`'s server: the default config, no key; the defaults of `--base-url` aside."""
+    lines = [kit.chat_line(f"q{i}", f"question {i}") for i in range(5)] + [kit.embedding_line("e0", "text")]
+    source = write_lines(tmp_path / "requests.jsonl", lines[:5])
+    result = cli(nimbus_server, "submit", str(source), "--watch", "--interval", "0.2")
+    assert result.returncode == 0, result.stderr
+    batch_id = result.stdout.splitlines()[0]
+    assert batch_id.startswith("batch_")
+    assert f"{batch_id} completed: 5 of 5 requests completed, 0 failed" in result.stderr
+    # Embeddings lines target their own endpoint.
+    embeddings = write_lines(tmp_path / "embeddings.jsonl", lines[5:])
+    result = cli(nimbus_server, "submit", str(embeddings), "--endpoint", "/v1/embeddings", "--watch", "--json")
+    assert result.returncode == 0, result.stderr
+    assert document(result)["request_counts"]["completed"] == 1
+
+
 BAD_LINES: list[dict[str, Any] | str] = [
     kit.chat_line("a"),
     "not json",
