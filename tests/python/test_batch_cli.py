@@ -403,7 +403,9 @@ def test_ctrl_c_stops_watching_and_leaves_the_batch_running(server: kit.NimbusSe
         terminal.keys("C-c")
         screen = terminal.wait_for(lambda s: "EXIT=" in s, "the exit code after Ctrl-C")
         assert "EXIT=130" in screen, screen
-        assert f"stopped watching; batch {batch_id} goes on" in screen, screen
+        assert re.search(rf"stopped watching at \d+/150 \(in_progress\); batch {batch_id} goes on", screen), screen
+        # The bar's last frame stays, once: not redrawn below the echoed ^C.
+        assert len(re.findall(r"\[\d\d:\d\d:\d\d\]", screen)) == 1, screen
     finally:
         terminal.close()
     status = sdk.batches.retrieve(batch_id).status

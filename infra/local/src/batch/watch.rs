@@ -177,6 +177,18 @@ impl Display {
             bar.abandon();
         }
     }
+
+    /// Ctrl-C: the bar stays as last drawn. indicatif keeps the cursor at the end of the
+    /// full-width bar line, so the terminal's echoed `^C` wrapped to the next line: a redraw would
+    /// land there and leave a stale copy above. The line under the cursor (the `^C`, or the bar
+    /// itself when the signal came without an echo) is cleared for the message that follows.
+    fn stop(&self) {
+        if let Self::Bar(bar) = self {
+            bar.disable_steady_tick();
+            bar.set_draw_target(ProgressDrawTarget::hidden());
+            eprint!("\r\x1b[2K");
+        }
+    }
 }
 
 /// Watch batch `id` until it ends: its exit code and last object. Ctrl-C answers
@@ -206,9 +218,16 @@ pub async fn watch(
             Ok((Exit::for_status(&Snapshot::of(&batch).status), batch))
         }
         Err(CliError::Interrupted) => {
-            display.abandon();
+            display.stop();
+            let seen = last
+                .as_ref()
+                .map(|batch| {
+                    let snapshot = Snapshot::of(batch);
+                    format!(" at {}/{} ({})", snapshot.done(), snapshot.total, snapshot.status)
+                })
+                .unwrap_or_default();
             console.say(format!(
-                "stopped watching; batch {id} goes on (nimbus batch watch {id} to see it again)"
+                "stopped watching{seen}; batch {id} goes on (nimbus batch watch {id} to see it again)"
             ));
             Ok((Exit::Interrupted, last.unwrap_or(Value::Null)))
         }
