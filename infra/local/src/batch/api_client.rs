@@ -138,13 +138,12 @@ impl BatchApi {
         let mut backoff = FIRST_BACKOFF;
         for attempt in 1..=ATTEMPTS {
             let last = attempt == ATTEMPTS;
-            let request = build();
-            let url = request
-                .try_clone()
-                .and_then(|r| r.build().ok())
-                .map(|r| r.url().to_string())
-                .unwrap_or_default();
-            match request.send().await {
+            let request = build().build().map_err(|e| ApiError::Unexpected {
+                url: self.base.to_string(),
+                detail: format!("could not make the request: {}", error_chain(&e)),
+            })?;
+            let url = request.url().to_string();
+            match self.http.execute(request).await {
                 Ok(response) if response.status().is_success() => return Ok(response),
                 Ok(response) if !last && retryable(response.status()) => {
                     let wait = retry_after(response.headers()).unwrap_or(backoff);

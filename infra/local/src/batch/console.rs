@@ -138,10 +138,7 @@ impl Console {
     /// The command's answer: with `--json` the document, else `plain` (one line), on stdout.
     pub fn answer(&self, document: &Value, plain: impl std::fmt::Display) {
         if self.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(document).unwrap_or_else(|_| document.to_string())
-            );
+            print_document(document);
         } else {
             println!("{plain}");
         }
@@ -162,7 +159,7 @@ impl Console {
         }
         self.say(format!("error: {err}"));
         if self.json {
-            println!("{}", json!({"error": err.to_json()}));
+            print_document(&json!({"error": err.to_json()}));
         }
     }
 
@@ -182,6 +179,14 @@ impl Console {
         bar.enable_steady_tick(Duration::from_millis(200));
         bar
     }
+}
+
+/// One JSON document on stdout, pretty-printed.
+fn print_document(document: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(document).unwrap_or_else(|_| document.to_string())
+    );
 }
 
 /// A progress style from a template known to parse (the default style otherwise).
