@@ -1,7 +1,20 @@
-//! Quoting what a client sent inside a message we send back or log: never more than a short
-//! prefix, so an oversized value cannot make an error as large as the request.
+//! Text for messages we send back or log: what a client sent, quoted as a short prefix only (so
+//! an oversized value cannot make an error as large as the request), and errors with their causes.
 
 use std::borrow::Cow;
+
+/// An error and its sources, `: `-joined (HTTP and AWS SDK errors keep the cause out of their
+/// own message).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        message.push_str(": ");
+        message.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    message
+}
 
 /// The most characters of a client's value that a message quotes.
 pub const MAX_QUOTED_CHARS: usize = 64;
@@ -18,6 +31,20 @@ pub fn excerpt(value: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("request failed")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn an_error_chain_names_every_cause() {
+        let err = Outer(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        ));
+        assert_eq!(error_chain(&err), "request failed: connection refused");
+        assert_eq!(error_chain(&err.0), "connection refused");
+    }
 
     #[test]
     fn short_values_are_quoted_whole() {

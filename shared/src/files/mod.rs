@@ -19,6 +19,7 @@ pub use direct::{DirectUploadTarget, DIRECT_UPLOAD_TTL};
 pub use file_ops::{FileContent, FileDraft, FileReservation, ListFiles, NewFile, DOWNLOAD_URL_TTL};
 pub use holds::HOLD_BACKSTOP_MS;
 pub use limits::{check_expires_after, check_new_file, max_bytes_for, ExpiryField, MAX_FILE_BYTES, MAX_PART_BYTES};
+pub use streams::{md5_tapped, Md5Tap};
 
 use crate::openai::files::FileObject;
 use crate::ports::{BlobStore, Clock, IdSource, Record, SortCursor, StateStore, StorageError};

@@ -38,7 +38,7 @@ pub(crate) fn limited(stream: ByteStream, max: u64) -> (ByteStream, LimitFlag) {
 
 /// The MD5 of everything that went through, read after the stream ended.
 #[derive(Clone, Default)]
-pub(crate) struct Md5Tap(Arc<Mutex<Md5>>);
+pub struct Md5Tap(Arc<Mutex<Md5>>);
 
 impl Md5Tap {
     pub fn hex(&self) -> String {
@@ -49,7 +49,9 @@ impl Md5Tap {
     }
 }
 
-pub(crate) fn md5_tapped(stream: ByteStream) -> (ByteStream, Md5Tap) {
+/// `stream` as it was, and the MD5 of what it let through (the server checks an upload's parts
+/// with it; `nimbus batch submit`, the bytes it checked).
+pub fn md5_tapped(stream: ByteStream) -> (ByteStream, Md5Tap) {
     let tap = Md5Tap::default();
     let hasher = tap.clone();
     let tapped = stream

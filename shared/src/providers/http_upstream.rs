@@ -105,21 +105,9 @@ impl HttpUpstream {
         if error.is_timeout() {
             ProviderError::Timeout { after: timeout }
         } else {
-            ProviderError::Connection(error_chain(error))
+            ProviderError::Connection(crate::user_text::error_chain(error))
         }
     }
-}
-
-/// An error and its sources, `: `-joined.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        message.push_str(": ");
-        message.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    message
 }
 
 /// A non-2xx answer as [`ProviderError::Http`], keeping the upstream's own message.

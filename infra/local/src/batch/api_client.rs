@@ -6,6 +6,7 @@
 
 use bytes::Bytes;
 use nimbus_shared::openai::batches::CreateBatchRequest;
+use nimbus_shared::user_text::error_chain;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
@@ -136,37 +137,32 @@ impl BatchApi {
     /// retrying; a 2xx answer is returned, any other becomes [`ApiError::Refused`].
     pub async fn send(&self, build: impl Fn() -> RequestBuilder) -> Result<Response, ApiError> {
         let mut backoff = FIRST_BACKOFF;
-        for attempt in 1..=ATTEMPTS {
-            let last = attempt == ATTEMPTS;
+        let mut attempt = 1;
+        loop {
+            let retries_left = attempt < ATTEMPTS;
             let request = build().build().map_err(|e| ApiError::Unexpected {
                 url: self.base.to_string(),
                 detail: format!("could not make the request: {}", error_chain(&e)),
             })?;
             let url = request.url().to_string();
-            match self.http.execute(request).await {
+            let wait = match self.http.execute(request).await {
                 Ok(response) if response.status().is_success() => return Ok(response),
-                Ok(response) if !last && retryable(response.status()) => {
-                    let wait = retry_after(response.headers()).unwrap_or(backoff);
-                    tokio::time::sleep(wait).await;
+                Ok(response) if retries_left && retryable(response.status()) => {
+                    retry_after(response.headers()).unwrap_or(backoff)
                 }
                 Ok(response) => return Err(refusal(response).await),
-                Err(err) if !last && (err.is_connect() || err.is_timeout() || err.is_request()) => {
-                    tokio::time::sleep(backoff).await;
-                }
+                Err(err) if retries_left && (err.is_connect() || err.is_timeout() || err.is_request()) => backoff,
                 Err(err) => {
                     return Err(ApiError::Unreachable {
                         url,
                         detail: error_chain(&err),
                     })
                 }
-            }
+            };
+            tokio::time::sleep(wait).await;
             backoff *= 2;
+            attempt += 1;
         }
-        // The last attempt always returns above.
-        Err(ApiError::Unexpected {
-            url: self.base.to_string(),
-            detail: "no attempt was made".to_owned(),
-        })
     }
 
     async fn json<T: DeserializeOwned>(&self, build: impl Fn() -> RequestBuilder) -> Result<T, ApiError> {
@@ -353,18 +349,6 @@ async fn refusal(response: Response) -> ApiError {
         }),
         param: error.param,
     }
-}
-
-/// An error and its sources, `: `-joined (reqwest's own message leaves out the cause).
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -99,7 +99,7 @@ pub async fn watch(cx: &Context<'_>, id: &str, interval: Duration) -> Result<Exi
 }
 
 pub async fn results(cx: &Context<'_>, args: ResultsArgs) -> Result<Exit, CliError> {
-    let batch = cx.interrupt.guard(async { Ok(cx.api.batch(&args.id).await?) }).await?;
+    let batch = cx.interrupt.guard(cx.api.batch(&args.id)).await?;
     let snapshot = Snapshot::of(&batch);
     if !snapshot.has_ended() {
         return Err(CliError::NotEnded {
@@ -125,9 +125,9 @@ pub async fn results(cx: &Context<'_>, args: ResultsArgs) -> Result<Exit, CliErr
             let lines = fetch(cx, error_id.as_deref(), path, order, "errors").await?;
             cx.console.say(format!("{}: {lines} failed requests", path.display()));
         }
-        (None, Some(_)) if snapshot.failed > 0 => cx.console.say(format!(
+        (None, Some(_)) if snapshot.counts.failed > 0 => cx.console.say(format!(
             "{} requests failed: add --errors ERR.jsonl to save them",
-            snapshot.failed
+            snapshot.counts.failed
         )),
         (None, _) => {}
     }
@@ -148,8 +148,7 @@ async fn fetch(
         return Ok(0);
     };
     let Some(input) = order else {
-        transfer::download(cx.api, cx.console, cx.interrupt, file_id, dest, label).await?;
-        return count_lines(dest).await;
+        return transfer::download(cx.api, cx.console, cx.interrupt, file_id, dest, label).await;
     };
     let unordered = with_suffix(dest, ".unordered");
     transfer::download(cx.api, cx.console, cx.interrupt, file_id, &unordered, label).await?;
@@ -169,28 +168,8 @@ async fn fetch(
     Ok(reordered.lines)
 }
 
-async fn count_lines(path: &Path) -> Result<u64, CliError> {
-    let owned = path.to_owned();
-    tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        let file = std::fs::File::open(&owned).map_err(|e| CliError::io(&owned, &e))?;
-        let mut count = 0;
-        for line in std::io::BufReader::new(file).split(b'\n') {
-            if !line.map_err(|e| CliError::io(&owned, &e))?.trim_ascii().is_empty() {
-                count += 1;
-            }
-        }
-        Ok(count)
-    })
-    .await
-    .map_err(|e| CliError::Unexpected(format!("counting lines stopped: {e}")))?
-}
-
 pub async fn list(cx: &Context<'_>, limit: u32, after: Option<String>, all: bool) -> Result<Exit, CliError> {
-    let first = cx
-        .interrupt
-        .guard(async { Ok(cx.api.list_batches(limit, after.as_deref()).await?) })
-        .await?;
+    let first = cx.interrupt.guard(cx.api.list_batches(limit, after.as_deref())).await?;
     let document = if all {
         let mut data = page_data(&first);
         let mut more = first.get("has_more").and_then(Value::as_bool) == Some(true);
@@ -203,10 +182,7 @@ pub async fn list(cx: &Context<'_>, limit: u32, after: Option<String>, all: bool
             else {
                 break;
             };
-            let page = cx
-                .interrupt
-                .guard(async { Ok(cx.api.list_batches(limit, Some(&last)).await?) })
-                .await?;
+            let page = cx.interrupt.guard(cx.api.list_batches(limit, Some(&last))).await?;
             let page_items = page_data(&page);
             more = page.get("has_more").and_then(Value::as_bool) == Some(true) && !page_items.is_empty();
             data.extend(page_items);
@@ -253,8 +229,8 @@ fn table(batches: &[Value]) -> String {
         rows.push([
             text("id"),
             snapshot.status.clone(),
-            format!("{}/{}", snapshot.done(), snapshot.total),
-            snapshot.failed.to_string(),
+            format!("{}/{}", snapshot.done(), snapshot.counts.total),
+            snapshot.counts.failed.to_string(),
             text("endpoint"),
             created,
         ]);
@@ -277,7 +253,7 @@ fn table(batches: &[Value]) -> String {
 }
 
 pub async fn cancel(cx: &Context<'_>, id: &str) -> Result<Exit, CliError> {
-    let batch = cx.interrupt.guard(async { Ok(cx.api.cancel_batch(id).await?) }).await?;
+    let batch = cx.interrupt.guard(cx.api.cancel_batch(id)).await?;
     let status = Snapshot::of(&batch).status;
     cx.console.say(format!(
         "{id} is {status}: requests not yet run will not run; finished results are kept"

@@ -5,6 +5,7 @@
 use super::api_client::ApiError;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nimbus_shared::batches::input_validation::LineError;
+use nimbus_shared::openai::batches::BatchStatus;
 use serde_json::{json, Value};
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -39,12 +40,12 @@ impl Exit {
         }
     }
 
-    /// The exit code of a batch that reached `status`.
-    pub fn for_status(status: &str) -> Self {
+    /// The exit code of a watched batch that reached `status`.
+    pub fn for_status(status: Option<BatchStatus>) -> Self {
         match status {
-            "failed" => Self::BatchFailed,
-            "expired" => Self::BatchExpired,
-            "cancelled" => Self::BatchCancelled,
+            Some(BatchStatus::Failed) => Self::BatchFailed,
+            Some(BatchStatus::Expired) => Self::BatchExpired,
+            Some(BatchStatus::Cancelled) => Self::BatchCancelled,
             _ => Self::Done,
         }
     }
@@ -215,10 +216,10 @@ mod tests {
 
     #[test]
     fn exit_codes_tell_the_final_statuses_apart() {
-        assert_eq!(Exit::for_status("completed").code(), 0);
-        assert_eq!(Exit::for_status("failed").code(), 3);
-        assert_eq!(Exit::for_status("expired").code(), 4);
-        assert_eq!(Exit::for_status("cancelled").code(), 5);
+        assert_eq!(Exit::for_status(Some(BatchStatus::Completed)).code(), 0);
+        assert_eq!(Exit::for_status(Some(BatchStatus::Failed)).code(), 3);
+        assert_eq!(Exit::for_status(Some(BatchStatus::Expired)).code(), 4);
+        assert_eq!(Exit::for_status(Some(BatchStatus::Cancelled)).code(), 5);
         assert_eq!(Exit::Failed.code(), 1);
         assert_eq!(Exit::Interrupted.code(), 130);
     }

@@ -31,9 +31,9 @@ impl Interrupt {
     }
 
     /// Run `work` unless Ctrl-C comes first ([`CliError::Interrupted`]; `work` is dropped).
-    pub async fn guard<T>(&self, work: impl Future<Output = Result<T, CliError>>) -> Result<T, CliError> {
+    pub async fn guard<T, E: Into<CliError>>(&self, work: impl Future<Output = Result<T, E>>) -> Result<T, CliError> {
         tokio::select! {
-            result = work => result,
+            result = work => result.map_err(Into::into),
             () = self.token.cancelled() => Err(CliError::Interrupted),
         }
     }
@@ -51,7 +51,7 @@ mod tests {
     #[tokio::test]
     async fn guarded_work_stops_when_interrupted() {
         let interrupt = Interrupt::default();
-        assert_eq!(interrupt.guard(async { Ok(1) }).await.unwrap(), 1);
+        assert_eq!(interrupt.guard(async { Ok::<_, CliError>(1) }).await.unwrap(), 1);
         interrupt.trigger();
         assert!(interrupt.happened());
         let never = std::future::pending::<Result<(), CliError>>();

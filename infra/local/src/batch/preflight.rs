@@ -5,16 +5,14 @@
 use super::api_client::BatchApi;
 use super::console::{human_bytes, CliError, Console};
 use futures::StreamExt;
-use md5::{Digest, Md5};
 use nimbus_shared::batches::input_validation::{validate_input, BatchEndpoint, ChunkLimits, ValidationReport};
 use nimbus_shared::batches::{check_create_request, BatchesError};
-use nimbus_shared::files::{check_new_file, FilesError};
+use nimbus_shared::files::{check_new_file, md5_tapped, FilesError};
 use nimbus_shared::openai::batches::CreateBatchRequest;
 use nimbus_shared::openai::files::FilePurpose;
-use nimbus_shared::ports::{ByteStream, StorageError};
+use nimbus_shared::ports::StorageError;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 /// What the checks found good.
 pub struct Checked {
@@ -115,18 +113,15 @@ pub async fn check_input_file(
     let bar = console.bytes_bar(Some(bytes), "checking");
     let file = tokio::fs::File::open(path).await.map_err(|e| CliError::io(path, &e))?;
     let ticking = bar.clone();
-    let digest = Arc::new(Mutex::new(Md5::new()));
-    let digesting = digest.clone();
-    let stream: ByteStream = tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024)
-        .map(move |chunk| {
-            let chunk = chunk.map_err(|e| StorageError::Backend(e.to_string()))?;
-            ticking.inc(chunk.len() as u64);
-            if let Ok(mut digest) = digesting.lock() {
-                digest.update(&chunk);
-            }
-            Ok(chunk)
-        })
-        .boxed();
+    let (stream, digest) = md5_tapped(
+        tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024)
+            .map(move |chunk| {
+                let chunk = chunk.map_err(|e| StorageError::Backend(e.to_string()))?;
+                ticking.inc(chunk.len() as u64);
+                Ok(chunk)
+            })
+            .boxed(),
+    );
     let whole_file = ChunkLimits {
         lines: u64::MAX,
         bytes: u64::MAX,
@@ -150,15 +145,11 @@ pub async fn check_input_file(
         report.total_requests,
         human_bytes(bytes)
     ));
-    let md5 = digest
-        .lock()
-        .map(|digest| hex::encode(digest.clone().finalize()))
-        .map_err(|_| CliError::Unexpected("the checksum of the input file was lost".to_owned()))?;
     Ok(Checked {
         filename,
         bytes,
         total_requests: report.total_requests,
-        md5,
+        md5: digest.hex(),
     })
 }
 

@@ -110,28 +110,24 @@ pub fn reorder(results: &Path, input: &Path, dest: &Path) -> Result<Reordered, C
 mod tests {
     use super::*;
 
-    fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
+    /// `results` reordered by `input`: the report and the text written.
+    fn reordered(input: &str, results: &str) -> (Reordered, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let (input_path, results_path) = (dir.path().join("in.jsonl"), dir.path().join("out.raw"));
+        std::fs::write(&input_path, input).unwrap();
+        std::fs::write(&results_path, results).unwrap();
+        let dest = dir.path().join("out.jsonl");
+        let report = reorder(&results_path, &input_path, &dest).unwrap();
+        (report, std::fs::read_to_string(&dest).unwrap())
     }
 
     #[test]
     fn results_are_rewritten_in_input_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let input = write(
-            dir.path(),
-            "in.jsonl",
-            "{\"custom_id\":\"a\"}\n\n{\"custom_id\":\"b\"}\n{\"custom_id\":\"c\"}\n{\"custom_id\":\"d\"}",
-        );
         // Any order; `c` is in the other file; `z` is not in the input.
-        let results = write(
-            dir.path(),
-            "out.raw",
+        let (report, text) = reordered(
+            "{\"custom_id\":\"a\"}\n\n{\"custom_id\":\"b\"}\n{\"custom_id\":\"c\"}\n{\"custom_id\":\"d\"}",
             "{\"custom_id\":\"d\",\"n\":4}\n{\"custom_id\":\"z\",\"n\":26}\n{\"custom_id\":\"a\",\"n\":1}\r\n{\"custom_id\":\"b\",\"n\":2}\n",
         );
-        let dest = dir.path().join("out.jsonl");
-        let report = reorder(&results, &input, &dest).unwrap();
         assert_eq!(
             report,
             Reordered {
@@ -140,22 +136,17 @@ mod tests {
             }
         );
         assert_eq!(
-            std::fs::read_to_string(&dest).unwrap(),
+            text,
             "{\"custom_id\":\"a\",\"n\":1}\n{\"custom_id\":\"b\",\"n\":2}\n{\"custom_id\":\"d\",\"n\":4}\n{\"custom_id\":\"z\",\"n\":26}\n"
         );
     }
 
     #[test]
     fn lines_without_a_known_id_are_kept_at_the_end_in_their_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let input = write(dir.path(), "in.jsonl", "{\"custom_id\":\"a\"}\nnot json\n");
-        let results = write(
-            dir.path(),
-            "out.raw",
+        let (report, text) = reordered(
+            "{\"custom_id\":\"a\"}\nnot json\n",
             "garbage\n{\"custom_id\":\"a\",\"n\":1}\n{\"custom_id\":\"a\",\"n\":2}\n{\"x\":1}\n",
         );
-        let dest = dir.path().join("out.jsonl");
-        let report = reorder(&results, &input, &dest).unwrap();
         assert_eq!(
             report,
             Reordered {
@@ -165,7 +156,7 @@ mod tests {
         );
         // The later `a` wins the input's slot; the earlier one and the id-less lines follow.
         assert_eq!(
-            std::fs::read_to_string(&dest).unwrap(),
+            text,
             "{\"custom_id\":\"a\",\"n\":2}\ngarbage\n{\"custom_id\":\"a\",\"n\":1}\n{\"x\":1}\n"
         );
     }

@@ -173,7 +173,8 @@ async fn send_part(
     file.seek(std::io::SeekFrom::Start(start))
         .await
         .map_err(|e| CliError::io(upload.path, &e))?;
-    let mut data = vec![0; usize::try_from(len).map_err(|_| changed_since_checked(upload.path))?];
+    let size = usize::try_from(len).map_err(|_| CliError::Unexpected(format!("a part of {len} bytes")))?;
+    let mut data = vec![0; size];
     file.read_exact(&mut data)
         .await
         .map_err(|e| CliError::io(upload.path, &e))?;
@@ -195,7 +196,30 @@ impl Drop for PartialFile {
     }
 }
 
-/// Download a file's content to `dest`; its size in bytes.
+/// Counts the non-blank lines of a stream as it passes.
+#[derive(Default)]
+struct LineCounter {
+    lines: u64,
+    open_line_has_text: bool,
+}
+
+impl LineCounter {
+    fn feed(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            if *byte == b'\n' {
+                self.lines += u64::from(std::mem::take(&mut self.open_line_has_text));
+            } else if !byte.is_ascii_whitespace() {
+                self.open_line_has_text = true;
+            }
+        }
+    }
+
+    fn finish(self) -> u64 {
+        self.lines + u64::from(self.open_line_has_text)
+    }
+}
+
+/// Download a file's content to `dest`; its non-blank lines, counted on the way.
 pub async fn download(
     api: &BatchApi,
     console: &Console,
@@ -208,7 +232,7 @@ pub async fn download(
         partial: with_suffix(dest, ".part"),
         finished: false,
     };
-    let written = interrupt
+    let lines = interrupt
         .guard(async {
             let response = api.file_content(file_id).await?;
             let bar = console.bytes_bar(response.content_length(), label);
@@ -216,7 +240,7 @@ pub async fn download(
                 .await
                 .map_err(|e| CliError::io(&partial.partial, &e))?;
             let mut body = response.bytes_stream();
-            let mut written = 0u64;
+            let mut lines = LineCounter::default();
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.map_err(|e| {
                     CliError::Api(super::api_client::ApiError::Unreachable {
@@ -227,19 +251,19 @@ pub async fn download(
                 out.write_all(&chunk)
                     .await
                     .map_err(|e| CliError::io(&partial.partial, &e))?;
-                written += chunk.len() as u64;
+                lines.feed(&chunk);
                 bar.inc(chunk.len() as u64);
             }
             out.sync_all().await.map_err(|e| CliError::io(&partial.partial, &e))?;
             bar.finish_and_clear();
-            Ok(written)
+            Ok::<_, CliError>(lines.finish())
         })
         .await?;
     tokio::fs::rename(&partial.partial, dest)
         .await
         .map_err(|e| CliError::io(dest, &e))?;
     partial.finished = true;
-    Ok(written)
+    Ok(lines)
 }
 
 /// `path` with `suffix` added to its file name.
@@ -271,6 +295,19 @@ mod tests {
         let second = collect(&body).await.unwrap();
         assert_eq!(second, first);
         assert_eq!(bar.position(), 200_000);
+    }
+
+    #[test]
+    fn lines_are_counted_across_chunks_and_blank_ones_are_not() {
+        let mut counter = LineCounter::default();
+        for chunk in [&b"{\"a\":1}\n{\"b"[..], b"\":2}\r\n\n  \n{\"c\":3}"] {
+            counter.feed(chunk);
+        }
+        assert_eq!(counter.finish(), 3);
+        let mut ended = LineCounter::default();
+        ended.feed(b"x\n");
+        assert_eq!(ended.finish(), 1);
+        assert_eq!(LineCounter::default().finish(), 0);
     }
 
     #[test]

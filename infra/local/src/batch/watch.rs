@@ -6,6 +6,8 @@ use super::api_client::{ApiError, BatchApi};
 use super::console::{style, CliError, Console, Exit};
 use super::interrupt::Interrupt;
 use indicatif::{ProgressBar, ProgressDrawTarget};
+use nimbus_shared::openai::batches::{BatchStatus, RequestCounts};
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -17,41 +19,40 @@ const HEARTBEAT: Duration = Duration::from_secs(60);
 /// Polls that fail one after the other (each after its own retries) before watching gives up.
 const MAX_FAILED_POLLS: u32 = 10;
 
-/// What a poll tells.
+/// What a poll tells: the status as the server wrote it (another server may have its own), and
+/// the counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
     pub status: String,
-    pub total: u64,
-    pub completed: u64,
-    pub failed: u64,
+    pub counts: RequestCounts,
 }
 
 impl Snapshot {
     pub fn of(batch: &Value) -> Self {
-        let count = |name: &str| {
-            batch
-                .pointer(&format!("/request_counts/{name}"))
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
-        };
         Self {
             status: batch
                 .get("status")
                 .and_then(Value::as_str)
                 .unwrap_or("unknown")
                 .to_owned(),
-            total: count("total"),
-            completed: count("completed"),
-            failed: count("failed"),
+            counts: batch
+                .get("request_counts")
+                .and_then(|counts| RequestCounts::deserialize(counts).ok())
+                .unwrap_or_default(),
         }
     }
 
+    /// The status, if it is one the Batch API defines.
+    pub fn known_status(&self) -> Option<BatchStatus> {
+        BatchStatus::deserialize(Value::from(self.status.as_str())).ok()
+    }
+
     pub fn done(&self) -> u64 {
-        self.completed + self.failed
+        self.counts.completed + self.counts.failed
     }
 
     pub fn has_ended(&self) -> bool {
-        matches!(self.status.as_str(), "completed" | "failed" | "expired" | "cancelled")
+        self.known_status().is_some_and(BatchStatus::is_terminal)
     }
 }
 
@@ -95,10 +96,13 @@ pub fn short_duration(seconds: f64) -> String {
 
 /// `completed 118 · failed 2 · 12.3/s · ETA 1m 11s` (rate and ETA once known).
 pub fn progress_text(snapshot: &Snapshot, rate: Option<f64>) -> String {
-    let mut text = format!("completed {} · failed {}", snapshot.completed, snapshot.failed);
+    let mut text = format!(
+        "completed {} · failed {}",
+        snapshot.counts.completed, snapshot.counts.failed
+    );
     if let Some(rate) = rate.filter(|_| !snapshot.has_ended()) {
         text.push_str(&format!(" · {rate:.1}/s"));
-        let remaining = snapshot.total.saturating_sub(snapshot.done());
+        let remaining = snapshot.counts.total.saturating_sub(snapshot.done());
         if remaining > 0 {
             text.push_str(&format!(" · ETA {}", short_duration(remaining as f64 / rate)));
         }
@@ -115,7 +119,7 @@ pub fn plain_line(id: &str, snapshot: &Snapshot, rate: Option<f64>) -> String {
             .unwrap_or_else(|_| jiff::Timestamp::now()),
         snapshot.status,
         snapshot.done(),
-        snapshot.total,
+        snapshot.counts.total,
         progress_text(snapshot, rate)
     )
 }
@@ -144,7 +148,7 @@ impl Display {
         match self {
             Self::Bar(bar) => {
                 bar.set_prefix(snapshot.status.clone());
-                bar.set_length(snapshot.total);
+                bar.set_length(snapshot.counts.total);
                 bar.set_position(snapshot.done());
                 if first {
                     // Progress made before watching began is not this rate's.
@@ -163,6 +167,14 @@ impl Display {
                     *last = Some((snapshot.clone(), now));
                 }
             }
+        }
+    }
+
+    /// A message above the bar (which is drawn again below it), or a line of its own.
+    fn note(&self, console: &Console, text: &str) {
+        match self {
+            Self::Bar(bar) => bar.suspend(|| console.say(text)),
+            Self::Lines { .. } => console.say(text),
         }
     }
 
@@ -215,7 +227,7 @@ pub async fn watch(
             for line in summary(&batch) {
                 console.say(line);
             }
-            Ok((Exit::for_status(&Snapshot::of(&batch).status), batch))
+            Ok((Exit::for_status(Snapshot::of(&batch).known_status()), batch))
         }
         Err(CliError::Interrupted) => {
             display.stop();
@@ -223,7 +235,12 @@ pub async fn watch(
                 .as_ref()
                 .map(|batch| {
                     let snapshot = Snapshot::of(batch);
-                    format!(" at {}/{} ({})", snapshot.done(), snapshot.total, snapshot.status)
+                    format!(
+                        " at {}/{} ({})",
+                        snapshot.done(),
+                        snapshot.counts.total,
+                        snapshot.status
+                    )
                 })
                 .unwrap_or_default();
             console.say(format!(
@@ -267,11 +284,7 @@ async fn poll_until_ended(
                 if failed_polls >= MAX_FAILED_POLLS {
                     return Err(err.into());
                 }
-                if let Display::Bar(bar) = display {
-                    bar.suspend(|| console.say(format!("could not poll ({err}); trying again")));
-                } else {
-                    console.say(format!("could not poll ({err}); trying again"));
-                }
+                display.note(console, &format!("could not poll ({err}); trying again"));
             }
         }
         tokio::time::sleep(interval).await;
@@ -284,7 +297,7 @@ pub fn summary(batch: &Value) -> Vec<String> {
     let id = batch.get("id").and_then(Value::as_str).unwrap_or("?");
     let mut lines = vec![format!(
         "{id} {}: {} of {} requests completed, {} failed",
-        snapshot.status, snapshot.completed, snapshot.total, snapshot.failed
+        snapshot.status, snapshot.counts.completed, snapshot.counts.total, snapshot.counts.failed
     )];
     if let Some(errors) = batch.pointer("/errors/data").and_then(Value::as_array) {
         for error in errors.iter().take(50) {
@@ -322,7 +335,10 @@ mod tests {
         assert!(!snapshot.has_ended());
         let ended = Snapshot::of(&json!({"status": "expired"}));
         assert!(ended.has_ended());
-        assert_eq!(ended.total, 0);
+        assert_eq!(ended.counts.total, 0);
+        // A status another server made up is shown, never taken for an end.
+        let other = Snapshot::of(&json!({"status": "queued_upstream"}));
+        assert_eq!((other.known_status(), other.has_ended()), (None, false));
     }
 
     #[test]
@@ -343,9 +359,11 @@ mod tests {
     fn progress_text_has_rate_and_eta_once_known() {
         let snapshot = Snapshot {
             status: "in_progress".to_owned(),
-            total: 1000,
-            completed: 118,
-            failed: 2,
+            counts: RequestCounts {
+                total: 1000,
+                completed: 118,
+                failed: 2,
+            },
         };
         assert_eq!(progress_text(&snapshot, None), "completed 118 · failed 2");
         assert_eq!(

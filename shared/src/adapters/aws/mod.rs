@@ -37,13 +37,5 @@ where
     E: std::error::Error + 'static,
     R: std::fmt::Debug,
 {
-    use std::error::Error as _;
-    let mut message = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        message.push_str(": ");
-        message.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    message
+    crate::user_text::error_chain(err)
 }
