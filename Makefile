@@ -37,9 +37,11 @@ help:
 	@echo "make openapi        regenerate docs/openapi.json from the handlers"
 	@echo "make bench-async    async inference: submit and webhook latency, priority, AWS requests per request (its section)"
 
+# Open (no key needed, project `default`) until the first API key is ever created; announced at
+# start-up. NIMBUS_AUTH=required make run starts closed.
 run:
 	cargo build -p nimbus-local
-	PORT=$(PORT) $(CARGO_TARGET_DIR)/debug/nimbus serve
+	PORT=$(PORT) NIMBUS_AUTH=$${NIMBUS_AUTH:-open} $(CARGO_TARGET_DIR)/debug/nimbus serve
 
 build:
 	cargo build --workspace --all-targets

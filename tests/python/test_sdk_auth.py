@@ -157,6 +157,60 @@ def test_key_created_while_running_turns_auth_on(server_factory: Callable[..., k
     assert ok.status_code == 200, ok.text
 
 
+def test_revoking_every_key_never_reopens(server_factory: Callable[..., kit.NimbusServer]) -> None:
+    """Open only until the first key is ever created: revoking them all keeps keys required, the
+    revoked key answers 401, and so does a restart on the same data directory."""
+    server = server_factory("nimbus-revoke-all")
+    url = f"{server.api_base}/models"
+    assert requests.get(url, timeout=10).status_code == 200  # open: no key ever created
+    created = server.cli.create_key("solo", name="only")
+    headers = {"Authorization": f"Bearer {created['api_key']}"}
+    wait_for_status(url, 401, timeout=5)
+    assert requests.get(url, headers=headers, timeout=10).status_code == 200
+    server.cli.revoke_key(created["key_id"])
+    wait_for_status(url, 401, headers=headers, timeout=5)
+    time.sleep(2.5)  # past every cache of the server (1 s locally)
+    for _ in range(3):
+        assert requests.get(url, timeout=10).status_code == 401, "no key: the server must not reopen"
+        revoked = requests.get(url, headers=headers, timeout=10)
+        assert revoked.status_code == 401, revoked.text
+        assert kit.error_envelope(revoked)["code"] == "invalid_api_key"
+        time.sleep(0.5)
+    data_dir = server.data_dir
+    server.stop()
+    again = server_factory("nimbus-revoke-all-restarted", data_dir=data_dir)
+    assert requests.get(f"{again.api_base}/models", timeout=10).status_code == 401
+    assert requests.get(f"{again.api_base}/models", headers=headers, timeout=10).status_code == 401
+    assert "API key required" in again.process.log_path.read_text(errors="replace")
+
+
+def test_open_server_refuses_an_unknown_nimbus_key(nimbus_server: kit.NimbusServer) -> None:
+    """Open mode ignores an SDK's placeholder but checks a key of ours: a revoked or foreign
+    `nmb_` key is refused even while open."""
+    foreign = f"nmb_{'0' * 32}_not-a-real-secret"
+    response = requests.get(
+        f"{nimbus_server.api_base}/models", headers={"Authorization": f"Bearer {foreign}"}, timeout=10
+    )
+    assert response.status_code == 401, response.text
+    assert kit.error_envelope(response)["code"] == "invalid_api_key"
+
+
+def test_open_mode_is_announced_and_auth_required_starts_closed(
+    nimbus_server: kit.NimbusServer, server_factory: Callable[..., kit.NimbusServer]
+) -> None:
+    assert "auth: OPEN" in nimbus_server.process.log_path.read_text(errors="replace")
+    closed = server_factory("nimbus-auth-required", extra_env={"NIMBUS_AUTH": "required"})
+    assert requests.get(f"{closed.api_base}/models", timeout=10).status_code == 401
+    assert "auth: OPEN" not in closed.process.log_path.read_text(errors="replace")
+
+
+def test_open_mode_refuses_a_non_loopback_bind(tmp_path) -> None:
+    cli = kit.NimbusCli(kit.clean_env({"NIMBUS_DATA_DIR": str(tmp_path / "data")}))
+    result = cli.run("serve", "--auth", "open", "--bind", "0.0.0.0", "--port", "0", check=False)
+    assert result.returncode != 0
+    assert "loopback" in result.stderr
+
+
 # --------------------------------------------------------------------------------------------
 # The `nimbus keys` CLI
 # --------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ use nimbus_shared::app::{
 use nimbus_shared::auth::AuthMode;
 use nimbus_shared::batches::{BatchRecovery, BatchSettings};
 use nimbus_shared::config::{load_local_config, Config};
+use nimbus_shared::http::body_deadline::{BodyTimeouts, DEFAULT_IDLE_TIMEOUT, DEFAULT_TOTAL_TIMEOUT};
 use nimbus_shared::http::{HttpSettings, PublicBaseUrl};
 use nimbus_shared::ports::{Clock, OffsetClock, SystemClock};
 use nimbus_shared::scheduler::Scheduler;
@@ -27,6 +28,12 @@ pub struct ServeArgs {
     /// Address to bind. The server runs without keys only on loopback.
     #[arg(long, env = "NIMBUS_BIND", default_value = "127.0.0.1")]
     bind: IpAddr,
+    /// `open`: no key needed (requests act as project `default`) until the first API key is ever
+    /// created in the data directory, then keys are required for good (revoking them never
+    /// reopens); loopback only. `required`: a key on every request. Default: `open` on loopback
+    /// (what `make run` starts), `required` elsewhere.
+    #[arg(long, env = "NIMBUS_AUTH", value_enum)]
+    auth: Option<AuthChoice>,
     #[arg(long, env = "NIMBUS_CONFIG", default_value = "infra/config/nimbus.toml")]
     config: PathBuf,
     /// Where state (SQLite) and blobs live; survives restarts.
@@ -55,8 +62,31 @@ pub struct ServeArgs {
     /// lines on stdout as a Lambda function writes them (`emf`), or dropped (`off`).
     #[arg(long, env = "NIMBUS_METRICS", value_enum, default_value_t = MetricsSinkChoice::Prometheus)]
     metrics: MetricsSinkChoice,
+    /// Seconds without a byte of a request body being read before the request answers 408.
+    #[arg(long, env = "NIMBUS_BODY_IDLE_TIMEOUT_SECS", default_value_t = DEFAULT_IDLE_TIMEOUT.as_secs())]
+    body_idle_timeout_secs: u64,
+    /// Seconds a request body may take in all before the request answers 408.
+    #[arg(long, env = "NIMBUS_BODY_TIMEOUT_SECS", default_value_t = DEFAULT_TOTAL_TIMEOUT.as_secs())]
+    body_timeout_secs: u64,
     #[command(flatten)]
     webhooks: WebhookArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum AuthChoice {
+    Open,
+    Required,
+}
+
+/// The authentication mode `choice` and the bound address give, or why they cannot go together.
+fn auth_mode(choice: Option<AuthChoice>, bind: IpAddr) -> anyhow::Result<AuthMode> {
+    match (choice, bind.is_loopback()) {
+        (Some(AuthChoice::Open), false) => {
+            anyhow::bail!("--auth open is only for a server bound to loopback (--bind {bind} is not)")
+        }
+        (Some(AuthChoice::Open), true) | (None, true) => Ok(AuthMode::OpenWhenNoKeys),
+        (Some(AuthChoice::Required), _) | (None, false) => Ok(AuthMode::Required),
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -201,6 +231,7 @@ const STALE_TEMP_FILE_AGE: Duration = Duration::from_secs(3600);
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     init(LogFormat::from_env());
+    let mode = auth_mode(args.auth, args.bind)?;
     // Purge freed pages on a timer too, not only when the allocator is next called.
     if let Err(err) = tikv_jemalloc_ctl::background_thread::write(true) {
         tracing::warn!(error = %err, "could not start the allocator's background thread");
@@ -233,11 +264,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(url) => PublicBaseUrl::parse(url).context("NIMBUS_PUBLIC_URL")?,
         None => PublicBaseUrl::for_listener(address),
     };
-    let mode = if args.bind.is_loopback() {
-        AuthMode::OpenWhenNoKeys
-    } else {
-        AuthMode::Required
-    };
     let state = app_state(
         &loaded,
         &adapters,
@@ -252,7 +278,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         local_batch_settings(config, args.allow_short_completion_windows),
     )
     .map_err(anyhow::Error::msg)?;
-    let keys_exist = adapters.api_keys().any_active().await?;
+    let keys_created = adapters.api_keys().any_created().await?;
     let parts = WorkerParts {
         adapters: adapters.clone(),
         inference: Arc::clone(&state.inference),
@@ -280,10 +306,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         blobs,
         Duration::from_secs(args.schedule_interval_secs.max(1)),
     ));
-    let router = nimbus_shared::http::local_router(state);
-    let auth_note = match (mode, keys_exist) {
+    let body_timeouts = BodyTimeouts {
+        idle: Duration::from_secs(args.body_idle_timeout_secs.max(1)),
+        total: Duration::from_secs(args.body_timeout_secs.max(1)),
+    };
+    let router = nimbus_shared::http::local_router_with(state, body_timeouts);
+    let auth_note = match (mode, keys_created) {
         (AuthMode::OpenWhenNoKeys, false) => {
-            "auth: OPEN (bound to loopback and no API keys exist; `nimbus keys create --project NAME` turns auth on)"
+            "auth: OPEN — no API key was ever created here: requests need no key and act as project `default`.\n\
+             auth: the first `nimbus keys create --project NAME` requires keys for good (revoking keys never \
+             reopens); `nimbus keys create --project default` keeps access to what was made while open. \
+             `--auth required` starts closed."
         }
         (_, true) => "auth: API key required (Authorization: Bearer <key>)",
         (AuthMode::Required, false) => {
@@ -354,5 +387,28 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {},
         _ = terminate => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn open_mode_is_loopback_only_and_the_loopback_default() {
+        let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        assert_eq!(auth_mode(None, loopback).ok(), Some(AuthMode::OpenWhenNoKeys));
+        assert_eq!(
+            auth_mode(Some(AuthChoice::Open), loopback).ok(),
+            Some(AuthMode::OpenWhenNoKeys)
+        );
+        assert_eq!(
+            auth_mode(Some(AuthChoice::Required), loopback).ok(),
+            Some(AuthMode::Required)
+        );
+        assert_eq!(auth_mode(None, any).ok(), Some(AuthMode::Required));
+        assert!(auth_mode(Some(AuthChoice::Open), any).is_err());
     }
 }

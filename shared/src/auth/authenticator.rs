@@ -1,8 +1,9 @@
 //! Per-request authentication with a short-lived cache, so a hot path costs no storage round trip.
 
-use super::keys::ApiKeyService;
+use super::keys::{ApiKeyService, KEY_PREFIX};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -11,8 +12,10 @@ use std::time::{Duration, Instant};
 pub enum AuthMode {
     /// Every request needs a valid key (Lambda, or a server on a non-loopback address).
     Required,
-    /// Open (project `default`) while no active key exists; keys are required once one does.
-    /// Only for a local server bound to loopback.
+    /// Open (project `default`) while no key has ever been created; keys are required for good
+    /// once one has, revoked or not (key records are kept when revoked, so revoking every key
+    /// never reopens the server). A key that is presented is checked even while open: a revoked
+    /// or unknown `nmb_` key is refused. Only for a local server bound to loopback.
     OpenWhenNoKeys,
 }
 
@@ -43,7 +46,10 @@ pub struct Authenticator {
     mode: AuthMode,
     ttl: Duration,
     verified: Mutex<HashMap<String, (Instant, Option<Principal>)>>,
-    any_keys: Mutex<Option<(Instant, bool)>>,
+    /// When the store was last seen without any key (open mode only).
+    no_keys_seen: Mutex<Option<Instant>>,
+    /// Latched once a key has been seen: closed for good (keys are never deleted).
+    closed: AtomicBool,
 }
 
 impl Authenticator {
@@ -54,7 +60,8 @@ impl Authenticator {
             mode,
             ttl,
             verified: Mutex::new(HashMap::new()),
-            any_keys: Mutex::new(None),
+            no_keys_seen: Mutex::new(None),
+            closed: AtomicBool::new(mode == AuthMode::Required),
         }
     }
 
@@ -62,46 +69,55 @@ impl Authenticator {
         self.mode
     }
 
-    async fn keys_exist(&self) -> Result<bool, AuthError> {
-        if let Ok(cached) = self.any_keys.lock() {
-            if let Some((at, exists)) = *cached {
-                if at.elapsed() < self.ttl {
-                    return Ok(exists);
-                }
+    /// Whether the server is still open: no key was ever created. Latches closed.
+    async fn is_open(&self) -> Result<bool, AuthError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        if let Ok(seen) = self.no_keys_seen.lock() {
+            if seen.is_some_and(|at| at.elapsed() < self.ttl) {
+                return Ok(true);
             }
         }
-        let exists = self
+        let created = self
             .keys
-            .any_active()
+            .any_created()
             .await
             .map_err(|e| AuthError::Backend(e.to_string()))?;
-        if let Ok(mut cached) = self.any_keys.lock() {
-            *cached = Some((Instant::now(), exists));
+        if created {
+            if !self.closed.swap(true, Ordering::AcqRel) {
+                tracing::warn!("auth: an API key exists now; keys are required from here on, for good");
+            }
+            return Ok(false);
         }
-        Ok(exists)
+        if let Ok(mut seen) = self.no_keys_seen.lock() {
+            *seen = Some(Instant::now());
+        }
+        Ok(true)
     }
 
     /// Authenticate from the `Authorization` header value.
     pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, AuthError> {
-        if self.mode == AuthMode::OpenWhenNoKeys && !self.keys_exist().await? {
-            return Ok(Principal {
-                project: OPEN_PROJECT.to_owned(),
-                key_id: None,
-            });
+        if self.is_open().await? {
+            // Anything that is not one of our keys (an SDK's placeholder) is ignored; one of ours
+            // is checked, so a revoked or foreign key is refused even now.
+            let Some(key) = authorization
+                .and_then(presented_key)
+                .filter(|key| key.starts_with(KEY_PREFIX))
+            else {
+                return Ok(Principal {
+                    project: OPEN_PROJECT.to_owned(),
+                    key_id: None,
+                });
+            };
+            return self.verify(key).await;
         }
-        let header = authorization
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
-            .ok_or(AuthError::Missing)?;
-        // `Api-Key <key>` is Baseten's scheme; its SDKs and examples send it.
-        let key = header
-            .strip_prefix("Bearer ")
-            .or_else(|| header.strip_prefix("bearer "))
-            .or_else(|| header.strip_prefix("Api-Key "))
-            .or_else(|| header.strip_prefix("api-key "))
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .ok_or(AuthError::Missing)?;
+        let key = authorization.and_then(presented_key).ok_or(AuthError::Missing)?;
+        self.verify(key).await
+    }
+
+    /// The principal of a valid, unrevoked key (cached for the TTL).
+    async fn verify(&self, key: &str) -> Result<Principal, AuthError> {
         let cache_key = hex::encode(Sha256::digest(key.as_bytes()));
         if let Ok(cache) = self.verified.lock() {
             if let Some((at, principal)) = cache.get(&cache_key) {
@@ -127,6 +143,19 @@ impl Authenticator {
         }
         principal.ok_or(AuthError::Invalid)
     }
+}
+
+/// The key of an `Authorization` header: `Bearer <key>`, or `Api-Key <key>` (Baseten's scheme;
+/// its SDKs and examples send it).
+fn presented_key(header: &str) -> Option<&str> {
+    let header = header.trim();
+    header
+        .strip_prefix("Bearer ")
+        .or_else(|| header.strip_prefix("bearer "))
+        .or_else(|| header.strip_prefix("Api-Key "))
+        .or_else(|| header.strip_prefix("api-key "))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
 }
 
 #[cfg(test)]
@@ -158,6 +187,41 @@ mod tests {
             .await
             .is_ok());
         assert_eq!(auth.authenticate(Some(&bearer)).await.unwrap().project, "p1");
+    }
+
+    #[tokio::test]
+    async fn revoking_every_key_never_reopens() {
+        let keys = keys();
+        let auth = Authenticator::new(keys.clone(), AuthMode::OpenWhenNoKeys, Duration::ZERO);
+        assert_eq!(
+            auth.authenticate(Some("Bearer sk-placeholder")).await.unwrap().project,
+            OPEN_PROJECT
+        );
+        let created = keys.create("p1", None).await.unwrap();
+        let bearer = format!("Bearer {}", created.api_key);
+        assert!(auth.authenticate(Some(&bearer)).await.is_ok());
+        keys.revoke(&created.info.key_id).await.unwrap();
+        assert!(!keys.any_active().await.unwrap());
+        // No unrevoked key left: still closed, and the revoked key is refused.
+        assert_eq!(auth.authenticate(None).await, Err(AuthError::Missing));
+        assert_eq!(auth.authenticate(Some(&bearer)).await, Err(AuthError::Invalid));
+        // A server started afresh on the same store starts closed too (the key record persists).
+        let restarted = Authenticator::new(keys.clone(), AuthMode::OpenWhenNoKeys, Duration::ZERO);
+        assert_eq!(restarted.authenticate(None).await, Err(AuthError::Missing));
+        assert_eq!(restarted.authenticate(Some(&bearer)).await, Err(AuthError::Invalid));
+    }
+
+    #[tokio::test]
+    async fn an_open_server_checks_a_presented_nimbus_key() {
+        let auth = Authenticator::new(keys(), AuthMode::OpenWhenNoKeys, Duration::from_secs(60));
+        let unknown = format!("Bearer nmb_{}_secret", "0".repeat(32));
+        assert_eq!(auth.authenticate(Some(&unknown)).await, Err(AuthError::Invalid));
+        assert_eq!(
+            auth.authenticate(Some("Bearer nmb_garbage")).await,
+            Err(AuthError::Invalid)
+        );
+        assert_eq!(auth.authenticate(Some("garbage")).await.unwrap().project, OPEN_PROJECT);
+        assert_eq!(auth.authenticate(None).await.unwrap().project, OPEN_PROJECT);
     }
 
     #[tokio::test]

@@ -11,7 +11,8 @@ use subtle::ConstantTimeEq;
 const KIND: &str = "api_key";
 /// Keys are listed across projects, so they share one owner partition.
 const OWNER: &str = "_all";
-const PREFIX: &str = "nmb_";
+/// Every key starts with this.
+pub(crate) const KEY_PREFIX: &str = "nmb_";
 
 /// What is stored for a key (never the key itself).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -70,7 +71,7 @@ fn sha256_hex(secret: &str) -> String {
 
 /// Split `nmb_<32 hex>_<secret>` into id and secret.
 fn parse_key(key: &str) -> Option<(&str, &str)> {
-    let rest = key.strip_prefix(PREFIX)?;
+    let rest = key.strip_prefix(KEY_PREFIX)?;
     let (id, secret) = rest.split_once('_')?;
     let valid_id = id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit());
     (valid_id && !secret.is_empty()).then_some((id, secret))
@@ -124,7 +125,7 @@ impl ApiKeyService {
         self.state.create(&record).await?;
         Ok(CreatedApiKey {
             info: stored.into(),
-            api_key: format!("{PREFIX}{key_id}_{secret}"),
+            api_key: format!("{KEY_PREFIX}{key_id}_{secret}"),
         })
     }
 
@@ -201,6 +202,21 @@ impl ApiKeyService {
 
     pub async fn any_active(&self) -> Result<bool, StorageError> {
         Ok(self.list().await?.iter().any(|k| k.revoked_at.is_none()))
+    }
+
+    /// Whether a key was ever created here, revoked or not (revoking keeps the record).
+    pub async fn any_created(&self) -> Result<bool, StorageError> {
+        let page = self
+            .state
+            .list_by_owner(&ListQuery {
+                kind: KIND.to_owned(),
+                owner: OWNER.to_owned(),
+                after: None,
+                limit: 1,
+                order: ListOrder::Asc,
+            })
+            .await?;
+        Ok(!page.records.is_empty())
     }
 }
 
