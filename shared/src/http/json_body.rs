@@ -1,10 +1,9 @@
 //! The JSON body extractor: a body read within the memory budget, parsed by
 //! [`parse_json_body`] (precise 400s naming the parameter).
 
-use super::body_budget::{self, BodyPermit};
+use super::body_budget::{read_within_budget, BodyPermit, BodyReadError};
 use super::error::ApiError;
 use crate::openai::json_body::parse_json_body;
-use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -24,20 +23,25 @@ where
 {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(request: Request, _state: &S) -> Result<Self, Self::Rejection> {
         let declared = request
             .headers()
             .get(axum::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
-        let budget = body_budget::reserve(declared, super::MAX_JSON_BODY_BYTES).await;
-        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
-            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::payload_too_large("The request body is too large.")
-            } else {
-                ApiError::invalid_request(format!("Could not read the request body: {}", rejection.body_text()))
-            }
-        })?;
+        let (bytes, budget) = read_within_budget(request.into_body(), declared, super::MAX_JSON_BODY_BYTES)
+            .await
+            .map_err(|err| match err {
+                BodyReadError::TooLarge(_) => ApiError::payload_too_large("The request body is too large."),
+                BodyReadError::Busy => {
+                    let mut error = ApiError::internal(err.to_string()).with_code("server_busy");
+                    error.status = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+                    error
+                }
+                BodyReadError::Read(read) => {
+                    ApiError::invalid_request(format!("Could not read the request body: {read}"))
+                }
+            })?;
         let parsed = parse_json_body(&bytes)?;
         Ok(JsonBody {
             typed: parsed.typed,

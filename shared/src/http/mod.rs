@@ -6,6 +6,7 @@ mod async_routes;
 pub mod baseten_error;
 mod batch_routes;
 pub mod body_budget;
+pub mod body_deadline;
 mod body_drain;
 pub mod error;
 mod extract;
@@ -145,8 +146,14 @@ fn every_route() -> OpenApiRouter<AppState> {
 /// connections alive, so unread request bodies are drained to let them survive early rejections
 /// (in Lambda, API Gateway owns the connection and the body is already read).
 pub fn local_router(state: AppState) -> Router {
+    local_router_with(state, body_deadline::BodyTimeouts::default())
+}
+
+/// [`local_router`] with request bodies read under `body_timeouts`.
+pub fn local_router_with(state: AppState, body_timeouts: body_deadline::BodyTimeouts) -> Router {
     host_router(state, every_function_route(), lmi_routes::open_routes())
         .layer(axum::middleware::from_fn(body_drain::drain_unread_body))
+        .layer(axum::Extension(body_timeouts))
 }
 
 /// Streamed bodies: sizes are enforced while streaming, per purpose, not by a body limit.
@@ -203,6 +210,7 @@ pub fn with_common_layers(router: Router) -> Router {
     let router = router
         .fallback(middleware::unknown_route)
         .method_not_allowed_fallback(middleware::method_not_allowed)
+        .layer(axum::middleware::from_fn(body_deadline::read_bodies_in_time))
         .layer(axum::middleware::from_fn(middleware::envelope_every_error))
         .layer(axum::middleware::from_fn(public_url::reject_unusual_host))
         .layer(axum::middleware::from_fn(tensorzero_surface::surface_error_bodies));
@@ -213,5 +221,7 @@ pub fn with_common_layers(router: Router) -> Router {
 mod api_doc_tests;
 #[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod stalled_body_tests;
 #[cfg(test)]
 mod tests;

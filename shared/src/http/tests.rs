@@ -53,7 +53,7 @@ fn router_with(adapters: &Adapters, mode: AuthMode) -> Router {
 }
 
 /// The handlers' state for [`CONFIG`] on `adapters`, public at `http://gateway.test:3000`.
-fn state_with(adapters: &Adapters, mode: AuthMode) -> AppState {
+pub(super) fn state_with(adapters: &Adapters, mode: AuthMode) -> AppState {
     let config = Config::from_toml(CONFIG).unwrap();
     app_state(
         &crate::config::LoadedConfig::without_files(config.clone()).unwrap(),
