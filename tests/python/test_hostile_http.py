@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -352,3 +353,48 @@ def test_sdk_rejected_upload_then_a_normal_call(nimbus_server: kit.NimbusServer,
             assert client.models.list().data
     finally:
         client.close()
+
+
+# --------------------------------------------------------------------------------------------
+# C8 (issue #26): stalled bodies neither hold the large-body budget nor hang forever
+# --------------------------------------------------------------------------------------------
+
+STALL_IDLE_SECS = 2
+
+
+def stall(server: kit.NimbusServer, path: str) -> socket.socket:
+    """Declare a 9 MB JSON body, send 17 bytes of it, stop."""
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 9437184\r\n\r\n".encode()
+    )
+    sock.sendall(b'{"model": "dummy"')
+    return sock
+
+
+def test_stalled_bodies_time_out_and_do_not_block_large_requests(
+    server_factory: Callable[..., kit.NimbusServer],
+) -> None:
+    server = server_factory("nimbus-stalled-bodies", extra_env={"NIMBUS_BODY_IDLE_TIMEOUT_SECS": str(STALL_IDLE_SECS)})
+    started = time.monotonic()
+    stalled = [stall(server, "/batch_inference"), stall(server, "/v1/chat/completions")]
+    time.sleep(0.3)
+    for size in (621 * 1024, 300 * 1024):
+        conn = connect(server)
+        body = json.dumps(chat_body(messages=[{"role": "user", "content": "x" * size}])).encode()
+        sent = time.monotonic()
+        response, data = exchange(
+            conn, "POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"}
+        )
+        assert response.status == 200, data[:300]
+        assert time.monotonic() - sent < STALL_IDLE_SECS / 2, f"a {size}-byte request waited behind stalled bodies"
+        conn.close()
+    for sock in stalled:
+        sock.settimeout(STALL_IDLE_SECS + 5)
+        answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b"Request timeout" in answer  # the envelope of the route (TensorZero shape on /batch_inference)
+        sock.close()
+    took = time.monotonic() - started
+    assert STALL_IDLE_SECS <= took < STALL_IDLE_SECS + 4, took
