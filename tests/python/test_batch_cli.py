@@ -240,6 +240,30 @@ def test_an_idempotency_key_makes_a_repeated_submit_return_the_same_batch(server
     assert other.stdout != first.stdout
 
 
+def test_a_repeated_large_submit_with_a_key_returns_the_same_batch_without_uploading_again(
+    server: kit.NimbusServer, sdk: Any, tmp_path: Path
+) -> None:
+    """Issue #26 F20: the upload in parts carries keys derived from --idempotency-key, so a repeat
+    finds the completed upload (and its file) instead of uploading again and failing
+    `idempotency_key_reused` on the batch."""
+    lines = [kit.chat_line(f"twice-{i}", "y" * 900 + str(i)) for i in range(200)]
+    source = write_lines(tmp_path / "twice.jsonl", lines)
+    key = f"cli-large-{uuid.uuid4().hex}"
+    first = cli(server, "submit", str(source), "--part-size", "64KiB", "--idempotency-key", key, "--json")
+    assert first.returncode == 0, first.stderr
+    files_after_first = file_ids(sdk)
+    again = cli(server, "submit", str(source), "--part-size", "64KiB", "--idempotency-key", key, "--json")
+    assert again.returncode == 0, again.stderr
+    assert document(again)["id"] == document(first)["id"]
+    assert document(again)["input_file_id"] == document(first)["input_file_id"]
+    assert file_ids(sdk) == files_after_first, "the repeat must not upload the file again"
+    # Another file under the same key is the batch API's error, as for any reused key.
+    changed = write_lines(tmp_path / "twice.jsonl", lines[:150])
+    other = cli(server, "submit", str(changed), "--part-size", "64KiB", "--idempotency-key", key, "--json")
+    assert other.returncode == 1, other.stderr
+    assert document(other)["error"]["code"] == "idempotency_key_reused", other.stdout
+
+
 def test_watch_exit_codes_follow_the_final_status(server: kit.NimbusServer, sdk: Any, tmp_path: Path) -> None:
     # failed: an input the server refuses (created without the CLI's checks).
     bad = sdk.files.create(file=("bad.jsonl", kit.jsonl(["{broken"])), purpose="batch")

@@ -36,6 +36,9 @@ pub enum FilesError {
     Invalid { message: String, param: Option<String> },
     #[error("{message}")]
     TooLarge { message: String },
+    /// An `Idempotency-Key` seen before with other parameters.
+    #[error("This Idempotency-Key was used with other parameters.")]
+    KeyReused,
     #[error(transparent)]
     Storage(#[from] StorageError),
 }

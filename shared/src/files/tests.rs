@@ -464,3 +464,62 @@ async fn an_expired_file_keeps_its_held_bytes_until_release() {
     f.files.release_hold(&key, &file.id, "batch_a").await.unwrap();
     assert_eq!(f.blob_files_under("projects/p/files"), 0);
 }
+
+#[tokio::test]
+async fn an_idempotency_key_gives_the_same_upload_and_completion() {
+    let f = Fixture::new();
+    let first = f
+        .files
+        .create_upload_once("p", upload_request(6), Some("k"))
+        .await
+        .unwrap();
+    let again = f
+        .files
+        .create_upload_once("p", upload_request(6), Some("k"))
+        .await
+        .unwrap();
+    assert_eq!(again.id, first.id);
+    assert_eq!(again.status, "pending");
+    // Same key, other parameters: refused like a batch's; another project is another key.
+    let reused = f.files.create_upload_once("p", upload_request(7), Some("k")).await;
+    assert!(matches!(reused, Err(FilesError::KeyReused)), "{reused:?}");
+    let elsewhere = f
+        .files
+        .create_upload_once("q", upload_request(6), Some("k"))
+        .await
+        .unwrap();
+    assert_ne!(elsewhere.id, first.id);
+
+    let part = f.files.add_upload_part("p", &first.id, body(b"abcdef")).await.unwrap();
+    let parts = vec![part.id];
+    let md5 = hex::encode(<md5::Md5 as md5::Digest>::digest(b"abcdef"));
+    let done = f
+        .files
+        .complete_upload_once("p", &first.id, &parts, Some(&md5), Some("c"))
+        .await
+        .unwrap();
+    assert_eq!(done.status, "completed");
+    // A retried completion answers with the same file instead of "accepts no more changes".
+    let retried = f
+        .files
+        .complete_upload_once("p", &first.id, &parts, Some(&md5), Some("c"))
+        .await
+        .unwrap();
+    assert_eq!(
+        retried.file.as_ref().map(|file| &file.id),
+        done.file.as_ref().map(|file| &file.id)
+    );
+    let other_md5 = f
+        .files
+        .complete_upload_once("p", &first.id, &parts, None, Some("c"))
+        .await;
+    assert!(matches!(other_md5, Err(FilesError::KeyReused)), "{other_md5:?}");
+    // A repeated create finds the upload completed, with its file: nothing to send again.
+    let repeated = f
+        .files
+        .create_upload_once("p", upload_request(6), Some("k"))
+        .await
+        .unwrap();
+    assert_eq!(repeated.status, "completed");
+    assert_eq!(repeated.file.map(|file| file.id), done.file.map(|file| file.id));
+}

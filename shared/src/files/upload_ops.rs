@@ -4,12 +4,20 @@
 use super::limits::{check_filename, max_bytes_for, parse_purpose, too_large, MAX_PART_BYTES, UPLOAD_TTL_S};
 use super::streams::{limited, md5_tapped};
 use super::sweep::{Janitor, JanitorTask};
-use super::{decode, encode, project_prefix, FilesError, FilesService, StoredFile, PART_KIND, UPLOAD_KIND};
+use super::{
+    cursor_for_id, decode, encode, project_prefix, FilesError, FilesService, StoredFile, PART_KIND, UPLOAD_KIND,
+};
+use crate::idempotency::{fingerprint, IdempotencyKeys, Reservation};
 use crate::openai::files::{CreateUploadRequest, FileObject, UploadObject, UploadPart};
 use crate::ports::{ByteStream, ListOrder, ListQuery, Record, StorageError};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
+use std::sync::Arc;
+
+/// The `Idempotency-Key` scopes of creating and of completing an upload.
+const CREATE_SCOPE: &str = "uploads";
+const COMPLETE_SCOPE: &str = "upload_completions";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct StoredPart {
@@ -33,6 +41,19 @@ fn upload_not_found(id: &str) -> FilesError {
 
 impl FilesService {
     pub async fn create_upload(&self, project: &str, request: CreateUploadRequest) -> Result<UploadObject, FilesError> {
+        self.create_upload_once(project, request, None).await
+    }
+
+    /// [`FilesService::create_upload`] with an `Idempotency-Key`: a retry with the same key and
+    /// parameters answers with the upload the first request created, as it is now (pending,
+    /// completed with its `file`, cancelled or expired); other parameters are refused
+    /// ([`FilesError::KeyReused`]).
+    pub async fn create_upload_once(
+        &self,
+        project: &str,
+        request: CreateUploadRequest,
+        idempotency_key: Option<&str>,
+    ) -> Result<UploadObject, FilesError> {
         let purpose = parse_purpose(&request.purpose)?;
         check_filename(&request.filename, purpose).map_err(|err| match err {
             FilesError::Invalid { message, .. } => FilesError::invalid(message, "filename"),
@@ -48,7 +69,35 @@ impl FilesService {
             // Checked now so that a bad value fails before any bytes are sent.
             super::limits::expires_at(0, purpose, Some(after))?;
         }
-        let (id, created_ms) = self.mint("upload_");
+        let (mut id, mut created_ms) = self.mint("upload_");
+        if let Some(key) = idempotency_key {
+            let print = fingerprint(&[
+                &request.filename,
+                &request.purpose,
+                &request.bytes.to_string(),
+                &request.mime_type,
+                &serde_json::to_string(&request.expires_after).map_err(|e| StorageError::Invalid(e.to_string()))?,
+            ]);
+            match self
+                .idempotency()
+                .reserve(project, CREATE_SCOPE, key, &id, &print)
+                .await?
+            {
+                Reservation::New => {}
+                Reservation::Existing {
+                    same_request: false, ..
+                } => return Err(FilesError::KeyReused),
+                Reservation::Existing { resource_id, .. } => {
+                    if let Some(record) = self.owned_record(UPLOAD_KIND, &resource_id, project).await? {
+                        return Ok(self.as_now(decode::<StoredUpload>(&record)?.upload));
+                    }
+                    // The first request reserved the id but did not get to create the upload.
+                    created_ms =
+                        cursor_for_id("upload_", &resource_id).map_or(created_ms, |cursor| cursor.created_at_ms);
+                    id = resource_id;
+                }
+            }
+        }
         let created_at = created_ms.div_euclid(1000);
         let upload = UploadObject {
             id: id.clone(),
@@ -84,6 +133,19 @@ impl FilesService {
         };
         self.state.create(&record).await?;
         Ok(upload)
+    }
+
+    fn idempotency(&self) -> IdempotencyKeys {
+        IdempotencyKeys::new(Arc::clone(&self.state), Arc::clone(&self.clock))
+    }
+
+    /// An upload as it stands now: a pending one past its expiry is expired (the sweep may not
+    /// have marked it yet).
+    fn as_now(&self, mut upload: UploadObject) -> UploadObject {
+        if upload.status == "pending" && upload.expires_at <= self.now_s() {
+            "expired".clone_into(&mut upload.status);
+        }
+        upload
     }
 
     /// The upload, which must still take parts (pending and not expired).
@@ -157,6 +219,42 @@ impl FilesService {
             return Err(err);
         }
         Ok(part)
+    }
+
+    /// [`FilesService::complete_upload`] with an `Idempotency-Key`: a retry with the same key,
+    /// upload, parts and MD5 answers with the completed upload (a first attempt that did not
+    /// finish is finished now); other parameters are refused ([`FilesError::KeyReused`]).
+    pub async fn complete_upload_once(
+        &self,
+        project: &str,
+        upload_id: &str,
+        part_ids: &[String],
+        md5: Option<&str>,
+        idempotency_key: Option<&str>,
+    ) -> Result<UploadObject, FilesError> {
+        if let Some(key) = idempotency_key {
+            let mut print: Vec<&str> = vec![upload_id, md5.unwrap_or_default()];
+            print.extend(part_ids.iter().map(String::as_str));
+            match self
+                .idempotency()
+                .reserve(project, COMPLETE_SCOPE, key, upload_id, &fingerprint(&print))
+                .await?
+            {
+                Reservation::New => {}
+                Reservation::Existing {
+                    same_request: false, ..
+                } => return Err(FilesError::KeyReused),
+                Reservation::Existing { .. } => {
+                    if let Some(record) = self.owned_record(UPLOAD_KIND, upload_id, project).await? {
+                        let stored: StoredUpload = decode(&record)?;
+                        if stored.upload.status == "completed" {
+                            return Ok(stored.upload);
+                        }
+                    }
+                }
+            }
+        }
+        self.complete_upload(project, upload_id, part_ids, md5).await
     }
 
     pub async fn complete_upload(

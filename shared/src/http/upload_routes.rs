@@ -1,5 +1,6 @@
 //! `/v1/uploads`: create, add parts (multipart field `data`), complete, cancel.
 
+use super::batch_routes::idempotency_key;
 use super::error::ApiError;
 use super::extract::{ApiExtension, ApiPath};
 use super::json_body::JsonBody;
@@ -9,6 +10,7 @@ use crate::auth::Principal;
 use crate::openai::files::{CompleteUploadRequest, CreateUploadRequest, UploadObject, UploadPart};
 use axum::extract::multipart::MultipartRejection;
 use axum::extract::{Multipart, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use utoipa_axum::router::OpenApiRouter;
@@ -36,15 +38,22 @@ struct UploadPartForm {
     post,
     path = "/v1/uploads",
     tag = "files",
+    params(("Idempotency-Key" = Option<String>, Header, description = "A retry with the same key and parameters answers with the upload the first request created, as it is now")),
     request_body = CreateUploadRequest,
     responses((status = 200, body = UploadObject), super::api_doc::OpenAiErrors)
 )]
 async fn create_upload(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
+    headers: HeaderMap,
     body: JsonBody<CreateUploadRequest>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(state.files.create_upload(&principal.project, body.typed).await?).into_response())
+    let key = idempotency_key(&headers)?;
+    let upload = state
+        .files
+        .create_upload_once(&principal.project, body.typed, key.as_deref())
+        .await?;
+    Ok(Json(upload).into_response())
 }
 
 /// `POST /v1/uploads/{id}/parts`: add one part (multipart field `data`).
@@ -80,7 +89,10 @@ async fn add_part(
     post,
     path = "/v1/uploads/{id}/complete",
     tag = "files",
-    params(("id" = String, Path, description = "The upload's id")),
+    params(
+        ("id" = String, Path, description = "The upload's id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "A retry with the same key, parts and MD5 answers with the completed upload"),
+    ),
     request_body = CompleteUploadRequest,
     responses((status = 200, body = UploadObject), super::api_doc::OpenAiErrors)
 )]
@@ -88,12 +100,20 @@ async fn complete_upload(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
+    headers: HeaderMap,
     body: JsonBody<CompleteUploadRequest>,
 ) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers)?;
     let request = body.typed;
     let upload = state
         .files
-        .complete_upload(&principal.project, &id, &request.part_ids, request.md5.as_deref())
+        .complete_upload_once(
+            &principal.project,
+            &id,
+            &request.part_ids,
+            request.md5.as_deref(),
+            key.as_deref(),
+        )
         .await?;
     Ok(Json(upload).into_response())
 }

@@ -132,6 +132,9 @@ impl From<FilesError> for ApiError {
                 }
             }
             FilesError::TooLarge { message } => Self::payload_too_large(message),
+            FilesError::KeyReused => Self::invalid_request(err.to_string())
+                .with_param("Idempotency-Key")
+                .with_code("idempotency_key_reused"),
             FilesError::Storage(storage) => {
                 tracing::error!(error = %storage, "storage failed");
                 Self::internal("The request could not be completed because storage failed; try again.")

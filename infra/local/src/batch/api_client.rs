@@ -210,11 +210,16 @@ impl BatchApi {
         .await
     }
 
-    /// `POST /uploads`: an upload of `bytes` bytes to be sent in parts.
-    pub async fn create_upload(&self, filename: &str, bytes: u64) -> Result<Value, ApiError> {
+    /// `POST /uploads`: an upload of `bytes` bytes to be sent in parts (with a key, a repeat
+    /// answers with the first upload as it is now, perhaps completed).
+    pub async fn create_upload(&self, filename: &str, bytes: u64, idempotency_key: &str) -> Result<Value, ApiError> {
         let body = json!({"filename": filename, "purpose": "batch", "bytes": bytes, "mime_type": "application/jsonl"});
-        self.json(|| self.request(Method::POST, self.url(&["uploads"])).json(&body))
-            .await
+        self.json(|| {
+            self.request(Method::POST, self.url(&["uploads"]))
+                .header("Idempotency-Key", idempotency_key)
+                .json(&body)
+        })
+        .await
     }
 
     /// `POST /uploads/{id}/parts`: one part (the multipart field `data`, made afresh for each
@@ -237,10 +242,17 @@ impl BatchApi {
     }
 
     /// `POST /uploads/{id}/complete`: the completed upload (its `file` is the new file).
-    pub async fn complete_upload(&self, upload_id: &str, part_ids: &[String], md5: &str) -> Result<Value, ApiError> {
+    pub async fn complete_upload(
+        &self,
+        upload_id: &str,
+        part_ids: &[String],
+        md5: &str,
+        idempotency_key: &str,
+    ) -> Result<Value, ApiError> {
         let body = json!({"part_ids": part_ids, "md5": md5});
         self.json(|| {
             self.request(Method::POST, self.url(&["uploads", upload_id, "complete"]))
+                .header("Idempotency-Key", idempotency_key)
                 .json(&body)
         })
         .await

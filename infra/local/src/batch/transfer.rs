@@ -128,19 +128,22 @@ async fn upload_in_parts(
     parts: u64,
     bar: &ProgressBar,
 ) -> Result<Value, CliError> {
-    let created = api.create_upload(upload.filename, upload.bytes).await?;
+    let created = reusable_upload(api, upload).await?;
     let upload_id = id_of(&created, &api.url(&["uploads"]))?;
+    if let Some(file) = completed_file(&created) {
+        // A repeated submit: the first one uploaded it all already.
+        bar.inc(upload.bytes);
+        return Ok(file);
+    }
     let sent = interrupt.guard(async {
         let part_ids: Vec<String> = futures::stream::iter(0..parts)
             .map(|index| send_part(api, upload, &upload_id, index, bar))
             .buffered(PARTS_IN_FLIGHT)
             .try_collect()
             .await?;
-        let completed = api.complete_upload(&upload_id, &part_ids, upload.md5).await?;
-        completed
-            .get("file")
-            .filter(|file| file.is_object())
-            .cloned()
+        let key = derived_key(upload.idempotency_key, &format!("complete/{upload_id}"));
+        let completed = api.complete_upload(&upload_id, &part_ids, upload.md5, &key).await?;
+        completed_file(&completed)
             .ok_or_else(|| CliError::Unexpected(format!("upload {upload_id} completed without a 'file'")))
     });
     match sent.await {
@@ -155,6 +158,49 @@ async fn upload_in_parts(
                 other => other,
             })
         }
+    }
+}
+
+/// The most uploads a repeated submit walks past (cancelled or expired ones) to find its own.
+const MAX_DEAD_UPLOADS: usize = 8;
+
+/// `POST /uploads` under a key derived from the submit's key and the checked bytes' MD5, so a
+/// repeated submit of the same file finds the first one's upload (perhaps completed). An upload
+/// that was cancelled or expired is passed by: the next key names it, so every repeat walks the
+/// same chain to the same live upload.
+async fn reusable_upload(api: &BatchApi, upload: &Upload<'_>) -> Result<Value, CliError> {
+    let mut step = format!("upload/{}", upload.md5);
+    for _ in 0..MAX_DEAD_UPLOADS {
+        let key = derived_key(upload.idempotency_key, &step);
+        let created = api.create_upload(upload.filename, upload.bytes, &key).await?;
+        match created.get("status").and_then(Value::as_str) {
+            Some("cancelled" | "expired") => {
+                let dead = id_of(&created, &api.url(&["uploads"]))?;
+                step = format!("upload/{}/after/{dead}", upload.md5);
+            }
+            _ => return Ok(created),
+        }
+    }
+    Err(CliError::Unexpected(format!(
+        "{MAX_DEAD_UPLOADS} uploads under this --idempotency-key were cancelled or expired; use another key"
+    )))
+}
+
+/// The file of a completed upload.
+fn completed_file(upload: &Value) -> Option<Value> {
+    (upload.get("status").and_then(Value::as_str) == Some("completed"))
+        .then(|| upload.get("file").filter(|file| file.is_object()).cloned())
+        .flatten()
+}
+
+/// The key of one step of a submit, derived from the submit's key (whose MD5 stands in for it
+/// when the two would not fit one `Idempotency-Key`).
+fn derived_key(key: &str, step: &str) -> String {
+    let joined = format!("{key}/{step}");
+    if joined.len() <= nimbus_shared::idempotency::MAX_KEY_LEN {
+        joined
+    } else {
+        format!("{}/{step}", hex::encode(Md5::digest(key.as_bytes())))
     }
 }
 
