@@ -3,7 +3,7 @@
 
 use super::classify::{function_failure, inference_failure, refused, RunFailure, MODEL_PREDICT_ERROR};
 use super::submit::AsyncEndpoint;
-use crate::functions::inference::{FunctionService, InferenceReply, InferenceRequest};
+use crate::functions::inference::{FunctionError, FunctionService, InferenceReply, InferenceRequest};
 use crate::inference::{validate_chat, validate_embeddings, InferenceError, InferenceService};
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::credentials::take_credentials;
@@ -62,9 +62,15 @@ impl AsyncExecutor {
                         (field, err.inner().to_string())
                     })?;
                 let functions = &self.functions;
-                request
+                let call = request
                     .into_call(functions.now_ms(), || functions.new_id())
                     .map_err(|err| (None, err.to_string()))?;
+                // Everything `/inference` checks before it calls a model (input schemas, the
+                // variant, templates, tools, the output schema), so a request that would fail
+                // with MODEL_INVALID_INPUT is refused now, not after waiting in the queue.
+                functions
+                    .check(&call)
+                    .map_err(|err| (function_field(&err), err.to_string()))?;
             }
         }
         Ok(())
@@ -121,6 +127,22 @@ impl AsyncExecutor {
     }
 }
 
+/// The field of `model_input` a function error is about: the variant or function it names, or
+/// the field its message starts with (`` `input.system` failed validation: … ``).
+fn function_field(error: &FunctionError) -> Option<String> {
+    match error {
+        FunctionError::UnknownVariant { .. } => Some("variant_name".to_owned()),
+        FunctionError::UnknownFunction(_) => Some("function_name".to_owned()),
+        FunctionError::InvalidRequest(message) => message
+            .strip_prefix('`')
+            .and_then(|rest| rest.split_once('`'))
+            .map(|(field, _)| field)
+            .filter(|field| !field.is_empty() && field.len() <= 200 && !field.contains(char::is_whitespace))
+            .map(str::to_owned),
+        _ => None,
+    }
+}
+
 fn api_problem(error: ApiError) -> (Option<String>, String) {
     (error.param.clone(), error.message)
 }
@@ -128,3 +150,7 @@ fn api_problem(error: ApiError) -> (Option<String>, String) {
 fn inference_problem(error: InferenceError) -> (Option<String>, String) {
     api_problem(ApiError::from(error))
 }
+
+#[cfg(test)]
+#[path = "execute_tests.rs"]
+mod tests;

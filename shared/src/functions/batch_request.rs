@@ -67,7 +67,7 @@ pub struct BatchChatParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<Vec<Option<u64>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<Vec<Option<i64>>>,
+    pub seed: Option<Vec<Option<u32>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<Vec<Option<f64>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

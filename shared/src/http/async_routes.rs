@@ -55,7 +55,7 @@ struct AsyncAccepted {
 async fn submit(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
-    body: JsonBody<Map<String, Value>>,
+    body: Result<JsonBody<Map<String, Value>>, ApiError>,
 ) -> Result<Json<AsyncAccepted>, BasetenError> {
     accept(&state, &principal, body, None).await
 }
@@ -73,7 +73,7 @@ async fn submit_for_model(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(model): ApiPath<String>,
-    body: JsonBody<Map<String, Value>>,
+    body: Result<JsonBody<Map<String, Value>>, ApiError>,
 ) -> Result<Json<AsyncAccepted>, BasetenError> {
     accept(&state, &principal, body, Some(&model)).await
 }
@@ -91,7 +91,7 @@ async fn submit_for_production_model(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(model): ApiPath<String>,
-    body: JsonBody<Map<String, Value>>,
+    body: Result<JsonBody<Map<String, Value>>, ApiError>,
 ) -> Result<Json<AsyncAccepted>, BasetenError> {
     accept(&state, &principal, body, Some(&model)).await
 }
@@ -100,14 +100,29 @@ async fn submit_for_production_model(
 async fn accept(
     state: &AppState,
     principal: &Principal,
-    body: JsonBody<Map<String, Value>>,
+    body: Result<JsonBody<Map<String, Value>>, ApiError>,
     path_model: Option<&str>,
 ) -> Result<Json<AsyncAccepted>, BasetenError> {
+    let body = body.map_err(unreadable_body)?;
     let request_id = state
         .async_requests
         .submit(&principal.project, body.typed, path_model)
         .await?;
     Ok(Json(AsyncAccepted { request_id }))
+}
+
+/// A body that is not a JSON object: Baseten's `MODEL_INVALID_INPUT`, naming the field (`body`
+/// when the JSON itself is malformed; the message gives the line and column).
+fn unreadable_body(error: ApiError) -> BasetenError {
+    if !matches!(error.status.as_u16(), 400 | 422) {
+        return BasetenError::from_status(error.status, error.message);
+    }
+    BasetenError {
+        status: error.status,
+        code: "MODEL_INVALID_INPUT",
+        field: Some(error.param.unwrap_or_else(|| "body".to_owned())),
+        message: error.message,
+    }
 }
 
 /// `GET /async_request/{request_id}`: the request's status, attempts and webhook deliveries.

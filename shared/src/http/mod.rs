@@ -220,6 +220,8 @@ pub fn with_common_layers(router: Router) -> Router {
 #[cfg(test)]
 mod api_doc_tests;
 #[cfg(test)]
+mod hostile_schema_tests;
+#[cfg(test)]
 mod hostile_tests;
 #[cfg(test)]
 mod stalled_body_tests;

@@ -4,9 +4,10 @@
 mod bounds;
 
 use super::InferenceError;
-use crate::openai::chat::{ChatCompletionRequest, ChatMessage, StopSequences, ToolChoice};
+use crate::openai::chat::{ChatCompletionRequest, ChatMessage, ResponseFormat, StopSequences, ToolChoice};
 use crate::openai::embeddings::{EmbeddingInput, EmbeddingRequest};
 use crate::openai::metadata::{self, MetadataProblem};
+use crate::schema_limits::{SchemaLimitError, SCHEMA_LIMITS};
 use crate::user_text::excerpt;
 use bounds::{
     array_at_most, array_not_empty, decimal_in, integer_in, key_named, object_at_most, string_too_long,
@@ -26,6 +27,7 @@ pub fn validate_chat(request: &ChatCompletionRequest) -> Result<(), InferenceErr
     check_output_limits(request)?;
     check_logit_bias(request)?;
     check_metadata(request)?;
+    check_schemas(request)?;
     if request.stream_options.is_some() && !request.wants_stream() {
         return Err(InferenceError::invalid(
             "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
@@ -59,6 +61,33 @@ pub fn validate_chat(request: &ChatCompletionRequest) -> Result<(), InferenceErr
                 "tool_choice",
                 "invalid_value",
             ));
+        }
+    }
+    Ok(())
+}
+
+/// The JSON Schemas of `response_format` and of the tools: within [`SCHEMA_LIMITS`] (a model, or
+/// the dummy's generator, walks them).
+fn check_schemas(request: &ChatCompletionRequest) -> Result<(), InferenceError> {
+    let refuse = |param: String, error: SchemaLimitError| {
+        InferenceError::invalid(
+            format!("Invalid schema for '{param}': {error}."),
+            param,
+            "invalid_value",
+        )
+    };
+    if let Some(ResponseFormat::JsonSchema { json_schema }) = &request.response_format {
+        if let Some(schema) = json_schema.get("schema") {
+            SCHEMA_LIMITS
+                .check(schema)
+                .map_err(|e| refuse("response_format.json_schema.schema".to_owned(), e))?;
+        }
+    }
+    for (index, tool) in request.tools.iter().flatten().enumerate() {
+        if let Some(parameters) = &tool.function.parameters {
+            SCHEMA_LIMITS
+                .check(parameters)
+                .map_err(|e| refuse(format!("tools[{index}].function.parameters"), e))?;
         }
     }
     Ok(())

@@ -5,7 +5,9 @@ use crate::ports::{
     Clock, JobHandler, JobOutcome, JobQueue, MetricUnit, MetricsSink, NoMetrics, QueueMessage, SystemClock,
 };
 use async_trait::async_trait;
+use futures::FutureExt;
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
@@ -13,6 +15,9 @@ use tokio::time::Instant;
 /// How long a message of a family with no runner waits before it is delivered again: a wiring
 /// error, fixed by a deploy; the message is kept until then (or its dead-letter queue).
 const NO_RUNNER_RETRY: Duration = Duration::from_secs(60);
+
+/// How long a job whose runner panicked waits before it is delivered again.
+const PANIC_RETRY: Duration = Duration::from_secs(30);
 
 /// Routes job messages to the [`JobRunner`] of their [`JobFamily`].
 #[derive(Clone)]
@@ -74,7 +79,18 @@ impl JobDispatcher {
         };
         let family = job.family();
         match self.runners.get(&family) {
-            Some(runner) => runner.run(&job, deadline).await,
+            // A runner that panics fails this job, not the worker or the Lambda invocation's
+            // other messages: retried later like any failed job (its runner's own attempt
+            // counts and the dead-letter queue bound the retries).
+            Some(runner) => match AssertUnwindSafe(runner.run(&job, deadline)).catch_unwind().await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    tracing::error!(?job, "the job panicked; it will be retried");
+                    JobOutcome::Retry {
+                        retry_after: PANIC_RETRY,
+                    }
+                }
+            },
             None => {
                 tracing::error!(
                     ?job,
@@ -182,6 +198,41 @@ mod tests {
         );
         assert_eq!(batch.ran(), [chunk]);
         assert_eq!(webhook.ran(), [delivery]);
+    }
+
+    struct Panics;
+
+    #[async_trait]
+    impl JobRunner for Panics {
+        async fn run(&self, _job: &JobMessage, _deadline: Instant) -> JobOutcome {
+            panic!("a poison job")
+        }
+    }
+
+    /// #26 C7: a runner's panic is that job's failure (retried later), and the dispatcher goes
+    /// on with the next message.
+    #[tokio::test]
+    async fn a_panicking_job_is_retried_and_the_next_one_runs() {
+        let batch = Recording::new(JobOutcome::Done);
+        let dispatcher = JobDispatcher::new(Arc::new(MemoryQueue::new()), Duration::from_secs(60))
+            .with_runner(JobFamily::AsyncRequest, Arc::new(Panics))
+            .with_runner(JobFamily::Batch, batch.clone());
+        let poison = JobMessage::AsyncRun { request_id: "r".into() };
+        assert_eq!(
+            dispatcher.handle_until(&poison.to_body(), deadline()).await,
+            JobOutcome::Retry {
+                retry_after: PANIC_RETRY
+            }
+        );
+        let chunk = JobMessage::Chunk {
+            batch_id: "b".into(),
+            chunk: 1,
+        };
+        assert_eq!(
+            dispatcher.handle_until(&chunk.to_body(), deadline()).await,
+            JobOutcome::Done
+        );
+        assert_eq!(batch.ran(), [chunk]);
     }
 
     #[tokio::test]

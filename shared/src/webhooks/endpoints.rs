@@ -64,8 +64,9 @@ impl BatchEventType {
 }
 
 /// `POST /v1/webhook_endpoints`. `events` is accepted for `event_types`; `secret` (a `whsec_`
-/// string) is generated when absent.
+/// string) is generated when absent. Unknown fields are refused, as on the other new routes.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(example = json!({"url": "http://127.0.0.1:9/hooks", "event_types": ["batch.completed"]}))]
 pub struct CreateEndpointRequest {
     pub url: String,

@@ -2,6 +2,8 @@
 //! worker Lambda: a message is deleted only after its handler succeeds, so failures redeliver.
 
 use crate::ports::{JobHandler, JobOutcome, JobQueue};
+use futures::FutureExt;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -30,10 +32,18 @@ pub fn spawn_queue_workers(
                     };
                     for message in messages {
                         handler.picked_up(&message);
-                        let result = match handler.handle(&message.body).await {
-                            JobOutcome::Done => queue.delete(&message.receipt).await,
-                            JobOutcome::Retry { retry_after } => {
+                        // A job that panics fails that job, never the worker: the panic is caught
+                        // here, logged, and the message left to come back after its visibility
+                        // timeout (as SQS redelivers a message whose Lambda crashed).
+                        let handled = AssertUnwindSafe(handler.handle(&message.body)).catch_unwind().await;
+                        let result = match handled {
+                            Ok(JobOutcome::Done) => queue.delete(&message.receipt).await,
+                            Ok(JobOutcome::Retry { retry_after }) => {
                                 queue.change_visibility(&message.receipt, retry_after).await
+                            }
+                            Err(_) => {
+                                tracing::error!(message_id = %message.message_id, "a job panicked; the worker goes on");
+                                Ok(())
                             }
                         };
                         if let Err(err) = result {
@@ -71,6 +81,49 @@ mod tests {
                 JobOutcome::Done
             }
         }
+    }
+
+    /// Panics on `"boom"`, finishes everything else.
+    struct PanicsOnBoom {
+        done: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl JobHandler for PanicsOnBoom {
+        async fn handle(&self, body: &str) -> JobOutcome {
+            if body == "boom" {
+                panic!("a poison job");
+            }
+            self.done.lock().unwrap().push(body.to_owned());
+            JobOutcome::Done
+        }
+    }
+
+    /// #26 C7: a job that panics must not take its worker with it.
+    #[tokio::test]
+    async fn a_panicking_job_does_not_kill_the_worker() {
+        let queue = MemoryQueue::new();
+        let handler = Arc::new(PanicsOnBoom {
+            done: Mutex::new(Vec::new()),
+        });
+        // One worker: the jobs after the poison one need that very worker.
+        let tasks = spawn_queue_workers(Arc::new(queue.clone()), handler.clone(), 1, Duration::from_secs(30));
+        queue.send("boom", Duration::ZERO).await.unwrap();
+        for body in ["a", "b"] {
+            queue.send(body, Duration::from_millis(50)).await.unwrap();
+        }
+        for _ in 0..200 {
+            if handler.done.lock().unwrap().len() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let finished = tasks.iter().all(|task| task.is_finished());
+        for task in tasks {
+            task.abort();
+        }
+        assert!(!finished, "the worker task died");
+        assert_eq!(*handler.done.lock().unwrap(), vec!["a", "b"]);
     }
 
     #[tokio::test]

@@ -278,6 +278,11 @@ fn file_block(file: &FileInput, field: &str) -> Result<ContentBlock, FunctionErr
                     "`{field}`: a base64 file needs `mime_type`"
                 )));
             }
+            if !is_base64(data) {
+                return Err(FunctionError::invalid(format!(
+                    "`{field}.data` is not valid base64 (standard alphabet, as TensorZero reads it)"
+                )));
+            }
             FileData::Base64 { data: data.clone() }
         }
         ("url", None, _) => return Err(FunctionError::invalid(format!("`{field}`: a url file needs `url`"))),
@@ -295,6 +300,18 @@ fn file_block(file: &FileInput, field: &str) -> Result<ContentBlock, FunctionErr
         filename: file.filename.clone(),
         detail: file.detail.clone(),
     })
+}
+
+/// Whether `data` is standard base64 (padding optional, ASCII whitespace ignored).
+fn is_base64(data: &str) -> bool {
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    use base64::Engine;
+    const ENGINE: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    let compact: Vec<u8> = data.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    !compact.is_empty() && ENGINE.decode(compact).is_ok()
 }
 
 /// json functions: the request's `json_mode`, else the variant's (`strict` by default).
@@ -406,7 +423,7 @@ fn sampling_params(config: Option<&ChatCompletionConfig>, call: &InferenceCall) 
         max_tokens: p.max_tokens.or(config.and_then(|c| c.max_tokens.map(u64::from))),
         presence_penalty: p.presence_penalty.or(config.and_then(|c| c.presence_penalty)),
         frequency_penalty: p.frequency_penalty.or(config.and_then(|c| c.frequency_penalty)),
-        seed: p.seed.or(config.and_then(|c| c.seed.map(i64::from))),
+        seed: p.seed.or(config.and_then(|c| c.seed)).map(i64::from),
         stop_sequences: p
             .stop_sequences
             .clone()

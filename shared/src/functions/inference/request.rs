@@ -83,8 +83,9 @@ pub struct ChatCompletionParams {
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
+    /// TensorZero's seed is a `u32`: a negative or larger one is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seed: Option<i64>,
+    pub seed: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

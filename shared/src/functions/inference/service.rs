@@ -183,6 +183,18 @@ impl FunctionService {
         }
     }
 
+    /// Check `call` as [`Self::infer`] would before calling a model (the function, the pinned
+    /// variant, input schemas, templates, tools, the output schema) without calling one: what
+    /// `/async_predict` runs at submission. With no pinned variant, the one drawn for the call's
+    /// episode is checked.
+    pub fn check(&self, call: &InferenceCall) -> Result<(), FunctionError> {
+        let target = self.resolve(call)?;
+        if let Some(plan) = self.next_plan(target, call, &BTreeSet::new()) {
+            prepare(&self.functions, plan, call)?;
+        }
+        Ok(())
+    }
+
     /// A complete answer; its record (and cache entry) are written after the response.
     pub async fn infer(&self, project: &str, call: &InferenceCall) -> Result<InferenceResult, FunctionError> {
         let started = Instant::now();

@@ -95,9 +95,21 @@ pub fn inference_request_of(mut body: Map<String, Value>) -> Result<(OpenAiTarge
             }
         }
     }
-    if let Some(Value::Object(extra)) = body.remove("tensorzero::params") {
-        if let Some(Value::Object(chat)) = extra.get("chat_completion") {
-            params.extend(chat.clone());
+    match body.remove("tensorzero::params") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(extra)) => match extra.get("chat_completion") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(chat)) => params.extend(chat.clone()),
+            Some(_) => {
+                return Err(FunctionError::invalid(
+                    "`tensorzero::params.chat_completion` must be an object",
+                ))
+            }
+        },
+        Some(_) => {
+            return Err(FunctionError::invalid(
+                "`tensorzero::params` must be an object (`{\"chat_completion\": {…}}`)",
+            ))
         }
     }
     request.insert("params".into(), json!({ "chat_completion": params }));

@@ -11,6 +11,7 @@
 
 mod scalars;
 
+use crate::json_size::json_len;
 use scalars::{integer, number, readable, string};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -28,6 +29,10 @@ const DEFAULT_ITEMS: u64 = 2;
 const MAX_VALUES: u32 = 20_000;
 const MIN_VALUES: u32 = 200;
 const MAX_WORK_BYTES: usize = 64 * 1024 * 1024;
+/// The size of one instance at most (as JSON text, roughly): past it strings get no padding and
+/// `const`/`enum` values are no longer copied, so a schema that asks for 20,000 strings of
+/// 65,536 characters, or 20,000 copies of a large `const`, gets a bounded answer.
+const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 /// Keywords that say nothing about validity, so they need not be merged into a `$ref`'s target.
 const ANNOTATIONS: [&str; 8] = [
     "title",
@@ -42,11 +47,12 @@ const ANNOTATIONS: [&str; 8] = [
 
 /// A value valid against `schema`, varied by `seed` where the schema leaves a choice.
 pub fn instance_for(schema: &Value, seed: u64) -> Value {
-    let size = schema.to_string().len().max(1);
+    let size = json_len(schema).max(1);
     let budget = u32::try_from(MAX_WORK_BYTES / size).unwrap_or(MAX_VALUES);
     let generator = Generator {
         root: schema,
         budget: Cell::new(budget.clamp(MIN_VALUES, MAX_VALUES)),
+        bytes: Cell::new(MAX_OUTPUT_BYTES),
     };
     generator.value(schema, Place::root(seed))
 }
@@ -105,6 +111,8 @@ struct Generator<'r> {
     root: &'r Value,
     /// Values that may still be generated.
     budget: Cell<u32>,
+    /// Bytes the instance may still grow by.
+    bytes: Cell<usize>,
 }
 
 impl<'r> Generator<'r> {
@@ -125,10 +133,10 @@ impl<'r> Generator<'r> {
             };
         };
         if let Some(constant) = schema.get("const") {
-            return constant.clone();
+            return self.copied(constant);
         }
         if let Some(options) = schema.get("enum").and_then(Value::as_array).filter(|v| !v.is_empty()) {
-            return options[pick(place, options.len())].clone();
+            return self.copied(&options[pick(place, options.len())]);
         }
         for keyword in ["anyOf", "oneOf"] {
             if let Some(branches) = schema.get(keyword).and_then(Value::as_array).filter(|v| !v.is_empty()) {
@@ -149,12 +157,30 @@ impl<'r> Generator<'r> {
             Some("boolean") => Value::Bool(place.seed % 2 == 1),
             Some("integer") => integer(schema, place.seed),
             Some("number") => number(schema, place.seed),
-            Some("string") => Value::String(string(schema, place.name, place.seed)),
+            Some("string") => {
+                let text = string(schema, place.name, place.seed, self.bytes.get());
+                self.charge(text.len());
+                Value::String(text)
+            }
             Some("array") => self.array(schema, place),
             Some("object") => self.object(schema, place),
             // No type and nothing to infer one from: any value will do.
             _ => Value::String(readable(place.name, place.seed)),
         }
+    }
+
+    /// A copy of a schema's value (`const`, `enum`) while the output budget lasts, else `null`.
+    fn copied(&self, value: &Value) -> Value {
+        let size = json_len(value);
+        if size > self.bytes.get() {
+            return Value::Null;
+        }
+        self.charge(size);
+        value.clone()
+    }
+
+    fn charge(&self, bytes: usize) {
+        self.bytes.set(self.bytes.get().saturating_sub(bytes));
     }
 
     /// The schema with `$ref` and `allOf` resolved into one object, and the place charged for
@@ -261,7 +287,7 @@ impl<'r> Generator<'r> {
             let mut attempt = 0;
             while unique && items.contains(&item) && attempt < 16 {
                 attempt += 1;
-                item = self.value(item_schema, place.item(index + attempt * 1_000));
+                item = self.value(item_schema, place.item(index.saturating_add(attempt * 1_000)));
             }
             if unique && items.contains(&item) {
                 break;
@@ -307,7 +333,7 @@ impl<'r> Generator<'r> {
         let min = unsigned(schema, "minProperties").unwrap_or(0);
         if let Some(extra_schema) = extra_schema {
             let mut index = 0;
-            while (object.len() as u64) < min && index < min + 16 && self.budget.get() > 0 {
+            while (object.len() as u64) < min && index < min.saturating_add(16) && self.budget.get() > 0 {
                 let name = format!("extra_{index}");
                 index += 1;
                 if !object.contains_key(&name) {

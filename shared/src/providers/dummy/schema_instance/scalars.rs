@@ -37,34 +37,35 @@ fn bounds(schema: &Map<String, Value>) -> (Bound, Bound) {
 
 pub(super) fn integer(schema: &Map<String, Value>, seed: u64) -> Value {
     let (lower, upper) = bounds(schema);
-    // Integer bounds, inclusive; i128 so no arithmetic below can overflow.
+    // Integer bounds, inclusive. The casts saturate (`1e308` is `i128::MAX`) and every step below
+    // saturates, so no bound a client writes can overflow.
     let low = lower.map(|(v, exclusive)| {
         if exclusive {
-            v.floor() as i128 + 1
+            (v.floor() as i128).saturating_add(1)
         } else {
             v.ceil() as i128
         }
     });
     let high = upper.map(|(v, exclusive)| {
         if exclusive {
-            v.ceil() as i128 - 1
+            (v.ceil() as i128).saturating_sub(1)
         } else {
             v.floor() as i128
         }
     });
     let spread = i128::from(seed % 10);
     let mut value = match (low, high) {
-        (Some(low), Some(high)) => low + spread.min((high - low).max(0)),
-        (Some(low), None) => low + spread,
-        (None, Some(high)) => high - spread,
+        (Some(low), Some(high)) => low.saturating_add(spread.min(high.saturating_sub(low).max(0))),
+        (Some(low), None) => low.saturating_add(spread),
+        (None, Some(high)) => high.saturating_sub(spread),
         (None, None) => i128::from(seed % 100),
     };
     let step = schema.get("multipleOf").and_then(Value::as_f64).unwrap_or(1.0);
     if step >= 1.0 && step.fract() == 0.0 {
-        let step = step as i128;
-        value = value.div_euclid(step) * step;
+        let step = (step as i128).max(1);
+        value = value.div_euclid(step).saturating_mul(step);
         if low.is_some_and(|low| value < low) {
-            value += step;
+            value = value.saturating_add(step);
         }
     } else if let Some(multiple) = multiple_within(lower, upper, step, seed, true) {
         value = multiple.round() as i128;
@@ -107,10 +108,12 @@ fn multiple_within(lower: Bound, upper: Bound, step: f64, seed: u64, whole: bool
     }
     let decimals = decimals_of(step);
     let at = |k: i64| round_to(k as f64 * step, decimals);
+    // Multiples are counted in `i64` (the casts saturate) with saturating steps: bounds far
+    // beyond the step (`1e308`, or `1e-300` steps) cannot overflow.
     let first = lower.map(|(v, exclusive)| {
         let k = (v / step).ceil() as i64;
         if at(k) < v || (exclusive && at(k) <= v) {
-            k + 1
+            k.saturating_add(1)
         } else {
             k
         }
@@ -118,7 +121,7 @@ fn multiple_within(lower: Bound, upper: Bound, step: f64, seed: u64, whole: bool
     let last = upper.map(|(v, exclusive)| {
         let k = (v / step).floor() as i64;
         if at(k) > v || (exclusive && at(k) >= v) {
-            k - 1
+            k.saturating_sub(1)
         } else {
             k
         }
@@ -126,18 +129,25 @@ fn multiple_within(lower: Bound, upper: Bound, step: f64, seed: u64, whole: bool
     let spread = (seed % 10) as i64;
     let start = match (first, last) {
         (Some(first), Some(last)) if first > last => return None,
-        (Some(first), Some(last)) => first + spread.min(last - first),
-        (Some(first), None) => first + spread,
-        (None, Some(last)) => last - spread,
+        (Some(first), Some(last)) => first.saturating_add(spread.min(last.saturating_sub(first))),
+        (Some(first), None) => first.saturating_add(spread),
+        (None, Some(last)) => last.saturating_sub(spread),
         (None, None) => spread,
     };
     let fits = |k: i64| first.is_none_or(|f| k >= f) && last.is_none_or(|l| k <= l);
     let is_whole = |value: f64| (value - value.round()).abs() < 1e-9;
     (0..MULTIPLE_SEARCH)
-        .flat_map(|offset| [start + offset, start - offset])
+        .flat_map(|offset| [start.saturating_add(offset), start.saturating_sub(offset)])
         .filter(|k| fits(*k))
         .map(at)
-        .find(|value| !whole || is_whole(*value))
+        .find(|value| value.is_finite() && within(*value, lower, upper) && (!whole || is_whole(*value)))
+}
+
+/// Whether `value` is inside the bounds (a saturated multiple count can land outside them).
+fn within(value: f64, lower: Bound, upper: Bound) -> bool {
+    let above = lower.is_none_or(|(low, exclusive)| if exclusive { value > low } else { value >= low });
+    let below = upper.is_none_or(|(high, exclusive)| if exclusive { value < high } else { value <= high });
+    above && below
 }
 
 /// The decimals in the shortest decimal form of `value` (at most 15).
@@ -154,8 +164,13 @@ fn round_to(value: f64, decimals: i32) -> f64 {
     (value * scale).round() / scale
 }
 
-pub(super) fn string(schema: &Map<String, Value>, name: &str, seed: u64) -> String {
-    let min = unsigned(schema, "minLength").unwrap_or(0).min(MAX_STRING_CHARS);
+/// A string for `schema`, padded to at most `max_bytes` (the instance's remaining budget).
+pub(super) fn string(schema: &Map<String, Value>, name: &str, seed: u64, max_bytes: usize) -> String {
+    let room = u64::try_from(max_bytes).unwrap_or(u64::MAX);
+    let min = unsigned(schema, "minLength")
+        .unwrap_or(0)
+        .min(MAX_STRING_CHARS)
+        .min(room);
     let max = unsigned(schema, "maxLength");
     let fits = |text: &str| {
         let length = text.chars().count() as u64;

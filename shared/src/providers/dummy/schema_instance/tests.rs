@@ -303,3 +303,39 @@ fn hostile_schemas_get_a_bounded_answer_quickly() {
         assert!(started.elapsed() < std::time::Duration::from_secs(5), "{schema}");
     }
 }
+
+/// #26 C7: bounds and steps at the edges of `f64` are arithmetic on client numbers; none may
+/// overflow (debug builds panic on integer overflow). The answer need not be valid (some of
+/// these schemas have no integer at all), only an answer.
+#[test]
+fn extreme_numeric_bounds_do_not_overflow() {
+    for schema in [
+        json!({"type": "integer", "minimum": 1e308}),
+        json!({"type": "integer", "maximum": -1e308}),
+        json!({"type": "integer", "minimum": 1e308, "maximum": -1e308}),
+        json!({"type": "integer", "minimum": -1e308, "maximum": 1e308}),
+        json!({"type": "integer", "exclusiveMinimum": 1e308}),
+        json!({"type": "integer", "exclusiveMaximum": -1e308}),
+        json!({"type": "integer", "minimum": 1e308, "multipleOf": 1e300}),
+        json!({"type": "integer", "maximum": -1e308, "multipleOf": 0.5}),
+        json!({"type": "number", "multipleOf": 1e-300, "minimum": 1}),
+        json!({"type": "number", "multipleOf": 1e-300, "maximum": -1}),
+        json!({"type": "number", "multipleOf": 1e-300, "minimum": 1e308, "maximum": -1e308}),
+        json!({"type": "number", "minimum": 1e308}),
+        json!({"type": "number", "minimum": -1e308, "maximum": 1e308}),
+        json!({"type": "number", "multipleOf": 1e308, "minimum": -1e308}),
+        json!({"type": "object", "minProperties": 1e300}),
+        json!({"type": "array", "minItems": 1e300, "uniqueItems": true, "items": {"enum": [1]}}),
+    ] {
+        for seed in [0, 7, u64::MAX] {
+            let _ = instance_for(&schema, seed);
+        }
+    }
+}
+
+#[test]
+fn a_small_multiple_above_a_minimum_stays_in_bounds() {
+    let schema = json!({"type": "number", "multipleOf": 1e-300, "minimum": 1});
+    let value = instance_for(&schema, 3);
+    assert!(value.as_f64().is_some_and(|v| v >= 1.0), "{value}");
+}
