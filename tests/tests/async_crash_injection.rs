@@ -172,9 +172,40 @@ async fn a_worker_killed_while_the_receiver_hangs() {
     wait_for("the webhook post", || h.receiver.posts().len() == 1).await;
     run.abort();
     assert!(run.await.unwrap_err().is_cancelled());
-    assert_eq!(h.view(&id).await.status, "IN_PROGRESS");
+    // The final status was saved before the post; the delivery's outcome never was.
+    let view = h.view(&id).await;
+    assert_eq!(
+        (view.status, view.webhook_status),
+        ("SUCCEEDED", WebhookStatus::Pending)
+    );
 
     h.settle(&id, redelivered(&h, run_job(&id)), 20).await;
+    assert_nothing_lost_nothing_doubled(&h, &id).await;
+    assert_eq!(h.model.calls(), 1);
+    assert_eq!(h.posts_for(&id).len(), 2, "the hung post, then one that was answered");
+}
+
+/// The write that records a first webhook attempt (the final status was saved before it).
+fn first_attempt_recorded(record: &nimbus_shared::ports::Record) -> bool {
+    request_with_status(record, "SUCCEEDED")
+        && record.body["delivery"]["attempts"]
+            .as_array()
+            .is_some_and(|attempts| attempts.len() == 1)
+}
+
+#[tokio::test]
+async fn a_worker_killed_while_the_receiver_hangs_whose_message_is_lost() {
+    let h = AsyncHarness::embedded(settings());
+    h.receiver.then([Reply::Hang]);
+    let id = h.submit(submission("killed-mid-post-lost", json!({}))).await;
+    h.queue.take_sent();
+    let run = h.spawn_run(&run_job(&id));
+    wait_for("the webhook post", || h.receiver.posts().len() == 1).await;
+    run.abort();
+    assert!(run.await.unwrap_err().is_cancelled());
+
+    // Only the due index is left: it was moved before the final status was saved.
+    h.settle(&id, Vec::new(), 20).await;
     assert_nothing_lost_nothing_doubled(&h, &id).await;
     assert_eq!(h.model.calls(), 1);
     assert_eq!(h.posts_for(&id).len(), 2, "the hung post, then one that was answered");
@@ -186,7 +217,7 @@ async fn the_delivery_times_out_and_the_final_write_is_refused() {
     h.receiver.then([Reply::Timeout]);
     let id = h.submit(submission("timeout-then-died", json!({}))).await;
     h.queue.take_sent();
-    h.state.fail_writes(1, |r| request_with_status(r, "SUCCEEDED"));
+    h.state.fail_writes(1, first_attempt_recorded);
     assert_eq!(h.run_request(&id).await, STORAGE_RETRY);
     assert_eq!(h.posts_for(&id).len(), 1);
 
@@ -203,7 +234,7 @@ async fn the_record_save_refused_after_a_successful_delivery() {
     let h = AsyncHarness::embedded(settings());
     let id = h.submit(submission("delivered-then-died", json!({}))).await;
     h.queue.take_sent();
-    h.state.fail_writes(1, |r| request_with_status(r, "SUCCEEDED"));
+    h.state.fail_writes(1, first_attempt_recorded);
     assert_eq!(h.run_request(&id).await, STORAGE_RETRY);
     assert_eq!(
         h.posts_for(&id).len(),

@@ -531,6 +531,7 @@ async fn a_run_waits_for_a_model_slot_held_by_a_batch() {
         token: "batch_1.00000",
         now_ms: now,
         until_ms: now + 3_600_000,
+        waiting: None,
     };
     assert_eq!(model_slots::acquire(h.state.as_ref(), batch_line).await.unwrap(), 1);
 
@@ -557,7 +558,7 @@ async fn a_run_waits_for_a_model_slot_held_by_a_batch() {
     assert_eq!(h.queue.take_sent(), [again(55)]);
     assert_eq!(h.model.calls(), 0);
 
-    model_slots::release(h.state.as_ref(), MODEL, "batch_1.00000", h.now_ms())
+    model_slots::release(h.state.as_ref(), h.queue.as_ref(), MODEL, "batch_1.00000", h.now_ms())
         .await
         .unwrap();
     assert_eq!(h.run_request(&id).await, JobOutcome::Done);
@@ -594,6 +595,7 @@ async fn a_hanging_webhook_receiver_does_not_hold_the_model_slot() {
         token: "batch_1.00000",
         now_ms: now,
         until_ms: now + 60_000,
+        waiting: None,
     };
     assert_eq!(
         model_slots::acquire(h.state.as_ref(), batch_line).await.unwrap(),

@@ -293,7 +293,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let requeued = parts.async_requests.take_over(&lock).await?;
     if requeued > 0 {
-        tracing::info!(requeued, "queued unfinished async requests again");
+        tracing::info!(requeued, "queued unfinished async requests (and their webhooks) again");
+    }
+    let deliveries = state.batch_webhooks.take_over(&lock).await?;
+    if deliveries > 0 {
+        tracing::info!(deliveries, "queued pending batch event webhooks again");
     }
     let workers = spawn_queue_workers(
         Arc::clone(&adapters.queue),

@@ -3,7 +3,7 @@
 //! a webhook retry that is due gets its job; a request past its retention is deleted with its
 //! output.
 
-use super::records::{StoredRequest, KIND};
+use super::records::{webhook_body_key, StoredRequest, KIND};
 use super::runner::expired_error;
 use super::service::AsyncService;
 use super::{AsyncStatus, DUE_LANE};
@@ -132,7 +132,10 @@ impl AsyncService {
                 if now < purge_at {
                     return self.due.set(DUE_LANE, request_id, purge_at).await;
                 }
-                if let Some(key) = request.saved_output_key() {
+                let webhook_body = request
+                    .webhook_body_saved
+                    .then(|| webhook_body_key(&request.project, request_id));
+                for key in request.saved_output_key().into_iter().chain(webhook_body) {
                     match self.deps.blobs.delete(&key).await {
                         Ok(()) | Err(StorageError::NotFound) => {}
                         Err(err) => return Err(err),

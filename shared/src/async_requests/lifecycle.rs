@@ -3,6 +3,7 @@
 
 use super::records::{ErrorEntry, StoredRequest};
 use super::service::AsyncService;
+use super::wire::webhook_body;
 use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;
 use crate::ports::StorageError;
@@ -76,7 +77,7 @@ impl AsyncService {
 
     /// Move the request's due-index entry to `at`: one write when the record knows the entry's
     /// version (it was saved with the version this move makes, see [`StoredRequest::due_version`]).
-    async fn move_due_entry(&self, request: &StoredRequest, at: i64) -> Result<(), StorageError> {
+    pub(crate) async fn move_due_entry(&self, request: &StoredRequest, at: i64) -> Result<(), StorageError> {
         match request.due_version {
             Some(version) if version > 1 => {
                 self.due
@@ -135,11 +136,14 @@ impl StoredRequest {
         }
         request.lease_until_ms = None;
         request.next_run_at_ms = None;
+        // The body every attempt sends (a saved output is put in it before the first attempt).
+        let body = webhook_body(request, None, now);
+        request.webhook_body_saved = false;
         request.delivery = request.webhook_endpoint.clone().map(|url| {
             Delivery::new(
                 webhook_id(&request.request_id),
                 url,
-                String::new(),
+                body,
                 SignatureStyle::StandardAndBaseten,
                 Some(request.request_id.clone()),
                 now,

@@ -18,6 +18,7 @@
 //! run finds the saved output (if it got that far) and never calls the model again.
 
 mod classify;
+mod deliver;
 mod due_work;
 mod error;
 mod execute;

@@ -106,9 +106,13 @@ pub(crate) struct StoredRequest {
     /// The saved output's size (its blob is at [`output_key`]).
     #[serde(default)]
     pub output_bytes: Option<u64>,
-    /// The webhook delivery, once there is a result to deliver.
+    /// The webhook delivery, once there is a result to deliver. Its body is built once, when the
+    /// request ends, and every attempt sends those bytes: kept in the delivery when small,
+    /// else in a blob at [`webhook_body_key`] (then `webhook_body_saved`).
     #[serde(default)]
     pub delivery: Option<Delivery>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub webhook_body_saved: bool,
     /// The version of this request's due-index entry, as far as this record knows (it saves a
     /// read when the entry moves; a stale value only costs that read).
     #[serde(default)]
@@ -150,6 +154,11 @@ impl StoredRequest {
             .as_ref()
             .is_some_and(|delivery| delivery.state == DeliveryState::Pending)
     }
+}
+
+/// The blob key of a request's webhook body, when too large to keep in its record.
+pub(crate) fn webhook_body_key(project: &str, request_id: &str) -> String {
+    format!("async/{project}/{request_id}/webhook.json")
 }
 
 /// The blob key of a request's output.

@@ -1,5 +1,5 @@
-//! The worker's side: `async_run` runs a request (slots, retries, saved output, first webhook
-//! attempt), `async_deliver` makes a later webhook attempt.
+//! The worker's side: `async_run` runs a request (slots, retries, saved output, then the first
+//! webhook attempt in `deliver.rs`), `async_deliver` makes a later webhook attempt.
 //!
 //! Crash safety: the output is saved to the blob store before the record says so and before any
 //! webhook is sent. A worker that dies leaves an open attempt; the next run of the message finds
@@ -8,16 +8,13 @@
 //! both win.
 
 use super::classify::{RunFailure, ASYNC_REQUEST_EXPIRED, MODEL_PREDICT_ERROR};
-use super::lifecycle::expect_due_move;
 use super::records::{output_key, Attempt, ErrorEntry, StoredRequest, KIND};
 use super::service::AsyncService;
-use super::wire::webhook_body;
 use super::AsyncStatus;
 use crate::jobs::{JobMessage, JobRunner};
-use crate::model_slots::{self, SlotRequest};
+use crate::model_slots::{self, SlotRequest, Waiting};
 use crate::ports::{JobOutcome, Priority, StorageError, WebhookTransport};
 use crate::records::Loaded;
-use crate::webhooks::delivery::DeliveryState;
 use crate::webhooks::SecretSource;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -32,9 +29,9 @@ const SLOT_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// Runs the async jobs.
 pub struct AsyncRunner {
-    service: Arc<AsyncService>,
-    transport: Arc<dyn WebhookTransport>,
-    secrets: Arc<dyn SecretSource>,
+    pub(super) service: Arc<AsyncService>,
+    pub(super) transport: Arc<dyn WebhookTransport>,
+    pub(super) secrets: Arc<dyn SecretSource>,
 }
 
 impl AsyncRunner {
@@ -74,7 +71,13 @@ fn slot_wait(waited_ms: i64) -> Duration {
     Duration::from_secs(u64::try_from(waited_ms / 10_000).unwrap_or(0)).clamp(SLOT_WAIT_MIN, SLOT_WAIT_MAX)
 }
 
-fn wait_until(at_ms: i64, now_ms: i64) -> JobOutcome {
+/// How long a waiting request stays listed after a look: past its next look (`wait` away) with
+/// room for a late message.
+fn waiting_listed_ms(wait: Duration) -> i64 {
+    i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 4) * 2 + 30_000
+}
+
+pub(super) fn wait_until(at_ms: i64, now_ms: i64) -> JobOutcome {
     JobOutcome::Retry {
         retry_after: Duration::from_millis(u64::try_from(at_ms - now_ms).unwrap_or(0).max(100)),
     }
@@ -90,12 +93,15 @@ impl AsyncRunner {
         let now = service.now_ms();
         let request = &loaded.body;
         if request.status.is_final() {
+            // Woken while waiting for a slot after it ended (cancelled): off the list.
+            self.leave_waiting_list(request).await;
             return Ok(JobOutcome::Done);
         }
         if let Some(until) = request.lease_until_ms.filter(|until| *until > now) {
             return Ok(wait_until(until, now));
         }
         if request.status == AsyncStatus::Queued && now >= request.queue_deadline_ms() {
+            self.leave_waiting_list(request).await;
             let error = expired_error(request.max_time_in_queue_s);
             loaded.body.conclude(AsyncStatus::Expired, Some(error), None, now);
             return self.finish(loaded, None, now).await;
@@ -122,11 +128,13 @@ impl AsyncRunner {
         }
         let request = &loaded.body;
         if request.attempts.len() >= request.retry.max_attempts as usize {
+            self.leave_waiting_list(request).await;
             let error = request.attempts.last().and_then(|a| a.error.clone());
             loaded.body.conclude(AsyncStatus::Failed, error, None, now);
             return self.finish(loaded, None, now).await;
         }
-        // The model's concurrency, shared with batch lines: no free slot, try again later.
+        // The model's concurrency, shared with batch lines: no slot it may take, so it waits in
+        // the model's list (a release wakes it) and looks again later by itself.
         let lease_until = now + service.lease_ms();
         let slot_model = service
             .settings
@@ -134,6 +142,7 @@ impl AsyncRunner {
             .get(&request.model_id)
             .map(|limit| (request.model_id.clone(), *limit));
         if let Some((model, limit)) = &slot_model {
+            let wait = slot_wait(now - request.created_at_ms);
             let request = SlotRequest {
                 model,
                 limit: *limit,
@@ -141,9 +150,13 @@ impl AsyncRunner {
                 token: request_id,
                 now_ms: now,
                 until_ms: lease_until,
+                waiting: Some(Waiting {
+                    priority: request.priority,
+                    created_at_ms: request.created_at_ms,
+                    until_ms: now + waiting_listed_ms(wait),
+                }),
             };
             if model_slots::acquire(state, request).await? == 0 {
-                let wait = slot_wait(now - loaded.body.created_at_ms);
                 return Ok(self.run_again_after(request_id, loaded.body.priority, wait).await);
             }
         }
@@ -162,13 +175,26 @@ impl AsyncRunner {
         }
     }
 
-    /// Hand back the model slot the run took, if it took one.
+    /// Hand back the model slot the run took, if it took one (waking the request owed it).
     async fn release_slot(&self, slot: Option<&(String, u32)>, request_id: &str) {
         if let Some((model, _)) = slot {
-            let state = self.service.deps.state.as_ref();
-            if let Err(err) = model_slots::release(state, model, request_id, self.service.now_ms()).await {
+            let deps = &self.service.deps;
+            let now = self.service.now_ms();
+            if let Err(err) =
+                model_slots::release(deps.state.as_ref(), deps.queue.as_ref(), model, request_id, now).await
+            {
                 tracing::warn!(error = %err, "could not release a model slot; its lease will expire");
             }
+        }
+    }
+
+    /// Take a request that will not run (any more) off its model's waiting list, if it has a
+    /// limited model: the next waiter is woken if a slot is free.
+    async fn leave_waiting_list(&self, request: &StoredRequest) {
+        let limited = self.service.settings.model_limits.get(&request.model_id);
+        if let Some(limit) = limited {
+            self.release_slot(Some(&(request.model_id.clone(), *limit)), &request.request_id)
+                .await;
         }
     }
 
@@ -286,106 +312,6 @@ impl AsyncRunner {
             }),
             Err(err) => Err(err),
         }
-    }
-
-    /// Save a concluded request after one delivery attempt, and schedule what comes next.
-    async fn finish(
-        &self,
-        mut loaded: Loaded<StoredRequest>,
-        output: Option<Value>,
-        now: i64,
-    ) -> Result<JobOutcome, StorageError> {
-        self.attempt_delivery(&mut loaded.body, output.as_ref(), now).await;
-        expect_due_move(&mut loaded.body);
-        match loaded.save(self.service.deps.state.as_ref()).await {
-            Ok(()) => self.service.count_status(loaded.body.status),
-            // Someone else concluded it meanwhile: theirs stands.
-            Err(StorageError::Conflict) => return Ok(JobOutcome::Done),
-            Err(err) => return Err(err),
-        }
-        self.service.schedule_next_look(&loaded.body, now).await?;
-        Ok(JobOutcome::Done)
-    }
-
-    /// One webhook attempt for a concluded request (when it owes one): the body is built from the
-    /// saved output now (so its `time` is the attempt's), signed with the project's secrets.
-    async fn attempt_delivery(&self, request: &mut StoredRequest, output: Option<&Value>, now: i64) {
-        if !request.delivery_pending() {
-            return;
-        }
-        let body = webhook_body(request, output, now);
-        let secrets = match self.secrets.signing_secrets(&request.project).await {
-            Ok(secrets) => Some(secrets),
-            Err(err) => {
-                tracing::warn!(error = %err, "could not read the project's webhook secrets");
-                None
-            }
-        };
-        let allow_unsigned = self.service.settings.allow_unsigned_webhooks;
-        let delays = &self.service.settings.webhook_retry_delays;
-        let Some(delivery) = request.delivery.as_mut() else {
-            return;
-        };
-        delivery.body = body;
-        match secrets {
-            Some(secrets) if !secrets.is_empty() || allow_unsigned => {
-                delivery
-                    .attempt_on(self.transport.as_ref(), &secrets, now, delays)
-                    .await;
-            }
-            Some(_) => {
-                delivery.record_failure(
-                    "The project has no webhook secret and unsigned webhooks are not allowed: create one with POST /v1/webhook_secrets.",
-                    now,
-                    delays,
-                );
-            }
-            None => {
-                delivery.record_failure("The project's webhook secrets could not be read.", now, delays);
-            }
-        }
-        // The body is rebuilt from the saved output on every attempt; the record keeps it small.
-        delivery.body.clear();
-        if delivery.state == DeliveryState::Failed && request.status == AsyncStatus::Succeeded {
-            request.status = AsyncStatus::WebhookFailed;
-            request.status_at_ms = now;
-        }
-    }
-
-    async fn deliver(&self, request_id: &str, attempt: u32) -> Result<JobOutcome, StorageError> {
-        let service = &self.service;
-        let state = service.deps.state.as_ref();
-        let Some(mut loaded) = Loaded::<StoredRequest>::get(state, KIND, request_id).await? else {
-            return Ok(JobOutcome::Done);
-        };
-        let now = service.now_ms();
-        let request = &loaded.body;
-        let Some(delivery) = request.delivery.as_ref().filter(|_| request.delivery_pending()) else {
-            return Ok(JobOutcome::Done);
-        };
-        if delivery.attempts.len() + 1 != attempt as usize {
-            // Stale: that attempt was made (or this message is a duplicate).
-            return Ok(JobOutcome::Done);
-        }
-        if let Some(at) = delivery.next_attempt_at_ms.filter(|at| *at > now + 1000) {
-            return Ok(wait_until(at, now));
-        }
-        let output = match request.saved_output_key() {
-            Some(key) => service
-                .saved_output(&key)
-                .await?
-                .and_then(|saved| serde_json::from_slice::<Value>(&saved).ok()),
-            None => None,
-        };
-        self.attempt_delivery(&mut loaded.body, output.as_ref(), now).await;
-        expect_due_move(&mut loaded.body);
-        match loaded.save(state).await {
-            Ok(()) => {}
-            Err(StorageError::Conflict) => return Ok(JobOutcome::Done),
-            Err(err) => return Err(err),
-        }
-        service.schedule_next_look(&loaded.body, now).await?;
-        Ok(JobOutcome::Done)
     }
 }
 

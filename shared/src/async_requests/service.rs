@@ -196,6 +196,7 @@ impl AsyncService {
             errors: Vec::new(),
             output_bytes: None,
             delivery: None,
+            webhook_body_saved: false,
             due_version: Some(1),
         };
         let record = Record {

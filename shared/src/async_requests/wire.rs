@@ -132,14 +132,15 @@ impl AsyncRequestView {
     }
 }
 
-/// The webhook body Baseten sends: the output under `data`, or `data: null` and the errors.
-pub(crate) fn webhook_body(request: &StoredRequest, output: Option<&Value>, now_ms: i64) -> String {
+/// The webhook body Baseten sends: the output under `data`, or `data: null` and the errors;
+/// `time` is when the request ended (`at_ms`). Built once per request: retries resend it.
+pub(crate) fn webhook_body(request: &StoredRequest, output: Option<&Value>, at_ms: i64) -> String {
     json!({
         "request_id": request.request_id,
         "model_id": request.model_id,
         "deployment_id": null,
         "type": "async_request_completed",
-        "time": rfc3339(now_ms),
+        "time": rfc3339(at_ms),
         "data": output.map(|output| json!({"output": output})),
         "errors": request.errors,
     })

@@ -27,13 +27,14 @@ impl BatchService {
             token,
             now_ms: self.now_ms(),
             until_ms,
+            waiting: None,
         };
         Ok(model_slots::acquire(self.state.as_ref(), request).await?)
     }
 
-    /// Hand back the run's slots.
+    /// Hand back the run's slots (waking the async requests owed them).
     pub(crate) async fn release_slots(&self, model: &str, token: &str) -> Result<(), BatchesError> {
-        Ok(model_slots::release(self.state.as_ref(), model, token, self.now_ms()).await?)
+        Ok(model_slots::release(self.state.as_ref(), self.queue.as_ref(), model, token, self.now_ms()).await?)
     }
 
     /// Drop the slot leases of every run, of every model; how many. Only for a worker that knows

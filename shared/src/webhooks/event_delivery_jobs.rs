@@ -11,7 +11,7 @@ use super::events::{
     due_at, BatchWebhooks, StoredDelivery, DELIVERY_KIND, DELIVERY_LANE, DELIVERY_RETENTION_MS, LOST_MESSAGE_GRACE_MS,
 };
 use crate::jobs::{JobMessage, JobRunner};
-use crate::ports::{JobOutcome, StorageError};
+use crate::ports::{JobOutcome, SoleWorkerGuard, StorageError};
 use crate::records::Loaded;
 use crate::scheduler::{ScheduleError, ScheduledTask};
 use async_trait::async_trait;
@@ -136,6 +136,42 @@ impl BatchWebhooks {
             }
         }
         Ok(())
+    }
+}
+
+impl BatchWebhooks {
+    /// The local server's start: queue the next attempt of every pending delivery (the previous
+    /// process's queue, and its messages, are gone; the due index would look only
+    /// [`LOST_MESSAGE_GRACE_MS`] later), dropping leases of attempts that died with it. An attempt
+    /// due within a queue delay gets a delayed message, a later one is left to the scheduler.
+    /// `_guard` proves this process is the storage's only worker; run it before any job starts.
+    /// Returns how many were queued.
+    pub async fn take_over(&self, _guard: &dyn SoleWorkerGuard) -> Result<u64, StorageError> {
+        let state = self.state.as_ref();
+        let now_ms = self.clock.now_unix_ms();
+        let mut queued = 0;
+        for item in self.due.due(DELIVERY_LANE, i64::MAX, usize::MAX).await? {
+            let Some(mut loaded) = Loaded::<StoredDelivery>::get(state, DELIVERY_KIND, &item.target).await? else {
+                continue;
+            };
+            if loaded.body.delivery.is_final() {
+                continue;
+            }
+            if loaded.body.lease_until_ms > now_ms {
+                loaded.body.lease_until_ms = 0;
+                loaded.save(state).await?;
+            }
+            let wait_ms = (due_at(&loaded.body) - now_ms).max(0);
+            if wait_ms > MAX_MESSAGE_DELAY_MS {
+                continue;
+            }
+            let attempt = u32::try_from(loaded.body.delivery.attempts.len() + 1).unwrap_or(u32::MAX);
+            let delay = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
+            if self.send_attempt(&item.target, attempt, delay).await {
+                queued += 1;
+            }
+        }
+        Ok(queued)
     }
 }
 
