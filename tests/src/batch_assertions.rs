@@ -21,6 +21,7 @@ pub fn assert_counts_and_usage(batch: &BatchObject, all: &[String], ran: &[Strin
             total: all.len() as u64,
             completed,
             failed: all.len() as u64 - completed,
+            not_run: batch.request_counts.not_run,
         },
         "request_counts of {}",
         batch.id

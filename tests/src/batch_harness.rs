@@ -46,8 +46,10 @@ pub fn settings() -> BatchSettings {
         lines_per_chunk: 10,
         max_chunk_bytes: 1 << 20,
         line_concurrency: 4,
+        checkpoint_lines: 1,
         checkpoint_interval: Duration::from_millis(50),
         status_poll_interval: Duration::from_millis(50),
+        live_progress_always: false,
         max_run: Duration::from_secs(60),
         requeue_after: Duration::from_secs(1),
         allow_short_windows: false,
@@ -360,7 +362,7 @@ impl Harness {
     }
 
     pub async fn batch(&self, id: &str) -> BatchObject {
-        self.service.get_batch(PROJECT, id).await.unwrap()
+        self.service.get_batch(PROJECT, id, false).await.unwrap()
     }
 
     /// The next visible message, if any (hidden for [`VISIBILITY`] once received).

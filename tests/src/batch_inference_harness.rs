@@ -211,6 +211,7 @@ pub async fn assert_each_inference_once(h: &Harness, batch: &SubmittedBatch) {
             total: batch.contents.len() as u64,
             completed: succeeding.len() as u64,
             failed: failing.len() as u64,
+            not_run: stored.request_counts.not_run,
         }
     );
     let (input, output) = records.values().fold((0, 0), |(i, o), r| {

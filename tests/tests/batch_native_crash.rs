@@ -488,3 +488,30 @@ async fn a_restarted_local_server_takes_over_a_dead_processs_parts_at_once() {
     let batch = n.provider_finishes(&created.id).await;
     n.assert_finished_exactly_once(&batch, &native_ids, &local_ids).await;
 }
+
+#[tokio::test]
+async fn a_native_line_whose_credentials_cannot_be_sealed_fails_at_once_with_its_code() {
+    let n = native();
+    let ids: Vec<String> = (0..3).map(|i| format!("big-{i}")).collect();
+    let mut lines = Vec::new();
+    for id in &ids {
+        let mut line: serde_json::Value =
+            serde_json::from_str(&lines_for(NATIVE, std::slice::from_ref(id))[0]).unwrap();
+        // Over the sealer's 4 KiB once written as JSON.
+        line["body"]["credentials"] = serde_json::json!({"openai_api_key": "k".repeat(5_000)});
+        lines.push(line.to_string());
+    }
+    let created = n.submit(&lines).await;
+    // No staging retried until the batch's expiry: the lines failed in the chunk's first run.
+    let batch = n.h.run_to_end(&created.id).await;
+    assert_eq!(batch.status, BatchStatus::Completed);
+    assert_eq!(batch.request_counts.failed, 3);
+    assert_eq!(batch.request_counts.completed, 0);
+    let results = n.h.results(&batch).await;
+    assert_eq!(results.errors.len(), 3);
+    for error in &results.errors {
+        assert_eq!(error["error"]["code"], "credentials_too_large", "{error}");
+        assert!(ids.iter().any(|id| error["custom_id"] == id.as_str()));
+    }
+    assert_eq!(FakeCalls::get(&n.fake.calls.uploads), 0, "nothing went to the provider");
+}

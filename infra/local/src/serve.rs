@@ -214,6 +214,7 @@ fn local_batch_settings(config: &Config, allow_short_windows: bool) -> BatchSett
         max_run: LOCAL_MAX_RUN,
         requeue_after: Duration::from_secs(60),
         status_poll_interval: Duration::from_millis(500),
+        live_progress_always: true,
         allow_short_windows,
         ..BatchSettings::from_config(config)
     }

@@ -105,6 +105,7 @@ impl BatchService {
             output_expires_after,
             format: BatchFormat::OpenAiJsonl,
             native: Default::default(),
+            live_until_ms: 0,
         };
         // The marker first: a batch the poller cannot see could never be recovered.
         let marker = active_marker(&id, project, created_ms);
@@ -167,8 +168,18 @@ impl BatchService {
         }
     }
 
-    pub async fn get_batch(&self, project: &str, id: &str) -> Result<BatchObject, BatchesError> {
-        Ok(self.owned_batch(project, id).await?.body.batch)
+    /// The batch; with `live` (or on the local server) its counts include what running chunks
+    /// have not saved yet, and a `live` read keeps them publishing (see `live.rs`).
+    pub async fn get_batch(&self, project: &str, id: &str, live: bool) -> Result<BatchObject, BatchesError> {
+        let loaded = self.owned_batch(project, id).await?;
+        if live {
+            self.keep_live(&loaded).await?;
+        }
+        let mut stored = loaded.body;
+        if live || self.settings.live_progress_always {
+            self.with_live_counts(&mut stored).await?;
+        }
+        Ok(stored.batch)
     }
 
     /// The project's batches, newest first.

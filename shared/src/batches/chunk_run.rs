@@ -24,8 +24,27 @@ const FINISH_GRACE: Duration = Duration::from_secs(10);
 const START_GRACE: Duration = Duration::from_secs(30);
 /// The lease outlives the run's deadline by this much.
 const LEASE_MARGIN: Duration = Duration::from_secs(30);
+/// A run saves at least every this many checkpoint intervals while it has unsaved results.
+const CHECKPOINT_MAX_GAPS: u32 = 12;
 /// How long a run waits for a model's slots before handing the chunk back.
 const SLOT_WAIT: Duration = Duration::from_secs(10);
+
+/// The error code of a provider-native line whose dynamic credentials are too large to seal.
+pub(crate) const CREDENTIALS_TOO_LARGE: &str = "credentials_too_large";
+
+/// Why a line with [`CREDENTIALS_TOO_LARGE`] failed.
+fn credentials_too_large_message() -> String {
+    format!(
+        "The request's `credentials` are too large to be kept sealed for its provider batch: at most {} bytes as JSON.",
+        crate::ports::MAX_SEALED_PLAINTEXT
+    )
+}
+
+/// Whether a staged line's dynamic credentials can be sealed (none at all need no seal).
+fn credentials_sealable(credentials: &HashMap<String, String>) -> bool {
+    credentials.is_empty()
+        || serde_json::to_vec(credentials).is_ok_and(|json| crate::ports::check_sealable(&json).is_ok())
+}
 
 /// The request lines of `bytes` (blank lines are not requests).
 pub(crate) fn request_lines(bytes: &Bytes) -> Vec<Bytes> {
@@ -46,6 +65,18 @@ fn push_line(bytes: &Bytes, start: usize, end: usize, lines: &mut Vec<Bytes>) {
     if !line.trim_ascii().is_empty() {
         lines.push(line);
     }
+}
+
+/// Whether a run with `pending` unsaved results, `since` its last save, saves a segment now:
+/// once `checkpoint_lines` are pending (so a batch's saves grow with its lines, whatever its
+/// model's latency), no sooner than `checkpoint_interval` after the last save, and at the latest
+/// after [`CHECKPOINT_MAX_GAPS`] intervals (bounding what a crash makes run again; a run that
+/// ends saves what it has anyway).
+fn checkpoint_due(settings: &super::BatchSettings, pending: u64, since: Duration) -> bool {
+    let interval = settings.checkpoint_interval;
+    pending > 0
+        && since >= interval
+        && (pending >= settings.checkpoint_lines || since >= interval * CHECKPOINT_MAX_GAPS)
 }
 
 fn until(deadline: Instant, before: Duration) -> Instant {
@@ -87,6 +118,7 @@ impl BatchService {
             index,
             token: token.clone(),
             lease_until_ms,
+            live: super::live::LivePublisher::new(batch_id, index),
         };
         let input = match self
             .blobs
@@ -123,6 +155,7 @@ impl BatchService {
         let signal = Arc::new(StopSignal {
             stop: AtomicBool::new(false),
             status_seen_ms: AtomicI64::new(self.now_ms()),
+            live_until_ms: AtomicI64::new(batch.live_until_ms),
         });
         let watcher = tokio::spawn(self.clone().watch_for_stop(batch_id.to_owned(), Arc::clone(&signal)));
         let progress = Progress { chunk, total };
@@ -245,6 +278,7 @@ impl BatchService {
     /// Note a fresh view of the batch; true (and the stop flag set) when lines must stop starting.
     fn observe(&self, signal: &StopSignal, batch: &StoredBatch) -> bool {
         signal.status_seen_ms.store(self.now_ms(), Ordering::SeqCst);
+        signal.live_until_ms.store(batch.live_until_ms, Ordering::SeqCst);
         let stop = batch.batch.status != BatchStatus::InProgress || self.is_overdue(batch);
         if stop {
             signal.stop.store(true, Ordering::SeqCst);
@@ -274,12 +308,23 @@ impl BatchService {
         let last_start = until(deadline, START_GRACE);
         let hard_stop = until(deadline, FINISH_GRACE);
         let chunk_index = run.index;
+        let ids = self.ids.as_ref();
         let mut results = futures::stream::iter(pending.into_iter().enumerate())
             .map(|(position, line)| async move {
                 if stop.load(Ordering::SeqCst) || Instant::now() >= last_start {
                     return None;
                 }
                 if let Some(request) = kind.native_request(&line) {
+                    if !credentials_sealable(&request.credentials) {
+                        // Its credentials cannot be kept sealed while the provider batch runs:
+                        // the line fails now (staging it would fail at every retry).
+                        let line = kind.not_run(ids, &line, CREDENTIALS_TOO_LARGE, &credentials_too_large_message());
+                        return Some(Ok(LineOutput::Ran(super::lines::LineResult {
+                            line,
+                            ok: false,
+                            usage: Default::default(),
+                        })));
+                    }
                     // Its provider's own batch API runs it: staged, under an id naming its place.
                     let line_in_chunk = lines_done + position as u64;
                     let custom_id = native_custom_id(chunk_index, line_in_chunk);
@@ -305,7 +350,21 @@ impl BatchService {
         let mut last_save = Instant::now();
         let mut interrupted = false;
         loop {
-            match tokio::time::timeout_at(hard_stop, results.next()).await {
+            let live = self.live_now(signal.live_until_ms.load(Ordering::SeqCst));
+            let pending_counts = (segment.completed, segment.failed);
+            let wake = match run.live.wake_at(pending_counts).filter(|_| live) {
+                Some(at) => at.min(hard_stop),
+                None => hard_stop,
+            };
+            let next = tokio::time::timeout_at(wake, results.next()).await;
+            if next.is_err() && Instant::now() < hard_stop {
+                // Woken to publish: no line finished meanwhile.
+                if run.live.due(pending_counts, Instant::now()) {
+                    self.publish_live(&run.live, pending_counts).await;
+                }
+                continue;
+            }
+            match next {
                 Ok(Some(Some(Ok(LineOutput::Ran(result))))) => segment.push(result),
                 Ok(Some(Some(Ok(LineOutput::Staged(custom_id, request))))) => {
                     segment.stage(&run.batch.batch.id, &custom_id, *request);
@@ -318,7 +377,15 @@ impl BatchService {
                     break;
                 }
             }
-            if last_save.elapsed() >= self.settings.checkpoint_interval {
+            let live = self.live_now(signal.live_until_ms.load(Ordering::SeqCst));
+            let pending_counts = (segment.completed, segment.failed);
+            if live && !checkpoint_due(&self.settings, segment.lines, last_save.elapsed()) {
+                if run.live.due(pending_counts, Instant::now()) {
+                    self.publish_live(&run.live, pending_counts).await;
+                }
+                continue;
+            }
+            if checkpoint_due(&self.settings, segment.lines, last_save.elapsed()) {
                 let lines = segment.lines;
                 let finished = saved + lines == total;
                 match self
@@ -389,6 +456,8 @@ struct Progress {
 struct StopSignal {
     stop: AtomicBool,
     status_seen_ms: AtomicI64,
+    /// Until when the batch was last seen live (see `live.rs`).
+    live_until_ms: AtomicI64,
 }
 
 #[derive(Default)]
@@ -400,9 +469,45 @@ struct RunOutcome {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
-    use super::request_lines;
+    use super::{checkpoint_due, request_lines};
     use bytes::Bytes;
+    use std::time::Duration;
+
+    #[test]
+    fn checkpoints_come_with_lines_not_with_time() {
+        let config = crate::config::Config::from_toml("").unwrap();
+        let settings = crate::batches::BatchSettings::from_config(&config);
+        assert_eq!(
+            (settings.checkpoint_lines, settings.checkpoint_interval),
+            (500, Duration::from_secs(10))
+        );
+        let secs = Duration::from_secs;
+        // A slow model: 100 lines a minute is no reason to save every 10 s.
+        assert!(!checkpoint_due(&settings, 100, secs(60)));
+        assert!(checkpoint_due(&settings, 500, secs(60)));
+        // A fast one: 500 lines in a second wait for the interval.
+        assert!(!checkpoint_due(&settings, 5_000, secs(1)));
+        assert!(checkpoint_due(&settings, 5_000, secs(10)));
+        // A very slow one still saves every 2 minutes; nothing pending, nothing to save.
+        assert!(checkpoint_due(&settings, 3, secs(120)));
+        assert!(!checkpoint_due(&settings, 0, secs(600)));
+        // A 1,000-line chunk on a 2 s model (16 at once, ~126 s): one save half-way, one at the end.
+        let (mut pending, mut since, mut saves) = (0, Duration::ZERO, 0);
+        for _wave in 0..63 {
+            pending += 16;
+            since += secs(2);
+            if checkpoint_due(&settings, pending, since) {
+                (pending, since, saves) = (0, Duration::ZERO, saves + 1);
+            }
+        }
+        assert_eq!(
+            (saves, pending > 0),
+            (1, true),
+            "then the last save at the end of the run"
+        );
+    }
 
     #[test]
     fn request_lines_skip_blank_lines_and_keep_a_last_line_without_newline() {

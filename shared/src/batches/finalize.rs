@@ -274,6 +274,7 @@ impl BatchService {
             object.output_file_id = output_file_id.clone();
             object.error_file_id = error_file_id.clone();
             object.request_counts.failed += unrun;
+            object.request_counts.not_run += unrun;
             batch.finalize_lease_until_ms = 0;
             if let BatchFormat::TensorZero(plan) = &mut batch.format {
                 // Nothing runs any more: the credentials go.
@@ -364,6 +365,7 @@ impl BatchService {
         for record in list_all(self.state.as_ref(), PART_KIND, &stored.batch.id).await? {
             self.state.delete(PART_KIND, &record.id, None).await?;
         }
+        self.delete_live(&stored.batch.id).await?;
         self.release_input(stored).await?;
         if self.state.get(ACTIVE_KIND, &stored.batch.id).await?.is_some() {
             self.tell_ended(stored).await?;

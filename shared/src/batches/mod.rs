@@ -19,6 +19,7 @@ mod create_checks;
 mod finalize;
 pub mod input_validation;
 mod lines;
+mod live;
 mod missing_input;
 mod native;
 mod progress;
@@ -97,9 +98,16 @@ pub struct BatchSettings {
     pub max_chunk_bytes: u64,
     /// Lines of one chunk in flight at once.
     pub line_concurrency: usize,
+    /// A running chunk saves a segment once this many results are pending...
+    pub checkpoint_lines: u64,
+    /// ...at most once per this interval, and at least every 12 intervals.
     pub checkpoint_interval: Duration,
     /// How often a running chunk looks at its batch to notice a cancel (a checkpoint counts).
     pub status_poll_interval: Duration,
+    /// Running chunks publish their unsaved counts every [`LIVE_PROGRESS_INTERVAL`] for every
+    /// batch (the local server, where writes cost nothing); otherwise only while a client asks
+    /// for live progress (`GET /v1/batches/{id}?live=true`, as `nimbus batch watch` does).
+    pub live_progress_always: bool,
     /// The longest a worker runs one message (the Lambda timeout, less a margin).
     pub max_run: Duration,
     /// A chunk or validation not picked up for this long after it was enqueued is enqueued again.
@@ -141,8 +149,12 @@ impl BatchSettings {
             lines_per_chunk: batches.lines_per_chunk,
             max_chunk_bytes: batches.max_chunk_bytes,
             line_concurrency: batches.line_concurrency,
+            checkpoint_lines: batches.checkpoint_lines,
             checkpoint_interval: Duration::from_millis(batches.checkpoint_interval_ms),
-            status_poll_interval: Duration::from_secs(5),
+            // Each look is a read: every 30 s a chunk's run costs a few reads however slow its
+            // model (a cancel stops new lines within that; the batch itself ends at once).
+            status_poll_interval: Duration::from_secs(30),
+            live_progress_always: false,
             max_run: Duration::from_secs(240),
             requeue_after: Duration::from_secs(1800),
             allow_short_windows: false,

@@ -100,6 +100,8 @@ pub(crate) struct ChunkRun<'a> {
     pub index: u32,
     pub token: String,
     pub lease_until_ms: i64,
+    /// Publishes the run's unsaved counts (see `live.rs`).
+    pub live: super::live::LivePublisher,
 }
 
 /// Whether a chunk could be taken.
@@ -255,12 +257,13 @@ impl BatchService {
                 current.body.chunks_done += 1;
             }
             let (chunk_record, chunk_version) = chunk.next()?;
-            match self
-                .state
-                .update_all(&[(chunk_record.clone(), chunk_version), current.next()?])
-                .await
-            {
+            let mut writes = vec![(chunk_record.clone(), chunk_version), current.next()?];
+            // What the run published of these lines goes to zero as they are counted.
+            let live_reset = run.live.reset(self.now_ms())?;
+            writes.extend(live_reset.clone());
+            match self.state.update_all(&writes).await {
                 Ok(()) => {
+                    run.live.was_reset(live_reset.map(|(record, _)| record));
                     self.count_lines("workers", segment.completed, segment.failed, staged_lines);
                     chunk.record = chunk_record;
                     *known_chunk = Some(chunk);

@@ -46,6 +46,9 @@ pub(crate) struct StoredBatch {
     /// Lines handed to providers' own batch APIs.
     #[serde(default)]
     pub native: NativeProgress,
+    /// Until when a client asked for live progress (ms; see `live.rs`).
+    #[serde(default)]
+    pub live_until_ms: i64,
 }
 
 /// A batch's provider-native work: lines staged by chunk runs, then packed into parts (one

@@ -173,6 +173,7 @@ impl BatchService {
                 sealed_credentials,
             }),
             native: Default::default(),
+            live_until_ms: 0,
         };
         // The marker first: a batch the poller cannot see could never be recovered.
         let marker = active_marker(&batch_id, project, created_ms);

@@ -34,7 +34,7 @@ impl JobRunner for BatchWorker {
             JobMessage::Validate { batch_id } => self.service.run_validation(batch_id).await.map(|()| JobOutcome::Done),
             JobMessage::Chunk { batch_id, chunk } => self.service.run_chunk(batch_id, *chunk, deadline).await,
             JobMessage::Finalize { batch_id } => self.service.finalize_job(batch_id).await,
-            JobMessage::Native { batch_id } => self.service.native_job(batch_id).await,
+            JobMessage::Native { batch_id } => self.service.native_job(batch_id, deadline).await,
             JobMessage::AsyncRun { .. } | JobMessage::AsyncDeliver { .. } | JobMessage::WebhookDeliver { .. } => {
                 tracing::error!(
                     ?job,

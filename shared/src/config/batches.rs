@@ -15,7 +15,11 @@ pub struct BatchesConfig {
     /// Requests of one chunk in flight at once (per worker).
     #[serde(default = "default_line_concurrency")]
     pub line_concurrency: usize,
-    /// Results are saved (and progress counted) at least this often while a chunk runs.
+    /// A running chunk saves its results (and counts them) once this many are pending, so the
+    /// saves of a batch grow with its lines, not with how long its model takes.
+    #[serde(default = "default_checkpoint_lines")]
+    pub checkpoint_lines: u64,
+    /// ...but at most once per this many milliseconds (and at least every 12× this).
     #[serde(default = "default_checkpoint_interval_ms")]
     pub checkpoint_interval_ms: u64,
     /// Provider-native batches: the shortest gap between two polls of one provider batch.
@@ -40,6 +44,9 @@ fn default_max_chunk_bytes() -> u64 {
 }
 fn default_line_concurrency() -> usize {
     16
+}
+fn default_checkpoint_lines() -> u64 {
+    500
 }
 fn default_checkpoint_interval_ms() -> u64 {
     10_000
@@ -66,6 +73,7 @@ impl Default for BatchesConfig {
             lines_per_chunk: default_lines_per_chunk(),
             max_chunk_bytes: default_max_chunk_bytes(),
             line_concurrency: default_line_concurrency(),
+            checkpoint_lines: default_checkpoint_lines(),
             checkpoint_interval_ms: default_checkpoint_interval_ms(),
             native_poll_interval_ms: default_native_poll_interval_ms(),
             native_poll_max_interval_ms: default_native_poll_max_interval_ms(),
@@ -93,6 +101,12 @@ impl BatchesConfig {
             return Err(ConfigError::invalid(
                 "batches.line_concurrency",
                 "must be between 1 and 1024",
+            ));
+        }
+        if !(1..=50_000).contains(&self.checkpoint_lines) {
+            return Err(ConfigError::invalid(
+                "batches.checkpoint_lines",
+                "must be between 1 and 50000",
             ));
         }
         if !(100..=600_000).contains(&self.checkpoint_interval_ms) {

@@ -108,15 +108,35 @@ async fn list_batches(
     get,
     path = "/v1/batches/{id}",
     tag = "batches",
-    params(("id" = String, Path, description = "The batch's id")),
+    params(
+        ("id" = String, Path, description = "The batch's id"),
+        ("live" = Option<bool>, Query, description = "A Nimbus extension: `true` adds to `request_counts` what running chunks have not saved yet (within 2 s of lines finishing) and keeps them publishing it for the next minute; the local server always does"),
+    ),
     responses((status = 200, body = BatchObject), super::api_doc::OpenAiErrors)
 )]
 async fn get_batch(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
+    ApiQuery(params): ApiQuery<GetParams>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(state.batches.get_batch(&principal.project, &id).await?).into_response())
+    let live = match params.live.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::invalid_request(format!(
+                "Invalid 'live': '{}'. Expected true or false.",
+                excerpt(other)
+            ))
+            .with_param("live"))
+        }
+    };
+    Ok(Json(state.batches.get_batch(&principal.project, &id, live).await?).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct GetParams {
+    live: Option<String>,
 }
 
 /// `POST /v1/batches/{id}/cancel`: stop the batch; finished lines are kept.

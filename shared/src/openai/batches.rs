@@ -42,7 +42,16 @@ impl BatchStatus {
 pub struct RequestCounts {
     pub total: u64,
     pub completed: u64,
+    /// Requests that failed, and (once a cancelled or expired batch ends) those that never ran.
     pub failed: u64,
+    /// A Nimbus extension: of `failed`, the requests that never ran (the batch was cancelled or
+    /// expired before they started); absent while zero, so OpenAI's three counts are unchanged.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub not_run: u64,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

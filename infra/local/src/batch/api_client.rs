@@ -280,6 +280,17 @@ impl BatchApi {
             .await
     }
 
+    /// `GET /batches/{id}?live=true`: a Nimbus server adds what running chunks have not saved
+    /// yet to the counts (other servers may refuse the parameter: see `watch`).
+    pub async fn batch_live(&self, id: &str) -> Result<Value, ApiError> {
+        self.json(|| {
+            let mut url = self.url(&["batches", id]);
+            url.query_pairs_mut().append_pair("live", "true");
+            self.request(Method::GET, url)
+        })
+        .await
+    }
+
     /// `GET /batches?limit=…&after=…`: one page.
     pub async fn list_batches(&self, limit: u32, after: Option<&str>) -> Result<Value, ApiError> {
         self.json(|| {

@@ -207,13 +207,15 @@ fn page_data(page: &Value) -> Vec<Value> {
     page.get("data").and_then(Value::as_array).cloned().unwrap_or_default()
 }
 
-/// Batches as a table: id, status, done/total (failed), endpoint, created.
+/// Batches as a table: id, status, ran/total, failed, not run (a cancel or expiry left them),
+/// endpoint, created.
 fn table(batches: &[Value]) -> String {
     let mut rows = vec![[
         "ID".to_owned(),
         "STATUS".to_owned(),
         "DONE/TOTAL".to_owned(),
         "FAILED".to_owned(),
+        "NOT RUN".to_owned(),
         "ENDPOINT".to_owned(),
         "CREATED".to_owned(),
     ]];
@@ -230,12 +232,13 @@ fn table(batches: &[Value]) -> String {
             text("id"),
             snapshot.status.clone(),
             format!("{}/{}", snapshot.done(), snapshot.counts.total),
-            snapshot.counts.failed.to_string(),
+            snapshot.failed().to_string(),
+            snapshot.not_run().to_string(),
             text("endpoint"),
             created,
         ]);
     }
-    let widths: Vec<usize> = (0..6)
+    let widths: Vec<usize> = (0..7)
         .map(|column| rows.iter().map(|row| row[column].chars().count()).max().unwrap_or(0))
         .collect();
     rows.iter()
@@ -272,15 +275,25 @@ mod tests {
             json!({"id": "batch_1", "status": "in_progress", "endpoint": "/v1/chat/completions",
                    "created_at": 1_700_000_000, "request_counts": {"total": 10, "completed": 3, "failed": 1}}),
             json!({"id": "batch_22", "status": "completed", "endpoint": "/v1/embeddings", "created_at": 1_700_000_060}),
+            json!({"id": "batch_3", "status": "cancelled", "endpoint": "/v1/embeddings", "created_at": 1_700_000_060,
+                   "request_counts": {"total": 5000, "completed": 1200, "failed": 3810, "not_run": 3800}}),
         ];
         let text = table(&batches);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3);
+        assert_eq!(lines.len(), 4);
         assert!(
-            lines[0].starts_with("ID        STATUS       DONE/TOTAL  FAILED"),
+            lines[0].starts_with("ID        STATUS       DONE/TOTAL  FAILED  NOT RUN"),
             "{text}"
         );
-        assert!(lines[1].starts_with("batch_1   in_progress  4/10        1"), "{text}");
+        assert!(
+            lines[1].starts_with("batch_1   in_progress  4/10        1       0"),
+            "{text}"
+        );
         assert!(lines[2].contains("2023-11-14T22:14:20Z"), "{text}");
+        // A cancelled batch is not shown as done: what never ran is apart.
+        assert!(
+            lines[3].starts_with("batch_3   cancelled    1210/5000   10      3800"),
+            "{text}"
+        );
     }
 }

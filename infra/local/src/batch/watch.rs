@@ -25,6 +25,8 @@ const MAX_FAILED_POLLS: u32 = 10;
 pub struct Snapshot {
     pub status: String,
     pub counts: RequestCounts,
+    /// `created_at` (Unix seconds), when the server gave it.
+    pub created_at: Option<i64>,
 }
 
 impl Snapshot {
@@ -39,6 +41,7 @@ impl Snapshot {
                 .get("request_counts")
                 .and_then(|counts| RequestCounts::deserialize(counts).ok())
                 .unwrap_or_default(),
+            created_at: batch.get("created_at").and_then(Value::as_i64),
         }
     }
 
@@ -47,8 +50,39 @@ impl Snapshot {
         BatchStatus::deserialize(Value::from(self.status.as_str())).ok()
     }
 
+    /// Requests that ran (completed, or failed while running).
     pub fn done(&self) -> u64 {
-        self.counts.completed + self.counts.failed
+        self.counts.completed + self.failed()
+    }
+
+    /// Requests that failed while running.
+    pub fn failed(&self) -> u64 {
+        self.counts.failed.saturating_sub(self.counts.not_run)
+    }
+
+    /// Requests that never ran: Nimbus says how many of `failed` they are (`not_run`); a
+    /// server that counts them nowhere leaves them out of `completed + failed` once the batch
+    /// ended cancelled or expired.
+    pub fn not_run(&self) -> u64 {
+        let ended_early = matches!(self.known_status(), Some(BatchStatus::Cancelled | BatchStatus::Expired));
+        let uncounted = self
+            .counts
+            .total
+            .saturating_sub(self.counts.completed + self.counts.failed);
+        self.counts.not_run + if ended_early { uncounted } else { 0 }
+    }
+
+    /// Still checking the input: the total is not known yet.
+    pub fn validating(&self) -> bool {
+        self.known_status() == Some(BatchStatus::Validating) || (self.counts.total == 0 && !self.has_ended())
+    }
+
+    /// Time since the batch was created (zero when unknown or in the future).
+    pub fn age(&self) -> Duration {
+        let now = jiff::Timestamp::now().as_second();
+        self.created_at
+            .map(|created| Duration::from_secs(u64::try_from(now - created).unwrap_or(0)))
+            .unwrap_or_default()
     }
 
     pub fn has_ended(&self) -> bool {
@@ -94,15 +128,20 @@ pub fn short_duration(seconds: f64) -> String {
     }
 }
 
-/// `completed 118 · failed 2 · 12.3/s · ETA 1m 11s` (rate and ETA once known).
+/// `completed 118 · failed 2 · 12.3/s · ETA 1m 11s` (rate and ETA once known; `· not run N`
+/// for requests a cancel or expiry left; `validating the input` before the total is known).
 pub fn progress_text(snapshot: &Snapshot, rate: Option<f64>) -> String {
-    let mut text = format!(
-        "completed {} · failed {}",
-        snapshot.counts.completed, snapshot.counts.failed
-    );
+    if snapshot.validating() {
+        return "validating the input".to_owned();
+    }
+    let mut text = format!("completed {} · failed {}", snapshot.counts.completed, snapshot.failed());
+    let not_run = snapshot.not_run();
+    if not_run > 0 {
+        text.push_str(&format!(" · not run {not_run}"));
+    }
     if let Some(rate) = rate.filter(|_| !snapshot.has_ended()) {
         text.push_str(&format!(" · {rate:.1}/s"));
-        let remaining = snapshot.counts.total.saturating_sub(snapshot.done());
+        let remaining = snapshot.counts.total.saturating_sub(snapshot.done() + not_run);
         if remaining > 0 {
             text.push_str(&format!(" · ETA {}", short_duration(remaining as f64 / rate)));
         }
@@ -130,13 +169,16 @@ enum Display {
     Lines { last: Option<(Snapshot, Instant)> },
 }
 
+/// The bar once the total is known.
+const BAR_STYLE: &str = "{spinner:.green} {prefix:.bold} [{elapsed_precise}] [{bar:30.cyan/blue}] {pos}/{len} {msg}";
+/// Before it is (validating): a spinner, no bar (a bar of 0/0 would be drawn full).
+const SPINNER_STYLE: &str = "{spinner:.green} {prefix:.bold} [{elapsed_precise}] {msg}";
+
 impl Display {
     fn new(console: &Console) -> Self {
         if console.interactive {
-            let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-            bar.set_style(style(
-                "{spinner:.green} {prefix:.bold} [{elapsed_precise}] [{bar:30.cyan/blue}] {pos}/{len} {msg}",
-            ));
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(style(SPINNER_STYLE));
             bar.enable_steady_tick(Duration::from_millis(120));
             Self::Bar(bar)
         } else {
@@ -148,11 +190,20 @@ impl Display {
         match self {
             Self::Bar(bar) => {
                 bar.set_prefix(snapshot.status.clone());
-                bar.set_length(snapshot.counts.total);
-                bar.set_position(snapshot.done());
+                if snapshot.validating() {
+                    bar.unset_length();
+                } else {
+                    if bar.length().is_none() {
+                        bar.set_style(style(BAR_STYLE));
+                    }
+                    bar.set_length(snapshot.counts.total);
+                    bar.set_position(snapshot.done());
+                }
                 if first {
-                    // Progress made before watching began is not this rate's.
+                    // Progress made before watching began is not this rate's; the time is the
+                    // batch's, since it was created (watching again does not restart it).
                     bar.reset_eta();
+                    bar.set_elapsed(snapshot.age());
                 }
                 bar.set_message(progress_text(snapshot, rate));
             }
@@ -265,8 +316,15 @@ async fn poll_until_ended(
 ) -> Result<(), CliError> {
     let mut rate = RateWindow::default();
     let mut failed_polls = 0;
+    // Live counts (a Nimbus extension) until the server says it does not know the parameter.
+    let mut live = true;
     loop {
-        match api.batch(id).await {
+        let polled = if live {
+            api.batch_live(id).await
+        } else {
+            api.batch(id).await
+        };
+        match polled {
             Ok(batch) => {
                 failed_polls = 0;
                 let snapshot = Snapshot::of(&batch);
@@ -276,6 +334,10 @@ async fn poll_until_ended(
                 if snapshot.has_ended() {
                     return Ok(());
                 }
+            }
+            Err(ApiError::Refused { status: 400, .. }) if live => {
+                live = false;
+                continue;
             }
             // Not found, unauthorized…: polling again will not change it.
             Err(err @ ApiError::Refused { status, .. }) if status < 500 => return Err(err.into()),
@@ -295,9 +357,16 @@ async fn poll_until_ended(
 pub fn summary(batch: &Value) -> Vec<String> {
     let snapshot = Snapshot::of(batch);
     let id = batch.get("id").and_then(Value::as_str).unwrap_or("?");
+    let not_run = match snapshot.not_run() {
+        0 => String::new(),
+        n => format!(", {n} not run"),
+    };
     let mut lines = vec![format!(
-        "{id} {}: {} of {} requests completed, {} failed",
-        snapshot.status, snapshot.counts.completed, snapshot.counts.total, snapshot.counts.failed
+        "{id} {}: {} of {} requests completed, {} failed{not_run}",
+        snapshot.status,
+        snapshot.counts.completed,
+        snapshot.counts.total,
+        snapshot.failed()
     )];
     if let Some(errors) = batch.pointer("/errors/data").and_then(Value::as_array) {
         for error in errors.iter().take(50) {
@@ -363,7 +432,9 @@ mod tests {
                 total: 1000,
                 completed: 118,
                 failed: 2,
+                not_run: 0,
             },
+            created_at: None,
         };
         assert_eq!(progress_text(&snapshot, None), "completed 118 · failed 2");
         assert_eq!(
@@ -401,6 +472,57 @@ mod tests {
         assert_eq!(
             summary(&done).last().unwrap(),
             "results: nimbus batch results batch_2 -o results.jsonl --errors errors.jsonl"
+        );
+    }
+
+    #[test]
+    fn lines_that_never_ran_are_not_run_not_failed() {
+        // Nimbus: `failed` includes them, `not_run` says how many.
+        let nimbus = Snapshot::of(&json!({"status": "cancelled",
+            "request_counts": {"total": 5000, "completed": 1200, "failed": 3810, "not_run": 3800}}));
+        assert_eq!((nimbus.done(), nimbus.failed(), nimbus.not_run()), (1210, 10, 3800));
+        assert_eq!(
+            progress_text(&nimbus, Some(3.0)),
+            "completed 1200 · failed 10 · not run 3800"
+        );
+        assert_eq!(
+            summary(&json!({"id": "batch_1", "status": "cancelled",
+                "request_counts": {"total": 5000, "completed": 1200, "failed": 3810, "not_run": 3800}}))[0],
+            "batch_1 cancelled: 1200 of 5000 requests completed, 10 failed, 3800 not run"
+        );
+        // A server that counts them nowhere.
+        let other = Snapshot::of(&json!({"status": "expired",
+            "request_counts": {"total": 100, "completed": 40, "failed": 2}}));
+        assert_eq!((other.done(), other.failed(), other.not_run()), (42, 2, 58));
+        // Still running: the rest is to come, not "not run".
+        let running = Snapshot::of(&json!({"status": "cancelling",
+            "request_counts": {"total": 100, "completed": 40, "failed": 2}}));
+        assert_eq!(running.not_run(), 0);
+    }
+
+    #[test]
+    fn a_validating_batch_has_no_counts_to_show() {
+        let validating =
+            Snapshot::of(&json!({"status": "validating", "request_counts": {"total": 0, "completed": 0, "failed": 0}}));
+        assert!(validating.validating());
+        assert_eq!(progress_text(&validating, None), "validating the input");
+        let running = Snapshot::of(
+            &json!({"status": "in_progress", "request_counts": {"total": 4, "completed": 0, "failed": 0}}),
+        );
+        assert!(!running.validating());
+        // An input without requests ends failed; it is not "validating".
+        assert!(!Snapshot::of(&json!({"status": "failed"})).validating());
+    }
+
+    #[test]
+    fn the_age_runs_from_the_batchs_creation() {
+        let now = jiff::Timestamp::now().as_second();
+        let snapshot = Snapshot::of(&json!({"status": "in_progress", "created_at": now - 125}));
+        assert!((125..=127).contains(&snapshot.age().as_secs()), "{:?}", snapshot.age());
+        assert_eq!(Snapshot::of(&json!({"status": "in_progress"})).age(), Duration::ZERO);
+        assert_eq!(
+            Snapshot::of(&json!({"status": "in_progress", "created_at": now + 60})).age(),
+            Duration::ZERO
         );
     }
 }

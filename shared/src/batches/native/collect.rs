@@ -15,6 +15,7 @@ use crate::providers::{CallContext, ProviderError};
 use bytes::Bytes;
 use serde_json::Value;
 use std::collections::HashMap;
+use tokio::time::Instant;
 
 /// The codes a provider's error file gives lines its batch never ran.
 const PROVIDER_NOT_RUN_CODES: [&str; 2] = ["batch_cancelled", "batch_expired"];
@@ -66,6 +67,7 @@ impl BatchService {
         batch: &StoredBatch,
         part: &mut Loaded<StoredPart>,
         ctx: CallContext<'_>,
+        deadline: Instant,
     ) -> Result<(), BatchesError> {
         let end = part.body.end.clone().unwrap_or_else(|| {
             super::steps::end_without_results("provider_result_missing", "The provider batch returned no results.")
@@ -74,10 +76,9 @@ impl BatchService {
         let mut results: HashMap<String, Value> = HashMap::new();
         for file_id in [&end.output_file_id, &end.error_file_id].into_iter().flatten() {
             let Some(target) = &target else { break };
-            let content = target
-                .api
-                .file_content(file_id, ctx)
-                .await
+            let download = target.api.file_content(file_id, ctx);
+            let content = super::deadline::within(deadline, "a result file's download", download)
+                .await?
                 .map_err(super::steps::provider_failure)?;
             let Some(content) = content else {
                 tracing::warn!(part = %part.body.reference(), file = %file_id, "a provider result file is gone; its lines are listed as missing");
@@ -95,6 +96,7 @@ impl BatchService {
 
         let kind = self.line_kind(batch);
         let mut pending = PendingSegment::default();
+        let mut not_run = 0;
         let mut chunk = ChunkLines {
             index: None,
             lines: Vec::new(),
@@ -109,7 +111,7 @@ impl BatchService {
                     continue;
                 };
                 let original = self.input_line(batch, &mut chunk, chunk_index, line).await?;
-                let not_run = || NativeAnswer::NotRun {
+                let unrun = || NativeAnswer::NotRun {
                     code: end.code.clone(),
                     message: end.message.clone(),
                 };
@@ -117,15 +119,18 @@ impl BatchService {
                     // The provider lists the lines its cancelled or expired batch never ran;
                     // the part's end says why from this batch's side (its cancel, its window).
                     Some(NativeAnswer::NotRun { code, .. }) if PROVIDER_NOT_RUN_CODES.contains(&code.as_str()) => {
-                        not_run()
+                        unrun()
                     }
                     Some(answer) => answer,
-                    None => not_run(),
+                    None => unrun(),
                 };
+                if matches!(answer, NativeAnswer::NotRun { .. }) {
+                    not_run += 1;
+                }
                 pending.push(collect_line(kind.as_ref(), &original, answer).await?);
             }
         }
-        self.save_part_result(batch, part, pending).await
+        self.save_part_result(batch, part, pending, not_run).await
     }
 
     /// Line `line` of chunk `index` of the batch's input.
@@ -159,6 +164,7 @@ impl BatchService {
         batch: &StoredBatch,
         part: &mut Loaded<StoredPart>,
         pending: PendingSegment,
+        not_run: u64,
     ) -> Result<(), BatchesError> {
         let token = self.ids.new_uuid().simple().to_string();
         let prefix = format!("{}/native/{:04}-{token}", batch.results_prefix(), part.body.index);
@@ -177,6 +183,7 @@ impl BatchService {
             let counts = &mut current.body.batch.request_counts;
             counts.completed = (counts.completed + segment.completed).saturating_sub(reported.completed);
             counts.failed = (counts.failed + segment.failed).saturating_sub(reported.failed);
+            counts.not_run += not_run;
             current.body.batch.usage.add_usage(&segment.usage);
             current.body.native.parts_done += 1;
             part.body.state = PartState::Done;

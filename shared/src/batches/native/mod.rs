@@ -12,6 +12,7 @@
 //!   GET, with backoff, and moves `request_counts` as the provider reports progress.
 
 mod collect;
+mod deadline;
 mod plan;
 mod poll;
 pub(crate) mod records;
@@ -25,6 +26,7 @@ use crate::ports::JobOutcome;
 use records::{StoredPart, PART_KIND};
 use std::collections::HashMap;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// How long one worker works on a part before another may take it over.
 const PART_LEASE_MS: i64 = 15 * 60 * 1000;
@@ -112,7 +114,7 @@ impl BatchService {
 
     /// The `native` job: plan the parts once, move every part on as far as it goes now, collect
     /// what ended, and finish the batch when every part is counted.
-    pub(crate) async fn native_job(&self, batch_id: &str) -> Result<JobOutcome, BatchesError> {
+    pub(crate) async fn native_job(&self, batch_id: &str, deadline: Instant) -> Result<JobOutcome, BatchesError> {
         let Some(batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
             return Ok(JobOutcome::Done);
         };
@@ -149,7 +151,14 @@ impl BatchService {
                 continue;
             }
             let index = part.body.index;
-            if let Err(err) = self.advance_part(&batch.body, part, stopping).await {
+            if deadline::step_budget(deadline).is_none() {
+                // Too little left of this invocation for a provider call: the rest goes on in
+                // the next one, at once.
+                return Ok(JobOutcome::Retry {
+                    retry_after: Duration::ZERO,
+                });
+            }
+            if let Err(err) = self.advance_part(&batch.body, part, stopping, deadline).await {
                 tracing::warn!(batch = %batch_id, part = index, error = %err, "a provider batch step failed; it is tried again");
                 failed = true;
             }

@@ -3,6 +3,7 @@
 //! before it calls the provider; a step found half-done looks at the provider first (the file
 //! by name, the batch by its `nimbus_ref` metadata), so nothing is uploaded or created twice.
 
+use super::deadline::within;
 use super::records::{PartEnd, PartState, StoredPart};
 use super::{Stopping, STOP_GRACE_MS};
 use crate::batches::chunk_run::request_lines;
@@ -12,6 +13,7 @@ use crate::providers::native_batch::{ProviderBatch, ProviderBatchStatus};
 use crate::providers::router::NativeBatchTarget;
 use crate::providers::{CallContext, ProviderError};
 use std::collections::BTreeMap;
+use tokio::time::Instant;
 
 /// Look for a half-created provider batch this long before its intent was recorded (clocks).
 const RECONCILE_SLACK_S: i64 = 600;
@@ -85,11 +87,12 @@ impl BatchService {
         batch: &StoredBatch,
         part: Loaded<StoredPart>,
         stopping: Option<Stopping>,
+        deadline: Instant,
     ) -> Result<(), BatchesError> {
         let Some(mut part) = self.lease_part(part).await? else {
             return Ok(());
         };
-        let result = self.advance_leased(batch, &mut part, stopping).await;
+        let result = self.advance_leased(batch, &mut part, stopping, deadline).await;
         if part.body.state != PartState::Done {
             // A part that is done was written with its lease let go.
             if let Err(err) = self.release_part(&mut part).await {
@@ -104,6 +107,7 @@ impl BatchService {
         batch: &StoredBatch,
         part: &mut Loaded<StoredPart>,
         stopping: Option<Stopping>,
+        deadline: Instant,
     ) -> Result<(), BatchesError> {
         let credentials = self.part_credentials(&part.body).await?;
         let ctx = CallContext {
@@ -115,7 +119,7 @@ impl BatchService {
                 return Ok(());
             }
             if state == PartState::Ended {
-                return self.collect_part(batch, part, ctx).await;
+                return self.collect_part(batch, part, ctx, deadline).await;
             }
             let Some(target) = self.part_target(&part.body) else {
                 let message = format!(
@@ -131,7 +135,9 @@ impl BatchService {
                     self.end_part(part, end_without_results(stop.code, stop.message))
                         .await?;
                 }
-                (PartState::Planned | PartState::Uploading, None) => self.upload_step(part, &target, ctx).await?,
+                (PartState::Planned | PartState::Uploading, None) => {
+                    self.upload_step(part, &target, ctx, deadline).await?
+                }
                 (PartState::Uploaded | PartState::Creating, _) => {
                     self.create_step(part, &target, stopping, ctx).await?;
                 }
@@ -152,6 +158,7 @@ impl BatchService {
         part: &mut Loaded<StoredPart>,
         target: &NativeBatchTarget,
         ctx: CallContext<'_>,
+        deadline: Instant,
     ) -> Result<(), BatchesError> {
         let filename = part.body.filename();
         let mut found = None;
@@ -166,7 +173,13 @@ impl BatchService {
             Some(id) => id,
             None => {
                 let content = self.part_content(&part.body).await?;
-                match target.api.upload_file(&filename, content, ctx).await {
+                match within(
+                    deadline,
+                    "the part's upload",
+                    target.api.upload_file(&filename, content, ctx),
+                )
+                .await?
+                {
                     Ok(id) => id,
                     Err(error) if refused(&error) => {
                         let message = format!("The provider rejected the batch input file: {error}");

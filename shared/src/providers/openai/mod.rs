@@ -3,6 +3,7 @@
 //! over its `/files` and `/batches` (see [`batch_api`]).
 
 mod batch_api;
+pub use batch_api::FILE_TRANSFER_TIMEOUT;
 mod stream;
 
 use super::api_key::ApiKeySource;
