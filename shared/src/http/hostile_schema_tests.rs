@@ -203,6 +203,7 @@ async fn smaller_inputs_are_refused_naming_the_field() {
         json!({"model_name": "dummy", "input": {"messages": [{"role": "user", "content": [
             {"type": "file", "file_type": "base64", "mime_type": "image/png", "data": data}]}]}})
     };
+    let mut wrong = Vec::new();
     for (path, body, words) in [
         (
             "/inference",
@@ -236,14 +237,18 @@ async fn smaller_inputs_are_refused_naming_the_field() {
         ),
     ] {
         let (status, answer) = post(&router, path, body.clone()).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{path} {body}: {answer}");
-        assert!(answer.to_string().contains(words), "{path} {body}: {answer}");
+        if status != StatusCode::BAD_REQUEST || !answer.to_string().contains(words) {
+            wrong.push(format!("{path} {body}: {status} {answer}"));
+        }
     }
     let (status, _) = post(&router, "/inference", file("aGVsbG8=").to_string()).await;
     assert_eq!(status, StatusCode::OK);
     let (status, answer) = post(&router, "/async_predict", "{\"model_input\": ".to_owned()).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
-    assert_eq!(answer["code"], "MODEL_INVALID_INPUT", "{answer}");
-    assert_eq!(answer["field"], "body", "{answer}");
-    assert!(answer["error"].as_str().unwrap().contains("column"), "{answer}");
+    let named = answer["code"] == "MODEL_INVALID_INPUT"
+        && answer["field"] == "body"
+        && answer["error"].as_str().is_some_and(|e| e.contains("column"));
+    if status != StatusCode::BAD_REQUEST || !named {
+        wrong.push(format!("/async_predict malformed JSON: {status} {answer}"));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
