@@ -184,3 +184,30 @@ async fn a_restart_resumes_the_webhook_of_a_request_cancelled_before_it() {
     );
     assert_eq!(h.view(&id).await.webhook_status, WebhookStatus::Succeeded);
 }
+
+#[tokio::test]
+async fn creating_a_secret_brings_the_deliveries_that_waited_for_one_forward() {
+    use nimbus_integration_tests::async_harness::{PROJECT, SECRET};
+    let h = AsyncHarness::embedded(settings());
+    h.secrets.set(PROJECT, &[]);
+    let id = h.submit(submission("no-secret-yet", json!({}))).await;
+    assert_eq!(h.run_request(&id).await, JobOutcome::Done);
+    h.advance_to(h.stored(&id).await["delivery"]["next_attempt_at_ms"].as_i64().unwrap());
+    assert_eq!(h.deliver(&id, 2).await, JobOutcome::Done);
+    assert!(h.posts_for(&id).is_empty(), "unsigned webhooks are refused");
+    let next = h.stored(&id).await["delivery"]["next_attempt_at_ms"].as_i64().unwrap();
+    assert!(next - h.now_ms() >= 300_000, "the next retry is minutes away");
+    h.queue.take_sent();
+
+    h.secrets.set(PROJECT, &[SECRET]);
+    assert_eq!(h.service.secret_created(PROJECT).await.unwrap(), 1);
+    assert_eq!(h.take_deliveries(&id), [(3, Duration::ZERO)], "due at once");
+    assert_eq!(h.deliver(&id, 3).await, JobOutcome::Done);
+    assert_eq!(h.posts_for(&id).len(), 1);
+    assert_eq!(h.view(&id).await.webhook_status, WebhookStatus::Succeeded);
+    assert_eq!(
+        h.service.secret_created(PROJECT).await.unwrap(),
+        0,
+        "nothing waits any more"
+    );
+}

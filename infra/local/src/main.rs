@@ -3,6 +3,7 @@
 
 mod batch;
 mod check_config;
+mod dev_webhook_secret;
 mod keys;
 mod serve;
 mod webhook_secrets;

@@ -1,5 +1,6 @@
 //! `nimbus serve`: the whole gateway in one process on the embedded adapters.
 
+use crate::dev_webhook_secret;
 use anyhow::Context;
 use nimbus_shared::adapters::embedded::{spawn_queue_workers, DataDirLock, FileBlobStore};
 use nimbus_shared::adapters::DeferredTasks;
@@ -280,6 +281,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     )
     .map_err(anyhow::Error::msg)?;
     let keys_created = adapters.api_keys().any_created().await?;
+    // Async webhooks of the open project are signed out of the box.
+    let webhook_note = if mode == AuthMode::OpenWhenNoKeys {
+        dev_webhook_secret::ensure(&state.webhook_secrets, &args.data_dir).await?
+    } else {
+        String::new()
+    };
     let parts = WorkerParts {
         adapters: adapters.clone(),
         inference: Arc::clone(&state.inference),
@@ -334,6 +341,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         args.data_dir.display()
     );
     eprintln!("{auth_note}");
+    if mode == AuthMode::OpenWhenNoKeys {
+        eprintln!("{webhook_note}");
+    }
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         if let Err(err) = tcp.set_nodelay(true) {
             tracing::warn!(error = %err, "could not set TCP_NODELAY");

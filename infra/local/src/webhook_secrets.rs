@@ -1,4 +1,4 @@
-//! `nimbus webhook-secrets create|list|revoke --project P` against the embedded state (default)
+//! `nimbus webhook-secrets create|list|revoke --project P` (and `dev`: the local development secret) against the embedded state (default)
 //! or DynamoDB, like `nimbus keys`.
 
 use crate::keys::{state_store, StoreArgs};
@@ -23,6 +23,12 @@ pub enum WebhookSecretsCommand {
         project: String,
         #[command(flatten)]
         store: StoreArgs,
+    },
+    /// Print the local server's development secret of project `default` (made by `nimbus serve`
+    /// on its first start when that project has no secret).
+    Dev {
+        #[arg(long, env = "NIMBUS_DATA_DIR", default_value = ".data")]
+        data_dir: std::path::PathBuf,
     },
     /// Revoke a secret by id: it stops signing (within 30 seconds in a running server).
     Revoke {
@@ -53,6 +59,13 @@ pub async fn run(command: WebhookSecretsCommand) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&secret)?);
             }
         }
+        WebhookSecretsCommand::Dev { data_dir } => match crate::dev_webhook_secret::read(&data_dir)? {
+            Some(secret) => println!("{secret}"),
+            None => anyhow::bail!(
+                "no development webhook secret in {}: `nimbus serve` makes one on its first start",
+                data_dir.display()
+            ),
+        },
         WebhookSecretsCommand::Revoke { id, project, store } => {
             let revoked = service(&store).await?.revoke(&project, &id).await?;
             println!("{}", serde_json::to_string(&revoked)?);

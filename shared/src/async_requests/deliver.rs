@@ -139,6 +139,9 @@ impl AsyncRunner {
         let allow_unsigned = self.service.settings.allow_unsigned_webhooks;
         let delays = &self.service.settings.webhook_retry_delays;
         let keep_inline = !request.webhook_body_saved;
+        if secrets.as_ref().is_some_and(|s| s.is_empty() && !allow_unsigned) {
+            self.service.await_secret(request, now).await;
+        }
         let Some(delivery) = request.delivery.as_mut() else {
             return;
         };

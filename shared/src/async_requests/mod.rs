@@ -17,6 +17,7 @@
 //! but its webhook never got a 2xx. A worker that dies mid-run leaves an open attempt: the next
 //! run finds the saved output (if it got that far) and never calls the model again.
 
+mod awaiting_secret;
 mod classify;
 mod deliver;
 mod due_work;

@@ -48,7 +48,12 @@ async fn create_secret(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(state.webhook_secrets.create(&principal.project).await?).into_response())
+    let created = state.webhook_secrets.create(&principal.project).await?;
+    // Deliveries that waited for a secret go out now, not at their next retry.
+    if let Err(err) = state.async_requests.secret_created(&principal.project).await {
+        tracing::warn!(error = %err, "could not bring forward the deliveries waiting for a secret");
+    }
+    Ok(Json(created).into_response())
 }
 
 /// This project's webhook secrets, without their values.

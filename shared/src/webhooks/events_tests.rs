@@ -372,3 +372,40 @@ fn a_pending_delivery_outlives_any_retry_schedule() {
     let longest_schedule_ms = longest_wait.as_millis() * 11 / 10 * RETRY_DELAYS.len() as u128;
     assert!(u128::try_from(PENDING_TTL_MS).unwrap() > longest_schedule_ms);
 }
+
+/// Stands for the local server's data-directory lock.
+struct OnlyWorker;
+
+impl crate::ports::SoleWorkerGuard for OnlyWorker {}
+
+#[tokio::test]
+async fn a_restart_queues_pending_deliveries_at_once_not_when_the_due_index_looks() {
+    let f = Fixture::new();
+    let endpoint = f.endpoint("p1", &["batch.completed"]).await;
+    let finished = f.endpoint("p1", &["batch.completed"]).await;
+    f.hooks
+        .batch_ended("p1", "batch_1", "completed", ManualClock::START_MS)
+        .await
+        .unwrap();
+    let id = delivery_id(&endpoint.endpoint.id, "batch_1", BatchEventType::Completed);
+    let done = delivery_id(&finished.endpoint.id, "batch_1", BatchEventType::Completed);
+    assert_eq!(f.run(&done, 1).await, JobOutcome::Done);
+    // The process dies before the other's first attempt: its message is gone, and the due index
+    // would look only LOST_MESSAGE_GRACE_MS later.
+    f.queue.take();
+
+    assert_eq!(f.hooks.take_over(&OnlyWorker).await.unwrap(), 1);
+    assert_eq!(
+        f.queue.take(),
+        vec![(
+            JobMessage::WebhookDeliver {
+                delivery_id: id.clone(),
+                attempt: 1
+            },
+            Priority::P1,
+            Duration::ZERO
+        )]
+    );
+    assert_eq!(f.run(&id, 1).await, JobOutcome::Done);
+    assert_eq!(f.delivery(&id).await.unwrap().delivery.state, DeliveryState::Succeeded);
+}
