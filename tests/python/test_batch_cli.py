@@ -283,12 +283,21 @@ def test_watch_exit_codes_follow_the_final_status(server: kit.NimbusServer, sdk:
     # cancelled: `nimbus batch cancel`, then watch to the end.
     source = write_lines(tmp_path / "cancel.jsonl", [kit.chat_line(f"c{i}", model="slow") for i in range(200)])
     batch_id = cli(server, "submit", str(source)).stdout.strip()
+    kit.wait_for_batch(sdk, batch_id, until=lambda b: b.status == "in_progress", timeout=15)
     cancelled = cli(server, "cancel", batch_id, "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     assert document(cancelled)["status"] in {"cancelling", "cancelled"}
     result = cli(server, "watch", batch_id, "--interval", "0.2")
     assert result.returncode == 5, result.stderr
     assert result.stdout.strip() == "cancelled"
+    # Requests the cancel left are "not run", not failed, and the list does not show it as done.
+    ended = sdk.batches.retrieve(batch_id)
+    not_run = ended.request_counts.model_extra.get("not_run", 0)
+    assert not_run > 0 and ended.request_counts.completed + ended.request_counts.failed == 200, ended.request_counts.to_dict()
+    assert f", {not_run} not run" in result.stderr and f"{ended.request_counts.failed - not_run} failed" in result.stderr
+    row = next(r for r in cli(server, "list", "--limit", "20").stdout.splitlines() if r.startswith(batch_id))
+    cells = row.split()
+    assert cells[2] == f"{200 - not_run}/200" and cells[4] == str(not_run), row
     # Cancelling a batch that failed: the server's 409, exit 1.
     again = cli(server, "cancel", failed.id, "--json")
     assert again.returncode == 1
