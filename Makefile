@@ -71,7 +71,9 @@ check-format:
 lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
+# The binaries first: integration tests start the mocks and the server from the target directory.
 test-rust: test-deps
+	cargo build --workspace --bins
 	cargo test --workspace --all-targets
 
 test-python: test-deps

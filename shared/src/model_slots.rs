@@ -48,6 +48,9 @@ struct Waiter {
     /// When its `async_run` was last sent by a release (0: never).
     #[serde(default)]
     woken_at_ms: i64,
+    /// When the look it queued for itself (a delayed `async_run`) is due (0: none known).
+    #[serde(default)]
+    look_at_ms: i64,
 }
 
 impl Waiter {
@@ -89,7 +92,22 @@ pub struct Waiting {
     pub created_at_ms: i64,
     /// Listed until then: a little after its next look (each look refreshes it).
     pub until_ms: i64,
+    /// When the look it would queue for itself now would be due.
+    pub look_at_ms: i64,
 }
+
+/// How a request for slots ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// This many slots were granted.
+    Granted(u32),
+    /// None: the request is listed as a waiter. `look_queued` says a later look of its own is
+    /// already on the queue (this message was a wake or a duplicate): queue no other.
+    Waiting { look_queued: bool },
+}
+
+/// A look queued for a waiter is taken as still coming while it is due later than this from now.
+const LOOK_TOLERANCE_MS: i64 = 1_000;
 
 /// A run's request for slots of a model.
 #[derive(Debug, Clone, Copy)]
@@ -108,6 +126,14 @@ pub struct SlotRequest<'a> {
 /// Take up to `want` of the model's free slots that no better-ranked waiter is owed; how many
 /// were granted (0 when none: an async request is then listed as a waiter).
 pub async fn acquire(state: &dyn StateStore, request: SlotRequest<'_>) -> Result<u32, StorageError> {
+    Ok(match acquire_or_wait(state, request).await? {
+        Acquired::Granted(slots) => slots,
+        Acquired::Waiting { .. } => 0,
+    })
+}
+
+/// [`acquire`], telling a waiter whether a look of its own is already queued.
+pub async fn acquire_or_wait(state: &dyn StateStore, request: SlotRequest<'_>) -> Result<Acquired, StorageError> {
     let SlotRequest {
         model,
         limit,
@@ -120,6 +146,12 @@ pub async fn acquire(state: &dyn StateStore, request: SlotRequest<'_>) -> Result
     let rank = waiting.map_or((BATCH_PRIORITY, now_ms), |w| (w.priority.level(), w.created_at_ms));
     for _ in 0..2 {
         let edited = edit(state, KIND, model, |slots: &mut Leases| {
+            let queued_look = slots
+                .waiters
+                .iter()
+                .find(|waiter| waiter.token == token)
+                .map(|waiter| waiter.look_at_ms)
+                .filter(|at| *at > now_ms + LOOK_TOLERANCE_MS);
             let mut changed = slots.purge(token, now_ms);
             if slots.limit != limit {
                 slots.limit = limit;
@@ -138,29 +170,34 @@ pub async fn acquire(state: &dyn StateStore, request: SlotRequest<'_>) -> Result
                     slots: granted,
                     until_ms,
                 });
-                return Edit::Save(granted);
+                return Edit::Save(Acquired::Granted(granted));
             }
+            let mut outcome = Acquired::Waiting { look_queued: false };
             if let Some(waiting) = waiting {
+                outcome = Acquired::Waiting {
+                    look_queued: queued_look.is_some(),
+                };
                 slots.waiters.push(Waiter {
                     token: token.to_owned(),
                     priority: waiting.priority.level(),
                     created_at_ms: waiting.created_at_ms,
-                    until_ms: waiting.until_ms,
+                    until_ms: waiting.until_ms.max(queued_look.unwrap_or(0)),
                     woken_at_ms: 0,
+                    look_at_ms: queued_look.unwrap_or(waiting.look_at_ms),
                 });
                 slots.waiters.sort_by(|a, b| a.rank().cmp(&b.rank()));
                 slots.waiters.truncate(MAX_WAITERS);
                 changed = true;
             }
             if changed {
-                Edit::Save(0)
+                Edit::Save(outcome)
             } else {
-                Edit::Keep(0)
+                Edit::Keep(outcome)
             }
         })
         .await?;
-        if let Some((granted, _)) = edited {
-            return Ok(granted);
+        if let Some((outcome, _)) = edited {
+            return Ok(outcome);
         }
         // The model's first use: make its record, then take slots from it.
         let record = Record {

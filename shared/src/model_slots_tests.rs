@@ -31,6 +31,7 @@ fn request(token: &str, priority: Priority, created_at_ms: i64, now_ms: i64) -> 
             priority,
             created_at_ms,
             until_ms: now_ms + 30_000,
+            look_at_ms: now_ms + 10_000,
         }),
     }
 }
@@ -225,4 +226,29 @@ async fn free_slots_beyond_the_waiters_owed_are_granted_and_each_free_slot_wakes
     assert_eq!(woken(&w.queue).await, Vec::<String>::new(), "nobody else waits");
     // One slot is free beyond the two owed: a newcomer gets it.
     assert_eq!(acquire(state, wide("late", Priority::P2, NOW + 4)).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_waiter_whose_own_look_is_queued_is_told_so_until_that_look_is_due() {
+    let w = world();
+    let state = w.state.as_ref();
+    assert_eq!(acquire(state, batch("line", NOW)).await.unwrap(), 1);
+    let first = acquire_or_wait(state, request("p2", Priority::P2, NOW, NOW))
+        .await
+        .unwrap();
+    assert_eq!(
+        first,
+        Acquired::Waiting { look_queued: false },
+        "the first look queues one"
+    );
+    // A wake (or a duplicate) before its look is due: no second look may be queued.
+    let woken_early = acquire_or_wait(state, request("p2", Priority::P2, NOW, NOW + 2_000))
+        .await
+        .unwrap();
+    assert_eq!(woken_early, Acquired::Waiting { look_queued: true });
+    // Its own look, when due, queues the next one.
+    let own_look = acquire_or_wait(state, request("p2", Priority::P2, NOW, NOW + 10_000))
+        .await
+        .unwrap();
+    assert_eq!(own_look, Acquired::Waiting { look_queued: false });
 }

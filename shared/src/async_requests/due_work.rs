@@ -77,6 +77,7 @@ impl AsyncService {
                     Ok(()) => {
                         report.expired += 1;
                         self.count_status(AsyncStatus::Expired);
+                        self.leave_waiting_list(&loaded.body).await;
                         self.queue_first_delivery(&loaded.body, now).await
                     }
                     // A worker (or a cancel) got there first; the next pass sees what it did.

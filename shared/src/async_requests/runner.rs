@@ -12,7 +12,7 @@ use super::records::{output_key, Attempt, ErrorEntry, StoredRequest, KIND};
 use super::service::AsyncService;
 use super::AsyncStatus;
 use crate::jobs::{JobMessage, JobRunner};
-use crate::model_slots::{self, SlotRequest, Waiting};
+use crate::model_slots::{self, Acquired, SlotRequest, Waiting};
 use crate::ports::{JobOutcome, Priority, StorageError, WebhookTransport};
 use crate::records::Loaded;
 use crate::webhooks::SecretSource;
@@ -154,10 +154,17 @@ impl AsyncRunner {
                     priority: request.priority,
                     created_at_ms: request.created_at_ms,
                     until_ms: now + waiting_listed_ms(wait),
+                    look_at_ms: now + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX),
                 }),
             };
-            if model_slots::acquire(state, request).await? == 0 {
-                return Ok(self.run_again_after(request_id, loaded.body.priority, wait).await);
+            match model_slots::acquire_or_wait(state, request).await? {
+                Acquired::Granted(_) => {}
+                // A wake that lost its slot to a better-ranked run, or a duplicate: the look
+                // already queued comes (one delayed message per waiter, never more).
+                Acquired::Waiting { look_queued: true } => return Ok(JobOutcome::Done),
+                Acquired::Waiting { look_queued: false } => {
+                    return Ok(self.run_again_after(request_id, loaded.body.priority, wait).await);
+                }
             }
         }
         match self.claim(&mut loaded, now, lease_until).await {
@@ -178,24 +185,12 @@ impl AsyncRunner {
     /// Hand back the model slot the run took, if it took one (waking the request owed it).
     async fn release_slot(&self, slot: Option<&(String, u32)>, request_id: &str) {
         if let Some((model, _)) = slot {
-            let deps = &self.service.deps;
-            let now = self.service.now_ms();
-            if let Err(err) =
-                model_slots::release(deps.state.as_ref(), deps.queue.as_ref(), model, request_id, now).await
-            {
-                tracing::warn!(error = %err, "could not release a model slot; its lease will expire");
-            }
+            self.service.release_slot(model, request_id).await;
         }
     }
 
-    /// Take a request that will not run (any more) off its model's waiting list, if it has a
-    /// limited model: the next waiter is woken if a slot is free.
     async fn leave_waiting_list(&self, request: &StoredRequest) {
-        let limited = self.service.settings.model_limits.get(&request.model_id);
-        if let Some(limit) = limited {
-            self.release_slot(Some(&(request.model_id.clone(), *limit)), &request.request_id)
-                .await;
-        }
+        self.service.leave_waiting_list(request).await;
     }
 
     /// Done with this message, the run queued again to start after `wait`. A wait for a model

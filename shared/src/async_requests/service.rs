@@ -358,6 +358,25 @@ impl AsyncService {
         })
     }
 
+    /// Hand back `request_id`'s slot of `model` (and its place on the model's waiting list),
+    /// waking the request now owed a free slot.
+    pub(crate) async fn release_slot(&self, model: &str, request_id: &str) {
+        let now = self.now_ms();
+        let (state, queue) = (self.deps.state.as_ref(), self.deps.queue.as_ref());
+        if let Err(err) = crate::model_slots::release(state, queue, model, request_id, now).await {
+            tracing::warn!(error = %err, "could not release a model slot; its lease will expire");
+        }
+    }
+
+    /// Take a request that will not run (any more) off its model's waiting list, if it has a
+    /// limited model: the next waiter is woken if a slot is free. Called wherever a request ends
+    /// unrun (cancel, expiry, out of attempts), so a dead waiter never holds back a free slot.
+    pub(crate) async fn leave_waiting_list(&self, request: &StoredRequest) {
+        if self.settings.model_limits.contains_key(&request.model_id) {
+            self.release_slot(&request.model_id, &request.request_id).await;
+        }
+    }
+
     /// Cancel a request still `QUEUED`: it ends `CANCELED` and its webhook says so. Any other
     /// request is left alone (`canceled: false`, with the reason).
     pub async fn cancel(&self, project: &str, request_id: &str) -> Result<CancelOutcome, AsyncError> {
@@ -384,6 +403,7 @@ impl AsyncService {
             match loaded.save(self.deps.state.as_ref()).await {
                 Ok(()) => {
                     self.count_status(AsyncStatus::Canceled);
+                    self.leave_waiting_list(&loaded.body).await;
                     self.queue_first_delivery(&loaded.body, now).await?;
                     return Ok(CancelOutcome {
                         request_id: request_id.to_owned(),

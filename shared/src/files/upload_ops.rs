@@ -131,8 +131,17 @@ impl FilesService {
                 expires_after: request.expires_after,
             })?,
         };
-        self.state.create(&record).await?;
-        Ok(upload)
+        match self.state.create(&record).await {
+            Ok(()) => Ok(upload),
+            // A concurrent request with the same key created it first: answer with that upload.
+            Err(StorageError::Conflict) if idempotency_key.is_some() => {
+                match self.owned_record(UPLOAD_KIND, &record.id, project).await? {
+                    Some(existing) => Ok(self.as_now(decode::<StoredUpload>(&existing)?.upload)),
+                    None => Err(StorageError::Conflict.into()),
+                }
+            }
+            Err(err) => Err(err.into()),
+        }
     }
 
     fn idempotency(&self) -> IdempotencyKeys {

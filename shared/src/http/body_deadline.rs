@@ -35,8 +35,20 @@ pub struct BodyTimeouts {
 
 /// No bytes for this long while they are awaited: 408.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
-/// A body not read to its end within this long: 408 (large files go up in parts).
+/// A body not read to its end within this long: 408 (large files go up in parts). A larger
+/// declared body gets longer: its size at [`MIN_BODY_RATE`].
 pub const DEFAULT_TOTAL_TIMEOUT: Duration = Duration::from_secs(300);
+/// The slowest steady rate (bytes per second) a large declared body is given time for.
+pub const MIN_BODY_RATE: u64 = 256 * 1024;
+
+impl BodyTimeouts {
+    /// The total deadline of a body that declares `content_length` bytes: the configured one, or
+    /// longer for a body too large to arrive within it at [`MIN_BODY_RATE`].
+    pub fn total_for(&self, content_length: Option<u64>) -> Duration {
+        let at_min_rate = Duration::from_secs(content_length.unwrap_or(0) / MIN_BODY_RATE);
+        self.total.max(at_min_rate)
+    }
+}
 
 impl Default for BodyTimeouts {
     fn default() -> Self {
@@ -63,6 +75,15 @@ pub async fn read_bodies_in_time(request: Request, next: Next) -> Response {
     if body.is_end_stream() {
         return next.run(Request::from_parts(parts, body)).await;
     }
+    let declared = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    let timeouts = BodyTimeouts {
+        total: timeouts.total_for(declared),
+        ..timeouts
+    };
     let expired = Arc::new(OnceLock::new());
     let timed = Body::new(TimedBody::new(body, timeouts, Arc::clone(&expired)));
     let response = next.run(Request::from_parts(parts, timed)).await;
