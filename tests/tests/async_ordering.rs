@@ -10,7 +10,7 @@ use nimbus_integration_tests::async_harness::{
 use nimbus_shared::adapters::embedded::spawn_queue_workers;
 use nimbus_shared::async_requests::WebhookStatus;
 use nimbus_shared::jobs::JobMessage;
-use nimbus_shared::ports::{JobHandler, JobOutcome, JobQueue, SoleWorkerGuard};
+use nimbus_shared::ports::{JobHandler, JobOutcome, JobQueue, SoleWorkerGuard, StateStore};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -210,4 +210,27 @@ async fn creating_a_secret_brings_the_deliveries_that_waited_for_one_forward() {
         0,
         "nothing waits any more"
     );
+}
+
+#[tokio::test]
+async fn a_purged_request_leaves_no_entry_waiting_for_a_secret() {
+    use nimbus_integration_tests::async_harness::PROJECT;
+    let h = AsyncHarness::embedded(settings());
+    h.secrets.set(PROJECT, &[]);
+    let id = h.submit(submission("never-signed", json!({}))).await;
+    assert_eq!(h.run_request(&id).await, JobOutcome::Done);
+    let awaiting = format!("awaiting_secret.{PROJECT}:{id}");
+    let listed = || async { h.state.get("due_work", &awaiting).await.unwrap().is_some() };
+    assert!(listed().await, "the delivery waits for a secret");
+    // Every retry finds no secret; after the last one and the retention, the request is purged.
+    for _ in 0..60 {
+        let Some(at) = h.due_at(&id).await else { break };
+        h.advance_to(at);
+        h.schedule_pass().await;
+        while let Some(message) = h.receive().await {
+            h.handle(&message).await;
+        }
+    }
+    assert!(h.state.get("async_request", &id).await.unwrap().is_none(), "purged");
+    assert!(!listed().await, "the purge forgets the waiting entry too");
 }

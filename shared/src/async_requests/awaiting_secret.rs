@@ -25,6 +25,17 @@ impl AsyncService {
         }
     }
 
+    /// Forget that the request's delivery waited for a secret (it is being purged).
+    pub(crate) async fn forget_awaiting_secret(&self, request: &StoredRequest) -> Result<(), StorageError> {
+        if request.delivery.is_none() {
+            return Ok(());
+        }
+        match self.due.clear(&lane(&request.project), &request.request_id).await {
+            Ok(()) | Err(StorageError::NotFound) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+
     /// A secret was created for `project`: every delivery that waited for one is due now (queued
     /// at once). How many were.
     pub async fn secret_created(&self, project: &str) -> Result<u64, StorageError> {

@@ -142,6 +142,7 @@ impl AsyncService {
                         Err(err) => return Err(err),
                     }
                 }
+                self.forget_awaiting_secret(request).await?;
                 state.delete(KIND, request_id, None).await?;
                 report.purged += 1;
                 self.due.clear(DUE_LANE, request_id).await
