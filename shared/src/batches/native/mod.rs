@@ -153,10 +153,13 @@ impl BatchService {
             let index = part.body.index;
             if deadline::step_budget(deadline).is_none() {
                 // Too little left of this invocation for a provider call: the rest goes on in
-                // the next one, at once.
-                return Ok(JobOutcome::Retry {
-                    retry_after: Duration::ZERO,
-                });
+                // a fresh message at once (retrying this one would count toward its dead-letter
+                // limit, and a large batch may need many invocations).
+                self.enqueue(&JobMessage::Native {
+                    batch_id: batch_id.to_owned(),
+                })
+                .await?;
+                return Ok(JobOutcome::Done);
             }
             if let Err(err) = self.advance_part(&batch.body, part, stopping, deadline).await {
                 tracing::warn!(batch = %batch_id, part = index, error = %err, "a provider batch step failed; it is tried again");
