@@ -82,7 +82,13 @@ pub async fn read_within_budget(
     let mut buffer = BytesMut::with_capacity(declared.unwrap_or(0).min(SMALL_BODY_BYTES));
     let mut data = body.into_data_stream();
     while let Some(chunk) = data.next().await {
-        let chunk = chunk?;
+        let chunk = chunk.map_err(|err| {
+            if over_route_limit(&err) {
+                BodyReadError::TooLarge(max_bytes)
+            } else {
+                BodyReadError::Read(err)
+            }
+        })?;
         if buffer.len().saturating_add(chunk.len()) > max_bytes {
             return Err(BodyReadError::TooLarge(max_bytes));
         }
@@ -100,8 +106,40 @@ pub async fn read_within_budget(
     Ok((buffer.freeze(), permit))
 }
 
+/// Whether a body read failed on the route's own limit (axum's `DefaultBodyLimit`, applied by
+/// `with_limited_body`).
+fn over_route_limit(err: &axum::Error) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
+    while let Some(cause) = current {
+        if cause.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        current = cause.source();
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[tokio::test]
+    async fn a_routes_own_body_limit_is_too_large_not_a_read_error() {
+        let request = axum::http::Request::builder().body(Body::from(vec![b'x'; 20])).unwrap();
+        // DefaultBodyLimit is a layer: it sets the limit `with_limited_body` reads.
+        let limited = tower::ServiceExt::oneshot(
+            tower::Layer::layer(
+                &axum::extract::DefaultBodyLimit::max(10),
+                tower::service_fn(|req: axum::extract::Request| async move {
+                    Ok::<_, std::convert::Infallible>(axum::RequestExt::with_limited_body(req).into_body())
+                }),
+            ),
+            request,
+        )
+        .await
+        .unwrap();
+        let result = read_within_budget(limited, None, 1024).await;
+        assert!(matches!(result, Err(BodyReadError::TooLarge(1024))), "{result:?}");
+    }
     use super::*;
 
     fn body_of(chunks: Vec<Vec<u8>>, then_stall: bool) -> Body {

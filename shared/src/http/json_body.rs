@@ -29,7 +29,9 @@ where
             .get(axum::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
-        let (bytes, budget) = read_within_budget(request.into_body(), declared, super::MAX_JSON_BODY_BYTES)
+        // The route's own body limit (`DefaultBodyLimit`) applies, as it does for axum's extractors.
+        let body = axum::RequestExt::with_limited_body(request).into_body();
+        let (bytes, budget) = read_within_budget(body, declared, super::MAX_JSON_BODY_BYTES)
             .await
             .map_err(|err| match err {
                 BodyReadError::TooLarge(_) => ApiError::payload_too_large("The request body is too large."),

@@ -124,7 +124,10 @@ impl BatchService {
                     Some(answer) => answer,
                     None => unrun(),
                 };
-                if matches!(answer, NativeAnswer::NotRun { .. }) {
+                // Only lines a cancel or the window stopped are "not run"; lines of a part the
+                // provider refused or lost failed.
+                if matches!(&answer, NativeAnswer::NotRun { code, .. } if PROVIDER_NOT_RUN_CODES.contains(&code.as_str()))
+                {
                     not_run += 1;
                 }
                 pending.push(collect_line(kind.as_ref(), &original, answer).await?);
