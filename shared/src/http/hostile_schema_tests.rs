@@ -2,38 +2,20 @@
 //! schema. A schema past the bounds is a 4xx naming its field; extreme numbers get an answer; the
 //! process (here: the test) lives, and the next request is served.
 
-use super::tests::{adapters, CONFIG};
+use super::tests::{adapters, state_for, CONFIG};
 use super::*;
-use crate::app::{app_state, AuthSettings};
 use crate::auth::AuthMode;
-use crate::config::Config;
 use crate::schema_limits::tests::ref_chain;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{json, Value};
-use std::time::Duration;
 use tower::ServiceExt;
 
 fn router(dir: &std::path::Path) -> Router {
     let config = format!(
         "{CONFIG}\n[functions.extract]\ntype = \"json\"\n[functions.extract.variants.only]\ntype = \"chat_completion\"\nmodel = \"dummy\"\n"
     );
-    let config = Config::from_toml(&config).unwrap();
-    let state = app_state(
-        &crate::config::LoadedConfig::without_files(config.clone()).unwrap(),
-        &adapters(dir),
-        AuthSettings {
-            mode: AuthMode::OpenWhenNoKeys,
-            cache_ttl: Duration::ZERO,
-        },
-        HttpSettings {
-            inline_content_limit: u64::MAX,
-            public_url: None,
-        },
-        crate::batches::BatchSettings::from_config(&config),
-    )
-    .unwrap();
-    local_router(state)
+    local_router(state_for(&config, &adapters(dir), AuthMode::OpenWhenNoKeys))
 }
 
 async fn post(router: &Router, path: &str, body: String) -> (StatusCode, Value) {

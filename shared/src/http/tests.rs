@@ -54,7 +54,12 @@ fn router_with(adapters: &Adapters, mode: AuthMode) -> Router {
 
 /// The handlers' state for [`CONFIG`] on `adapters`, public at `http://gateway.test:3000`.
 pub(super) fn state_with(adapters: &Adapters, mode: AuthMode) -> AppState {
-    let config = Config::from_toml(CONFIG).unwrap();
+    state_for(CONFIG, adapters, mode)
+}
+
+/// [`state_with`] for another configuration text.
+pub(super) fn state_for(config_text: &str, adapters: &Adapters, mode: AuthMode) -> AppState {
+    let config = Config::from_toml(config_text).unwrap();
     app_state(
         &crate::config::LoadedConfig::without_files(config.clone()).unwrap(),
         adapters,
@@ -272,23 +277,8 @@ async fn a_gzip_encoded_batch_inference_submission_is_decoded() {
     let config = format!(
         "{CONFIG}\n[functions.echo]\ntype = \"chat\"\n[functions.echo.variants.only]\ntype = \"chat_completion\"\nmodel = \"dummy\"\n"
     );
-    let config = Config::from_toml(&config).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let state = app_state(
-        &crate::config::LoadedConfig::without_files(config.clone()).unwrap(),
-        &adapters(dir.path()),
-        AuthSettings {
-            mode: AuthMode::OpenWhenNoKeys,
-            cache_ttl: Duration::ZERO,
-        },
-        HttpSettings {
-            inline_content_limit: u64::MAX,
-            public_url: None,
-        },
-        crate::batches::BatchSettings::from_config(&config),
-    )
-    .unwrap();
-    let router = batches_router(state);
+    let router = batches_router(state_for(&config, &adapters(dir.path()), AuthMode::OpenWhenNoKeys));
     let inputs: Vec<Value> = (0..500)
         .map(
             |i| json!({"messages": [{"role": "user", "content": format!("item {i}: the same words again and again")}]}),
