@@ -13,8 +13,8 @@ use nimbus_shared::functions::records::{
 };
 use nimbus_shared::model::{ContentBlock, Message, ModelChoice, ModelRequest, ModelResponse, ModelUsage, Role};
 use nimbus_shared::ports::{
-    BlobStore, CacheKey, CachedModelResponse, Clock, FeedbackStore, InferenceStore, ModelCache, StateStore,
-    StorageError,
+    batch_base, BatchItemId, BlobStore, CacheKey, CachedModelResponse, Clock, FeedbackStore, InferenceStore,
+    ItemIdKind, ModelCache, StateStore, StorageError,
 };
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -307,4 +307,97 @@ pub async fn model_cache_expiry_and_max_age(state: Arc<dyn StateStore>, blobs: A
     };
     cache.store(&large_key, &large, ttl).await.unwrap();
     assert_eq!(cache.lookup(&large_key, None).await.unwrap(), Some(large));
+}
+
+/// A record of item `index` of `batch_id` (ids derived from the batch), on its minted episode or
+/// on `episode` when given.
+fn batch_item(project: &str, batch_id: Uuid, index: u32, episode: Option<Uuid>) -> InferenceRecord {
+    let mut record = inference(project, Uuid::now_v7(), 1_800_000_000_000, format!("answer {index}"));
+    record.inference_id = BatchItemId::inference(batch_id, index).id().unwrap();
+    record.episode_id = episode.unwrap_or_else(|| BatchItemId::episode(batch_id, index).id().unwrap());
+    record
+}
+
+/// A batch's records in pages: found by id and by minted episode once the index is written,
+/// read by range in input order, scoped to the project; rewriting a page changes nothing.
+pub async fn batch_pages_find_items_by_id_and_range(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
+    let store = StateInferenceStore::new(state, blobs);
+    let batch = batch_base(Uuid::now_v7());
+    // Items 0..10; 3 and 7 failed (no record). Page 0 holds 0..5 given out of order, page 1 5..10.
+    let records: Vec<InferenceRecord> = (0..10)
+        .filter(|i| *i != 3 && *i != 7)
+        .map(|i| batch_item("p1", batch, i, None))
+        .collect();
+    let mut first: Vec<InferenceRecord> = records.iter().filter(|r| pos(batch, r) < 5).cloned().collect();
+    first.reverse();
+    let second: Vec<InferenceRecord> = records.iter().filter(|r| pos(batch, r) >= 5).cloned().collect();
+    let item = |i: u32| BatchItemId::inference(batch, i).id().unwrap();
+
+    let span0 = store.put_batch_page("p1", batch, 0, &first).await.unwrap().unwrap();
+    assert_eq!((span0.first, span0.last), (0, 4));
+    // Not findable before the index.
+    assert_eq!(store.get("p1", item(1)).await.unwrap(), None);
+    assert!(store.batch_records("p1", batch, 0..10).await.unwrap().is_empty());
+    let span1 = store.put_batch_page("p1", batch, 1, &second).await.unwrap().unwrap();
+    assert_eq!((span1.first, span1.last), (5, 9));
+    assert_eq!(store.put_batch_page("p1", batch, 2, &[]).await.unwrap(), None);
+    store.put_batch_index("p1", batch, &[span0, span1]).await.unwrap();
+    // Again, as a finalizer that runs twice does: nothing changes.
+    store.put_batch_page("p1", batch, 0, &first).await.unwrap();
+    store.put_batch_index("p1", batch, &[span0, span1]).await.unwrap();
+
+    for record in &records {
+        assert_eq!(
+            store.get("p1", record.inference_id).await.unwrap().as_ref(),
+            Some(record)
+        );
+        assert!(store.episode_exists("p1", record.episode_id).await.unwrap());
+        let listed = store.list_episode("p1", record.episode_id, None, 10).await.unwrap();
+        assert_eq!(listed.records, vec![record.clone()]);
+        assert!(!listed.has_more);
+        let after = store
+            .list_episode("p1", record.episode_id, Some(record.inference_id), 10)
+            .await
+            .unwrap();
+        assert!(after.records.is_empty());
+    }
+    assert_eq!(
+        store.get("p1", item(3)).await.unwrap(),
+        None,
+        "a failed item has no record"
+    );
+    assert!(!store
+        .episode_exists("p1", BatchItemId::episode(batch, 3).id().unwrap())
+        .await
+        .unwrap());
+    assert_eq!(store.get("p1", item(10)).await.unwrap(), None, "past the batch");
+    assert_eq!(store.get("other", item(1)).await.unwrap(), None, "another project's");
+    assert!(store.batch_records("other", batch, 0..10).await.unwrap().is_empty());
+
+    let all = store.batch_records("p1", batch, 0..10).await.unwrap();
+    assert_eq!(all, records, "every record, in input order");
+    let window = store.batch_records("p1", batch, 2..6).await.unwrap();
+    let ids: Vec<u32> = window.iter().map(|r| pos(batch, r)).collect();
+    assert_eq!(ids, vec![2, 4, 5]);
+    assert!(store.batch_records("p1", batch, 4..4).await.unwrap().is_empty());
+
+    // A record of another batch is refused from this batch's page.
+    let stranger = batch_item("p1", batch_base(Uuid::now_v7()), 0, None);
+    assert!(matches!(
+        store.put_batch_page("p1", batch, 3, &[stranger]).await,
+        Err(StorageError::Invalid(_))
+    ));
+    // A later single inference on a batch item's episode lists after it.
+    let episode = records[0].episode_id;
+    let mut later = inference("p1", episode, 1_900_000_000_000, "later".into());
+    later.inference_id = v7_at(1_900_000_000_000);
+    store.put(&later).await.unwrap();
+    let listed = store.list_episode("p1", episode, None, 10).await.unwrap();
+    assert_eq!(listed.records, vec![records[0].clone(), later.clone()]);
+    let capped = store.list_episode("p1", episode, None, 1).await.unwrap();
+    assert_eq!((capped.records, capped.has_more), (vec![records[0].clone()], true));
+}
+
+fn pos(batch: Uuid, record: &InferenceRecord) -> u32 {
+    BatchItemId::of_batch(record.inference_id, batch, ItemIdKind::Inference).unwrap()
 }

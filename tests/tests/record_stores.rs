@@ -12,6 +12,7 @@ async fn run_contract(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
     contract::inference_records_round_trip(Arc::clone(&state), Arc::clone(&blobs)).await;
     contract::large_inference_records_spill_to_blobs(Arc::clone(&state), Arc::clone(&blobs)).await;
     contract::episode_listing_pages_oldest_first(Arc::clone(&state), Arc::clone(&blobs)).await;
+    contract::batch_pages_find_items_by_id_and_range(Arc::clone(&state), Arc::clone(&blobs)).await;
     contract::feedback_round_trip(Arc::clone(&state), Arc::clone(&blobs)).await;
     contract::model_cache_expiry_and_max_age(state, blobs).await;
 }

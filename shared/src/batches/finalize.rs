@@ -238,9 +238,10 @@ impl BatchService {
                 };
                 (output_file_id, error_file_id)
             }
-            // The results are the inference records; what failed or never ran is kept beside
-            // the batch for polling.
+            // The results are the inference records, kept in the batch's pages; what failed or
+            // never ran is kept beside the batch for polling.
             BatchFormat::TensorZero(_) => {
+                self.keep_inference_pages(stored, &output_keys).await?;
                 if failed + unrun > 0 {
                     let not_run = self.not_run_lines(stored, kind, chunks.clone(), code, message);
                     let body = concat_blobs(Arc::clone(&self.blobs), error_keys).chain(not_run).boxed();

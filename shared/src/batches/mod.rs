@@ -29,6 +29,8 @@ mod slots;
 #[cfg(feature = "embedded")]
 mod takeover;
 mod tensorzero_api;
+mod tensorzero_pages;
+mod tensorzero_poll;
 mod validate_job;
 mod worker;
 

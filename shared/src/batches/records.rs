@@ -101,6 +101,10 @@ pub(crate) struct TensorZeroPlan {
     /// when the batch ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed_credentials: Option<String>,
+    /// Its items' ids derive from the batch id, and its inferences are kept in pages when it
+    /// ends (batches stored before kept one record per item, written as each item ran).
+    #[serde(default)]
+    pub paged: bool,
 }
 
 /// The marker of an unfinished batch, what the poller walks; written before the batch record.

@@ -1,29 +1,27 @@
 //! `/batch_inference` (TensorZero's batch API) on the engine: submit checks every item and
-//! queues the batch like any other; polls answer `pending`, `failed` or `completed` with each
-//! inference rebuilt from its stored record, in input order.
+//! queues the batch like any other (its items' ids derive from its id); polls
+//! (`tensorzero_poll.rs`) answer `pending`, `failed` or `completed` with each inference rebuilt
+//! from its stored record, in input order.
 //!
 //! Paging (a Nimbus extension): `limit` items from after the item `after`; the reply then says
 //! `has_more` and, when there is more, `next_after`. Failed items are left out of `inferences`, as
 //! TensorZero leaves them out; `include_failures` lists them in `failed_inferences`.
 
 use super::lines::tensorzero::ItemResult;
-use super::records::{active_marker, encode, BatchFormat, Loaded, StoredBatch, TensorZeroPlan, BATCH_KIND};
+use super::records::{active_marker, encode, BatchFormat, StoredBatch, TensorZeroPlan, BATCH_KIND};
 use super::{BatchService, BatchesError, JobMessage};
-use crate::functions::batch_request::{item_ids, BatchInferenceRequest, ItemIds};
+use crate::functions::batch_request::BatchInferenceRequest;
 use crate::functions::inference::{FunctionError, InferenceReply};
-use crate::openai::batches::{BatchObject, BatchStatus};
+use crate::openai::batches::BatchObject;
 use crate::ports::credential_sealer::seal_json;
 use crate::ports::{Record, StorageError};
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 use std::collections::HashMap;
 use uuid::Uuid;
 
 /// How long a `/batch_inference` batch may run before what is left expires.
 const WINDOW_S: i64 = 24 * 3600;
-/// Records read at once when a poll rebuilds inferences.
-const READ_CONCURRENCY: usize = 32;
 
 /// Why a `/batch_inference` call failed.
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +94,7 @@ pub struct BatchInferencePoll {
 }
 
 impl BatchInferencePoll {
-    fn bare(status: PollStatus) -> Self {
+    pub(super) fn bare(status: PollStatus) -> Self {
         Self {
             status,
             batch_id: None,
@@ -109,7 +107,7 @@ impl BatchInferencePoll {
 }
 
 /// Where a project's `/batch_inference` batches are listed (apart from its `/v1/batches`).
-fn owner_of(project: &str) -> String {
+pub(super) fn owner_of(project: &str) -> String {
     format!("{project}/batch_inference")
 }
 
@@ -121,7 +119,7 @@ impl BatchService {
         request: BatchInferenceRequest,
     ) -> Result<BatchInferenceCreated, BatchInferenceError> {
         let planned = self.functions.plan_batch(request)?;
-        let batch_uuid = self.ids.new_uuid();
+        let batch_uuid = planned.batch_id;
         let batch_id = batch_uuid.to_string();
         let mut input = Vec::new();
         for item in &planned.items {
@@ -171,6 +169,7 @@ impl BatchService {
                 variant_name: planned.variant.name.clone(),
                 credentials: HashMap::new(),
                 sealed_credentials,
+                paged: true,
             }),
             native: Default::default(),
             live_until_ms: 0,
@@ -203,194 +202,4 @@ impl BatchService {
             episode_ids: planned.items.iter().map(|i| i.episode_id).collect(),
         })
     }
-
-    /// Poll a batch (or one of its items).
-    pub async fn poll_batch_inference(
-        &self,
-        project: &str,
-        batch_id: Uuid,
-        query: PollQuery,
-    ) -> Result<BatchInferencePoll, BatchInferenceError> {
-        let not_found = || BatchInferenceError::BatchNotFound(batch_id);
-        let Some(loaded) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, &batch_id.to_string()).await?
-        else {
-            return Err(not_found());
-        };
-        let stored = loaded.body;
-        if !matches!(stored.format, BatchFormat::TensorZero(_)) {
-            return Err(not_found());
-        }
-        if stored.project != project || loaded.record.owner != owner_of(project) {
-            return Err(not_found());
-        }
-        let status = stored.batch.status;
-        let ended = matches!(
-            status,
-            BatchStatus::Completed | BatchStatus::Failed | BatchStatus::Expired | BatchStatus::Cancelled
-        );
-        if !ended && query.inference_id.is_none() {
-            return Ok(BatchInferencePoll::bare(PollStatus::Pending));
-        }
-        // The item list: every id, in input order.
-        let items = self.batch_items(&stored).await?;
-        if let Some(inference_id) = query.inference_id {
-            if !items.iter().any(|item| item.inference_id == inference_id) {
-                return Err(BatchInferenceError::InferenceNotFound { batch_id, inference_id });
-            }
-        }
-        if !ended {
-            return Ok(BatchInferencePoll::bare(PollStatus::Pending));
-        }
-        let failures = self.failures(&stored).await?;
-        let window = page(&items, query)?;
-        let has_more = window.end < items.len();
-        let chosen = &items[window.clone()];
-        let ok_ids: Vec<Uuid> = chosen
-            .iter()
-            .filter(|item| !failures.contains_key(&item.inference_id))
-            .map(|item| item.inference_id)
-            .collect();
-        let inferences = self.replies(project, &ok_ids).await?;
-        let failed: Vec<ItemResult> = chosen
-            .iter()
-            .filter_map(|item| failures.get(&item.inference_id).cloned())
-            .collect();
-        let found = Found {
-            inferences,
-            failed,
-            has_more,
-            last: chosen.last().map(|item| item.inference_id),
-        };
-        Ok(ended_reply(
-            batch_id,
-            status,
-            stored.batch.request_counts.completed,
-            query,
-            found,
-        ))
-    }
-
-    /// The batch's items, in input order, from its stored input.
-    async fn batch_items(&self, stored: &StoredBatch) -> Result<Vec<ItemIds>, BatchInferenceError> {
-        let bytes = self.blobs.get(&stored.input_blob_key).await?;
-        Ok(bytes
-            .split(|b| *b == b'\n')
-            .filter(|line| !line.trim_ascii().is_empty())
-            .filter_map(item_ids)
-            .collect())
-    }
-
-    /// What failed or never ran, by inference id (empty when nothing did).
-    async fn failures(&self, stored: &StoredBatch) -> Result<HashMap<Uuid, ItemResult>, BatchInferenceError> {
-        if stored.batch.request_counts.failed == 0 {
-            return Ok(HashMap::new());
-        }
-        let bytes = match self.blobs.get(&stored.failures_key()).await {
-            Ok(bytes) => bytes,
-            Err(StorageError::NotFound) => return Ok(HashMap::new()),
-            Err(err) => return Err(err.into()),
-        };
-        Ok(bytes
-            .split(|b| *b == b'\n')
-            .filter_map(|line| serde_json::from_slice::<ItemResult>(line).ok())
-            .filter_map(|result| result.inference_id.map(|id| (id, result)))
-            .collect())
-    }
-
-    /// The replies of these inferences, rebuilt from their records, in this order.
-    async fn replies(&self, project: &str, ids: &[Uuid]) -> Result<Vec<InferenceReply>, BatchInferenceError> {
-        let records = futures::stream::iter(ids.iter().copied())
-            .map(|id| async move { self.records.get(project, id).await.map(|record| (id, record)) })
-            .buffered(READ_CONCURRENCY)
-            .try_collect::<Vec<_>>()
-            .await?;
-        let mut replies = Vec::with_capacity(records.len());
-        for (id, record) in records {
-            let Some(record) = record else {
-                tracing::error!(inference_id = %id, "a batch inference counted as done has no record; left out");
-                continue;
-            };
-            match InferenceReply::from_record(&record) {
-                Ok(reply) => replies.push(reply),
-                Err(error) => {
-                    tracing::error!(inference_id = %id, %error, "a stored batch inference cannot be read; left out")
-                }
-            }
-        }
-        Ok(replies)
-    }
 }
-
-/// What a poll of an ended batch found among the items it covers.
-struct Found {
-    /// The replies of the items that have an inference, in input order.
-    inferences: Vec<InferenceReply>,
-    /// The items that failed or never ran, in input order.
-    failed: Vec<ItemResult>,
-    /// Items follow the covered ones.
-    has_more: bool,
-    /// The last covered item.
-    last: Option<Uuid>,
-}
-
-/// The reply to a poll of an ended batch (`completed` `completed` items so far), as TensorZero
-/// shapes it: a batch with no inference (all failed, cancelled, expired) has failed, and so has an
-/// item asked for on its own that has no inference; a failed reply is bare unless the caller asked
-/// for failures or a page.
-fn ended_reply(
-    batch_id: Uuid,
-    status: BatchStatus,
-    completed: u64,
-    query: PollQuery,
-    found: Found,
-) -> BatchInferencePoll {
-    let succeeded = status == BatchStatus::Completed && completed > 0;
-    let item_failed = query.inference_id.is_some() && found.inferences.is_empty();
-    let paged = query.limit.is_some() || query.after.is_some();
-    let mut poll = BatchInferencePoll::bare(if succeeded && !item_failed {
-        PollStatus::Completed
-    } else {
-        PollStatus::Failed
-    });
-    if poll.status == PollStatus::Completed || query.include_failures || paged {
-        poll.batch_id = Some(batch_id);
-        poll.inferences = Some(found.inferences);
-    }
-    if query.include_failures {
-        poll.batch_id = Some(batch_id);
-        poll.failed_inferences = Some(found.failed);
-    }
-    if paged {
-        poll.has_more = Some(found.has_more);
-        poll.next_after = found.last.filter(|_| found.has_more);
-    }
-    poll
-}
-
-/// The items a poll covers: one, or a page after `after`.
-fn page(items: &[ItemIds], query: PollQuery) -> Result<std::ops::Range<usize>, BatchInferenceError> {
-    if let Some(id) = query.inference_id {
-        let at = items.iter().position(|item| item.inference_id == id).unwrap_or(0);
-        return Ok(at..(at + 1).min(items.len()));
-    }
-    let start = match query.after {
-        None => 0,
-        Some(after) => match items.iter().position(|item| item.inference_id == after) {
-            Some(at) => at + 1,
-            None => {
-                return Err(
-                    FunctionError::invalid(format!("`after` is not an inference of this batch: {after}")).into(),
-                )
-            }
-        },
-    };
-    let end = match query.limit {
-        Some(limit) => start.saturating_add(limit).min(items.len()),
-        None => items.len(),
-    };
-    Ok(start..end)
-}
-
-#[cfg(test)]
-#[path = "tensorzero_api_tests.rs"]
-mod tests;

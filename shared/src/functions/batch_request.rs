@@ -4,6 +4,7 @@
 
 use super::inference::{BatchVariant, FunctionError, FunctionService, InferenceCall, InferenceRequest};
 use crate::openai::json_body::bounded_serde_message;
+use crate::ports::{batch_base, BatchItemId};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -85,9 +86,11 @@ pub struct PlannedItem {
     pub line: String,
 }
 
-/// A checked batch: its function, variant, credentials and items.
+/// A checked batch: its id, function, variant, credentials and items (whose ids derive from the
+/// batch's: [`BatchItemId`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedBatch {
+    pub batch_id: Uuid,
     pub function_name: String,
     pub variant: BatchVariant,
     pub credentials: HashMap<String, String>,
@@ -278,13 +281,18 @@ impl FunctionService {
         let count = inputs.len();
         let mut columns = Columns::new(&mut request, count)?;
         let now_ms = self.now_ms();
+        let batch_id = batch_base(self.new_id());
+        let derived = |item: BatchItemId| {
+            item.id()
+                .ok_or_else(|| FunctionError::invalid(format!("`inputs` has too many entries ({count})")))
+        };
         let mut episodes = Vec::with_capacity(count);
-        for (index, given) in columns.episode_ids.iter().enumerate() {
+        for (index, given) in (0u32..).zip(columns.episode_ids.iter()) {
             let episode = match given {
                 Some(text) => super::inference::parse_episode_id(text, now_ms).map_err(|e| {
                     FunctionError::invalid(format!("`episode_ids[{index}]` is not a valid episode id: {e}"))
                 })?,
-                None => self.new_id(),
+                None => derived(BatchItemId::episode(batch_id, index))?,
             };
             episodes.push(episode);
         }
@@ -292,15 +300,15 @@ impl FunctionService {
         let variant = self.batch_variant(&function_name, request.variant_name.as_deref(), first_episode)?;
         let credentials = request.credentials.take().unwrap_or_default();
         let mut items = Vec::with_capacity(count);
-        for (index, (input, episode_id)) in inputs.into_iter().zip(episodes).enumerate() {
-            let mut body = columns.item_body(index, &function_name, input);
+        for (index, (input, episode_id)) in (0u32..).zip(inputs.into_iter().zip(episodes)) {
+            let mut body = columns.item_body(index as usize, &function_name, input);
             body.insert("variant_name".into(), json!(variant.name));
             body.insert("episode_id".into(), json!(episode_id));
             let failed = |e: String| FunctionError::invalid(format!("Input at index {index} failed validation: {e}"));
             let body = Value::Object(body);
             let call = item_call(&body, now_ms, &credentials).map_err(|e| failed(e.to_string()))?;
             self.check_batch_item(&call).map_err(|e| failed(e.to_string()))?;
-            let inference_id = self.new_id();
+            let inference_id = derived(BatchItemId::inference(batch_id, index))?;
             let line = json!({"inference_id": inference_id, "request": body}).to_string();
             items.push(PlannedItem {
                 inference_id,
@@ -309,6 +317,7 @@ impl FunctionService {
             });
         }
         Ok(PlannedBatch {
+            batch_id,
             function_name,
             variant,
             credentials,

@@ -3,6 +3,8 @@
 use super::StorageError;
 use crate::functions::records::InferenceRecord;
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
 use uuid::Uuid;
 
 /// A page of an episode's inferences, oldest first; `has_more` is exact.
@@ -10,6 +12,15 @@ use uuid::Uuid;
 pub struct InferencePage {
     pub records: Vec<InferenceRecord>,
     pub has_more: bool,
+}
+
+/// One page of a `/batch_inference` batch's records: page `page` holds items of the batch from
+/// `first` to `last` (input positions, both included; an item that failed has no record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchPage {
+    pub page: u32,
+    pub first: u32,
+    pub last: u32,
 }
 
 /// Inference records. Every lookup is scoped to a project: another project's id is not found.
@@ -33,4 +44,28 @@ pub trait InferenceStore: Send + Sync {
 
     /// Whether `project` has at least one inference in the episode.
     async fn episode_exists(&self, project: &str, episode_id: Uuid) -> Result<bool, StorageError>;
+
+    /// Keep records of items of the batch `batch_id` (ids derived from it, see
+    /// [`super::batch_item_id`]) as its page `page`, in input order. Writing a page again replaces
+    /// it: a page is rebuilt from the same results. `None` when `records` is empty.
+    async fn put_batch_page(
+        &self,
+        project: &str,
+        batch_id: Uuid,
+        page: u32,
+        records: &[InferenceRecord],
+    ) -> Result<Option<BatchPage>, StorageError>;
+
+    /// Make the batch's pages findable: from now on [`Self::get`], the episode lookups and
+    /// [`Self::batch_records`] see its items.
+    async fn put_batch_index(&self, project: &str, batch_id: Uuid, pages: &[BatchPage]) -> Result<(), StorageError>;
+
+    /// The records of the batch's items at positions `items`, in input order (an item without a
+    /// record is left out); empty before the index is written.
+    async fn batch_records(
+        &self,
+        project: &str,
+        batch_id: Uuid,
+        items: Range<u32>,
+    ) -> Result<Vec<InferenceRecord>, StorageError>;
 }

@@ -2,6 +2,7 @@
 
 pub mod after_response;
 pub mod batch_events;
+pub mod batch_item_id;
 pub mod blob;
 pub mod clock;
 pub mod credential_sealer;
@@ -16,6 +17,7 @@ pub mod webhook;
 
 pub use after_response::AfterResponse;
 pub use batch_events::{BatchEventSink, NoBatchEvents};
+pub use batch_item_id::{batch_base, BatchItemId, ItemIdKind, MAX_DERIVED_ITEMS};
 pub use blob::{BlobStore, ByteStream};
 pub use clock::{Clock, IdSource, OffsetClock, SystemClock, UuidV7Ids};
 pub use credential_sealer::{
@@ -23,7 +25,7 @@ pub use credential_sealer::{
     SealError, MAX_SEALED_PLAINTEXT,
 };
 pub use feedback_store::FeedbackStore;
-pub use inference_store::{InferencePage, InferenceStore};
+pub use inference_store::{BatchPage, InferencePage, InferenceStore};
 pub use jobs::{JobHandler, JobOutcome, SoleWorkerGuard};
 pub use metrics::{MetricUnit, MetricsSink, NoMetrics};
 pub use model_cache::{CacheKey, CachedModelResponse, ModelCache};

@@ -1,19 +1,23 @@
 //! [`InferenceStore`] over a state store and a blob store.
 
+use super::batch_pages::BatchPages;
 use super::payload::{body_str, stash, unstash};
 use crate::functions::records::InferenceRecord;
 use crate::ports::clock::uuid_unix_ms as uuid_ms;
 use crate::ports::{
-    BlobStore, InferencePage, InferenceStore, ListOrder, ListQuery, Record, SortCursor, StateStore, StorageError,
+    BatchItemId, BatchPage, BlobStore, InferencePage, InferenceStore, ItemIdKind, ListOrder, ListQuery, Record,
+    SortCursor, StateStore, StorageError,
 };
 use async_trait::async_trait;
 use serde_json::{Map, Value};
+use std::ops::Range;
 use std::sync::Arc;
 use uuid::Uuid;
 
 const KIND: &str = "inference";
 
-/// Inference records in the state store, large ones' payloads in the blob store.
+/// Inference records in the state store, large ones' payloads in the blob store; a
+/// `/batch_inference` batch's records in pages in the blob store.
 #[derive(Clone)]
 pub struct StateInferenceStore {
     state: Arc<dyn StateStore>,
@@ -48,6 +52,24 @@ impl StateInferenceStore {
         })?;
         record.project = body_str(&stored.body, "project").unwrap_or_default().to_owned();
         Ok(record)
+    }
+
+    fn pages(&self) -> BatchPages<'_> {
+        BatchPages {
+            blobs: self.blobs.as_ref(),
+        }
+    }
+
+    /// The batch item whose episode id (minted for it) is `episode_id`, when there is one.
+    async fn batch_episode(&self, project: &str, episode_id: Uuid) -> Result<Option<InferenceRecord>, StorageError> {
+        let Some(item) = BatchItemId::parse(episode_id).filter(|item| item.kind == ItemIdKind::Episode) else {
+            return Ok(None);
+        };
+        let record = self
+            .pages()
+            .record(project, BatchItemId::inference(item.batch_id, item.index))
+            .await?;
+        Ok(record.filter(|record| record.episode_id == episode_id))
     }
 }
 
@@ -85,8 +107,11 @@ impl InferenceStore for StateInferenceStore {
     }
 
     async fn get(&self, project: &str, inference_id: Uuid) -> Result<Option<InferenceRecord>, StorageError> {
-        match self.state.get(KIND, &record_id(project, inference_id)).await? {
-            Some(stored) => self.decode(&stored).await.map(Some),
+        if let Some(stored) = self.state.get(KIND, &record_id(project, inference_id)).await? {
+            return self.decode(&stored).await.map(Some);
+        }
+        match BatchItemId::parse(inference_id).filter(|item| item.kind == ItemIdKind::Inference) {
+            Some(item) => self.pages().record(project, item).await,
             None => Ok(None),
         }
     }
@@ -111,11 +136,20 @@ impl InferenceStore for StateInferenceStore {
                 order: ListOrder::Asc,
             })
             .await?;
-        let records = futures::future::try_join_all(page.records.iter().map(|stored| self.decode(stored))).await?;
-        Ok(InferencePage {
-            records,
-            has_more: page.has_more,
-        })
+        let mut records = futures::future::try_join_all(page.records.iter().map(|stored| self.decode(stored))).await?;
+        let mut has_more = page.has_more;
+        // A batch item on the episode minted for it: the episode's first inference.
+        if let Some(item) = self.batch_episode(project, episode_id).await? {
+            if after.is_none_or(|after| after < item.inference_id) {
+                records.insert(0, item);
+                records.sort_by_key(|record| (uuid_ms(&record.inference_id), record.inference_id));
+                if records.len() > limit {
+                    records.truncate(limit);
+                    has_more = true;
+                }
+            }
+        }
+        Ok(InferencePage { records, has_more })
     }
 
     async fn episode_exists(&self, project: &str, episode_id: Uuid) -> Result<bool, StorageError> {
@@ -129,6 +163,29 @@ impl InferenceStore for StateInferenceStore {
                 order: ListOrder::Asc,
             })
             .await?;
-        Ok(!page.records.is_empty())
+        Ok(!page.records.is_empty() || self.batch_episode(project, episode_id).await?.is_some())
+    }
+
+    async fn put_batch_page(
+        &self,
+        project: &str,
+        batch_id: Uuid,
+        page: u32,
+        records: &[InferenceRecord],
+    ) -> Result<Option<BatchPage>, StorageError> {
+        self.pages().put_page(project, batch_id, page, records).await
+    }
+
+    async fn put_batch_index(&self, project: &str, batch_id: Uuid, pages: &[BatchPage]) -> Result<(), StorageError> {
+        self.pages().put_index(project, batch_id, pages).await
+    }
+
+    async fn batch_records(
+        &self,
+        project: &str,
+        batch_id: Uuid,
+        items: Range<u32>,
+    ) -> Result<Vec<InferenceRecord>, StorageError> {
+        self.pages().records(project, batch_id, items).await
     }
 }

@@ -12,9 +12,15 @@
 //! | `model_cache` | the key's digest | the digest | `cache/{project}/{digest}.json` |
 //! | `feedback` | `{project}/{feedback_id}` | `{project}/{target_id}` | `feedback/{project}/{feedback_id}.json` |
 //!
+//! A `/batch_inference` batch's records are not single items: they are kept in pages of blobs
+//! (`inferences/{project}/batches/{batch}/page-NNNNNN.jsonl`, and `pages.json` naming each page's
+//! span of items), written once when the batch ends; an item's id says its batch and position, so
+//! `get` and the episode lookups find them there (`batch_pages.rs`).
+//!
 //! `created_at_ms` is the UUIDv7 time of the inference or feedback id (so a listing cursor is
 //! computed from an id alone), or a cache entry's creation time.
 
+mod batch_pages;
 mod cache;
 mod feedback;
 mod inferences;

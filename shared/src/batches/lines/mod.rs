@@ -6,8 +6,8 @@
 //! inference records) is decided once, by the batch's format, in `finalize.rs`.
 //!
 //! - `openai.rs`: `/v1/batches` — a JSONL request line in, an output or error file line out.
-//! - `tensorzero.rs`: `/batch_inference` — one `/inference` item in; its inference record stored,
-//!   and a short result line (its ids, or why it failed) kept for polling.
+//! - `tensorzero.rs`: `/batch_inference` — one `/inference` item in; its inference record out (or
+//!   a short line: its ids and why it failed), kept in the batch's pages when it ends.
 
 pub(crate) mod openai;
 pub(crate) mod tensorzero;
@@ -119,7 +119,6 @@ impl BatchService {
             BatchFormat::TensorZero(plan) => Arc::new(tensorzero::TensorZeroLines {
                 functions: Arc::clone(&self.functions),
                 inference: Arc::clone(&self.inference),
-                records: Arc::clone(&self.records),
                 project: batch.project.clone(),
                 // The variant's model as configured now: the one its items call.
                 model: self

@@ -1,9 +1,8 @@
 //! `/batch_inference` lines: one `/inference` item each (`functions::batch_request`). Running one
-//! stores its inference record, under the id minted at submission, before the line counts: a
-//! line run again after a crash finds its record there and the first one stays (every inference
-//! exactly once): what the line counts (success, usage) is then the stored record's, even when the
-//! rerun's own model call failed or answered differently. The result line is short: the item's
-//! ids, or why it produced no inference.
+//! makes its inference record, under the id minted at submission; the record is the line's result,
+//! saved with the chunk's segment like any result line, so it counts exactly once whatever crashes
+//! or reruns happen. When the batch ends, `tensorzero_pages.rs` writes the records into the
+//! batch's pages of the inference store. A failed item's line is short: its ids and why.
 
 use super::{LineKind, LineResult, NativeAnswer, NativeRequest};
 use crate::batches::input_validation::{plan_checked_lines, ChunkLimits, ValidationReport};
@@ -15,7 +14,7 @@ use crate::functions::inference::FunctionService;
 use crate::functions::records::InferenceRecord;
 use crate::inference::InferenceService;
 use crate::openai::batches::BatchUsage;
-use crate::ports::{BlobStore, IdSource, InferenceStore, StorageError};
+use crate::ports::{BlobStore, IdSource, StorageError};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -28,7 +27,6 @@ use uuid::Uuid;
 pub(crate) struct TensorZeroLines {
     pub functions: Arc<FunctionService>,
     pub inference: Arc<InferenceService>,
-    pub records: Arc<dyn InferenceStore>,
     pub project: String,
     pub model: Option<String>,
     pub credentials: HashMap<String, String>,
@@ -72,7 +70,7 @@ impl LineKind for TensorZeroLines {
             .functions
             .run_batch_line(&self.project, line, &self.credentials)
             .await;
-        self.keep(ids, outcome.map_err(|error| error.to_string())).await
+        Self::keep(ids, outcome.map_err(|error| error.to_string()))
     }
 
     fn not_run(&self, _ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String {
@@ -133,57 +131,35 @@ impl LineKind for TensorZeroLines {
                 ),
             },
         };
-        self.keep(outcome.0, outcome.1).await
+        Self::keep(outcome.0, outcome.1)
     }
 }
 
 impl TensorZeroLines {
-    /// Store the item's record (create-if-absent under its id) before the line counts; an item
-    /// stored by an earlier run of the line keeps that record, which is what counts.
-    async fn keep(
-        &self,
-        ids: Option<ItemIds>,
-        outcome: Result<InferenceRecord, String>,
-    ) -> Result<LineResult, BatchesError> {
-        let mut result = ItemResult {
-            inference_id: ids.map(|i| i.inference_id),
-            episode_id: ids.map(|i| i.episode_id),
-            error: None,
-            code: None,
-        };
-        let mut usage = BatchUsage::default();
-        let stored = match outcome {
-            Ok(record) => match self.records.put(&record).await {
-                Ok(()) => Some(record),
-                // Stored by an earlier run of this line: that one stays, and is what counts.
-                Err(StorageError::Conflict) => Some(
-                    self.records
-                        .get(&self.project, record.inference_id)
-                        .await?
-                        .unwrap_or(record),
-                ),
-                Err(err) => return Err(err.into()),
-            },
-            Err(error) => {
-                // An earlier run of this line stored its inference before this run failed: the
-                // item has its inference, and is not a failure.
-                let earlier = match result.inference_id {
-                    Some(id) => self.records.get(&self.project, id).await?,
-                    None => None,
-                };
-                if earlier.is_none() {
-                    result.error = Some(error);
-                }
-                earlier
+    /// What the item became: its inference record is the result line, kept with the chunk's
+    /// results (the segment protocol counts it exactly once: a line run again after a crash
+    /// replaces an unsaved result, never adds one); the batch's pages are written from these when
+    /// it ends. A failed item's line says why.
+    fn keep(ids: Option<ItemIds>, outcome: Result<InferenceRecord, String>) -> Result<LineResult, BatchesError> {
+        match outcome {
+            Ok(record) => {
+                let line = serde_json::to_string(&record)
+                    .map_err(|e| BatchesError::Storage(StorageError::Invalid(format!("inference record: {e}"))))?;
+                let mut usage = BatchUsage::default();
+                usage.add(record.usage.input_tokens, record.usage.output_tokens);
+                Ok(LineResult { line, ok: true, usage })
             }
-        };
-        if let Some(record) = &stored {
-            usage.add(record.usage.input_tokens, record.usage.output_tokens);
+            Err(error) => Ok(LineResult {
+                line: ItemResult {
+                    inference_id: ids.map(|i| i.inference_id),
+                    episode_id: ids.map(|i| i.episode_id),
+                    error: Some(error),
+                    code: None,
+                }
+                .line(),
+                ok: false,
+                usage: BatchUsage::default(),
+            }),
         }
-        Ok(LineResult {
-            line: result.line(),
-            ok: stored.is_some(),
-            usage,
-        })
     }
 }
