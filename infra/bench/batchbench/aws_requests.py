@@ -350,14 +350,23 @@ class AwsStack:
         }
 
     def inference_records(self) -> int:
-        """Inference records in the table (read from moto directly, not counted)."""
+        """Inferences stored (read from moto directly, not counted): single records in the table,
+        and the records in `/batch_inference` batches' pages in the bucket."""
         pages = self.moto.client("dynamodb").get_paginator("scan").paginate(
             TableName=self.moto.table,
             Select="COUNT",
             FilterExpression="begins_with(pk, :kind)",
             ExpressionAttributeValues={":kind": {"S": "inference#"}},
         )
-        return sum(page["Count"] for page in pages)
+        singles = sum(page["Count"] for page in pages)
+        s3 = self.moto.client("s3")
+        paged = 0
+        for listing in s3.get_paginator("list_objects_v2").paginate(Bucket=self.moto.bucket, Prefix="inferences/"):
+            for obj in listing.get("Contents", []):
+                if "/batches/" in obj["Key"] and obj["Key"].endswith(".jsonl"):
+                    body = s3.get_object(Bucket=self.moto.bucket, Key=obj["Key"])["Body"].read()
+                    paged += sum(1 for line in body.splitlines() if line.strip())
+        return singles + paged
 
     def close(self) -> None:
         if self.proxy is not None:

@@ -72,12 +72,17 @@ def start_server(kit: Any, scratch: Path, config: Path, name: str) -> Any:
 
 
 def inference_records(server: Any) -> int:
-    """Inference records in the server's state database."""
+    """Inferences stored: single records in the server's state database, and the records in
+    `/batch_inference` batches' pages among its blobs."""
     db = sqlite3.connect(server.data_dir / "state.sqlite3", timeout=10)
     try:
-        return db.execute("SELECT count(*) FROM records WHERE kind = 'inference'").fetchone()[0]
+        singles = db.execute("SELECT count(*) FROM records WHERE kind = 'inference'").fetchone()[0]
     finally:
         db.close()
+    paged = 0
+    for page in (server.data_dir / "blobs" / "inferences").glob("*/batches/*/page-*.jsonl"):
+        paged += sum(1 for line in page.read_bytes().splitlines() if line.strip())
+    return singles + paged
 
 
 def local_run(
