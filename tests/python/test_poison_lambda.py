@@ -3,11 +3,12 @@ at the edge of `f64`) in `/batch_inference` items, `/v1/batches` lines and async
 requests, run by `nimbus-worker` under the Runtime Interface Emulator against moto (the tests play
 the SQS event sources and the poller's schedule: batch_lambda_kit.py, async_lambda_kit.py).
 
-A schema past the bounds is refused at submit (a 4xx naming the field), so it never reaches a
-worker. The ones that pass the bounds but push the dummy provider's schema-instance generator to
-its numeric limits run: each worker invocation must answer (never a crashed runtime, never a job
-handed back for a retry), the normal work beside them must complete, a hostile item completes or
-fails as its own item, and the batch ends. The worker's runtime must never have panicked or exited.
+A schema past the bounds is refused at submit (a 4xx naming the field); one already stored (as
+before submit checked) fails its own item in the worker. The ones within the bounds that push the
+dummy provider's schema-instance generator to its numeric limits run: each worker invocation must
+answer (never a crashed runtime, never a job handed back for a retry), the normal work beside them
+must complete, a hostile item completes or fails as its own item, and the batch ends. The worker's
+runtime must never have panicked or exited.
 """
 
 from __future__ import annotations
