@@ -306,6 +306,12 @@ class Api:
         return lines(batch["output_file_id"]), lines(batch["error_file_id"])
 
 
+def check_no_retries(source: EventSource, batch_id: str) -> None:
+    """No job of the batch was reported failed by the worker (none handed back for a retry)."""
+    retried = [d.job for d in source.jobs_for(batch_id) if d.failed]
+    assert not retried, f"the worker reported jobs of batch {batch_id} failed: {retried}"
+
+
 def run_until(
     api: Api,
     source: EventSource,
@@ -313,12 +319,16 @@ def run_until(
     *,
     until: Callable[[dict[str, Any]], bool] | None = None,
     timeout: float = 180.0,
+    no_retries: bool = False,
 ) -> dict[str, Any]:
     """Deliver queued jobs and run the poller whenever the queue is idle, until the batch satisfies
-    `until` (default: a terminal status). Returns the batch; fails with the last one seen."""
+    `until` (default: a terminal status). Returns the batch; fails with the last one seen. With
+    `no_retries`, a job of the batch that the worker reported failed (to be retried) fails at once."""
     until = until or (lambda batch: batch["status"] in TERMINAL)
     deadline = time.monotonic() + timeout
     while True:
+        if no_retries:
+            check_no_retries(source, batch_id)
         batch = api.retrieve(batch_id)
         if until(batch):
             return batch
@@ -334,12 +344,15 @@ def run_until(
 
 
 def run_batch_inference_until_done(
-    api: Api, source: EventSource, batch_id: str, *, timeout: float = 180.0
+    api: Api, source: EventSource, batch_id: str, *, timeout: float = 180.0, no_retries: bool = False
 ) -> dict[str, Any]:
     """Deliver queued jobs, and run the poller whenever the queue is idle, until polling the
-    `/batch_inference` batch no longer answers `{"status": "pending"}`; returns that answer."""
+    `/batch_inference` batch no longer answers `{"status": "pending"}`; returns that answer. With
+    `no_retries`, a job of the batch that the worker reported failed (to be retried) fails at once."""
     deadline = time.monotonic() + timeout
     while True:
+        if no_retries:
+            check_no_retries(source, batch_id)
         status, poll = api.poll_batch_inference(batch_id)
         assert status == 200, poll
         if poll != {"status": "pending"}:
