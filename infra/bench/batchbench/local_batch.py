@@ -80,7 +80,7 @@ def inference_records(server: Any) -> int:
     finally:
         db.close()
     paged = 0
-    for page in (server.data_dir / "blobs" / "inferences").glob("*/batches/*/page-*.jsonl"):
+    for page in (server.data_dir / "blobs" / "objects" / "inferences").glob("*/batches/*/page-*.jsonl"):
         paged += sum(1 for line in page.read_bytes().splitlines() if line.strip())
     return singles + paged
 

@@ -50,7 +50,7 @@ def render_tz_local(p: dict[str, Any]) -> list[str]:
     return [
         f"#### Local server: wall time against the ideal ({len(tz)} runs of each)",
         "",
-        f"Each run a fresh release `nimbus serve` as in 4.2 (`NIMBUS_BATCH_WORKERS={p['workers']}`, "
+        f"Each run a fresh {p.get('profile', 'release')} `nimbus serve` as in 4.2 (`NIMBUS_BATCH_WORKERS={p['workers']}`, "
         f"`lines_per_chunk = {p['lines_per_chunk']}`, `line_concurrency = {p['line_concurrency']}`), the runs of the "
         "two APIs alternating. `/batch_inference`: one `POST` with the inputs (every item checked before it returns), "
         "then `GET /batch_inference/{id}` every 0.2 s; the poll that sees `completed` carries all "
@@ -58,7 +58,8 @@ def render_tz_local(p: dict[str, Any]) -> list[str]:
         "submission's ids. `/v1/batches`: the same conversations as a JSONL file (system message written out, "
         f"{p['openai_input_bytes'] / 1e6:.2f} MB) uploaded with the OpenAI SDK, `batches.create`, polled every "
         "0.2 s, output downloaded and counted. Times from just before the `POST` / `batches.create` (the upload "
-        "before it is shown apart). Inference records are counted in the server's `state.sqlite3`.",
+        "before it is shown apart). Inference records are counted in the server's `state.sqlite3` and in the "
+        "batch's pages (blobs).",
         "",
         f"Ideal = inputs × {MODEL_LATENCY_S * 1000:.0f} ms ÷ (workers × line_concurrency) = {p['inputs']:,} × 0.020 s "
         f"÷ ({p['workers']} × {p['line_concurrency']}) = **{p['ideal_s']:.3f} s**; with this chunking "
@@ -78,8 +79,9 @@ def render_tz_local(p: dict[str, Any]) -> list[str]:
         f"**{p['openai_with_results']['median_s']:.2f} s** ({p['openai_with_results']['median_s'] / p['ideal_s']:.2f}×; "
         f"{p['openai_to_completed']['median_s']:.2f} s to `completed`, upload not included). "
         f"`/batch_inference` is {abs(gap):.2f} s {'slower' if gap > 0 else 'faster'} on the median: "
-        "it validates and stores its items inside the `POST`, writes one inference record per item as the "
-        "chunk runs (the `/v1/batches` run writes none), and rebuilds each reply from its record when polled. "
+        "it validates and stores its items inside the `POST`, keeps each item's inference record with its "
+        "results and writes them into pages when the batch ends (the `/v1/batches` run writes none), and rebuilds "
+        "each reply from its record when polled. "
         f"Peak server RSS: {max(r['server_peak_rss_kb'] for r in tz) / 1024:.0f} MiB at most for `/batch_inference` "
         f"(the whole batch in one `POST`, and all its inferences in one reply) against "
         f"{max(r['server_peak_rss_kb'] for r in openai) / 1024:.0f} MiB for `/v1/batches` (streamed file in, "
@@ -172,10 +174,11 @@ def render_tz_aws(p: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     s = aws_summary(tz, oa)
     ops = Counter(e["operation"] for e in phase_entries(tz, "batch"))
     t, o = s["tz"], s["openai"]
+    profile = p.get("profile", "release")
     lines = [
         f"#### AWS requests per batch ({tz['worker_instances']} worker instances, under the RIE against moto)",
         "",
-        "The stack and method of 4.3 (the counting proxy in front of moto, release Lambda binaries under the "
+        f"The stack and method of 4.3 (the counting proxy in front of moto, {profile} Lambda binaries under the "
         "emulator, the script playing the SQS event source and the schedule), a fresh stack for each API; the "
         "config is read from S3 with the function's template and schema beside it (`NIMBUS_CONFIG_SOURCE=s3://…`, "
         "as a deployment puts it). `/batch_inference`: one `POST` of the inputs to the batches function, pending "
@@ -186,14 +189,20 @@ def render_tz_aws(p: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         "output file downloaded. For both, the proxy hands moto one request at a time: moto's "
         "`TransactWriteItems` deep-copies the whole table while other requests add items, and answered 500 "
         "(every chunk failed and was retried) once thousands of records were being written at once. That "
-        "changes no count, but makes every time on this path moto's: a chunk that writes records ran "
+        "changes no count, but makes every time on this path moto's: a `/batch_inference` chunk ran "
         f"{min(chunk_s(tz)):.0f}–{max(chunk_s(tz)):.0f} s here against {min(chunk_s(oa)):.0f}–{max(chunk_s(oa)):.0f} s "
-        "for a `/v1/batches` chunk, so the Lambda time (and its cost) of `/batch_inference` below is an upper bound.",
+        "for a `/v1/batches` chunk"
+        + (
+            f" ({profile} builds: the counts do not depend on the profile, the times and the Lambda cost do)."
+            if profile != "release"
+            else "."
+        ),
         "",
         f"Runs: `/batch_inference` POST {tz['submit_s']:.1f} s, `completed` seen at {tz['completed_seen_s']:.1f} s, "
         f"results fetched in {tz['fetch_s']:.1f} s; worker invocations "
         f"{', '.join(f'{n} `{k}`' for k, n in sorted(tz['worker_invocations'].items()))}; {tz['poller_runs']} poller "
-        f"passes; {tz['inferences']:,} inferences back, {tz['inference_records']:,} inference records in the table. "
+        f"passes; {tz['inferences']:,} inferences back, {tz['inference_records']:,} inference records stored "
+        "(single records in the table and records in the batch's pages). "
         f"`/v1/batches`: create → `completed` in {oa['batch_wall_s']:.1f} s; worker invocations "
         f"{', '.join(f'{n} `{k}`' for k, n in sorted(oa['worker_invocations'].items()))}; {oa['poller_runs']} poller "
         f"passes; {oa['output_lines']:,} output lines, {oa['inference_records']:,} inference records.",
@@ -217,11 +226,13 @@ def render_tz_aws(p: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         "",
         *requests_table(tz, oa),
         "",
-        f"Priced as in 4.3. `PutItem` in the `/batch_inference` run: {fmt_int(ops['PutItem'])} (one inference record "
-        "per item, created before its chunk's segment counts; each about "
-        f"{t['priced']['wru'] / max(1, ops['PutItem']):.1f} write units with its `by_owner` index entry), `GetItem` "
-        f"{fmt_int(ops['GetItem'])}; the fetch reads every record back "
-        f"({fmt_int(Counter(e['operation'] for e in phase_entries(tz, 'fetch', status=True))['GetItem'])} `GetItem`). "
+        f"Priced as in 4.3. The `/batch_inference` run writes its {tz['inference_records']:,} inference records "
+        f"as pages when the batch ends (`PutObject` {fmt_int(ops['PutObject'])} in all: one page per result "
+        "segment, the page index, the items and the segments themselves), not one item each; `PutItem` "
+        f"{fmt_int(ops['PutItem'])}, `GetItem` {fmt_int(ops['GetItem'])}. A poll of a page of results reads the batch "
+        "record, the page index and the pages that hold those items "
+        f"({fmt_int(Counter(e['operation'] for e in phase_entries(tz, 'fetch', status=True))['GetObject'])} "
+        "`GetObject` for all the pages here). "
         "`TransactWriteItems (failed)`: conditional segment saves that lost and were retried, as in 4.4.",
         "",
     ]
@@ -265,7 +276,7 @@ def render_tz(results: dict[str, Any]) -> str | None:
             f"on AWS it takes {fmt_int(s['tz']['requests'])} requests per batch against {fmt_int(s['openai']['requests'])} "
             f"for `/v1/batches` ({fmt_usd(s['tz']['requests_cost'] + s['tz']['lambda_cost'])} against "
             f"{fmt_usd(s['openai']['requests_cost'] + s['openai']['lambda_cost'])} with Lambda), "
-            "the difference being the records: one write per item, one read per item fetched"
+            "its inferences kept in pages (no write per item, none read per item fetched)"
         )
     elif aws:
         body += ["#### AWS requests per batch", "", f"Not measured: {aws['skipped']}", ""]

@@ -120,4 +120,4 @@ def part_tz_aws(bin_dir: Path, scratch: Path, timeout: float, worker_instances: 
         system=TZ_SYSTEM_TEXT,
         serialize_moto=True,
     )
-    return {"inputs": TZ_INPUTS, "tz": tz, "openai": openai}
+    return {"inputs": TZ_INPUTS, "tz": tz, "openai": openai, "profile": bin_dir.name}

@@ -119,6 +119,7 @@ def part_tz_local(bin_dir: Path, scratch: Path, timeout: float, runs: int) -> di
         return {"median_s": statistics.median(r[key] for r in rows), "runs_s": [r[key] for r in rows]}
 
     return {
+        "profile": bin_dir.name,
         "inputs": TZ_INPUTS,
         "function": TZ_FUNCTION,
         "model": MODEL,
