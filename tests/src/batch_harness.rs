@@ -102,6 +102,10 @@ pub struct FaultyState {
     inner: Arc<dyn StateStore>,
     fault: Mutex<Option<Fault>>,
     injected: AtomicU32,
+    /// Reads by call and record kind (`"get batch_chunk"`, `"list batch_chunk"`).
+    reads: Mutex<HashMap<String, u32>>,
+    /// Writes of a batch record to lose to another writer (see `race_batch_writes`).
+    races: AtomicU32,
 }
 
 impl FaultyState {
@@ -110,6 +114,8 @@ impl FaultyState {
             inner,
             fault: Mutex::new(None),
             injected: AtomicU32::new(0),
+            reads: Mutex::new(HashMap::new()),
+            races: AtomicU32::new(0),
         }
     }
 
@@ -122,6 +128,21 @@ impl FaultyState {
 
     pub fn clear_faults(&self) {
         *self.fault.lock().unwrap() = None;
+    }
+
+    /// How many reads `what` (`"get KIND"` or `"list KIND"`, a page each) were made so far.
+    pub fn reads(&self, what: &str) -> u32 {
+        self.reads.lock().unwrap().get(what).copied().unwrap_or(0)
+    }
+
+    fn count_read(&self, call: &str, kind: &str) {
+        *self.reads.lock().unwrap().entry(format!("{call} {kind}")).or_default() += 1;
+    }
+
+    /// The next `times` transactions that write a batch record lose to another writer, who
+    /// wrote the batch just before them (as another chunk's save does).
+    pub fn race_batch_writes(&self, times: u32) {
+        self.races.store(times, Ordering::SeqCst);
     }
 
     /// How many writes were refused so far.
@@ -155,6 +176,7 @@ impl StateStore for FaultyState {
     }
 
     async fn get(&self, kind: &str, id: &str) -> Result<Option<Record>, StorageError> {
+        self.count_read("get", kind);
         self.inner.get(kind, id).await
     }
 
@@ -165,6 +187,13 @@ impl StateStore for FaultyState {
 
     async fn update_all(&self, updates: &[(Record, u64)]) -> Result<(), StorageError> {
         self.check(&updates.iter().map(|(r, _)| r).collect::<Vec<_>>())?;
+        let batch = updates.iter().find(|(r, _)| r.kind == "batch");
+        if let Some((record, _)) = batch.filter(|_| self.races.load(Ordering::SeqCst) > 0) {
+            self.races.fetch_sub(1, Ordering::SeqCst);
+            let mut other = self.inner.get("batch", &record.id).await?.unwrap();
+            other.version += 1;
+            self.inner.update(&other, other.version - 1).await?;
+        }
         self.inner.update_all(updates).await
     }
 
@@ -173,6 +202,7 @@ impl StateStore for FaultyState {
     }
 
     async fn list_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError> {
+        self.count_read("list", &query.kind);
         self.inner.list_by_owner(query).await
     }
 }

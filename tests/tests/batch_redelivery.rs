@@ -178,6 +178,40 @@ async fn lost_queue_messages_are_enqueued_again_by_the_poller() {
     run_to_end_exactly_once(&h, &created.id, &ids, &provider).await;
 }
 
+#[tokio::test]
+async fn a_pass_reads_no_chunk_of_a_running_batch_before_one_could_be_stuck() {
+    let mut s = settings();
+    s.requeue_after = Duration::from_secs(60);
+    let (h, provider) = Harness::with_model(s, Duration::from_millis(2));
+    let ids = custom_ids(25, Some(5));
+    let created = h.create_batch(&lines_for(MODEL, &ids)).await;
+    h.validate().await;
+    let lost = h.receive().await.unwrap();
+    h.queue.delete(&lost.receipt).await.unwrap();
+    for _ in 0..2 {
+        let message = h.receive().await.unwrap();
+        assert_eq!(h.handle(&message).await, JobOutcome::Done);
+        h.queue.delete(&message.receipt).await.unwrap();
+    }
+
+    // Every chunk was enqueued less than requeue_after ago: a pass reads the batch, not its
+    // chunks (#26 E16: each pass read every chunk record for as long as the batch ran).
+    let before = h.state.reads("list batch_chunk");
+    for _ in 0..3 {
+        h.clock.advance(Duration::from_secs(15));
+        let report = h.schedule_pass().await.unwrap();
+        assert_eq!((report.active_batches, report.chunks_requeued), (1, 0));
+    }
+    assert_eq!(h.state.reads("list batch_chunk"), before, "no chunk listed yet");
+
+    // Past requeue_after the lost chunk is found and enqueued again.
+    h.clock.advance(Duration::from_secs(16));
+    let report = h.schedule_pass().await.unwrap();
+    assert_eq!(report.chunks_requeued, 1);
+    assert!(h.state.reads("list batch_chunk") > before);
+    run_to_end_exactly_once(&h, &created.id, &ids, &provider).await;
+}
+
 // Killed and stalled workers ----------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -378,4 +412,27 @@ async fn a_segment_whose_save_fails_is_run_again_and_counted_once() {
         assert!((1..=2).contains(&provider.calls_for(id)), "{id}");
     }
     assert_eq!(provider.total_calls(), 10 + first_run_calls);
+}
+
+#[tokio::test]
+async fn a_save_that_loses_to_another_chunk_reads_the_batch_again_not_its_chunk() {
+    let mut s = settings();
+    s.checkpoint_lines = 10; // the chunk's one save, at its end
+    let (h, provider) = Harness::with_model(s, Duration::from_millis(2));
+    let ids = custom_ids(10, None);
+    let created = h.create_batch(&lines_for(MODEL, &ids)).await;
+    h.validate().await;
+    let chunk0 = h.receive().await.unwrap();
+    // Two other chunks' saves move the batch just before this run's save, twice.
+    h.state.race_batch_writes(2);
+    let before = h.state.reads("get batch_chunk");
+    let result = h.handle(&chunk0).await;
+    assert_eq!(result, JobOutcome::Done);
+    // #26 E16: each lost write read the chunk again too (1 + 2 reads).
+    assert_eq!(
+        h.state.reads("get batch_chunk") - before,
+        1,
+        "only the lease reads the chunk: the lost writes were the batch's"
+    );
+    run_to_end_exactly_once(&h, &created.id, &ids, &provider).await;
 }

@@ -336,12 +336,13 @@ def render_latency(fast: dict[str, Any], slow: dict[str, Any]) -> list[str]:
         "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
         *rows,
         "",
-        "A running chunk saves a segment every `checkpoint_interval_ms` (5 s: a `PutObject`, a `GetItem` of the "
-        "chunk and of the batch, a `TransactWriteItems`), re-reads its batch every 2 s to notice a cancel "
-        "(`status_poll_interval`), and the finalizer reads every segment object back (`GetObject`). So the "
-        "requests of a batch grow with the time its chunks run, not with its lines: with 2 s per line a "
-        "50,000-line batch needs several times the 2,000-request target, and its Lambda time (the worker "
-        "waits for the model while billed) becomes the main cost.",
+        "A running chunk saves a segment once `checkpoint_lines` results are pending (by default a whole chunk; "
+        "at least every 30 × `checkpoint_interval_ms` and at the end of each run: a `PutObject`, a `GetItem` of "
+        "the batch, a `TransactWriteItems`), looks at its batch once a minute to notice a cancel "
+        "(`status_poll_interval`), and the finalizer reads every segment object back (`GetObject`). What still "
+        "grows with the time chunks run is one status look a minute per running chunk and the poller's passes; "
+        "the worker's Lambda time (it waits for the model while billed) grows with the model's latency and "
+        "becomes the main cost (#26 E16).",
         "",
     ]
 

@@ -24,8 +24,10 @@ const FINISH_GRACE: Duration = Duration::from_secs(10);
 const START_GRACE: Duration = Duration::from_secs(30);
 /// The lease outlives the run's deadline by this much.
 const LEASE_MARGIN: Duration = Duration::from_secs(30);
-/// A run saves at least every this many checkpoint intervals while it has unsaved results.
-const CHECKPOINT_MAX_GAPS: u32 = 12;
+/// A run saves at least every this many checkpoint intervals while it has unsaved results (5
+/// minutes at the default 10 s: longer than a Lambda run's 4 minutes, which saves at its end
+/// anyway, so a chunk on a slow model saves once per run — #26 E16).
+const CHECKPOINT_MAX_GAPS: u32 = 30;
 /// How long a run waits for a model's slots before handing the chunk back.
 const SLOT_WAIT: Duration = Duration::from_secs(10);
 
@@ -481,32 +483,45 @@ mod tests {
         let settings = crate::batches::BatchSettings::from_config(&config);
         assert_eq!(
             (settings.checkpoint_lines, settings.checkpoint_interval),
-            (500, Duration::from_secs(10))
+            (1_000, Duration::from_secs(10)),
+            "by default a whole chunk (lines_per_chunk) before a save"
         );
         let secs = Duration::from_secs;
-        // A slow model: 100 lines a minute is no reason to save every 10 s.
-        assert!(!checkpoint_due(&settings, 100, secs(60)));
-        assert!(checkpoint_due(&settings, 500, secs(60)));
-        // A fast one: 500 lines in a second wait for the interval.
+        // A slow model: half a chunk is no reason to save; a whole one is.
+        assert!(!checkpoint_due(&settings, 500, secs(60)));
+        assert!(checkpoint_due(&settings, 1_000, secs(60)));
+        // A fast one: a chunk's lines in a second wait for the interval.
         assert!(!checkpoint_due(&settings, 5_000, secs(1)));
         assert!(checkpoint_due(&settings, 5_000, secs(10)));
-        // A very slow one still saves every 2 minutes; nothing pending, nothing to save.
-        assert!(checkpoint_due(&settings, 3, secs(120)));
+        // A very slow one still saves every 5 minutes (a Lambda run saves at its end, within
+        // 4); nothing pending, nothing to save.
+        assert!(!checkpoint_due(&settings, 3, secs(120)));
+        assert!(checkpoint_due(&settings, 3, secs(300)));
         assert!(!checkpoint_due(&settings, 0, secs(600)));
-        // A 1,000-line chunk on a 2 s model (16 at once, ~126 s): one save half-way, one at the end.
-        let (mut pending, mut since, mut saves) = (0, Duration::ZERO, 0);
-        for _wave in 0..63 {
-            pending += 16;
-            since += secs(2);
+        // A 1,000-line chunk on a 2 s model (16 at once, ~126 s): one save, when its last line
+        // is in (#26 E16: it was two, then ~13 when saves came every 10 s).
+        let (mut left, mut pending, mut since, mut saves) = (1_000_u64, 0, Duration::ZERO, 0);
+        while left > 0 {
+            let wave = left.min(16);
+            (left, pending, since) = (left - wave, pending + wave, since + secs(2));
             if checkpoint_due(&settings, pending, since) {
                 (pending, since, saves) = (0, Duration::ZERO, saves + 1);
             }
         }
-        assert_eq!(
-            (saves, pending > 0),
-            (1, true),
-            "then the last save at the end of the run"
-        );
+        assert_eq!((saves, pending), (1, 0), "the chunk's one save is its last");
+    }
+
+    #[test]
+    fn checkpoint_lines_default_to_a_chunk_and_status_looks_come_once_a_minute() {
+        let settings =
+            |toml: &str| crate::batches::BatchSettings::from_config(&crate::config::Config::from_toml(toml).unwrap());
+        let small_chunks = settings("[batches]\nlines_per_chunk = 200\n");
+        assert_eq!(small_chunks.checkpoint_lines, 200);
+        let explicit = settings("[batches]\nlines_per_chunk = 200\ncheckpoint_lines = 50\n");
+        assert_eq!(explicit.checkpoint_lines, 50);
+        // In Lambda a chunk's run reads its batch once a minute (a cancel is noticed within it).
+        assert_eq!(small_chunks.status_poll_interval, Duration::from_secs(60));
+        assert!(crate::config::Config::from_toml("[batches]\ncheckpoint_lines = 0\n").is_err());
     }
 
     #[test]

@@ -93,6 +93,9 @@ impl BatchesError {
     }
 }
 
+/// How often a chunk's run looks at its batch in Lambda (a cancel, expiry, a new live watcher).
+pub(crate) const STATUS_POLL_INTERVAL: Duration = Duration::from_secs(60);
+
 /// How the engine runs; the host (Lambda or local) picks the timings.
 #[derive(Debug, Clone)]
 pub struct BatchSettings {
@@ -102,7 +105,7 @@ pub struct BatchSettings {
     pub line_concurrency: usize,
     /// A running chunk saves a segment once this many results are pending...
     pub checkpoint_lines: u64,
-    /// ...at most once per this interval, and at least every 12 intervals.
+    /// ...at most once per this interval, and at least every 30 intervals.
     pub checkpoint_interval: Duration,
     /// How often a running chunk looks at its batch to notice a cancel (a checkpoint counts).
     pub status_poll_interval: Duration,
@@ -151,11 +154,12 @@ impl BatchSettings {
             lines_per_chunk: batches.lines_per_chunk,
             max_chunk_bytes: batches.max_chunk_bytes,
             line_concurrency: batches.line_concurrency,
-            checkpoint_lines: batches.checkpoint_lines,
+            checkpoint_lines: batches.checkpoint_lines(),
             checkpoint_interval: Duration::from_millis(batches.checkpoint_interval_ms),
-            // Each look is a read: every 30 s a chunk's run costs a few reads however slow its
-            // model (a cancel stops new lines within that; the batch itself ends at once).
-            status_poll_interval: Duration::from_secs(30),
+            // Each look is a read, so a chunk's run costs one read a minute however slow its
+            // model: after a cancel, lines may start for up to a minute (the batch itself ends
+            // within seconds; OpenAI's own cancel takes minutes). #26 E16.
+            status_poll_interval: STATUS_POLL_INTERVAL,
             live_progress_always: false,
             max_run: Duration::from_secs(240),
             requeue_after: Duration::from_secs(1800),

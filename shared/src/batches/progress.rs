@@ -15,6 +15,13 @@ use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+/// After a segment's write lost on the batch at `tried`: whether the batch now at `version`
+/// explains it (the chunk as this run holds it is then kept). From the 10th attempt on the chunk
+/// is read again anyway, so a run whose chunk was also taken over finds out.
+fn batch_moved_since(tried: u64, version: u64, attempt: u32) -> bool {
+    version != tried && attempt < 10
+}
+
 /// Results of consecutive lines, not yet saved.
 #[derive(Debug, Default)]
 pub(crate) struct PendingSegment {
@@ -219,9 +226,21 @@ impl BatchService {
             });
         }
         let mut delay_ms = 5;
-        for _ in 0..50 {
+        // The batch this run tried to write last, if that write lost to another.
+        let mut lost_to: Option<u64> = None;
+        for attempt in 0..50 {
+            let Some(mut current) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
+                return Ok(self.discard_segment(&segment).await);
+            };
+            if lost_to
+                .take()
+                .is_some_and(|tried| !batch_moved_since(tried, current.record.version, attempt))
+            {
+                // The batch does not explain the lost write: the chunk may; read it again.
+                *known_chunk = None;
+            }
             // The chunk as this run last wrote it saves a read; if anyone wrote it since, the
-            // conditional write fails and the next attempt reads it afresh.
+            // conditional write fails and the chunk is read afresh.
             let mut chunk = match known_chunk.take() {
                 Some(chunk) => chunk,
                 None => match Loaded::<StoredChunk>::get(self.state.as_ref(), CHUNK_KIND, &chunk_id(batch_id, index))
@@ -234,14 +253,12 @@ impl BatchService {
             if chunk.body.lease.as_ref().is_none_or(|lease| &lease.token != token) || chunk.body.done {
                 return Ok(self.discard_segment(&segment).await);
             }
-            let Some(mut current) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
-                return Ok(self.discard_segment(&segment).await);
-            };
             if current.body.sealed || (staged_lines > 0 && current.body.native.closed) {
                 // The finalizer has read the results already (or the staged lines were packed
                 // into provider batches): these lines count as never run.
                 return Ok(self.discard_segment(&segment).await);
             }
+            let unsaved_chunk = chunk.clone();
             chunk.body.lines_done += segment.lines;
             chunk.body.segments.push(segment.clone());
             chunk.body.done = chunk_finished;
@@ -270,7 +287,11 @@ impl BatchService {
                     return Ok(Some(current.body));
                 }
                 Err(StorageError::Conflict) => {
-                    // Another chunk moved the batch's counters: read both again.
+                    // Mostly another chunk moved the batch's counters: read the batch again, and
+                    // the chunk only if the batch did not move (#26 E16: chunks of a batch often
+                    // save at once, and each lost write cost a read of both).
+                    lost_to = Some(current.record.version);
+                    *known_chunk = Some(unsaved_chunk);
                     let jitter = rand::random::<u64>() % delay_ms;
                     tokio::time::sleep(Duration::from_millis(delay_ms + jitter)).await;
                     delay_ms = (delay_ms * 2).min(200);

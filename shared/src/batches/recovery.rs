@@ -67,6 +67,18 @@ impl ScheduledTask for BatchRecovery {
     }
 }
 
+/// Whether a chunk of a running batch may have been enqueued longer than `requeue_ms` ago. Its
+/// chunks were enqueued when validation moved it to `in_progress` (or later, when enqueued
+/// again), so until `requeue_after` past that none can be: the pass does not read the chunk
+/// records, and a batch's passes cost a read of its record, not of every chunk, each minute
+/// (#26 E16). A requeue can come at most one pass later than a scan of every pass would find it.
+fn chunks_may_be_stuck(batch: &StoredBatch, now_ms: i64, requeue_ms: i64) -> bool {
+    batch
+        .batch
+        .in_progress_at
+        .is_none_or(|at_s| at_s.saturating_mul(1000).saturating_add(requeue_ms) <= now_ms)
+}
+
 impl BatchService {
     async fn recover(&self, batch_id: &str, report: &mut RecoveryReport) -> Result<(), BatchesError> {
         let Some(mut batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
@@ -101,7 +113,7 @@ impl BatchService {
                     if self.try_finalize(batch_id).await? {
                         report.finalized += 1;
                     }
-                } else {
+                } else if chunks_may_be_stuck(&batch.body, now_ms, requeue_ms) {
                     report.chunks_requeued += self.requeue_stuck_chunks(batch_id, now_ms, requeue_ms).await?;
                 }
             }

@@ -16,10 +16,11 @@ pub struct BatchesConfig {
     #[serde(default = "default_line_concurrency")]
     pub line_concurrency: usize,
     /// A running chunk saves its results (and counts them) once this many are pending, so the
-    /// saves of a batch grow with its lines, not with how long its model takes.
-    #[serde(default = "default_checkpoint_lines")]
-    pub checkpoint_lines: u64,
-    /// ...but at most once per this many milliseconds (and at least every 12× this).
+    /// saves of a batch grow with its lines, not with how long its model takes. Unset: a chunk's
+    /// lines (`lines_per_chunk`), i.e. one save per chunk unless the time bound comes first.
+    #[serde(default)]
+    pub checkpoint_lines: Option<u64>,
+    /// ...but at most once per this many milliseconds (and at least every 30× this).
     #[serde(default = "default_checkpoint_interval_ms")]
     pub checkpoint_interval_ms: u64,
     /// Provider-native batches: the shortest gap between two polls of one provider batch.
@@ -44,9 +45,6 @@ fn default_max_chunk_bytes() -> u64 {
 }
 fn default_line_concurrency() -> usize {
     16
-}
-fn default_checkpoint_lines() -> u64 {
-    500
 }
 fn default_checkpoint_interval_ms() -> u64 {
     10_000
@@ -73,7 +71,7 @@ impl Default for BatchesConfig {
             lines_per_chunk: default_lines_per_chunk(),
             max_chunk_bytes: default_max_chunk_bytes(),
             line_concurrency: default_line_concurrency(),
-            checkpoint_lines: default_checkpoint_lines(),
+            checkpoint_lines: None,
             checkpoint_interval_ms: default_checkpoint_interval_ms(),
             native_poll_interval_ms: default_native_poll_interval_ms(),
             native_poll_max_interval_ms: default_native_poll_max_interval_ms(),
@@ -84,6 +82,12 @@ impl Default for BatchesConfig {
 }
 
 impl BatchesConfig {
+    /// Results pending before a running chunk saves them: `checkpoint_lines`, by default a
+    /// whole chunk.
+    pub fn checkpoint_lines(&self) -> u64 {
+        self.checkpoint_lines.unwrap_or(self.lines_per_chunk)
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=50_000).contains(&self.lines_per_chunk) {
             return Err(ConfigError::invalid(
@@ -103,7 +107,10 @@ impl BatchesConfig {
                 "must be between 1 and 1024",
             ));
         }
-        if !(1..=50_000).contains(&self.checkpoint_lines) {
+        if self
+            .checkpoint_lines
+            .is_some_and(|lines| !(1..=50_000).contains(&lines))
+        {
             return Err(ConfigError::invalid(
                 "batches.checkpoint_lines",
                 "must be between 1 and 50000",
