@@ -227,7 +227,7 @@ async fn unreachable_destinations_all_get_the_same_reason() {
         format!("http://127.0.0.1:{closed_port}/"),
         format!("http://127.0.0.1:{silent_port}/"),
         format!("http://127.0.0.1:{hanging_up_port}/"),
-        "http://nimbus-no-such-host.localhost:9/".to_owned(),
+        "https://nimbus-no-such-host.localhost:9/".to_owned(),
     ] {
         match post_to(&quick, &target).await {
             PostOutcome::Failed { reason, .. } => assert_eq!(reason, UNREACHABLE, "{target}"),
