@@ -89,7 +89,12 @@ mod tests {
         "aws_sigv4::http_request::sign",
         "lambda_runtime",
     ];
-    const OWN: [&str; 4] = ["nimbus_shared::webhooks", "nimbus_worker", "nimbus", "nimbus_local::serve"];
+    const OWN: [&str; 4] = [
+        "nimbus_shared::webhooks",
+        "nimbus_worker",
+        "nimbus",
+        "nimbus_local::serve",
+    ];
 
     #[test]
     fn a_bare_level_applies_to_nimbus_and_caps_the_other_crates_at_info() {
@@ -108,7 +113,9 @@ mod tests {
 
     #[test]
     fn a_level_asked_of_another_crate_is_capped_too() {
-        let filter = scoped_filter(Some("info,hyper=trace,aws_smithy_runtime=debug,nimbus_shared::files=trace"));
+        let filter = scoped_filter(Some(
+            "info,hyper=trace,aws_smithy_runtime=debug,nimbus_shared::files=trace",
+        ));
         assert!(!filter.would_enable("hyper::proto", &Level::DEBUG));
         assert!(!filter.would_enable("aws_smithy_runtime::client", &Level::DEBUG));
         assert!(filter.would_enable("hyper::proto", &Level::INFO));

@@ -131,10 +131,7 @@ fn loopback_addresses_are_permitted_only_by_the_development_policy() {
 
 #[test]
 fn https_urls_with_public_hosts_are_accepted() {
-    for text in [
-        "https://example.com/hooks?x=1",
-        "https://[2606:4700::1]/",
-    ] {
+    for text in ["https://example.com/hooks?x=1", "https://[2606:4700::1]/"] {
         let url = WebhookUrl::parse(text, &STRICT).unwrap();
         assert_eq!(url.as_str(), text);
     }
