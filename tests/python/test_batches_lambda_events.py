@@ -200,16 +200,20 @@ def test_worker_event_is_well_formed(name: str) -> None:
 
 
 def worker_event_sources() -> dict[str, dict]:
-    """The SQS event sources template.yaml gives the worker, by queue (logical id)."""
+    """The SQS event source mappings template.yaml gives the worker, by queue (logical id)."""
     from samcli.yamlhelper import yaml_parse  # noqa: PLC0415 - only these tests need the SAM CLI
 
-    events = yaml_parse(kit.TEMPLATE.read_text())["Resources"]["NimbusWorkerFunction"]["Properties"]["Events"]
+    resources = yaml_parse(kit.TEMPLATE.read_text())["Resources"]
     sources = {}
-    for event in events.values():
-        if event["Type"] == "SQS":
-            target = event["Properties"]["Queue"]["Fn::GetAtt"]
-            target = target if isinstance(target, list) else target.split(".")
-            sources[target[0]] = event["Properties"]
+    for resource in resources.values():
+        if resource["Type"] != "AWS::Lambda::EventSourceMapping":
+            continue
+        properties = resource["Properties"]
+        if properties["FunctionName"] != {"Ref": "NimbusWorkerFunction"}:
+            continue
+        target = properties["EventSourceArn"]["Fn::GetAtt"]
+        target = target if isinstance(target, list) else target.split(".")
+        sources[target[0]] = properties
     return sources
 
 

@@ -118,22 +118,10 @@ def template_policies() -> dict[str, list[dict[str, Any]]]:
         for policy in template["Resources"][name]["Properties"].get("Policies", []):
             if isinstance(policy, dict) and "Statement" in policy:
                 statements.extend(policy["Statement"])
-            elif isinstance(policy, dict) and "SQSSendMessagePolicy" in policy:
-                statements.append(sqs_send_message_statement(policy["SQSSendMessagePolicy"]))
             elif not (isinstance(policy, dict) and "Fn::If" in policy):  # the ConfigFromS3 branch
                 raise AssertionError(f"{name}: a policy this test cannot read: {policy!r}")
         policies[name] = statements
     return policies
-
-
-def sqs_send_message_statement(parameters: dict[str, Any]) -> dict[str, Any]:
-    """SAM's `SQSSendMessagePolicy` template as the statement it stands for (SendMessage and
-    its batch form, which IAM authorizes as SendMessage, on the named queue)."""
-    name = parameters["QueueName"]
-    target = name["Fn::GetAtt"] if isinstance(name, dict) else None
-    target = target if isinstance(target, list) or target is None else target.split(".")
-    assert target and target[1] == "QueueName", f"unexpected QueueName: {name!r}"
-    return {"Effect": "Allow", "Action": ["sqs:SendMessage"], "Resource": {"Fn::GetAtt": [target[0], "Arn"]}}
 
 
 QUEUE_SYMBOLS = {

@@ -125,7 +125,7 @@ async fn priority_queues_work(config: &aws_config::SdkConfig) {
 async fn presigned_urls_work(blobs: &S3BlobStore) {
     let client = reqwest::Client::new();
     let put_url = blobs
-        .presign_put("projects/p/files/direct", Duration::from_secs(300))
+        .presign_put("projects/p/files/direct", Duration::from_secs(300), 12)
         .await
         .unwrap()
         .unwrap();

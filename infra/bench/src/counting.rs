@@ -176,8 +176,8 @@ impl BlobStore for CountingBlobs {
         self.inner.presign_get(key, ttl, filename).await
     }
 
-    async fn presign_put(&self, key: &str, ttl: Duration) -> Result<Option<String>, StorageError> {
-        self.inner.presign_put(key, ttl).await
+    async fn presign_put(&self, key: &str, ttl: Duration, bytes: u64) -> Result<Option<String>, StorageError> {
+        self.inner.presign_put(key, ttl, bytes).await
     }
 }
 

@@ -22,6 +22,13 @@ use std::time::{Duration, SystemTime};
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most bytes of a receiver's response body read (the rest is dropped with the connection).
 pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+/// The one reason a tenant is told for a request that got no response, whatever went wrong (no
+/// address, refused, reset, TLS, time out): telling them apart would let a tenant map which hosts
+/// and ports exist. The cause goes to the operator's log.
+pub const UNREACHABLE: &str = "the destination could not be reached or did not answer in time";
+/// The reason a tenant is told when the host resolves to an address webhooks may not reach (the
+/// address itself is not told).
+pub const FORBIDDEN_DESTINATION: &str = "the webhook host resolves to a private, reserved or internal address";
 
 /// The HTTP client could not be built (TLS backend initialisation).
 #[derive(Debug, thiserror::Error)]
@@ -121,31 +128,31 @@ fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, String> {
 }
 
 /// The outcome of a request that got no response: refused by the resolver, timed out or failed.
-/// Reasons name the root cause, never the URL (its query may hold a token).
+/// The tenant's reason is [`FORBIDDEN_DESTINATION`] or [`UNREACHABLE`]; the root cause is logged
+/// (never the URL: its query may hold a token).
 fn failure_outcome(error: &reqwest::Error) -> PostOutcome {
     let mut root: &(dyn StdError + 'static) = error;
     while let Some(source) = root.source() {
         if let Some(refused) = source.downcast_ref::<ForbiddenResolution>() {
+            tracing::warn!(cause = %refused, "a webhook host resolved to a forbidden address");
             return PostOutcome::Refused {
-                reason: refused.to_string(),
+                reason: FORBIDDEN_DESTINATION.to_owned(),
             };
         }
         root = source;
     }
-    if error.is_timeout() {
-        return PostOutcome::Failed {
-            reason: "the request timed out".to_owned(),
-            timed_out: true,
-        };
-    }
-    let stage = if error.is_connect() {
+    let timed_out = error.is_timeout();
+    let stage = if timed_out {
+        "timed out"
+    } else if error.is_connect() {
         "could not connect"
     } else {
-        "the request failed"
+        "failed"
     };
+    tracing::info!(stage, cause = %root, "a webhook request got no response");
     PostOutcome::Failed {
-        reason: format!("{stage}: {root}"),
-        timed_out: false,
+        reason: UNREACHABLE.to_owned(),
+        timed_out,
     }
 }
 

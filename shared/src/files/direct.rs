@@ -57,7 +57,7 @@ impl FilesService {
             expires_at: expires,
             status_details: None,
         };
-        let upload_url = self.blobs.presign_put(&blob_key, DIRECT_UPLOAD_TTL).await?;
+        let upload_url = self.blobs.presign_put(&blob_key, DIRECT_UPLOAD_TTL, bytes).await?;
         self.insert_file(
             project,
             created_ms,

@@ -41,7 +41,9 @@ pub trait BlobStore: Send + Sync {
     async fn presign_get(&self, key: &str, ttl: Duration, filename: &str) -> Result<Option<String>, StorageError>;
 
     /// A URL that uploads the object with an HTTP PUT for `ttl` (S3); `None` where the store has none.
-    async fn presign_put(&self, key: &str, ttl: Duration) -> Result<Option<String>, StorageError>;
+    /// The URL is good for a body of exactly `bytes` bytes: the length is signed, so the store
+    /// refuses any other size.
+    async fn presign_put(&self, key: &str, ttl: Duration, bytes: u64) -> Result<Option<String>, StorageError>;
 }
 
 /// Reject keys that could escape a prefix or that S3 and file systems treat differently.

@@ -1,8 +1,8 @@
 //! Which webhook URLs Nimbus will call (server-side request forgery guard, part one).
 //!
-//! [`WebhookUrl::parse`] runs the checks possible when a URL is submitted: https only (http only to
-//! a loopback host on a development server), no user name or password, and an IP-literal host must
-//! be a public address. Host names are resolved and their addresses checked by the transport on
+//! [`WebhookUrl::parse`] runs the checks possible when a URL is submitted: https only, on port 443
+//! (http, and any port, only to a loopback host on a development server), no user name or password,
+//! and an IP-literal host must be a public address. Host names are resolved and their addresses checked by the transport on
 //! every attempt ([`forbidden_address`], [`UrlPolicy::permits_address`]), because DNS answers change.
 
 use crate::user_text::excerpt;
@@ -13,12 +13,16 @@ use url::{Host, Url};
 
 /// The longest webhook URL accepted, in bytes.
 pub const MAX_WEBHOOK_URL_BYTES: usize = 2048;
+/// The one port webhooks go to (https's). Other ports would let a tenant probe which services
+/// listen where.
+pub const WEBHOOK_PORT: u16 = 443;
 
 /// Where webhooks may go.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UrlPolicy {
-    /// Development servers only: allow loopback hosts (127.0.0.0/8, ::1, `localhost`), and plain
-    /// http to `127.0.0.1`, `localhost` and `[::1]`. Private and reserved ranges stay refused.
+    /// Development servers only: allow loopback hosts (127.0.0.0/8, ::1, `localhost`) on any port,
+    /// and plain http to `127.0.0.1`, `localhost` and `[::1]`. Private and reserved ranges stay
+    /// refused, and every other host is https on port 443.
     pub allow_loopback_http: bool,
 }
 
@@ -42,6 +46,8 @@ pub enum WebhookUrlError {
     Scheme { scheme: String },
     #[error("the webhook URL must use https (http is accepted only for 127.0.0.1, localhost and [::1] on a development server)")]
     PlainHttp,
+    #[error("the webhook URL must use port 443 (https's own), not {port}")]
+    Port { port: u16 },
     #[error("the webhook URL must not contain a user name or password")]
     Userinfo,
     #[error("the webhook URL has no host")]
@@ -97,6 +103,16 @@ impl WebhookUrl {
         if !url.username().is_empty() || url.password().is_some() {
             return Err(WebhookUrlError::Userinfo);
         }
+        let loopback_allowed = policy.allow_loopback_http && is_loopback_host(&host);
+        match url.port_or_known_default() {
+            Some(WEBHOOK_PORT) => {}
+            _ if loopback_allowed => {}
+            other => {
+                return Err(WebhookUrlError::Port {
+                    port: other.unwrap_or_default(),
+                })
+            }
+        }
         let ip = match host {
             Host::Domain(name) if is_loopback_name(name) && !policy.allow_loopback_http => {
                 return Err(WebhookUrlError::Loopback {
@@ -151,6 +167,15 @@ pub fn is_loopback_name(name: &str) -> bool {
     name == "localhost" || name.ends_with(".localhost")
 }
 
+/// A loopback name or address (which a development server may call on any port).
+fn is_loopback_host(host: &Host<&str>) -> bool {
+    match host {
+        Host::Domain(name) => is_loopback_name(name),
+        Host::Ipv4(v4) => v4.is_loopback(),
+        Host::Ipv6(v6) => v6.is_loopback(),
+    }
+}
+
 /// The three hosts plain http may reach on a development server.
 fn is_plain_http_host(host: &Host<&str>) -> bool {
     match host {
@@ -182,14 +207,21 @@ const FORBIDDEN_V4: [(Ipv4Addr, u8); 15] = [
 ];
 
 /// IPv6 ranges refused outright: the IPv4-compatible block (holds `::` and `::1`), local-use NAT64,
-/// discard-only, Teredo, documentation, site-local (deprecated), unique local (holds the EC2
-/// metadata address fd00:ec2::254), link-local and multicast.
-const FORBIDDEN_V6: [(Ipv6Addr, u8); 9] = [
+/// discard-only, Teredo, benchmarking (2001:2::/48), ORCHID (2001:10::/28, deprecated) and ORCHIDv2
+/// (2001:20::/28), documentation (2001:db8::/32 and 3fff::/20), segment routing SIDs (5f00::/16),
+/// site-local (deprecated), unique local (holds the EC2 metadata address fd00:ec2::254), link-local
+/// and multicast.
+const FORBIDDEN_V6: [(Ipv6Addr, u8); 14] = [
     (Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0), 96),
     (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48),
     (Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0), 64),
     (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 32),
+    (Ipv6Addr::new(0x2001, 0x2, 0, 0, 0, 0, 0, 0), 48),
+    (Ipv6Addr::new(0x2001, 0x10, 0, 0, 0, 0, 0, 0), 28),
+    (Ipv6Addr::new(0x2001, 0x20, 0, 0, 0, 0, 0, 0), 28),
     (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32),
+    (Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0), 20),
+    (Ipv6Addr::new(0x5f00, 0, 0, 0, 0, 0, 0, 0), 16),
     (Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0), 10),
     (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7),
     (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10),

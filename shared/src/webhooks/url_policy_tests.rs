@@ -54,6 +54,16 @@ fn every_listed_range_is_forbidden_at_both_ends() {
         "100::1",
         "2001::1",
         "2001:db8::1",
+        "2001:2::1",
+        "2001:2:0:ffff:ffff:ffff:ffff:ffff",
+        "2001:10::1",
+        "2001:1f:ffff::1",
+        "2001:20::1",
+        "2001:2f:ffff::1",
+        "3fff::1",
+        "3fff:fff:ffff::1",
+        "5f00::1",
+        "5f00:ffff::1",
         "fc00::1",
         "fd00:ec2::254",
         "fe80::1",
@@ -87,6 +97,14 @@ fn public_addresses_are_allowed_including_embedded_public_v4() {
         "::ffff:8.8.8.8",
         "64:ff9b::808:808",
         "2002:808:808::1",
+        // Just outside the unroutable prefixes.
+        "2001:2:1::1",
+        "2001:30::1",
+        "2001:f::1",
+        "3fff:1000::1",
+        "3ffe:ffff::1",
+        "5f01::1",
+        "5eff:ffff::1",
     ];
     for text in public {
         assert!(!forbidden_address(ip(text)), "{text} should be allowed");
@@ -113,13 +131,35 @@ fn loopback_addresses_are_permitted_only_by_the_development_policy() {
 
 #[test]
 fn https_urls_with_public_hosts_are_accepted() {
-    for text in [
-        "https://example.com/hooks?x=1",
-        "https://93.184.215.14:8443/h",
-        "https://[2606:4700::1]/",
-    ] {
+    for text in ["https://example.com/hooks?x=1", "https://[2606:4700::1]/"] {
         let url = WebhookUrl::parse(text, &STRICT).unwrap();
         assert_eq!(url.as_str(), text);
+    }
+    // Port 443 written out is the same URL.
+    assert!(WebhookUrl::parse("https://example.com:443/h", &STRICT).is_ok());
+}
+
+#[test]
+fn only_port_443_is_accepted_except_for_loopback_on_a_development_server() {
+    for (text, port) in [
+        ("https://93.184.215.14:8443/h", 8443),
+        ("https://example.com:80/", 80),
+        ("https://example.com:22/", 22),
+        ("https://example.com:6379/", 6379),
+        ("https://[2606:4700::1]:8080/", 8080),
+    ] {
+        for policy in [STRICT, DEV] {
+            assert_eq!(
+                WebhookUrl::parse(text, &policy).err(),
+                Some(WebhookUrlError::Port { port }),
+                "{text}"
+            );
+        }
+    }
+    // A development server calls its own receivers on whatever port they listen.
+    for text in ["https://127.0.0.1:8443/", "http://localhost:9000/", "https://[::1]:1/"] {
+        assert!(WebhookUrl::parse(text, &DEV).is_ok(), "{text}");
+        assert!(WebhookUrl::parse(text, &STRICT).is_err(), "{text}");
     }
 }
 

@@ -287,15 +287,18 @@ impl BlobStore for S3BlobStore {
         Ok(Some(request.uri().to_owned()))
     }
 
-    async fn presign_put(&self, key: &str, ttl: Duration) -> Result<Option<String>, StorageError> {
+    async fn presign_put(&self, key: &str, ttl: Duration, bytes: u64) -> Result<Option<String>, StorageError> {
         validate_key(key)?;
         let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(ttl)
             .map_err(|e| StorageError::Invalid(e.to_string()))?;
+        let length = i64::try_from(bytes).map_err(|_| StorageError::Invalid(format!("{bytes} bytes is too large")))?;
+        // Content-Length is among the signed headers: S3 answers 403 to a PUT of any other size.
         let request = self
             .client
             .put_object()
             .bucket(&self.bucket)
             .key(key)
+            .content_length(length)
             .presigned(config)
             .await
             .map_err(|e| backend(&e))?;
@@ -370,5 +373,48 @@ impl S3BlobStore {
             .await
             .map_err(|e| backend(&e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, SharedCredentialsProvider};
+
+    fn store() -> S3BlobStore {
+        let config = aws_config::SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+                "AKIDEXAMPLE",
+                "secret",
+                None,
+                None,
+                "test",
+            )))
+            .build();
+        S3BlobStore::new(&config, "nimbus-bucket")
+    }
+
+    fn query(url: &str, name: &str) -> Option<String> {
+        url::Url::parse(url)
+            .ok()?
+            .query_pairs()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_presigned_put_signs_the_declared_length() {
+        let url = store()
+            .presign_put("projects/p/files/direct", Duration::from_secs(300), 734_003_200)
+            .await
+            .unwrap()
+            .unwrap();
+        let signed = query(&url, "X-Amz-SignedHeaders").unwrap();
+        assert!(signed.split(';').any(|header| header == "content-length"), "{signed}");
+        assert!(query(&url, "X-Amz-Signature").is_some(), "{url}");
+        // The length is a signed header, not in the URL: a client sends it as Content-Length.
+        assert!(!url.contains("734003200"), "{url}");
     }
 }

@@ -217,7 +217,7 @@ impl BlobStore for FileBlobStore {
         Ok(None)
     }
 
-    async fn presign_put(&self, key: &str, _ttl: Duration) -> Result<Option<String>, StorageError> {
+    async fn presign_put(&self, key: &str, _ttl: Duration, _bytes: u64) -> Result<Option<String>, StorageError> {
         validate_key(key)?;
         Ok(None)
     }
