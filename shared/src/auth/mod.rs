@@ -3,6 +3,8 @@
 
 mod authenticator;
 mod keys;
+mod revocations;
 
 pub use authenticator::{AuthError, AuthMode, Authenticator, Principal};
 pub use keys::{valid_project, ApiKeyInfo, ApiKeyService, CreatedApiKey, KeyError};
+pub use revocations::{Revocations, REVOCATION_KIND};
