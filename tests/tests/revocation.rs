@@ -83,3 +83,40 @@ async fn a_webhook_secret_revoked_in_one_process_never_signs_in_the_other_again(
     api.secrets.revoke("team-a", &old.id).await.unwrap();
     assert!(worker.secrets.signing_secrets("team-a").await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_queued_async_request_of_a_revoked_key_fails_unrun_with_api_key_revoked() {
+    use nimbus_integration_tests::async_harness::{settings, submission, AsyncHarness, PROJECT};
+    use nimbus_shared::ports::JobOutcome;
+
+    let h = AsyncHarness::embedded(settings());
+    let path = h.dir.as_ref().unwrap().path().join("state.sqlite3");
+    // The API process that takes the requests and revokes the key: another connection.
+    let api = process(&path);
+    let revoked = api.keys.create(PROJECT, None).await.unwrap().info.key_id;
+    let kept = api.keys.create(PROJECT, None).await.unwrap().info.key_id;
+    let submit = |key: String| {
+        let serde_json::Value::Object(body) = submission("hi", serde_json::json!({})) else {
+            panic!("a submission is an object")
+        };
+        let service = std::sync::Arc::clone(&h.service);
+        async move { service.submit_by(PROJECT, Some(&key), body, None).await.unwrap() }
+    };
+    let doomed = submit(revoked.clone()).await;
+    let fine = submit(kept).await;
+    api.keys.revoke(&revoked).await.unwrap();
+
+    assert_eq!(h.run_request(&doomed).await, JobOutcome::Done);
+    let view = h.view(&doomed).await;
+    assert_eq!(view.status, "FAILED");
+    assert_eq!(view.errors[0].code, "API_KEY_REVOKED");
+    assert!(view.attempts.is_empty());
+    assert_eq!(h.model.calls(), 0, "never run");
+    // A redelivered message changes nothing (one end, one webhook at most).
+    assert_eq!(h.run_request(&doomed).await, JobOutcome::Done);
+    assert_eq!(h.view(&doomed).await.errors.len(), 1);
+
+    assert_eq!(h.run_request(&fine).await, JobOutcome::Done);
+    assert_eq!(h.view(&fine).await.status, "SUCCEEDED");
+    assert_eq!(h.model.calls(), 1);
+}
