@@ -120,3 +120,38 @@ async fn a_queued_async_request_of_a_revoked_key_fails_unrun_with_api_key_revoke
     assert_eq!(h.view(&fine).await.status, "SUCCEEDED");
     assert_eq!(h.model.calls(), 1);
 }
+
+#[tokio::test]
+async fn a_batch_of_a_revoked_key_fails_its_unrun_lines_with_api_key_revoked_once_each() {
+    use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, settings, Harness, MODEL, PROJECT};
+
+    let (h, provider) = Harness::with_model(settings(), Duration::ZERO);
+    let api = process(&h.dir.path().join("state.sqlite3"));
+    let revoked = api.keys.create(PROJECT, None).await.unwrap().info.key_id;
+    let kept = api.keys.create(PROJECT, None).await.unwrap().info.key_id;
+    let ids = custom_ids(25, None);
+    let create = |key: String| {
+        let lines = lines_for(MODEL, &ids);
+        let (h, service) = (&h, std::sync::Arc::clone(&h.service));
+        async move {
+            let file = h.upload(&lines).await;
+            service
+                .create_batch_by(PROJECT, Some(&key), Harness::create_request(&file.id), None)
+                .await
+                .unwrap()
+        }
+    };
+    let doomed = create(revoked.clone()).await;
+    api.keys.revoke(&revoked).await.unwrap();
+    let doomed = h.run_to_end(&doomed.id).await;
+    let results = h.results(&doomed).await;
+    results.assert_each_once(&ids);
+    assert_eq!(results.not_run_with("api_key_revoked").len(), ids.len());
+    assert_eq!((doomed.request_counts.completed, doomed.request_counts.failed), (0, 25));
+    assert!(provider.calls().is_empty(), "nothing ran: {:?}", provider.calls());
+
+    // Another key of the project is not affected.
+    let fine = create(kept).await;
+    let fine = h.run_to_end(&fine.id).await;
+    assert_eq!((fine.request_counts.completed, fine.request_counts.failed), (25, 0));
+}
