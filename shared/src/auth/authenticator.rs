@@ -3,6 +3,7 @@
 //! any process is refused on the next request here.
 
 use super::keys::{ApiKeyService, KEY_PREFIX};
+use super::revoked_keys::RevokedKeys;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +62,8 @@ pub struct Authenticator {
     mode: AuthMode,
     ttl: Duration,
     verified: Mutex<HashMap<String, Checked>>,
+    /// Keys by id, for open streams.
+    revoked: RevokedKeys,
     /// When the store was last seen without any key (open mode only).
     no_keys_seen: Mutex<Option<Instant>>,
     /// Latched once a key has been seen: closed for good (keys are never deleted).
@@ -72,6 +75,7 @@ impl Authenticator {
     /// key is trusted without reading it again; revocation never waits for it.
     pub fn new(keys: ApiKeyService, mode: AuthMode, ttl: Duration) -> Self {
         Self {
+            revoked: RevokedKeys::over(keys.clone()),
             keys,
             mode,
             ttl,
@@ -83,6 +87,15 @@ impl Authenticator {
 
     pub fn mode(&self) -> AuthMode {
         self.mode
+    }
+
+    /// Whether the key `key_id` was revoked since it was checked (one read when known): what an
+    /// open stream asks now and then.
+    pub async fn key_revoked(&self, key_id: &str) -> Result<bool, AuthError> {
+        self.revoked
+            .is_revoked(key_id)
+            .await
+            .map_err(|e| AuthError::Backend(e.to_string()))
     }
 
     /// Whether the server is still open: no key was ever created. Latches closed.

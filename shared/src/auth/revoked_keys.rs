@@ -25,8 +25,13 @@ pub struct RevokedKeys {
 
 impl RevokedKeys {
     pub fn new(state: Arc<dyn StateStore>, clock: Arc<dyn Clock>, ids: Arc<dyn IdSource>) -> Self {
+        Self::over(ApiKeyService::new(state, clock, ids))
+    }
+
+    /// Over the keys of `keys`.
+    pub fn over(keys: ApiKeyService) -> Self {
         Self {
-            keys: ApiKeyService::new(state, clock, ids),
+            keys,
             known: Mutex::new(HashMap::new()),
         }
     }
