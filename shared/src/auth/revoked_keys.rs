@@ -12,7 +12,8 @@ const CACHE_LIMIT: usize = 10_000;
 
 #[derive(Clone, Copy)]
 enum Known {
-    Revoked,
+    /// Since this time (Unix ms).
+    Revoked(i64),
     /// Active under this revocation version of the project.
     Active(u64),
 }
@@ -43,21 +44,27 @@ impl RevokedKeys {
     /// Whether `key_id` is revoked (a key that does not exist counts as revoked): one read when
     /// known, three on first sight (key, its project's version, key again).
     pub async fn is_revoked(&self, key_id: &str) -> Result<bool, StorageError> {
+        Ok(self.revoked_at(key_id).await?.is_some())
+    }
+
+    /// When `key_id` was revoked (Unix ms; 0 for a key that does not exist), if it was.
+    pub async fn revoked_at(&self, key_id: &str) -> Result<Option<i64>, StorageError> {
         let known = self.known.lock().ok().and_then(|known| known.get(key_id).cloned());
         let project = match known {
-            Some((_, Known::Revoked)) => return Ok(true),
+            Some((_, Known::Revoked(at))) => return Ok(Some(at)),
             Some((project, Known::Active(version))) => {
                 let current = self.revocations().version(&project).await?;
                 if current == version {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 return self.fill(key_id, &project, current).await;
             }
             None => match self.keys.info(key_id).await? {
-                None => return Ok(true),
+                None => return Ok(Some(0)),
                 Some(info) if info.revoked_at.is_some() => {
-                    self.remember(key_id, &info.project, Known::Revoked);
-                    return Ok(true);
+                    let at = info.revoked_at.unwrap_or_default().saturating_mul(1000);
+                    self.remember(key_id, &info.project, Known::Revoked(at));
+                    return Ok(Some(at));
                 }
                 Some(info) => info.project,
             },
@@ -67,19 +74,14 @@ impl RevokedKeys {
     }
 
     /// Read the key after `version` was read, and remember the answer under it.
-    async fn fill(&self, key_id: &str, project: &str, version: u64) -> Result<bool, StorageError> {
-        let revoked = self
-            .keys
-            .info(key_id)
-            .await?
-            .is_none_or(|info| info.revoked_at.is_some());
-        let known = if revoked {
-            Known::Revoked
-        } else {
-            Known::Active(version)
+    async fn fill(&self, key_id: &str, project: &str, version: u64) -> Result<Option<i64>, StorageError> {
+        let revoked_at = match self.keys.info(key_id).await? {
+            None => Some(0),
+            Some(info) => info.revoked_at.map(|at| at.saturating_mul(1000)),
         };
+        let known = revoked_at.map_or(Known::Active(version), Known::Revoked);
         self.remember(key_id, project, known);
-        Ok(revoked)
+        Ok(revoked_at)
     }
 
     fn remember(&self, key_id: &str, project: &str, known: Known) {

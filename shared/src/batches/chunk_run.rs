@@ -33,7 +33,8 @@ const SLOT_WAIT: Duration = Duration::from_secs(10);
 pub(crate) const CREDENTIALS_TOO_LARGE: &str = "credentials_too_large";
 /// The code of a line not run because the API key that created its batch was revoked.
 pub(crate) const API_KEY_REVOKED_CODE: &str = "api_key_revoked";
-const API_KEY_REVOKED_MESSAGE: &str = "The API key that created this batch was revoked before this request ran.";
+pub(crate) const API_KEY_REVOKED_MESSAGE: &str =
+    "The API key that created this batch was revoked before this request ran.";
 
 /// Why a line with [`CREDENTIALS_TOO_LARGE`] failed.
 fn credentials_too_large_message() -> String {
