@@ -515,3 +515,48 @@ async fn a_native_line_whose_credentials_cannot_be_sealed_fails_at_once_with_its
     }
     assert_eq!(FakeCalls::get(&n.fake.calls.uploads), 0, "nothing went to the provider");
 }
+
+#[tokio::test]
+async fn revoking_the_batchs_key_stops_its_provider_batches_like_a_cancel() {
+    use nimbus_shared::auth::ApiKeyService;
+    use nimbus_shared::ports::{SystemClock, UuidV7Ids};
+
+    let n = native();
+    // The admin's process: its own connection to the shared state file.
+    let admin_state: Arc<dyn StateStore> = Arc::new(
+        nimbus_shared::adapters::embedded::SqliteStateStore::open(&n.h.dir.path().join("state.sqlite3")).unwrap(),
+    );
+    let keys = ApiKeyService::new(admin_state, Arc::new(SystemClock), Arc::new(UuidV7Ids));
+    let key = keys.create(PROJECT, None).await.unwrap().info.key_id;
+    let (native_ids, local_ids) = mixed_ids();
+    let file = n.h.upload(&mixed_lines(&native_ids, &local_ids)).await;
+    let created =
+        n.h.service
+            .create_batch_by(PROJECT, Some(&key), Harness::create_request(&file.id), None)
+            .await
+            .unwrap();
+    n.h.validate().await;
+    n.run_visible().await;
+    assert_eq!(n.fake.batches().len(), 3, "the provider batches were submitted");
+    keys.revoke(&key).await.unwrap();
+    n.pass(Duration::from_secs(1)).await;
+    n.pass(Duration::from_secs(1)).await;
+
+    let batch = n.h.batch(&created.id).await;
+    assert!(batch.status.is_terminal(), "{batch:?}");
+    assert_eq!(
+        FakeCalls::get(&n.fake.calls.cancels),
+        3,
+        "each provider batch cancelled once"
+    );
+    let results = n.h.results(&batch).await;
+    let mut all = native_ids.clone();
+    all.extend(local_ids.iter().cloned());
+    results.assert_each_once(&all);
+    assert_eq!(
+        results.output.len(),
+        local_ids.len(),
+        "the worker lines that ran are kept"
+    );
+    assert_eq!(results.not_run_with("api_key_revoked").len(), native_ids.len());
+}

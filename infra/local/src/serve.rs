@@ -224,7 +224,7 @@ fn local_batch_settings(config: &Config, allow_short_windows: bool) -> BatchSett
 /// How long a stopping server waits for work deferred past responses (storing records).
 const DEFERRED_WORK_GRACE: Duration = Duration::from_secs(10);
 
-/// A key created or revoked while the server runs takes effect within this long.
+/// A key created while the server runs is required within this long (a revocation: at once).
 const LOCAL_AUTH_CACHE_TTL: Duration = Duration::from_secs(1);
 
 /// Temporary files of blob writes older than this are removed by the schedule (a write in flight

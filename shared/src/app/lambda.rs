@@ -29,7 +29,8 @@ pub fn prepare_function(binary: &str) {
     }
 }
 
-/// How long a verified (or revoked) key is trusted before DynamoDB is asked again.
+/// How long a verified key is trusted before its record is read again (a revocation is seen at
+/// once regardless: every request reads the project's revocation version).
 pub const LAMBDA_AUTH_CACHE_TTL: Duration = Duration::from_secs(30);
 
 /// File content above this is served by a redirect to a presigned S3 URL: a Lambda response

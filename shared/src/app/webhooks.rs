@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use std::sync::{Arc, OnceLock};
 
-/// The project webhook secrets over `adapters` (each instance caches secrets for 30 s).
+/// The project webhook secrets over `adapters` (each instance caches secrets for 30 s, and only
+/// until a revocation in the project).
 pub fn webhook_secrets(adapters: &Adapters) -> Arc<WebhookSecrets> {
     Arc::new(WebhookSecrets::new(
         Arc::clone(&adapters.state),

@@ -17,6 +17,8 @@ pub(crate) const MODEL_UNAVAILABLE: &str = "MODEL_UNAVAILABLE";
 pub(crate) const MODEL_PREDICT_TIMEOUT: &str = "MODEL_PREDICT_TIMEOUT";
 /// Not started within `max_time_in_queue_seconds`.
 pub(crate) const ASYNC_REQUEST_EXPIRED: &str = "ASYNC_REQUEST_EXPIRED";
+/// The API key that submitted it was revoked before it ran.
+pub(crate) const API_KEY_REVOKED: &str = "API_KEY_REVOKED";
 /// Canceled by its caller while queued.
 pub(crate) const ASYNC_REQUEST_CANCELED: &str = "ASYNC_REQUEST_CANCELED";
 

@@ -117,6 +117,12 @@ pub(crate) struct StoredRequest {
     /// read when the entry moves; a stale value only costs that read).
     #[serde(default)]
     pub due_version: Option<u64>,
+    /// The id of the API key that submitted it (none on an open server): a run checks it was
+    /// not revoked since, and the request fails with [`API_KEY_REVOKED`] if it was.
+    ///
+    /// [`API_KEY_REVOKED`]: super::classify::API_KEY_REVOKED
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
 }
 
 impl StoredRequest {

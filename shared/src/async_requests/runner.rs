@@ -7,7 +7,7 @@
 //! saved). Every state change is a conditional write, so two deliveries of one message never
 //! both win.
 
-use super::classify::{RunFailure, ASYNC_REQUEST_EXPIRED, MODEL_PREDICT_ERROR};
+use super::classify::{RunFailure, API_KEY_REVOKED, ASYNC_REQUEST_EXPIRED, MODEL_PREDICT_ERROR};
 use super::records::{output_key, Attempt, ErrorEntry, StoredRequest, KIND};
 use super::service::AsyncService;
 use super::AsyncStatus;
@@ -127,6 +127,19 @@ impl AsyncRunner {
             }
         }
         let request = &loaded.body;
+        // Not run for a key revoked since it was submitted (the saved output of a run that
+        // finished before is still concluded above).
+        if let Some(key_id) = &request.key_id {
+            if service.revoked_keys.is_revoked(key_id).await? {
+                self.leave_waiting_list(request).await;
+                let error = ErrorEntry {
+                    code: API_KEY_REVOKED.to_owned(),
+                    message: "The API key that submitted this request was revoked before it ran.".to_owned(),
+                };
+                loaded.body.conclude(AsyncStatus::Failed, Some(error), None, now);
+                return self.finish(loaded, None, now).await;
+            }
+        }
         if request.attempts.len() >= request.retry.max_attempts as usize {
             self.leave_waiting_list(request).await;
             let error = request.attempts.last().and_then(|a| a.error.clone());

@@ -6,6 +6,7 @@ use super::records::{output_key, AsyncStatus, ErrorEntry, StoredRequest, KIND};
 use super::submit::parse_submission;
 use super::wire::{AsyncRequestPage, AsyncRequestView};
 use super::DUE_LANE;
+use crate::auth::RevokedKeys;
 use crate::config::Config;
 use crate::jobs::JobMessage;
 use crate::ports::{
@@ -91,6 +92,8 @@ pub struct AsyncService {
     pub(crate) deps: AsyncDeps,
     pub(crate) settings: AsyncSettings,
     pub(crate) due: DueIndex,
+    /// Whether the key that submitted a request was revoked since.
+    pub(crate) revoked_keys: RevokedKeys,
     /// Requests reaching a status are counted here.
     metrics: Arc<dyn MetricsSink>,
 }
@@ -114,10 +117,12 @@ pub struct CancelOutcome {
 impl AsyncService {
     pub fn new(deps: AsyncDeps, settings: AsyncSettings) -> Self {
         let due = DueIndex::new(Arc::clone(&deps.state));
+        let revoked_keys = RevokedKeys::new(Arc::clone(&deps.state), Arc::clone(&deps.clock), Arc::clone(&deps.ids));
         Self {
             deps,
             settings,
             due,
+            revoked_keys,
             metrics: Arc::new(NoMetrics),
         }
     }
@@ -143,6 +148,18 @@ impl AsyncService {
     pub async fn submit(
         &self,
         project: &str,
+        body: Map<String, Value>,
+        path_model: Option<&str>,
+    ) -> Result<String, AsyncError> {
+        self.submit_by(project, None, body, path_model).await
+    }
+
+    /// [`Self::submit`] for the API key `key_id` (recorded: the request fails unrun with
+    /// `API_KEY_REVOKED` if that key is revoked before it runs).
+    pub async fn submit_by(
+        &self,
+        project: &str,
+        key_id: Option<&str>,
         body: Map<String, Value>,
         path_model: Option<&str>,
     ) -> Result<String, AsyncError> {
@@ -198,6 +215,7 @@ impl AsyncService {
             delivery: None,
             webhook_body_saved: false,
             due_version: Some(1),
+            key_id: key_id.map(str::to_owned),
         };
         let record = Record {
             kind: KIND.to_owned(),

@@ -1,6 +1,9 @@
-//! Per-request authentication with a short-lived cache, so a hot path costs no storage round trip.
+//! Per-request authentication. A verified key is cached only for its project's revocation version
+//! (see [`super::revocations`]): a hot request costs one read (that version), and a key revoked in
+//! any process is refused on the next request here.
 
 use super::keys::{ApiKeyService, KEY_PREFIX};
+use super::revoked_keys::RevokedKeys;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,11 +44,26 @@ pub enum AuthError {
 pub const OPEN_PROJECT: &str = "default";
 const CACHE_LIMIT: usize = 10_000;
 
+/// What is known of a presented key (by the SHA-256 of the whole key).
+#[derive(Clone)]
+enum Checked {
+    /// Unknown, wrong secret or revoked: stays so (keys are never unrevoked), kept for the TTL.
+    Invalid { at: Instant },
+    /// Valid while its project's revocation version is still `version` (and for the TTL at most).
+    Valid {
+        at: Instant,
+        principal: Principal,
+        version: u64,
+    },
+}
+
 pub struct Authenticator {
     keys: ApiKeyService,
     mode: AuthMode,
     ttl: Duration,
-    verified: Mutex<HashMap<String, (Instant, Option<Principal>)>>,
+    verified: Mutex<HashMap<String, Checked>>,
+    /// Keys by id, for open streams.
+    revoked: RevokedKeys,
     /// When the store was last seen without any key (open mode only).
     no_keys_seen: Mutex<Option<Instant>>,
     /// Latched once a key has been seen: closed for good (keys are never deleted).
@@ -53,9 +71,11 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    /// `ttl` bounds how long a revoked key keeps working and a new key takes to be required.
+    /// `ttl` bounds how long a new key takes to be required (open mode) and how long a verified
+    /// key is trusted without reading it again; revocation never waits for it.
     pub fn new(keys: ApiKeyService, mode: AuthMode, ttl: Duration) -> Self {
         Self {
+            revoked: RevokedKeys::over(keys.clone()),
             keys,
             mode,
             ttl,
@@ -67,6 +87,15 @@ impl Authenticator {
 
     pub fn mode(&self) -> AuthMode {
         self.mode
+    }
+
+    /// Whether the key `key_id` was revoked since it was checked (one read when known): what an
+    /// open stream asks now and then.
+    pub async fn key_revoked(&self, key_id: &str) -> Result<bool, AuthError> {
+        self.revoked
+            .is_revoked(key_id)
+            .await
+            .map_err(|e| AuthError::Backend(e.to_string()))
     }
 
     /// Whether the server is still open: no key was ever created. Latches closed.
@@ -116,17 +145,59 @@ impl Authenticator {
         self.verify(key).await
     }
 
-    /// The principal of a valid, unrevoked key (cached for the TTL).
+    /// The principal of a valid, unrevoked key: one read (its project's revocation version) when
+    /// cached; the key record otherwise.
     async fn verify(&self, key: &str) -> Result<Principal, AuthError> {
         let cache_key = hex::encode(Sha256::digest(key.as_bytes()));
-        if let Ok(cache) = self.verified.lock() {
-            if let Some((at, principal)) = cache.get(&cache_key) {
-                if at.elapsed() < self.ttl {
-                    return principal.clone().ok_or(AuthError::Invalid);
+        let cached = self
+            .verified
+            .lock()
+            .ok()
+            .and_then(|cache| cache.get(&cache_key).cloned());
+        match cached {
+            Some(Checked::Invalid { at }) if at.elapsed() < self.ttl => return Err(AuthError::Invalid),
+            Some(Checked::Valid { at, principal, version }) => {
+                let current = self.version(&principal.project).await?;
+                if current == version && at.elapsed() < self.ttl {
+                    return Ok(principal);
                 }
+                return self.fill(key, cache_key, current).await;
+            }
+            _ => {}
+        }
+        // Not seen yet: its project (hence the version to read first) comes from the key record.
+        let Some(project) = self.read_key(key).await?.map(|p| p.project) else {
+            self.remember(cache_key, Checked::Invalid { at: Instant::now() });
+            return Err(AuthError::Invalid);
+        };
+        let version = self.version(&project).await?;
+        self.fill(key, cache_key, version).await
+    }
+
+    /// Read the key (after `version` was read) and cache the answer under that version.
+    async fn fill(&self, key: &str, cache_key: String, version: u64) -> Result<Principal, AuthError> {
+        let at = Instant::now();
+        match self.read_key(key).await? {
+            Some(principal) => {
+                self.remember(
+                    cache_key,
+                    Checked::Valid {
+                        at,
+                        principal: principal.clone(),
+                        version,
+                    },
+                );
+                Ok(principal)
+            }
+            None => {
+                self.remember(cache_key, Checked::Invalid { at });
+                Err(AuthError::Invalid)
             }
         }
-        let principal = self
+    }
+
+    async fn read_key(&self, key: &str) -> Result<Option<Principal>, AuthError> {
+        Ok(self
             .keys
             .verify(key)
             .await
@@ -134,14 +205,24 @@ impl Authenticator {
             .map(|info| Principal {
                 project: info.project,
                 key_id: Some(info.key_id),
-            });
+            }))
+    }
+
+    async fn version(&self, project: &str) -> Result<u64, AuthError> {
+        self.keys
+            .revocations()
+            .version(project)
+            .await
+            .map_err(|e| AuthError::Backend(e.to_string()))
+    }
+
+    fn remember(&self, cache_key: String, checked: Checked) {
         if let Ok(mut cache) = self.verified.lock() {
             if cache.len() >= CACHE_LIMIT {
                 cache.clear();
             }
-            cache.insert(cache_key, (Instant::now(), principal.clone()));
+            cache.insert(cache_key, checked);
         }
-        principal.ok_or(AuthError::Invalid)
     }
 }
 
@@ -225,17 +306,24 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn required_mode_never_opens_and_cache_expires() {
-        let keys = keys();
-        let auth = Authenticator::new(keys.clone(), AuthMode::Required, Duration::from_millis(50));
+    async fn required_mode_never_opens_and_a_revoked_key_is_refused_at_once() {
+        let state = Arc::new(SqliteStateStore::in_memory().unwrap());
+        let service = |state: &Arc<SqliteStateStore>| {
+            ApiKeyService::new(state.clone(), Arc::new(SystemClock), Arc::new(UuidV7Ids))
+        };
+        // Two processes over one store, each with an hour-long cache.
+        let (here, there) = (service(&state), service(&state));
+        let auth = Authenticator::new(here.clone(), AuthMode::Required, Duration::from_secs(3600));
         assert_eq!(auth.authenticate(None).await, Err(AuthError::Missing));
-        let created = keys.create("p1", None).await.unwrap();
+        let created = here.create("p1", None).await.unwrap();
+        let other = here.create("p1", None).await.unwrap();
         let bearer = format!("Bearer {}", created.api_key);
+        let other_bearer = format!("Bearer {}", other.api_key);
         assert!(auth.authenticate(Some(&bearer)).await.is_ok());
-        keys.revoke(&created.info.key_id).await.unwrap();
-        // Still cached within the TTL, refused after it.
-        assert!(auth.authenticate(Some(&bearer)).await.is_ok());
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(auth.authenticate(Some(&other_bearer)).await.is_ok());
+        there.revoke(&created.info.key_id).await.unwrap();
         assert_eq!(auth.authenticate(Some(&bearer)).await, Err(AuthError::Invalid));
+        // The project's other key keeps working (read again once).
+        assert_eq!(auth.authenticate(Some(&other_bearer)).await.unwrap().project, "p1");
     }
 }

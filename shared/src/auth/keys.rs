@@ -1,5 +1,6 @@
 //! Creating, verifying, listing and revoking API keys.
 
+use super::revocations::Revocations;
 use crate::ports::{Clock, IdSource, ListOrder, ListQuery, Record, StateStore, StorageError};
 use base64::Engine as _;
 use rand::RngCore;
@@ -89,11 +90,33 @@ pub struct ApiKeyService {
     state: Arc<dyn StateStore>,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdSource>,
+    revocations: Revocations,
 }
 
 impl ApiKeyService {
     pub fn new(state: Arc<dyn StateStore>, clock: Arc<dyn Clock>, ids: Arc<dyn IdSource>) -> Self {
-        Self { state, clock, ids }
+        let revocations = Revocations::new(Arc::clone(&state), Arc::clone(&clock));
+        Self {
+            state,
+            clock,
+            ids,
+            revocations,
+        }
+    }
+
+    /// The per-project revocation versions every revocation of a key bumps.
+    pub fn revocations(&self) -> &Revocations {
+        &self.revocations
+    }
+
+    /// A key by id, revoked or not (no secret check: for work that recorded the key's id).
+    pub async fn info(&self, key_id: &str) -> Result<Option<ApiKeyInfo>, StorageError> {
+        let Some(record) = self.state.get(KIND, key_id).await? else {
+            return Ok(None);
+        };
+        let stored: StoredKey = serde_json::from_value(record.body)
+            .map_err(|e| StorageError::Backend(format!("corrupt API key record: {e}")))?;
+        Ok(Some(stored.into()))
     }
 
     pub async fn create(&self, project: &str, name: Option<String>) -> Result<CreatedApiKey, KeyError> {
@@ -146,7 +169,8 @@ impl ApiKeyService {
         Ok((matches && stored.revoked_at.is_none()).then(|| stored.into()))
     }
 
-    /// Mark a key revoked. Revoking twice is fine.
+    /// Mark a key revoked, bumping its project's revocation version in the same write (so every
+    /// process refuses it on its next request). Revoking twice is fine.
     pub async fn revoke(&self, key_id: &str) -> Result<ApiKeyInfo, KeyError> {
         loop {
             let record = self
@@ -165,7 +189,11 @@ impl ApiKeyService {
                 body: serde_json::to_value(&stored).map_err(|e| StorageError::Invalid(e.to_string()))?,
                 ..record.clone()
             };
-            match self.state.update(&updated, record.version).await {
+            match self
+                .revocations
+                .write_revoking(&stored.project, &updated, record.version)
+                .await
+            {
                 Ok(()) => return Ok(stored.into()),
                 Err(StorageError::Conflict) => continue,
                 Err(err) => return Err(err.into()),

@@ -3,6 +3,10 @@
 
 mod authenticator;
 mod keys;
+mod revocations;
+mod revoked_keys;
 
 pub use authenticator::{AuthError, AuthMode, Authenticator, Principal};
 pub use keys::{valid_project, ApiKeyInfo, ApiKeyService, CreatedApiKey, KeyError};
+pub use revocations::{Revocations, REVOCATION_KIND};
+pub use revoked_keys::RevokedKeys;

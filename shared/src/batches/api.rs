@@ -34,6 +34,18 @@ impl BatchService {
         request: CreateBatchRequest,
         idempotency_key: Option<&str>,
     ) -> Result<BatchObject, BatchesError> {
+        self.create_batch_by(project, None, request, idempotency_key).await
+    }
+
+    /// [`Self::create_batch`] for the API key `key_id` (recorded: once it is revoked, the lines
+    /// not run yet fail with `api_key_revoked`).
+    pub async fn create_batch_by(
+        &self,
+        project: &str,
+        key_id: Option<&str>,
+        request: CreateBatchRequest,
+        idempotency_key: Option<&str>,
+    ) -> Result<BatchObject, BatchesError> {
         let CheckedCreate {
             endpoint,
             window_s,
@@ -106,6 +118,7 @@ impl BatchService {
             format: BatchFormat::OpenAiJsonl,
             native: Default::default(),
             live_until_ms: 0,
+            key_id: key_id.map(str::to_owned),
         };
         // The marker first: a batch the poller cannot see could never be recovered.
         let marker = active_marker(&id, project, created_ms);

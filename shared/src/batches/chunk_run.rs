@@ -33,6 +33,10 @@ const SLOT_WAIT: Duration = Duration::from_secs(10);
 
 /// The error code of a provider-native line whose dynamic credentials are too large to seal.
 pub(crate) const CREDENTIALS_TOO_LARGE: &str = "credentials_too_large";
+/// The code of a line not run because the API key that created its batch was revoked.
+pub(crate) const API_KEY_REVOKED_CODE: &str = "api_key_revoked";
+pub(crate) const API_KEY_REVOKED_MESSAGE: &str =
+    "The API key that created this batch was revoked before this request ran.";
 
 /// Why a line with [`CREDENTIALS_TOO_LARGE`] failed.
 fn credentials_too_large_message() -> String {
@@ -114,7 +118,21 @@ impl BatchService {
                 });
             }
         };
+        // The key that created the batch, revoked since: this run's lines fail unrun.
+        let key_revoked = match &batch.key_id {
+            Some(key_id) => match self.revoked_keys.is_revoked(key_id).await {
+                Ok(revoked) => revoked,
+                Err(err) => {
+                    if let Err(release) = self.release_chunk(batch_id, index, &token).await {
+                        tracing::warn!(batch = %batch_id, chunk = index, error = %release, "could not release the chunk; its lease expires");
+                    }
+                    return Err(err.into());
+                }
+            },
+            None => false,
+        };
         let run = ChunkRun {
+            key_revoked,
             batch: &batch,
             lines: self.running_line_kind(&batch).await?,
             index,
@@ -315,6 +333,15 @@ impl BatchService {
             .map(|(position, line)| async move {
                 if stop.load(Ordering::SeqCst) || Instant::now() >= last_start {
                     return None;
+                }
+                if run.key_revoked {
+                    // Neither run nor staged for a provider batch: counted failed once, here.
+                    let line = kind.not_run(ids, &line, API_KEY_REVOKED_CODE, API_KEY_REVOKED_MESSAGE);
+                    return Some(Ok(LineOutput::Ran(super::lines::LineResult {
+                        line,
+                        ok: false,
+                        usage: Default::default(),
+                    })));
                 }
                 if let Some(request) = kind.native_request(&line) {
                     if !credentials_sealable(&request.credentials) {

@@ -45,6 +45,7 @@ pub use takeover::TakeoverReport;
 pub use tensorzero_api::{BatchInferenceCreated, BatchInferenceError, BatchInferencePoll, PollQuery, PollStatus};
 pub use worker::BatchWorker;
 
+use crate::auth::RevokedKeys;
 use crate::files::{FilesError, FilesService};
 use crate::functions::inference::FunctionService;
 use crate::idempotency::IdempotencyKeys;
@@ -196,6 +197,8 @@ pub struct BatchService {
     pub(crate) sealer: Arc<dyn CredentialSealer>,
     /// Lines and chunk runs are measured here.
     pub(crate) metrics: Arc<dyn MetricsSink>,
+    /// Whether the key that created a batch was revoked since.
+    pub(crate) revoked_keys: Arc<RevokedKeys>,
 }
 
 /// The adapters and services a [`BatchService`] works with.
@@ -215,6 +218,11 @@ impl BatchService {
     pub fn new(deps: BatchDeps, settings: BatchSettings) -> Self {
         Self {
             idempotency: IdempotencyKeys::new(Arc::clone(&deps.state), Arc::clone(&deps.clock)),
+            revoked_keys: Arc::new(RevokedKeys::new(
+                Arc::clone(&deps.state),
+                Arc::clone(&deps.clock),
+                Arc::clone(&deps.ids),
+            )),
             state: deps.state,
             blobs: deps.blobs,
             queue: deps.queue,

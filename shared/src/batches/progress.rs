@@ -109,6 +109,8 @@ pub(crate) struct ChunkRun<'a> {
     pub lease_until_ms: i64,
     /// Publishes the run's unsaved counts (see `live.rs`).
     pub live: super::live::LivePublisher,
+    /// The key that created the batch was revoked: every line of the run fails unrun.
+    pub key_revoked: bool,
 }
 
 /// Whether a chunk could be taken.

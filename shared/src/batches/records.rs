@@ -49,6 +49,10 @@ pub(crate) struct StoredBatch {
     /// Until when a client asked for live progress (ms; see `live.rs`).
     #[serde(default)]
     pub live_until_ms: i64,
+    /// The id of the API key that created it (none on an open server): each chunk run checks it
+    /// was not revoked since, and if it was, the run's lines fail with `api_key_revoked`, unrun.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
 }
 
 /// A batch's provider-native work: lines staged by chunk runs, then packed into parts (one

@@ -118,6 +118,17 @@ impl BatchService {
         project: &str,
         request: BatchInferenceRequest,
     ) -> Result<BatchInferenceCreated, BatchInferenceError> {
+        self.submit_batch_inference_by(project, None, request).await
+    }
+
+    /// [`Self::submit_batch_inference`] for the API key `key_id` (recorded: once it is revoked,
+    /// the items not run yet fail with `api_key_revoked`).
+    pub async fn submit_batch_inference_by(
+        &self,
+        project: &str,
+        key_id: Option<&str>,
+        request: BatchInferenceRequest,
+    ) -> Result<BatchInferenceCreated, BatchInferenceError> {
         let planned = self.functions.plan_batch(request)?;
         let batch_uuid = planned.batch_id;
         let batch_id = batch_uuid.to_string();
@@ -173,6 +184,7 @@ impl BatchService {
             }),
             native: Default::default(),
             live_until_ms: 0,
+            key_id: key_id.map(str::to_owned),
         };
         // The marker first: a batch the poller cannot see could never be recovered.
         let marker = active_marker(&batch_id, project, created_ms);

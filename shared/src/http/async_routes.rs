@@ -106,7 +106,7 @@ async fn accept(
     let body = body.map_err(unreadable_body)?;
     let request_id = state
         .async_requests
-        .submit(&principal.project, body.typed, path_model)
+        .submit_by(&principal.project, principal.key_id.as_deref(), body.typed, path_model)
         .await?;
     Ok(Json(AsyncAccepted { request_id }))
 }

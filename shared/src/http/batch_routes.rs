@@ -56,7 +56,12 @@ async fn create_batch(
     let key = idempotency_key(&headers)?;
     let batch = state
         .batches
-        .create_batch(&principal.project, body.typed, key.as_deref())
+        .create_batch_by(
+            &principal.project,
+            principal.key_id.as_deref(),
+            body.typed,
+            key.as_deref(),
+        )
         .await?;
     Ok(Json(batch).into_response())
 }

@@ -1,6 +1,7 @@
 //! Cross-cutting layers: request ids, authentication, unknown routes, an envelope for every error.
 
 use super::error::ApiError;
+use super::revocable_stream::{end_on_revocation, CHECK_EVERY};
 use super::AppState;
 use crate::auth::Principal;
 use crate::user_text::excerpt;
@@ -8,6 +9,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderName, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
 use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
@@ -78,8 +80,14 @@ pub async fn require_auth(
         .map(str::to_owned);
     let principal: Principal = state.auth.authenticate(authorization.as_deref()).await?;
     tracing::Span::current().record("project", principal.project.as_str());
+    let key_id = principal.key_id.clone();
     request.extensions_mut().insert(principal);
-    Ok(next.run(request).await)
+    let response = next.run(request).await;
+    Ok(match key_id {
+        // An open stream ends when its key is revoked.
+        Some(key_id) => end_on_revocation(response, Arc::clone(&state.auth), key_id, CHECK_EVERY),
+        None => response,
+    })
 }
 
 pub async fn unknown_route(method: Method, uri: Uri) -> ApiError {

@@ -19,6 +19,7 @@ mod middleware;
 mod multipart_stream;
 pub mod public_url;
 mod request_metrics;
+mod revocable_stream;
 pub mod sse;
 mod tensorzero_batch_routes;
 pub mod tensorzero_error;

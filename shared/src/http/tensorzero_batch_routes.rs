@@ -45,7 +45,7 @@ async fn submit(
 ) -> Result<Json<BatchInferenceCreated>, TensorZeroError> {
     let created = state
         .batches
-        .submit_batch_inference(&principal.project, request)
+        .submit_batch_inference_by(&principal.project, principal.key_id.as_deref(), request)
         .await?;
     Ok(Json(created))
 }

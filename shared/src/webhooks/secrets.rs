@@ -4,12 +4,13 @@
 //! receivers can switch to the new one without missing a webhook.
 //!
 //! Signers read the secrets through [`SecretSource`], cached per project for [`CACHE_TTL_MS`] in
-//! each process: a revocation or a new secret takes effect everywhere within 30 seconds (at once
-//! in the process that made the change).
+//! each process and only while the project's revocation version ([`Revocations`]) is the one the
+//! cache was filled under: a revoked secret never signs again in any process (one read per use);
+//! a new secret is used everywhere within 30 seconds (at once in the process that made it).
 
 use super::errors::WebhooksError;
 use super::signing::SigningSecret;
-use crate::auth::valid_project;
+use crate::auth::{valid_project, Revocations};
 use crate::ports::{Clock, IdSource, Record, StateStore, StorageError};
 use crate::records::{decode, encode, list_all};
 use async_trait::async_trait;
@@ -91,6 +92,8 @@ struct CachedSecret {
 
 struct CacheEntry {
     read_at_ms: i64,
+    /// The project's revocation version, read before the secrets.
+    version: u64,
     secrets: Vec<CachedSecret>,
 }
 
@@ -99,6 +102,7 @@ pub struct WebhookSecrets {
     state: Arc<dyn StateStore>,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdSource>,
+    revocations: Revocations,
     cache: Mutex<HashMap<String, CacheEntry>>,
 }
 
@@ -113,10 +117,12 @@ fn record_ttl(expires_at_ms: i64) -> i64 {
 
 impl WebhookSecrets {
     pub fn new(state: Arc<dyn StateStore>, clock: Arc<dyn Clock>, ids: Arc<dyn IdSource>) -> Self {
+        let revocations = Revocations::new(Arc::clone(&state), Arc::clone(&clock));
         Self {
             state,
             clock,
             ids,
+            revocations,
             cache: Mutex::new(HashMap::new()),
         }
     }
@@ -175,7 +181,7 @@ impl WebhookSecrets {
 
     /// Give a secret an expiry at `expires_at_ms` unless it stops signing sooner already.
     async fn expire_by(&self, id: &str, expires_at_ms: i64) -> Result<bool, StorageError> {
-        self.change(id, |stored| {
+        self.change(id, None, |stored| {
             if stored.revoked || stored.expires_at_ms.is_some_and(|at| at <= expires_at_ms) {
                 return None;
             }
@@ -186,10 +192,12 @@ impl WebhookSecrets {
     }
 
     /// Apply `change` to a secret's body until the write wins; `change` answers the record's new
-    /// TTL (Unix seconds), or `None` to leave the record as it is. Whether it was changed.
+    /// TTL (Unix seconds), or `None` to leave the record as it is. Whether it was changed. With
+    /// `revoking` (the project), the write bumps the project's revocation version with it.
     async fn change(
         &self,
         id: &str,
+        revoking: Option<&str>,
         mut change: impl FnMut(&mut StoredSecret) -> Option<i64>,
     ) -> Result<bool, StorageError> {
         let state = self.state.as_ref();
@@ -207,7 +215,11 @@ impl WebhookSecrets {
                 body: encode(&stored)?,
                 ..record.clone()
             };
-            match state.update(&updated, record.version).await {
+            let written = match revoking {
+                Some(project) => self.revocations.write_revoking(project, &updated, record.version).await,
+                None => state.update(&updated, record.version).await,
+            };
+            match written {
                 Ok(()) => return Ok(true),
                 Err(StorageError::Conflict) => continue,
                 Err(err) => return Err(err),
@@ -237,7 +249,7 @@ impl WebhookSecrets {
             .collect()
     }
 
-    /// Revoke a secret of `project`: it stops signing (in other processes within 30 seconds).
+    /// Revoke a secret of `project`: it stops signing at once, in every process.
     pub async fn revoke(&self, project: &str, id: &str) -> Result<RevokedSecret, WebhooksError> {
         let not_found = || WebhooksError::NotFound {
             what: "webhook secret",
@@ -252,7 +264,7 @@ impl WebhookSecrets {
         }
         // Revoked records are of no use: the store may remove them at once (TTL now).
         let revoked = self
-            .change(id, |stored| {
+            .change(id, Some(project), |stored| {
                 if !stored.live_at(now_ms) {
                     return None;
                 }
@@ -271,10 +283,12 @@ impl WebhookSecrets {
         })
     }
 
-    /// The secrets signing for `project` at `now_ms`, newest first; read from storage at most
-    /// once per [`CACHE_TTL_MS`] per project that has any.
+    /// The secrets signing for `project` at `now_ms`, newest first: one read (the project's
+    /// revocation version) when cached; the secrets are read again at most once per
+    /// [`CACHE_TTL_MS`] per project that has any, and after any revocation in the project.
     pub async fn signing(&self, project: &str, now_ms: i64) -> Result<Vec<SigningSecret>, StorageError> {
-        if let Some(secrets) = self.cached(project, now_ms) {
+        let version = self.revocations.version(project).await?;
+        if let Some(secrets) = self.cached(project, now_ms, version) {
             return Ok(secrets);
         }
         let mut live = self.live_records(project, now_ms).await?;
@@ -300,6 +314,7 @@ impl WebhookSecrets {
                 project.to_owned(),
                 CacheEntry {
                     read_at_ms: now_ms,
+                    version,
                     secrets,
                 },
             );
@@ -307,10 +322,10 @@ impl WebhookSecrets {
         Ok(signing)
     }
 
-    fn cached(&self, project: &str, now_ms: i64) -> Option<Vec<SigningSecret>> {
+    fn cached(&self, project: &str, now_ms: i64, version: u64) -> Option<Vec<SigningSecret>> {
         let cache = self.cache.lock().ok()?;
         let entry = cache.get(project)?;
-        let fresh = (entry.read_at_ms..entry.read_at_ms + CACHE_TTL_MS).contains(&now_ms);
+        let fresh = entry.version == version && (entry.read_at_ms..entry.read_at_ms + CACHE_TTL_MS).contains(&now_ms);
         fresh.then(|| {
             entry
                 .secrets

@@ -72,6 +72,22 @@ impl BatchService {
         None
     }
 
+    /// [`Self::stopping`], or else whether the API key that created `batch` was revoked (then
+    /// its provider batches stop as for a cancel, their unrun lines saying `api_key_revoked`).
+    pub(crate) async fn stopping_now(&self, batch: &StoredBatch) -> Result<Option<Stopping>, BatchesError> {
+        if let Some(stop) = self.stopping(batch) {
+            return Ok(Some(stop));
+        }
+        let Some(key_id) = &batch.key_id else {
+            return Ok(None);
+        };
+        Ok(self.revoked_keys.revoked_at(key_id).await?.map(|since_ms| Stopping {
+            code: crate::batches::chunk_run::API_KEY_REVOKED_CODE,
+            message: crate::batches::chunk_run::API_KEY_REVOKED_MESSAGE,
+            since_ms,
+        }))
+    }
+
     /// The parts of a batch, in order.
     pub(crate) async fn parts_of(&self, batch_id: &str) -> Result<Vec<Loaded<StoredPart>>, BatchesError> {
         let mut parts = Vec::new();
@@ -144,7 +160,7 @@ impl BatchService {
         } else {
             batch
         };
-        let stopping = self.stopping(&batch.body);
+        let stopping = self.stopping_now(&batch.body).await?;
         let mut failed = false;
         for part in self.parts_of(batch_id).await? {
             if part.body.state == records::PartState::Done {

@@ -16,7 +16,7 @@ impl BatchService {
     pub(crate) async fn poll_native(&self, batch: &StoredBatch) -> Result<u64, BatchesError> {
         let batch_id = &batch.batch.id;
         let now_ms = self.now_ms();
-        let stopping = self.stopping(batch);
+        let stopping = self.stopping_now(batch).await?;
         let mut polled = 0;
         // Parts not planned yet: the `native` job that plans them was lost (its worker died
         // before planning); planning is idempotent, so send it again.
