@@ -71,8 +71,7 @@ $(DEPLOY_VENV_STAMP): $(DEPLOY_REQUIREMENTS)
 	touch $@
 
 deploy: deploy-deps
-	@$(DEPLOY_VENV)/bin/python -c "import boto3; who = boto3.client('sts').get_caller_identity(); print('deploying as', who['Arn'])" \
-		|| { echo "no AWS credentials: configure them (aws configure, aws sso login, or AWS_PROFILE) and a region (AWS_REGION)"; exit 1; }
+	@$(DEPLOY_VENV)/bin/python infra/deploy/whoami.py
 	PATH=$(DEPLOY_VENV)/bin:$$PATH CARGO_TARGET_DIR=$(NIMBUS_CACHE)/target-lambda sam build --template template.yaml
 	if [ -f samconfig.toml ]; then PATH=$(DEPLOY_VENV)/bin:$$PATH sam deploy; \
 	else PATH=$(DEPLOY_VENV)/bin:$$PATH sam deploy --guided --capabilities CAPABILITY_IAM; fi
