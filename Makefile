@@ -15,6 +15,8 @@ DEPLOY_REQUIREMENTS := infra/requirements-deploy.txt
 VENV_STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) $(DEPLOY_REQUIREMENTS) 2>/dev/null | sha256sum | cut -c1-16)
 # The deploy tools alone (SAM CLI, cargo-lambda, zig), for `make deploy` without the test toolchain.
 DEPLOY_VENV ?= $(NIMBUS_CACHE)/deploy-venv
+# The Lambda (release, cross-built) target directory, apart from the debug one.
+LAMBDA_TARGET_DIR ?= $(NIMBUS_CACHE)/target-lambda
 DEPLOY_VENV_STAMP := $(DEPLOY_VENV)/.installed-$(shell sha256sum $(DEPLOY_REQUIREMENTS) 2>/dev/null | cut -c1-16)
 
 export PATH := $(VENV)/bin:$(PATH)
@@ -72,7 +74,7 @@ $(DEPLOY_VENV_STAMP): $(DEPLOY_REQUIREMENTS)
 
 deploy: deploy-deps
 	@$(DEPLOY_VENV)/bin/python infra/deploy/whoami.py
-	PATH=$(DEPLOY_VENV)/bin:$$PATH CARGO_TARGET_DIR=$(NIMBUS_CACHE)/target-lambda sam build --template template.yaml
+	PATH=$(DEPLOY_VENV)/bin:$$PATH CARGO_TARGET_DIR=$(LAMBDA_TARGET_DIR) sam build --template template.yaml
 	if [ -f samconfig.toml ]; then PATH=$(DEPLOY_VENV)/bin:$$PATH sam deploy; \
 	else PATH=$(DEPLOY_VENV)/bin:$$PATH sam deploy --guided --capabilities CAPABILITY_IAM; fi
 	@echo "first key: NIMBUS_BACKEND=aws NIMBUS_TABLE=<StateTableName above> nimbus keys create --project default --name me"
@@ -121,7 +123,7 @@ test: test-deps check-format lint test-rust test-python sam-validate
 
 # Release build of every function as SAM does it for `sam deploy` (needs cargo-lambda + zig from the venv).
 sam-build: test-deps
-	CARGO_TARGET_DIR=$(NIMBUS_CACHE)/target-lambda sam build --template template.yaml
+	CARGO_TARGET_DIR=$(LAMBDA_TARGET_DIR) sam build --template template.yaml
 
 bench: test-deps
 	bash infra/bench/run-benchmarks.sh
