@@ -1,6 +1,6 @@
 """The default stack bills nothing while idle (issue #28 item 4): every resource with a monthly fee
-of its own — CloudWatch alarms, the dashboard, point-in-time recovery — exists only when its
-parameter turns it on, and each such parameter defaults to off.
+of its own — CloudWatch alarms, the dashboard, point-in-time recovery, a customer-managed KMS
+key — exists only when its parameter turns it on, and each such parameter defaults to off.
 """
 
 from __future__ import annotations
@@ -47,28 +47,65 @@ def test_point_in_time_recovery_is_a_parameter_off_by_default() -> None:
 
 
 def test_no_output_or_resource_refers_to_a_conditional_resource_unconditionally() -> None:
+    """A reference to a resource that exists only under condition C is made only where C holds: in
+    a resource or output with that condition, or in the true branch of an `Fn::If` on C."""
     tpl = template()
-    conditional = {n for n, r in tpl["Resources"].items() if "Condition" in r}
+    condition_of = {n: r["Condition"] for n, r in tpl["Resources"].items() if "Condition" in r}
 
-    def refs(node: Any) -> set[str]:
-        if isinstance(node, dict):
-            found = set()
-            for key, value in node.items():
-                if key == "Ref" and isinstance(value, str):
-                    found.add(value)
-                elif key == "Fn::GetAtt":
-                    found.add(value[0] if isinstance(value, list) else value.split(".")[0])
-                elif key == "Fn::Sub":
-                    text = value[0] if isinstance(value, list) else value
-                    found |= {part.split("}")[0].split(".")[0] for part in text.split("${")[1:]}
-                found |= refs(value)
-            return found
+    def bad_refs(node: Any, holds: frozenset[str]) -> set[str]:
         if isinstance(node, list):
-            return set().union(*(refs(v) for v in node)) if node else set()
-        return set()
+            return set().union(set(), *(bad_refs(v, holds) for v in node))
+        if not isinstance(node, dict):
+            return set()
+        found: set[str] = set()
+        for key, value in node.items():
+            names: list[str] = []
+            if key == "Fn::If":
+                condition, when_true, when_false = value
+                found |= bad_refs(when_true, holds | {condition}) | bad_refs(when_false, holds)
+                continue
+            if key == "Ref" and isinstance(value, str):
+                names = [value]
+            elif key == "Fn::GetAtt":
+                names = [value[0] if isinstance(value, list) else value.split(".")[0]]
+            elif key == "Fn::Sub":
+                text = value[0] if isinstance(value, list) else value
+                names = [part.split("}")[0].split(".")[0] for part in text.split("${")[1:]]
+            found |= {n for n in names if n in condition_of and condition_of[n] not in holds}
+            found |= bad_refs(value, holds)
+        return found
 
     for section in ("Resources", "Outputs"):
         for name, body in tpl[section].items():
-            if "Condition" in body:
-                continue
-            assert not (refs(body) & conditional), f"{section}.{name} refers to {refs(body) & conditional}"
+            holds = frozenset({body["Condition"]}) if "Condition" in body else frozenset()
+            assert not bad_refs(body, holds), f"{section}.{name} refers to {bad_refs(body, holds)}"
+
+
+def test_sealing_needs_no_billed_key_by_default() -> None:
+    """The KMS key (a monthly fee) exists only with Sealing=kms; by default the functions that seal
+    read and make their data key in one SSM parameter of the stack, and nothing else of SSM."""
+    tpl = template()
+    assert tpl["Parameters"]["Sealing"]["Default"] == "parameter-store"
+    assert tpl["Resources"]["NimbusSealingKey"]["Condition"] == "SealWithKms"
+    assert condition_is_parameter_on(tpl, "SealWithKms", "Sealing") is False
+    assert tpl["Conditions"]["SealWithKms"] == {"Fn::Equals": [{"Ref": "Sealing"}, "kms"]}
+    sealing = []
+    for name, resource in tpl["Resources"].items():
+        if resource["Type"] != "AWS::Serverless::Function":
+            continue
+        env = resource["Properties"].get("Environment", {}).get("Variables", {})
+        policies = resource["Properties"].get("Policies", [])
+        ifs = [p["Fn::If"] for p in policies if isinstance(p, dict) and "Fn::If" in p and p["Fn::If"][0] == "SealWithKms"]
+        if "NIMBUS_SEALING_KEY_PARAMETER" not in env:
+            assert not ifs, name
+            continue
+        sealing.append(name)
+        assert env["NIMBUS_SEALING_KEY_PARAMETER"] == {"Fn::Sub": "/nimbus/${AWS::StackName}/sealing-key"}
+        assert env["NIMBUS_SEALING_KEY_ID"] == {"Fn::If": ["SealWithKms", {"Ref": "NimbusSealingKey"}, ""]}
+        assert len(ifs) == 1, name
+        (statement,) = ifs[0][2]["Statement"]
+        assert set(statement["Action"]) == {"ssm:GetParameter", "ssm:PutParameter"}, name
+        assert statement["Resource"] == {
+            "Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/nimbus/${AWS::StackName}/sealing-key"
+        }, name
+    assert {"NimbusBatchesFunction", "NimbusWorkerFunction", "NimbusPollerFunction"} <= set(sealing)
