@@ -78,7 +78,10 @@ async fn the_parameter_key_sealer_honours_the_contract_on_moto() {
     let ssm = aws_sdk_ssm::Client::new(&config);
     let parameter = ssm.get_parameter().name(name).send().await.unwrap();
     let parameter = parameter.parameter().unwrap();
-    assert_eq!(parameter.r#type(), Some(&aws_sdk_ssm::types::ParameterType::SecureString));
+    assert_eq!(
+        parameter.r#type(),
+        Some(&aws_sdk_ssm::types::ParameterType::SecureString)
+    );
 
     // Another process (a new sealer) reads the same key: what one sealed, the other opens; and
     // two processes racing to make the key agree on one (the second finds the first's).
@@ -105,12 +108,18 @@ async fn the_parameter_key_sealer_honours_the_contract_on_moto() {
         .seal("c", b"x")
         .await
         .unwrap_err();
-    assert!(matches!(&err, SealError::Unavailable(m) if m.contains("/nimbus/test/not-a-key")), "{err:?}");
+    assert!(
+        matches!(&err, SealError::Unavailable(m) if m.contains("/nimbus/test/not-a-key")),
+        "{err:?}"
+    );
 
     // Without the parameter's variable, sealing names it.
     assert!(std::env::var(SEALING_KEY_PARAMETER_ENV).is_err());
     let err = ParameterKeySealer::from_env(&config).seal("c", b"x").await.unwrap_err();
-    assert!(matches!(&err, SealError::Unavailable(m) if m.contains(SEALING_KEY_PARAMETER_ENV)), "{err:?}");
+    assert!(
+        matches!(&err, SealError::Unavailable(m) if m.contains(SEALING_KEY_PARAMETER_ENV)),
+        "{err:?}"
+    );
 }
 
 /// The jobs queue plus one queue per priority: each lane's messages land in its own queue, and a

@@ -79,7 +79,14 @@ impl ParameterKeySealer {
 
     /// The key in the parameter, or `None` when there is no parameter yet.
     async fn read_key(&self, name: &str) -> Result<Option<[u8; KEY_LEN]>, SealError> {
-        let output = match self.client.get_parameter().name(name).with_decryption(true).send().await {
+        let output = match self
+            .client
+            .get_parameter()
+            .name(name)
+            .with_decryption(true)
+            .send()
+            .await
+        {
             Ok(output) => output,
             Err(err) if err.as_service_error().is_some_and(|e| e.is_parameter_not_found()) => return Ok(None),
             Err(err) => {
@@ -112,11 +119,10 @@ impl ParameterKeySealer {
             .await;
         match put {
             Ok(_) => Ok(key),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_parameter_already_exists()) => {
-                self.read_key(name).await?.ok_or_else(|| {
-                    SealError::Unavailable(format!("SSM parameter {name} exists but could not be read"))
-                })
-            }
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_parameter_already_exists()) => self
+                .read_key(name)
+                .await?
+                .ok_or_else(|| SealError::Unavailable(format!("SSM parameter {name} exists but could not be read"))),
             Err(err) => Err(SealError::Unavailable(format!(
                 "SSM PutParameter {name}: {}",
                 describe_sdk_error(&err)
