@@ -15,7 +15,8 @@ its variables from block to block (a reader's session). The placeholders the REA
 set: `NIMBUS_URL` (the server's root), `NIMBUS_KEY` (a placeholder: the server is open),
 `OPENAI_BASE_URL` / `OPENAI_API_KEY` (for `nimbus batch`); `http://127.0.0.1:3000` and
 `localhost:3000` (what `make run` serves) are replaced by the server's address; `nimbus` on PATH is
-the built binary (what `make install` puts there).
+the built binary (what `make install` puts there). A block whose output mentions a deprecation
+(a Python DeprecationWarning, or the `tensorzero` client's own warning) fails too.
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ MARKER = re.compile(r"^<!--\s*example:\s*(?P<name>[A-Za-z0-9_.-]+)(?:\s+skip:\s*
 FENCE = re.compile(r"^```(?P<lang>[A-Za-z0-9_+-]*)\s*$")
 BLOCK_TIMEOUT_S = 180
 # A reader sees a 4xx/5xx answer as a failure; `curl -s` alone would exit 0 on it.
-CURL_FAILS_ON_HTTP_ERRORS = 'curl() { command curl --fail-with-body "$@"; }\n'
+CURL_FAILS_ON_HTTP_ERRORS = (
+    'curl() { command curl --fail-with-body "$@" || { status=$?; '
+    'echo "curl $* exited $status (22: the server answered an HTTP error)" >&2; return $status; }; }\n'
+)
 
 
 @dataclass
@@ -265,6 +269,8 @@ def run_examples(blocks: list[Block], server: kit.NimbusServer, workdir: Path, e
                     ok, output = done.returncode == 0, done.stdout + done.stderr + f"\n(exit status {done.returncode})"
                 except subprocess.TimeoutExpired as err:
                     ok, output = False, f"{err.stdout or ''}{err.stderr or ''}\n(timed out after {BLOCK_TIMEOUT_S} s)"
+            if ok and re.search(r"deprecat", output, re.I):
+                ok, output = False, output + "\n(the example uses something deprecated: write it the current way)"
             if not ok:
                 pytest.fail(
                     f"example `{block.name}` ({block.where}), {label}, failed:\n--- code ---\n{code}--- output ---\n{output}",

@@ -96,6 +96,17 @@ async fn call(
     (status, headers, value)
 }
 
+/// The ids `GET /v1/models` lists, in order.
+async fn listed_model_ids(router: &Router) -> Vec<String> {
+    let (_, _, list) = call(router, "GET", "/v1/models", None, None).await;
+    list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
 fn chat_body(model: &str) -> Value {
     json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
 }
@@ -174,14 +185,7 @@ async fn shorthand_models_answer_chat_but_are_not_listed() {
         assert_eq!(status, StatusCode::NOT_FOUND, "{unknown}");
         assert_eq!(body["error"]["code"], "model_not_found");
     }
-    let (_, _, list) = call(&router, "GET", "/v1/models", None, None).await;
-    let ids: Vec<&str> = list["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["id"].as_str())
-        .collect();
-    assert_eq!(ids, vec!["broken", "dummy"]);
+    assert_eq!(listed_model_ids(&router).await, vec!["broken", "dummy"]);
 }
 
 /// A model whose only provider reads its key from an unset environment variable is not listed
@@ -210,14 +214,7 @@ type = "dummy"
     );
     let dir = tempfile::tempdir().unwrap();
     let router = inference_router(state_for(&config, &adapters(dir.path()), AuthMode::OpenWhenNoKeys));
-    let (_, _, list) = call(&router, "GET", "/v1/models", None, None).await;
-    let ids: Vec<&str> = list["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["id"].as_str())
-        .collect();
-    assert_eq!(ids, vec!["broken", "dummy", "half"]);
+    assert_eq!(listed_model_ids(&router).await, vec!["broken", "dummy", "half"]);
     let (status, _, _) = call(&router, "GET", "/v1/models/keyless", None, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _, body) = call(
