@@ -121,6 +121,19 @@ def test_the_readme_has_examples_to_run() -> None:
     assert len(runnable) >= 10, [b.name for b in runnable]
 
 
+def test_the_sdk_versions_the_readme_names_are_the_pinned_ones() -> None:
+    """The examples run with the pinned SDKs; the README's `pip install` line names the same."""
+    pins = dict(
+        line.split("==", 1)
+        for line in (kit.REPO_ROOT / "infra" / "requirements-dev.txt").read_text().splitlines()
+        if "==" in line and not line.lstrip().startswith("#")
+    )
+    named = re.findall(r"\b(openai|tensorzero)==([\w.]+)", (kit.REPO_ROOT / "README.md").read_text())
+    assert {name for name, _ in named} == {"openai", "tensorzero"}, named
+    for name, version in named:
+        assert pins.get(name, "").strip() == version, f"README names {name}=={version}, pinned: {pins.get(name)}"
+
+
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 
 
