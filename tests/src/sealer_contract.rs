@@ -146,7 +146,11 @@ pub async fn webhook_secrets_are_sealed_at_rest(
     let stored = record.body.to_string();
     assert!(!stored.contains(&endpoint.signing_secret["whsec_".len()..]), "{stored}");
     assert_eq!(
-        endpoints.get("sealed-project", &endpoint.endpoint.id).await.unwrap().signing_secret_hint,
+        endpoints
+            .get("sealed-project", &endpoint.endpoint.id)
+            .await
+            .unwrap()
+            .signing_secret_hint,
         Some(SigningSecret::parse(&endpoint.signing_secret).unwrap().masked())
     );
 }

@@ -170,7 +170,9 @@ pub async fn batches_function() -> Result<HttpFunction, String> {
 
 /// The SQS-triggered worker: every job family's runner (see [`super::job_dispatcher`]).
 pub async fn worker() -> Result<JobDispatcher, String> {
-    Ok(super::job_dispatcher(&lambda_worker_parts(LambdaFunction::Worker).await?))
+    Ok(super::job_dispatcher(
+        &lambda_worker_parts(LambdaFunction::Worker).await?,
+    ))
 }
 
 /// The scheduled poller: every scheduled task (see [`super::scheduler`]).

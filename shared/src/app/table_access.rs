@@ -167,7 +167,12 @@ impl ScopedState {
             return Ok(());
         }
         let verb = if write { "write" } else { "read" };
-        tracing::error!(function = self.function.resource(), kind, verb, "record kind outside the function's role");
+        tracing::error!(
+            function = self.function.resource(),
+            kind,
+            verb,
+            "record kind outside the function's role"
+        );
         Err(StorageError::Backend(format!(
             "{} may not {verb} `{kind}` records: its role's dynamodb:LeadingKeys (app/table_access.rs, template.yaml) do not allow them",
             self.function.resource()
@@ -261,7 +266,10 @@ mod tests {
             state.get("webhook_secret", "w").await.unwrap_err(),
             state.get("webhook_endpoint", "w").await.unwrap_err(),
             state.delete("revocation", "p", None).await.unwrap_err(),
-            state.update_all(&[(record("inference"), 1), (record("revocation"), 1)]).await.unwrap_err(),
+            state
+                .update_all(&[(record("inference"), 1), (record("revocation"), 1)])
+                .await
+                .unwrap_err(),
         ] {
             assert!(
                 matches!(&denied, StorageError::Backend(m) if m.contains("NimbusInferenceFunction")),

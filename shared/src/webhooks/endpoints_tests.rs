@@ -291,7 +291,14 @@ async fn an_endpoint_stored_before_sealing_signs_and_is_sealed_when_listed() {
         created.endpoint.signing_secret_hint
     );
     endpoints.list("p1", None, 10).await.unwrap();
-    let stored = endpoints.state.get(ENDPOINT_KIND, id).await.unwrap().unwrap().body.to_string();
+    let stored = endpoints
+        .state
+        .get(ENDPOINT_KIND, id)
+        .await
+        .unwrap()
+        .unwrap()
+        .body
+        .to_string();
     assert!(!stored.contains(&created.signing_secret["whsec_".len()..]), "{stored}");
     let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
     assert_eq!(

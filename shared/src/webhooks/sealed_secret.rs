@@ -99,7 +99,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sealer = LocalSealer::in_data_dir(dir.path());
         let secret = SigningSecret::generate();
-        let stored = StoredSigningSecret::seal(&sealer, "webhook_secret/wsec_1", &secret).await.unwrap();
+        let stored = StoredSigningSecret::seal(&sealer, "webhook_secret/wsec_1", &secret)
+            .await
+            .unwrap();
         let json = serde_json::to_string(&stored).unwrap();
         assert!(!json.contains(&secret.as_str()["whsec_".len()..]), "{json}");
         assert_eq!(stored.masked().unwrap(), secret.masked());

@@ -15,7 +15,12 @@ impl Fixture {
         let state = memory_state();
         let clock = ManualClock::new();
         let sealer = test_sealer();
-        let secrets = WebhookSecrets::new(Arc::clone(&state), clock.clone(), Arc::new(UuidV7Ids), Arc::clone(&sealer));
+        let secrets = WebhookSecrets::new(
+            Arc::clone(&state),
+            clock.clone(),
+            Arc::new(UuidV7Ids),
+            Arc::clone(&sealer),
+        );
         Self {
             state,
             clock,
@@ -210,7 +215,10 @@ async fn a_secret_is_stored_sealed_to_its_record_and_signs_as_created() {
     let record = f.state.get(SECRET_KIND, &created.id).await.unwrap().unwrap();
     let stored = record.body.to_string();
     assert!(!stored.contains(&created.secret["whsec_".len()..]), "{stored}");
-    assert!(stored.contains("\"sealed\"") && stored.contains("\"masked\""), "{stored}");
+    assert!(
+        stored.contains("\"sealed\"") && stored.contains("\"masked\""),
+        "{stored}"
+    );
     // Another process (same store and key) opens it: the receiver's signatures are unchanged.
     let signing = f.other_process().signing("p1", f.now()).await.unwrap();
     assert_eq!(strings(&signing), vec![created.secret.clone()]);
@@ -244,8 +252,18 @@ async fn a_secret_stored_before_sealing_signs_and_is_sealed_when_listed() {
     let signing = f.other_process().signing("p1", f.now()).await.unwrap();
     assert_eq!(strings(&signing), vec![created.secret.clone()]);
     let listed = f.secrets.list("p1").await.unwrap();
-    assert_eq!(listed[0].secret, SigningSecret::parse(&created.secret).unwrap().masked());
-    let stored = f.state.get(SECRET_KIND, &created.id).await.unwrap().unwrap().body.to_string();
+    assert_eq!(
+        listed[0].secret,
+        SigningSecret::parse(&created.secret).unwrap().masked()
+    );
+    let stored = f
+        .state
+        .get(SECRET_KIND, &created.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .body
+        .to_string();
     assert!(!stored.contains(&created.secret["whsec_".len()..]), "{stored}");
     let signing = f.other_process().signing("p1", f.now()).await.unwrap();
     assert_eq!(strings(&signing), vec![created.secret]);
