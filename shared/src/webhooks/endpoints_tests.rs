@@ -284,7 +284,7 @@ async fn an_endpoint_stored_before_sealing_signs_and_is_sealed_when_listed() {
     let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
     assert_eq!(
         signing(&endpoints, &loaded, clock.now_unix_ms()).await,
-        [created.signing_secret.clone()]
+        std::slice::from_ref(&created.signing_secret)
     );
     assert_eq!(
         endpoints.get("p1", id).await.unwrap().signing_secret_hint,
