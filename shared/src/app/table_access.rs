@@ -24,17 +24,34 @@ pub enum LambdaFunction {
     Poller,
 }
 
-/// What a function may do with the state table's records, by kind.
+/// What a function may do with the state table's records, by kind (groups of kinds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableAccess {
     /// Kinds it only reads (`GetItem`, and `Query` on `by_owner`).
-    pub reads: &'static [&'static str],
+    pub reads: &'static [&'static [&'static str]],
     /// Kinds it reads and writes (`PutItem`, `DeleteItem`, transactions of them).
-    pub writes: &'static [&'static str],
+    pub writes: &'static [&'static [&'static str]],
 }
 
 /// Every request authenticates: its API key's record and the project's revocation version.
 const AUTH: &[&str] = &["api_key", "revocation"];
+/// What the batch engine keeps (a batch's records, its input and output files' records and holds,
+/// their expiry tasks, idempotency keys).
+const BATCH_WORK: &[&str] = &[
+    "batch",
+    "batch_chunk",
+    "batch_live",
+    "batch_active",
+    "batch_native_part",
+    "idempotency",
+    "file",
+    "blob_hold",
+    "janitor",
+];
+/// Async requests, the scheduler's due index and the models' concurrency slots.
+const ASYNC_WORK: &[&str] = &["async_request", "due_work", "model_slots"];
+/// A file's and an upload's records.
+const FILES: &[&str] = &["file", "upload", "upload_part", "blob_hold", "janitor", "idempotency"];
 
 impl LambdaFunction {
     pub const ALL: [LambdaFunction; 5] = [Self::Inference, Self::Files, Self::Batches, Self::Worker, Self::Poller];
@@ -56,92 +73,68 @@ impl LambdaFunction {
             // Internet-facing: keys and revocations read-only; no webhook secret or endpoint,
             // no batch, file or async record.
             Self::Inference => TableAccess {
-                reads: AUTH,
-                writes: &["inference", "model_cache", "feedback"],
+                reads: &[AUTH],
+                writes: &[&["inference", "model_cache", "feedback"]],
             },
             Self::Files => TableAccess {
-                reads: AUTH,
-                writes: &["file", "upload", "upload_part", "blob_hold", "janitor", "idempotency"],
+                reads: &[AUTH],
+                writes: &[FILES],
             },
             // The queued-work API: batches (a cancel may finish one here), async requests, webhook
-            // secrets (a revocation bumps the project's version) and endpoints.
+            // secrets (a revocation bumps the project's `revocation` record) and endpoints.
             Self::Batches => TableAccess {
-                reads: &["api_key", "inference"],
+                reads: &[&["api_key", "inference"]],
                 writes: &[
-                    "revocation",
-                    "batch",
-                    "batch_chunk",
-                    "batch_live",
-                    "batch_active",
-                    "batch_native_part",
-                    "idempotency",
-                    "file",
-                    "blob_hold",
-                    "janitor",
-                    "async_request",
-                    "due_work",
-                    "model_slots",
-                    "webhook_secret",
-                    "webhook_endpoint",
-                    "webhook_delivery",
+                    BATCH_WORK,
+                    ASYNC_WORK,
+                    &["revocation", "webhook_secret", "webhook_endpoint", "webhook_delivery"],
                 ],
             },
             // Runs the queued jobs: signs with the webhook secrets and endpoints, never writes them.
             Self::Worker => TableAccess {
-                reads: &["api_key", "revocation", "webhook_secret", "webhook_endpoint"],
+                reads: &[AUTH, &["webhook_secret", "webhook_endpoint"]],
                 writes: &[
-                    "batch",
-                    "batch_chunk",
-                    "batch_live",
-                    "batch_active",
-                    "batch_native_part",
-                    "idempotency",
-                    "file",
-                    "blob_hold",
-                    "janitor",
-                    "inference",
-                    "model_cache",
-                    "async_request",
-                    "due_work",
-                    "model_slots",
-                    "webhook_delivery",
+                    BATCH_WORK,
+                    ASYNC_WORK,
+                    &["inference", "model_cache", "webhook_delivery"],
                 ],
             },
             // The scheduler's pass: files sweep, batch recovery and expiry, due async work and
             // event deliveries (queued, not signed here).
             Self::Poller => TableAccess {
-                reads: &["api_key", "revocation", "webhook_endpoint"],
-                writes: &[
-                    "file",
-                    "upload",
-                    "upload_part",
-                    "blob_hold",
-                    "janitor",
-                    "batch",
-                    "batch_chunk",
-                    "batch_live",
-                    "batch_active",
-                    "batch_native_part",
-                    "idempotency",
-                    "inference",
-                    "async_request",
-                    "due_work",
-                    "model_slots",
-                    "webhook_delivery",
-                ],
+                reads: &[AUTH, &["webhook_endpoint"]],
+                writes: &[FILES, BATCH_WORK, ASYNC_WORK, &["inference", "webhook_delivery"]],
             },
         }
     }
 }
 
 impl TableAccess {
+    /// The kinds it only reads, each once.
+    pub fn read_kinds(&self) -> Vec<&'static str> {
+        kinds(self.reads)
+    }
+
+    /// The kinds it writes, each once.
+    pub fn write_kinds(&self) -> Vec<&'static str> {
+        kinds(self.writes)
+    }
+
     fn may_read(&self, kind: &str) -> bool {
-        self.reads.contains(&kind) || self.may_write(kind)
+        self.reads.iter().any(|group| group.contains(&kind)) || self.may_write(kind)
     }
 
     fn may_write(&self, kind: &str) -> bool {
-        self.writes.contains(&kind)
+        self.writes.iter().any(|group| group.contains(&kind))
     }
+}
+
+/// The kinds of `groups`, sorted, each once.
+fn kinds(groups: &[&'static [&'static str]]) -> Vec<&'static str> {
+    let mut kinds: Vec<&'static str> = groups.iter().flat_map(|group| group.iter().copied()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    kinds
 }
 
 /// A function's state store limited to the records its role reaches ([`LambdaFunction::access`]):
@@ -217,18 +210,13 @@ impl StateStore for ScopedState {
 
 /// The table as `docs/table-access.json` holds it: per template resource, its kinds, sorted.
 pub fn table_access_json() -> serde_json::Value {
-    let sorted = |kinds: &[&str]| {
-        let mut kinds: Vec<String> = kinds.iter().map(|k| (*k).to_owned()).collect();
-        kinds.sort();
-        kinds
-    };
     let functions: serde_json::Map<String, serde_json::Value> = LambdaFunction::ALL
         .into_iter()
         .map(|function| {
             let access = function.access();
             (
                 function.resource().to_owned(),
-                serde_json::json!({"reads": sorted(access.reads), "writes": sorted(access.writes)}),
+                serde_json::json!({"reads": access.read_kinds(), "writes": access.write_kinds()}),
             )
         })
         .collect();
@@ -279,14 +267,13 @@ mod tests {
     }
 
     #[test]
-    fn no_kind_is_both_read_only_and_written_and_none_twice() {
+    fn no_kind_is_both_read_only_and_written() {
         for function in LambdaFunction::ALL {
             let access = function.access();
-            let mut all: Vec<_> = access.reads.iter().chain(access.writes).collect();
-            let count = all.len();
-            all.sort();
-            all.dedup();
-            assert_eq!(all.len(), count, "{function:?}");
+            let writes = access.write_kinds();
+            for kind in access.read_kinds() {
+                assert!(!writes.contains(&kind), "{function:?}: {kind}");
+            }
         }
     }
 
