@@ -386,6 +386,8 @@ class MotoServer:
         # The async priority queues (AsyncQueueP0..P2 in template.yaml), by priority level.
         self.async_queue_names = {level: f"nimbus-async-p{level}-{suffix}" for level in range(3)}
         self.async_queue_urls: dict[int, str] = {}
+        # The stack's NimbusSealingKey (credentials and webhook secrets are sealed with it).
+        self.sealing_key_id = ""
 
     @property
     def endpoint(self) -> str:
@@ -437,6 +439,8 @@ class MotoServer:
         self.queue_url = sqs.create_queue(QueueName=self.queue_name)["QueueUrl"]
         for level, name in self.async_queue_names.items():
             self.async_queue_urls[level] = sqs.create_queue(QueueName=name)["QueueUrl"]
+        created = self.client("kms").create_key(Description="nimbus sealing (test)")
+        self.sealing_key_id = created["KeyMetadata"]["KeyId"]
 
     def aws_env(self) -> dict[str, str]:
         """What the Lambda function and `nimbus keys --backend aws` need to reach moto."""
@@ -454,6 +458,7 @@ class MotoServer:
             "NIMBUS_BUCKET": self.bucket,
             "NIMBUS_JOBS_QUEUE_URL": self.queue_url,
             **{f"NIMBUS_ASYNC_QUEUE_URL_P{level}": url for level, url in self.async_queue_urls.items()},
+            **({"NIMBUS_SEALING_KEY_ID": self.sealing_key_id} if self.sealing_key_id else {}),
         }
 
     def put_config(self, name: str, config: str, *, config_dir: Path = DEFAULT_CONFIG.parent) -> str:

@@ -1,6 +1,6 @@
 """The AWS requests of one batch on the AWS path, recorded by a moto server of their own, and whether
 the policies template.yaml gives each function (`nimbus-files`, `nimbus-batches`, `nimbus-worker`,
-`nimbus-poller` under the RIE) allow them: `/v1/batches` batches and TensorZero's `/batch_inference`
+`nimbus-poller` under the RIE) allow them, `dynamodb:LeadingKeys` conditions included: `/v1/batches` batches and TensorZero's `/batch_inference`
 ones. Helpers in batch_lambda_kit.py.
 """
 
@@ -157,7 +157,18 @@ def resource_pattern(resource: Any) -> str:
     raise AssertionError(f"unexpected resource in template.yaml: {resource!r}")
 
 
-def allowed(statements: list[dict[str, Any]], action: str, resource: str, prefix: str | None) -> bool:
+def leading_keys_allowed(statement: dict[str, Any], keys: list[str]) -> bool:
+    """A statement's `dynamodb:LeadingKeys` condition (ForAllValues:StringLike) on the request's keys."""
+    condition = (statement.get("Condition") or {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+    if condition is None:
+        return True
+    patterns = condition if isinstance(condition, list) else [condition]
+    return all(any(fnmatch.fnmatchcase(key, p) for p in patterns) for key in keys)
+
+
+def allowed(
+    statements: list[dict[str, Any]], action: str, resource: str, prefix: str | None, keys: list[str] | None = None
+) -> bool:
     for statement in statements:
         if statement.get("Effect") != "Allow":
             continue
@@ -172,6 +183,8 @@ def allowed(statements: list[dict[str, Any]], action: str, resource: str, prefix
             patterns = condition if isinstance(condition, list) else [condition]
             if prefix is None or not any(fnmatch.fnmatchcase(prefix, p) for p in patterns):
                 continue
+        if not leading_keys_allowed(statement, keys or []):
+            continue
         return True
     return False
 
@@ -183,30 +196,42 @@ SQS_BATCH_ACTIONS = {
 }
 
 
-def iam_actions(entry: dict[str, Any], bucket: str) -> list[tuple[str, str, str | None]]:
-    """(IAM action, symbolic resource, s3:prefix) needed by one recorded request."""
+def dynamodb_key(item: dict[str, Any]) -> list[str]:
+    """The partition key (`pk`) of a request's key or item."""
+    return [item["pk"]["S"]] if "pk" in item else []
+
+
+def dynamodb_actions(operation: str, payload: dict[str, Any]) -> list[tuple[str, str, None, list[str]]]:
+    """(IAM action, resource, None, dynamodb:LeadingKeys) of one DynamoDB request: a transaction's
+    items are authorized one by one, each with its own key; a Query's key is the value its key
+    condition compares the (index's) partition key with."""
+    if operation == "TransactWriteItems":
+        kinds = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem"}
+        return [
+            (f"dynamodb:{kinds[kind]}", "table", None, dynamodb_key(body.get("Item") or body.get("Key") or {}))
+            for item in payload.get("TransactItems", [])
+            for kind, body in item.items()
+        ]
+    if operation == "Query":
+        resource = f"table/index/{payload['IndexName']}" if payload.get("IndexName") else "table"
+        values = payload.get("ExpressionAttributeValues", {})
+        assert len(values) == 1, f"a Query this test cannot read: {payload}"
+        return [("dynamodb:Query", resource, None, [value["S"] for value in values.values()])]
+    if operation == "BatchGetItem":
+        keys = [dynamodb_key(k)[0] for table in payload["RequestItems"].values() for k in table["Keys"]]
+        return [("dynamodb:BatchGetItem", "table", None, keys)]
+    return [(f"dynamodb:{operation}", "table", None, dynamodb_key(payload.get("Item") or payload.get("Key") or {}))]
+
+
+def iam_actions(entry: dict[str, Any], bucket: str) -> list[tuple[Any, ...]]:
+    """(IAM action, symbolic resource, s3:prefix[, dynamodb:LeadingKeys]) needed by one recorded request."""
     headers = {k.lower(): v for k, v in entry["headers"].items()}
     body = entry.get("body") or ""
     if entry.get("body_encoded"):
         body = base64.b64decode(body).decode(errors="replace")
     target = headers.get("x-amz-target", "")
     if target.startswith("DynamoDB_"):
-        operation = target.split(".", 1)[1]
-        payload = json.loads(body or "{}")
-        resource = "table/index/by_owner" if payload.get("IndexName") else "table"
-        if operation == "TransactWriteItems":
-            kinds = {
-                "Put": "PutItem",
-                "Update": "UpdateItem",
-                "Delete": "DeleteItem",
-                "ConditionCheck": "ConditionCheckItem",
-            }
-            return [
-                (f"dynamodb:{kinds[kind]}", "table", None)
-                for item in payload.get("TransactItems", [])
-                for kind in item
-            ]
-        return [(f"dynamodb:{operation}", resource, None)]
+        return dynamodb_actions(target.split(".", 1)[1], json.loads(body or "{}"))
     if target.startswith("AmazonSQS."):
         operation = target.split(".", 1)[1]
         queue_url = json.loads(body or "{}").get("QueueUrl", "")
@@ -265,10 +290,15 @@ def denied_requests(recorded: list[dict[str, Any]], bucket: str) -> tuple[list[s
         function = function_of(entry)
         if function is None:
             continue  # the test's own boto3 calls (the stand-in event source) and the moto API
-        for action, resource, prefix in iam_actions(entry, bucket):
+        for action, resource, prefix, *keys in iam_actions(entry, bucket):
             counts[(function, action)] += 1
-            if not allowed(policies[function], action, resource, prefix):
-                denied.append(f"{function}: {action} on {resource}" + (f" (prefix {prefix})" if prefix else ""))
+            leading = keys[0] if keys else []
+            if not allowed(policies[function], action, resource, prefix, leading):
+                denied.append(
+                    f"{function}: {action} on {resource}"
+                    + (f" (prefix {prefix})" if prefix else "")
+                    + (f" (keys {', '.join(leading)})" if leading else "")
+                )
     return sorted(set(denied)), counts
 
 

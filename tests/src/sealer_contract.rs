@@ -85,3 +85,72 @@ pub async fn two_seals_of_the_same_plaintext_differ(sealer: &dyn CredentialSeale
     assert_eq!(sealer.open("batch-r", &first).await.unwrap(), b"same");
     assert_eq!(sealer.open("batch-r", &second).await.unwrap(), b"same");
 }
+
+/// Webhook signing secrets and endpoint secrets over `state` and `sealer`: stored sealed (the record
+/// holds neither secret), opened by another instance (its own cache) to the very secret created,
+/// so a receiver's signatures are unchanged.
+pub async fn webhook_secrets_are_sealed_at_rest(
+    state: std::sync::Arc<dyn nimbus_shared::ports::StateStore>,
+    sealer: std::sync::Arc<dyn CredentialSealer>,
+) {
+    use nimbus_shared::ports::{SystemClock, UuidV7Ids};
+    use nimbus_shared::webhooks::{
+        standard_signature, CreateEndpointRequest, SecretSource, SigningSecret, UrlPolicy, WebhookEndpoints,
+        WebhookSecrets,
+    };
+    use std::sync::Arc;
+    let secrets = |state: &Arc<dyn nimbus_shared::ports::StateStore>| {
+        WebhookSecrets::new(
+            Arc::clone(state),
+            Arc::new(SystemClock),
+            Arc::new(UuidV7Ids),
+            Arc::clone(&sealer),
+        )
+    };
+    let created = secrets(&state).create("sealed-project").await.unwrap();
+    let record = state.get("webhook_secret", &created.id).await.unwrap().unwrap();
+    let stored = record.body.to_string();
+    assert!(!stored.contains(&created.secret["whsec_".len()..]), "{stored}");
+    let signing = secrets(&state).signing_secrets("sealed-project").await.unwrap();
+    let body = br#"{"data":1}"#;
+    let created_secret = SigningSecret::parse(&created.secret).unwrap();
+    assert_eq!(
+        standard_signature(&signing, "msg_x", 1_700_000_000, body),
+        standard_signature(&[created_secret], "msg_x", 1_700_000_000, body)
+    );
+
+    let endpoints = WebhookEndpoints::new(
+        Arc::clone(&state),
+        Arc::new(SystemClock),
+        Arc::new(UuidV7Ids),
+        UrlPolicy::default(),
+        Arc::clone(&sealer),
+    );
+    let endpoint = endpoints
+        .create(
+            "sealed-project",
+            CreateEndpointRequest {
+                url: "https://hooks.example.com/x".into(),
+                event_types: vec!["batch.completed".into()],
+                name: None,
+                secret: None,
+            },
+        )
+        .await
+        .unwrap();
+    let record = state
+        .get("webhook_endpoint", &endpoint.endpoint.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let stored = record.body.to_string();
+    assert!(!stored.contains(&endpoint.signing_secret["whsec_".len()..]), "{stored}");
+    assert_eq!(
+        endpoints
+            .get("sealed-project", &endpoint.endpoint.id)
+            .await
+            .unwrap()
+            .signing_secret_hint,
+        Some(SigningSecret::parse(&endpoint.signing_secret).unwrap().masked())
+    );
+}

@@ -46,6 +46,12 @@ async fn the_kms_sealer_honours_the_contract_on_moto() {
     let sealer = KmsSealer::new(&config, &key_id);
     sealer_contract::sealer_honours_the_contract(&sealer).await;
     assert!(sealer.seal("c", b"x").await.unwrap().starts_with("kms1."));
+    create_state_table(&config, "nimbus-sealed").await.unwrap();
+    sealer_contract::webhook_secrets_are_sealed_at_rest(
+        Arc::new(DynamoDbStateStore::new(&config, "nimbus-sealed")),
+        Arc::new(sealer.clone()),
+    )
+    .await;
 
     // Functions that never seal start without the key's variable; sealing then names it.
     assert!(

@@ -20,6 +20,9 @@ fn endpoints(h: &Harness) -> WebhookEndpoints {
         Arc::new(SystemClock),
         Arc::new(UuidV7Ids),
         UrlPolicy::default(),
+        Arc::new(nimbus_shared::adapters::embedded::LocalSealer::in_data_dir(
+            h.dir.path(),
+        )),
     )
 }
 

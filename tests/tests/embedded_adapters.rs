@@ -72,4 +72,6 @@ async fn the_local_sealer_honours_the_contract() {
     let dir = tempfile::tempdir().unwrap();
     let sealer = nimbus_shared::adapters::embedded::LocalSealer::in_data_dir(dir.path());
     nimbus_integration_tests::sealer_contract::sealer_honours_the_contract(&sealer).await;
+    let state = Arc::new(SqliteStateStore::open(&dir.path().join("state.sqlite3")).unwrap());
+    nimbus_integration_tests::sealer_contract::webhook_secrets_are_sealed_at_rest(state, Arc::new(sealer)).await;
 }

@@ -3,7 +3,7 @@
 //! One revokes; the other refuses the key, or stops signing with the secret, on its very next use,
 //! with no cache TTL to wait out (every cache here is trusted for an hour).
 
-use nimbus_shared::adapters::embedded::SqliteStateStore;
+use nimbus_shared::adapters::embedded::{LocalSealer, SqliteStateStore};
 use nimbus_shared::auth::{ApiKeyService, AuthError, AuthMode, Authenticator};
 use nimbus_shared::ports::{StateStore, SystemClock, UuidV7Ids};
 use nimbus_shared::webhooks::{SecretSource, WebhookSecrets};
@@ -23,7 +23,12 @@ fn process(path: &Path) -> Process {
     let keys = ApiKeyService::new(Arc::clone(&state), Arc::new(SystemClock), Arc::new(UuidV7Ids));
     Process {
         auth: Authenticator::new(keys.clone(), AuthMode::Required, Duration::from_secs(3600)),
-        secrets: WebhookSecrets::new(state, Arc::new(SystemClock), Arc::new(UuidV7Ids)),
+        secrets: WebhookSecrets::new(
+            state,
+            Arc::new(SystemClock),
+            Arc::new(UuidV7Ids),
+            Arc::new(LocalSealer::in_data_dir(path.parent().unwrap())),
+        ),
         keys,
     }
 }

@@ -67,22 +67,23 @@ fn write_private(path: &Path, secret: &str) -> anyhow::Result<()> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use nimbus_shared::adapters::embedded::SqliteStateStore;
+    use nimbus_shared::adapters::embedded::{LocalSealer, SqliteStateStore};
     use nimbus_shared::ports::{SystemClock, UuidV7Ids};
     use std::sync::Arc;
 
-    fn secrets() -> WebhookSecrets {
+    fn secrets(dir: &Path) -> WebhookSecrets {
         WebhookSecrets::new(
             Arc::new(SqliteStateStore::in_memory().unwrap()),
             Arc::new(SystemClock),
             Arc::new(UuidV7Ids),
+            Arc::new(LocalSealer::in_data_dir(dir)),
         )
     }
 
     #[tokio::test]
     async fn the_open_project_gets_one_development_secret_kept_across_starts() {
         let dir = tempfile::tempdir().unwrap();
-        let secrets = secrets();
+        let secrets = secrets(dir.path());
         let first = ensure(&secrets, dir.path()).await.unwrap();
         let kept = read(dir.path()).unwrap().unwrap();
         assert!(kept.starts_with("whsec_") && first.contains(&kept), "{first}");
@@ -96,7 +97,7 @@ mod tests {
     #[tokio::test]
     async fn a_project_with_its_own_secret_gets_none() {
         let dir = tempfile::tempdir().unwrap();
-        let secrets = secrets();
+        let secrets = secrets(dir.path());
         secrets.create(OPEN_PROJECT).await.unwrap();
         let line = ensure(&secrets, dir.path()).await.unwrap();
         assert!(line.contains("its 1 secret"), "{line}");

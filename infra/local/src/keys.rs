@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use nimbus_shared::app::{aws, embedded};
 use nimbus_shared::auth::ApiKeyService;
-use nimbus_shared::ports::{StateStore, SystemClock, UuidV7Ids};
+use nimbus_shared::ports::{CredentialSealer, StateStore, SystemClock, UuidV7Ids};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -56,6 +56,15 @@ pub async fn state_store(store: &StoreArgs) -> anyhow::Result<Arc<dyn StateStore
         ),
         Backend::Aws => Arc::new(aws::state_store().await.map_err(anyhow::Error::msg)?),
     })
+}
+
+/// The sealer of secrets kept in the store `store` names (used by `nimbus webhook-secrets`): the
+/// data directory's key file, or the KMS key `NIMBUS_SEALING_KEY_ID` names.
+pub async fn sealer(store: &StoreArgs) -> Arc<dyn CredentialSealer> {
+    match store.backend {
+        Backend::Embedded => Arc::new(embedded::sealer(&store.data_dir)),
+        Backend::Aws => Arc::new(aws::sealer().await),
+    }
 }
 
 async fn service(store: &StoreArgs) -> anyhow::Result<ApiKeyService> {

@@ -1,7 +1,7 @@
 //! `nimbus webhook-secrets create|list|revoke --project P` (and `dev`: the local development secret) against the embedded state (default)
 //! or DynamoDB, like `nimbus keys`.
 
-use crate::keys::{state_store, StoreArgs};
+use crate::keys::{sealer, state_store, StoreArgs};
 use clap::Subcommand;
 use nimbus_shared::ports::{SystemClock, UuidV7Ids};
 use nimbus_shared::webhooks::WebhookSecrets;
@@ -45,6 +45,7 @@ async fn service(store: &StoreArgs) -> anyhow::Result<WebhookSecrets> {
         state_store(store).await?,
         Arc::new(SystemClock),
         Arc::new(UuidV7Ids),
+        sealer(store).await,
     ))
 }
 

@@ -53,6 +53,11 @@ pub async fn state_store() -> Result<DynamoDbStateStore, String> {
     Ok(DynamoDbStateStore::new(&load_sdk_config().await, table))
 }
 
+/// The KMS sealer of the key `NIMBUS_SEALING_KEY_ID` names (calls fail naming it when unset).
+pub async fn sealer() -> KmsSealer {
+    KmsSealer::from_env(&load_sdk_config().await)
+}
+
 pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, String> {
     let table = required_env("NIMBUS_TABLE")?;
     let bucket = required_env("NIMBUS_BUCKET")?;

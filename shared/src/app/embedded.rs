@@ -15,12 +15,17 @@ pub fn blob_store(data_dir: &Path) -> Result<FileBlobStore, StorageError> {
     FileBlobStore::open(data_dir.join("blobs"))
 }
 
+/// The sealer of `data_dir`'s key file (made on first use).
+pub fn sealer(data_dir: &Path) -> LocalSealer {
+    LocalSealer::in_data_dir(data_dir)
+}
+
 pub fn adapters(data_dir: &Path) -> Result<Adapters, StorageError> {
     Ok(Adapters::new(
         Arc::new(state_store(data_dir)?),
         Arc::new(blob_store(data_dir)?),
         Arc::new(MemoryQueue::new()),
     )
-    .with_sealer(Arc::new(LocalSealer::in_data_dir(data_dir)))
+    .with_sealer(Arc::new(sealer(data_dir)))
     .with_metrics(Arc::new(PrometheusMetrics::new())))
 }

@@ -2,6 +2,7 @@
 //! keys always required, the public URL from `NIMBUS_PUBLIC_URL` or API Gateway's request context.
 
 use super::config_source::ConfigSource;
+use super::table_access::{LambdaFunction, ScopedState};
 use super::{app_state, inference_service, lambda_host, Adapters, AuthSettings, WorkerParts};
 use crate::adapters::aws::load_sdk_config;
 use crate::adapters::DeferredTasks;
@@ -48,10 +49,12 @@ fn lambda_batch_settings(config: &Config) -> BatchSettings {
     }
 }
 
-async fn lambda_stack() -> Result<(LoadedConfig, Adapters), String> {
+/// The AWS stack of `function`: its state store reaches only the records its role allows.
+async fn lambda_stack(function: LambdaFunction) -> Result<(LoadedConfig, Adapters), String> {
     let sdk_config = load_sdk_config().await;
     let config = ConfigSource::from_env()?.load(&sdk_config).await?;
-    let adapters = super::aws::adapters(&sdk_config).await?;
+    let mut adapters = super::aws::adapters(&sdk_config).await?;
+    adapters.state = Arc::new(ScopedState::new(adapters.state, function));
     Ok((config, adapters))
 }
 
@@ -95,8 +98,8 @@ fn with_request_public_url(router: Router) -> Router {
 
 /// What the worker and the poller are built from (see [`super::job_dispatcher`] and
 /// [`super::scheduler`], shared with the local server).
-async fn lambda_worker_parts() -> Result<WorkerParts, String> {
-    let (loaded, adapters) = lambda_stack().await?;
+async fn lambda_worker_parts(function: LambdaFunction) -> Result<WorkerParts, String> {
+    let (loaded, adapters) = lambda_stack(function).await?;
     let inference = inference_service(&loaded.config, &adapters)?;
     Ok(WorkerParts::new(
         &loaded,
@@ -121,8 +124,11 @@ impl HttpFunction {
 
 /// The function serving `routes` over the AWS stack. Its handlers defer work to a
 /// [`DeferredTasks`] the Lambda host finishes after each invocation.
-async fn http_function(routes: impl FnOnce(AppState) -> Router) -> Result<HttpFunction, String> {
-    let (loaded, mut adapters) = lambda_stack().await?;
+async fn http_function(
+    function: LambdaFunction,
+    routes: impl FnOnce(AppState) -> Router,
+) -> Result<HttpFunction, String> {
+    let (loaded, mut adapters) = lambda_stack(function).await?;
     let deferred = Arc::new(DeferredTasks::new());
     adapters.after_response = Arc::clone(&deferred) as _;
     let state = app_state(
@@ -146,27 +152,32 @@ async fn http_function(routes: impl FnOnce(AppState) -> Router) -> Result<HttpFu
 
 /// The inference function (behind the HTTP API, and streaming behind its function URL).
 pub async fn inference_function() -> Result<HttpFunction, String> {
-    http_function(crate::http::inference_router).await
+    http_function(LambdaFunction::Inference, crate::http::inference_router).await
 }
 
 /// The files function (the only one that builds absolute URLs: direct uploads).
 pub async fn files_function() -> Result<HttpFunction, String> {
-    http_function(|state| with_request_public_url(crate::http::files_router(state))).await
+    http_function(LambdaFunction::Files, |state| {
+        with_request_public_url(crate::http::files_router(state))
+    })
+    .await
 }
 
 /// The batches function.
 pub async fn batches_function() -> Result<HttpFunction, String> {
-    http_function(crate::http::batches_router).await
+    http_function(LambdaFunction::Batches, crate::http::batches_router).await
 }
 
 /// The SQS-triggered worker: every job family's runner (see [`super::job_dispatcher`]).
 pub async fn worker() -> Result<JobDispatcher, String> {
-    Ok(super::job_dispatcher(&lambda_worker_parts().await?))
+    Ok(super::job_dispatcher(
+        &lambda_worker_parts(LambdaFunction::Worker).await?,
+    ))
 }
 
 /// The scheduled poller: every scheduled task (see [`super::scheduler`]).
 pub async fn scheduler() -> Result<Scheduler, String> {
-    Ok(super::scheduler(&lambda_worker_parts().await?))
+    Ok(super::scheduler(&lambda_worker_parts(LambdaFunction::Poller).await?))
 }
 
 /// The receipt of an SQS event record, for [`JobDispatcher::handle_delivery`]: qualified with the

@@ -7,6 +7,7 @@ pub mod config_source;
 pub mod embedded;
 pub mod lambda;
 pub mod lambda_host;
+pub mod table_access;
 pub mod webhooks;
 
 use crate::adapters::records::{StateFeedbackStore, StateInferenceStore, StateModelCache};

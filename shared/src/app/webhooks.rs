@@ -17,6 +17,7 @@ pub fn webhook_secrets(adapters: &Adapters) -> Arc<WebhookSecrets> {
         Arc::clone(&adapters.state),
         Arc::clone(&adapters.clock),
         Arc::clone(&adapters.ids),
+        Arc::clone(&adapters.sealer),
     ))
 }
 
@@ -27,6 +28,7 @@ pub fn webhook_endpoints(adapters: &Adapters) -> Arc<WebhookEndpoints> {
         Arc::clone(&adapters.clock),
         Arc::clone(&adapters.ids),
         adapters.webhook_urls,
+        Arc::clone(&adapters.sealer),
     ))
 }
 

@@ -2,11 +2,15 @@
 //! `client.webhooks`): a URL, the batch event types it receives, and its own signing secret(s).
 //! An endpoint's events are signed with its secret only (Standard Webhooks), so that the OpenAI
 //! SDK's `client.webhooks.unwrap(body, headers, secret=…)` verifies them.
+//!
+//! The secrets are stored sealed (`sealed_secret`), opened only to sign a delivery; an endpoint
+//! written before sealing is sealed when written again (a rotation) or listed.
 
 use super::errors::WebhooksError;
+use super::sealed_secret::{context, StoredSigningSecret};
 use super::signing::SigningSecret;
 use super::url_policy::{UrlPolicy, WebhookUrl};
-use crate::ports::{Clock, IdSource, Record, StateStore, StorageError};
+use crate::ports::{Clock, CredentialSealer, IdSource, Record, SealError, StateStore, StorageError};
 use crate::records::{decode, encode, list_all, Loaded};
 use crate::user_text::excerpt;
 use serde::{Deserialize, Serialize};
@@ -81,7 +85,8 @@ pub struct CreateEndpointRequest {
 /// One signing secret of an endpoint, newest first in [`StoredEndpoint::secrets`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 struct EndpointSecret {
-    secret: String,
+    #[serde(flatten)]
+    secret: StoredSigningSecret,
     expires_at_ms: Option<i64>,
 }
 
@@ -97,19 +102,45 @@ pub(crate) struct StoredEndpoint {
 }
 
 impl StoredEndpoint {
-    /// The secrets signing at `now_ms`, newest first (unparseable ones are skipped and logged).
-    pub(crate) fn signing_secrets(&self, now_ms: i64) -> Vec<SigningSecret> {
+    fn live_secrets(&self, now_ms: i64) -> impl Iterator<Item = &EndpointSecret> {
         self.secrets
             .iter()
-            .filter(|s| s.expires_at_ms.is_none_or(|at| at > now_ms))
-            .filter_map(|s| match SigningSecret::parse(&s.secret) {
-                Ok(secret) => Some(secret),
-                Err(_) => {
-                    tracing::error!("an endpoint's stored secret is not a whsec_ secret; skipped");
-                    None
+            .filter(move |s| s.expires_at_ms.is_none_or(|at| at > now_ms))
+    }
+
+    /// The secrets of the endpoint `id` signing at `now_ms`, newest first, opened (ones that do
+    /// not open are skipped and logged; an unavailable sealer is an error, retried).
+    pub(crate) async fn signing_secrets(
+        &self,
+        sealer: &dyn CredentialSealer,
+        id: &str,
+        now_ms: i64,
+    ) -> Result<Vec<SigningSecret>, StorageError> {
+        let context = context(ENDPOINT_KIND, id);
+        let mut secrets = Vec::new();
+        for stored in self.live_secrets(now_ms) {
+            match stored.secret.open(sealer, &context).await {
+                Ok(secret) => secrets.push(secret),
+                Err(SealError::Corrupt(reason)) => {
+                    tracing::error!(endpoint = %id, %reason, "an endpoint's stored secret does not open; skipped");
                 }
-            })
-            .collect()
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(secrets)
+    }
+
+    /// Seal every secret stored in plain text (a record written before sealing).
+    async fn seal_plain(&mut self, sealer: &dyn CredentialSealer, id: &str) -> Result<(), SealError> {
+        let context = context(ENDPOINT_KIND, id);
+        for stored in &mut self.secrets {
+            stored.secret = stored.secret.sealed_for(sealer, &context).await?;
+        }
+        Ok(())
+    }
+
+    fn has_plain_secrets(&self) -> bool {
+        self.secrets.iter().any(|s| s.secret.is_plain())
     }
 }
 
@@ -156,6 +187,8 @@ pub struct WebhookEndpoints {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdSource>,
     policy: UrlPolicy,
+    /// Seals the secrets at rest; opened only to sign.
+    sealer: Arc<dyn CredentialSealer>,
 }
 
 fn not_found(id: &str) -> WebhooksError {
@@ -174,7 +207,7 @@ fn view(record: &Record, stored: &StoredEndpoint, now_ms: i64) -> WebhookEndpoin
         name: stored.name.clone(),
         url: stored.url.as_str().to_owned(),
         event_types: stored.event_types.clone(),
-        signing_secret_hint: stored.signing_secrets(now_ms).first().map(SigningSecret::masked),
+        signing_secret_hint: stored.live_secrets(now_ms).next().and_then(|s| s.secret.masked()),
     }
 }
 
@@ -208,13 +241,25 @@ fn event_types(requested: &[String]) -> Result<Vec<BatchEventType>, WebhooksErro
 
 impl WebhookEndpoints {
     /// `policy` decides which URLs are accepted (plain-HTTP loopback only where it allows).
-    pub fn new(state: Arc<dyn StateStore>, clock: Arc<dyn Clock>, ids: Arc<dyn IdSource>, policy: UrlPolicy) -> Self {
+    pub fn new(
+        state: Arc<dyn StateStore>,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdSource>,
+        policy: UrlPolicy,
+        sealer: Arc<dyn CredentialSealer>,
+    ) -> Self {
         Self {
             state,
             clock,
             ids,
             policy,
+            sealer,
         }
+    }
+
+    /// The sealer of the endpoints' secrets (the delivery runner opens them with it).
+    pub(crate) fn sealer(&self) -> &dyn CredentialSealer {
+        self.sealer.as_ref()
     }
 
     pub async fn create(
@@ -249,12 +294,15 @@ impl WebhookEndpoints {
         }
         let now_ms = self.clock.now_unix_ms();
         let now_s = now_ms.div_euclid(1000);
+        let id = self.ids.prefixed(ID_PREFIX);
         let stored = StoredEndpoint {
             url,
             name,
             event_types,
             secrets: vec![EndpointSecret {
-                secret: secret.as_str().to_owned(),
+                secret: StoredSigningSecret::seal(self.sealer(), &context(ENDPOINT_KIND, &id), &secret)
+                    .await
+                    .map_err(StorageError::from)?,
                 expires_at_ms: None,
             }],
             created_at: now_s,
@@ -262,7 +310,7 @@ impl WebhookEndpoints {
         };
         let record = Record {
             kind: ENDPOINT_KIND.to_owned(),
-            id: self.ids.prefixed(ID_PREFIX),
+            id,
             owner: project.to_owned(),
             created_at_ms: now_ms,
             version: 1,
@@ -286,6 +334,9 @@ impl WebhookEndpoints {
         }
         let now_ms = self.clock.now_unix_ms();
         let mut all = self.of_project(project).await?;
+        for (record, _) in all.iter().filter(|(_, stored)| stored.has_plain_secrets()) {
+            self.seal_plain(&record.id).await?;
+        }
         all.reverse();
         let start = match after {
             None => 0,
@@ -343,6 +394,9 @@ impl WebhookEndpoints {
         keep_old_for_24h: bool,
     ) -> Result<CreatedEndpoint, WebhooksError> {
         let secret = SigningSecret::generate();
+        let sealed = StoredSigningSecret::seal(self.sealer(), &context(ENDPOINT_KIND, id), &secret)
+            .await
+            .map_err(StorageError::from)?;
         for _ in 0..20 {
             let mut loaded = self.load(project, id).await?.ok_or_else(|| not_found(id))?;
             let now_ms = self.clock.now_unix_ms();
@@ -359,10 +413,12 @@ impl WebhookEndpoints {
             body.secrets.insert(
                 0,
                 EndpointSecret {
-                    secret: secret.as_str().to_owned(),
+                    secret: sealed.clone(),
                     expires_at_ms: None,
                 },
             );
+            // An endpoint written before sealing is sealed with this write.
+            body.seal_plain(self.sealer(), id).await.map_err(StorageError::from)?;
             body.updated_at = now_ms.div_euclid(1000);
             match loaded.save(self.state.as_ref()).await {
                 Ok(()) => {
@@ -376,6 +432,19 @@ impl WebhookEndpoints {
             }
         }
         Err(StorageError::Conflict.into())
+    }
+
+    /// Seal the plain-text secrets of an endpoint written before sealing (one conditional write;
+    /// an endpoint that changed meanwhile is left to its next write).
+    async fn seal_plain(&self, id: &str) -> Result<(), StorageError> {
+        let Some(mut loaded) = self.by_id(id).await? else {
+            return Ok(());
+        };
+        loaded.body.seal_plain(self.sealer(), id).await?;
+        match loaded.save(self.state.as_ref()).await {
+            Ok(()) | Err(StorageError::Conflict) => Ok(()),
+            Err(err) => Err(err),
+        }
     }
 
     /// The project's endpoints subscribed to `event`, oldest first.

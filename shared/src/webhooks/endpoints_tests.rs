@@ -1,6 +1,6 @@
 use super::*;
 use crate::ports::UuidV7Ids;
-use crate::webhooks::test_support::{memory_state, ManualClock};
+use crate::webhooks::test_support::{memory_state, test_sealer, ManualClock};
 
 fn service(allow_loopback_http: bool) -> (WebhookEndpoints, Arc<ManualClock>) {
     let clock = ManualClock::new();
@@ -9,8 +9,21 @@ fn service(allow_loopback_http: bool) -> (WebhookEndpoints, Arc<ManualClock>) {
         clock.clone(),
         Arc::new(UuidV7Ids),
         UrlPolicy { allow_loopback_http },
+        test_sealer(),
     );
     (endpoints, clock)
+}
+
+/// The secrets of `loaded` signing at `now`, opened.
+async fn signing(endpoints: &WebhookEndpoints, loaded: &Loaded<StoredEndpoint>, now: i64) -> Vec<String> {
+    loaded
+        .body
+        .signing_secrets(endpoints.sealer(), &loaded.record.id, now)
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().to_owned())
+        .collect()
 }
 
 fn request(url: &str, events: &[&str]) -> CreateEndpointRequest {
@@ -203,25 +216,93 @@ async fn rotating_an_endpoint_secret_keeps_the_old_one_only_when_asked() {
         .await
         .unwrap();
     let id = &created.endpoint.id;
-    let signing = |loaded: Loaded<StoredEndpoint>, now: i64| -> Vec<String> {
-        loaded
-            .body
-            .signing_secrets(now)
-            .iter()
-            .map(|s| s.as_str().to_owned())
-            .collect()
-    };
 
     let kept = endpoints.rotate_secret("p1", id, true).await.unwrap();
     let now = clock.now_unix_ms();
     let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
     assert_eq!(
-        signing(loaded.clone(), now),
+        signing(&endpoints, &loaded, now).await,
         [kept.signing_secret.clone(), created.signing_secret.clone()]
     );
-    assert_eq!(signing(loaded, now + SECRET_OVERLAP_MS), [kept.signing_secret]);
+    assert_eq!(
+        signing(&endpoints, &loaded, now + SECRET_OVERLAP_MS).await,
+        [kept.signing_secret]
+    );
 
     let replaced = endpoints.rotate_secret("p1", id, false).await.unwrap();
     let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
-    assert_eq!(signing(loaded, now), [replaced.signing_secret]);
+    assert_eq!(signing(&endpoints, &loaded, now).await, [replaced.signing_secret]);
+}
+
+#[tokio::test]
+async fn endpoint_secrets_are_stored_sealed_and_sign_as_created() {
+    let (endpoints, clock) = service(false);
+    let created = endpoints
+        .create("p1", request("https://example.com", &["batch.completed"]))
+        .await
+        .unwrap();
+    let id = &created.endpoint.id;
+    let rotated = endpoints.rotate_secret("p1", id, true).await.unwrap();
+    let record = endpoints.state.get(ENDPOINT_KIND, id).await.unwrap().unwrap();
+    let stored = record.body.to_string();
+    for secret in [&created.signing_secret, &rotated.signing_secret] {
+        assert!(!stored.contains(&secret["whsec_".len()..]), "{stored}");
+    }
+    assert!(stored.contains("\"sealed\""), "{stored}");
+    let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
+    assert_eq!(
+        signing(&endpoints, &loaded, clock.now_unix_ms()).await,
+        [rotated.signing_secret.clone(), created.signing_secret.clone()]
+    );
+    // A sealed secret copied into another endpoint's record does not open there: skipped.
+    let other = endpoints
+        .create("p1", request("https://example.com", &["batch.completed"]))
+        .await
+        .unwrap();
+    let mut copied = endpoints.load("p1", &other.endpoint.id).await.unwrap().unwrap();
+    copied.body.secrets = loaded.body.secrets.clone();
+    assert!(signing(&endpoints, &copied, clock.now_unix_ms()).await.is_empty());
+    assert_eq!(
+        endpoints.get("p1", id).await.unwrap().signing_secret_hint,
+        Some(SigningSecret::parse(&rotated.signing_secret).unwrap().masked())
+    );
+}
+
+#[tokio::test]
+async fn an_endpoint_stored_before_sealing_signs_and_is_sealed_when_listed() {
+    let (endpoints, clock) = service(false);
+    let created = endpoints
+        .create("p1", request("https://example.com", &["batch.completed"]))
+        .await
+        .unwrap();
+    let id = &created.endpoint.id;
+    // Rewrite the record as an older version stored it: the secret in plain text.
+    let mut record = endpoints.state.get(ENDPOINT_KIND, id).await.unwrap().unwrap();
+    record.body["secrets"] = serde_json::json!([{"secret": created.signing_secret, "expires_at_ms": null}]);
+    record.version += 1;
+    endpoints.state.update(&record, record.version - 1).await.unwrap();
+    let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
+    assert_eq!(
+        signing(&endpoints, &loaded, clock.now_unix_ms()).await,
+        std::slice::from_ref(&created.signing_secret)
+    );
+    assert_eq!(
+        endpoints.get("p1", id).await.unwrap().signing_secret_hint,
+        created.endpoint.signing_secret_hint
+    );
+    endpoints.list("p1", None, 10).await.unwrap();
+    let stored = endpoints
+        .state
+        .get(ENDPOINT_KIND, id)
+        .await
+        .unwrap()
+        .unwrap()
+        .body
+        .to_string();
+    assert!(!stored.contains(&created.signing_secret["whsec_".len()..]), "{stored}");
+    let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
+    assert_eq!(
+        signing(&endpoints, &loaded, clock.now_unix_ms()).await,
+        [created.signing_secret]
+    );
 }

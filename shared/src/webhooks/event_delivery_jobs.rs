@@ -67,7 +67,10 @@ impl BatchWebhooks {
         }
         self.due.set(DELIVERY_LANE, id, loaded.body.lease_until_ms).await?;
 
-        let secrets = endpoint.body.signing_secrets(now_ms);
+        let secrets = endpoint
+            .body
+            .signing_secrets(self.endpoints.sealer(), &endpoint.record.id, now_ms)
+            .await?;
         let attempt_at_ms = self.clock.now_unix_ms();
         let outcome = loaded
             .body

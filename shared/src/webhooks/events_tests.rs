@@ -4,7 +4,7 @@ use crate::ports::{JobOutcome, PostOutcome, QueueMessage, UuidV7Ids};
 use crate::scheduler::ScheduledTask;
 use crate::webhooks::endpoints::{CreateEndpointRequest, CreatedEndpoint};
 use crate::webhooks::signing::{standard_signature, SigningSecret};
-use crate::webhooks::test_support::{memory_state, ManualClock};
+use crate::webhooks::test_support::{memory_state, test_sealer, ManualClock};
 use crate::webhooks::url_policy::{UrlPolicy, WebhookUrl};
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -107,6 +107,7 @@ impl Fixture {
             UrlPolicy {
                 allow_loopback_http: true,
             },
+            test_sealer(),
         ));
         let hooks = BatchWebhooks::new(BatchWebhooksDeps {
             state: Arc::clone(&state),

@@ -8,6 +8,7 @@ pub mod endpoints;
 mod errors;
 mod event_delivery_jobs;
 pub mod events;
+mod sealed_secret;
 pub mod secrets;
 pub mod signing;
 #[cfg(test)]

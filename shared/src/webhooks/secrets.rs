@@ -7,11 +7,16 @@
 //! each process and only while the project's revocation version ([`Revocations`]) is the one the
 //! cache was filled under: a revoked secret never signs again in any process (one read per use);
 //! a new secret is used everywhere within 30 seconds (at once in the process that made it).
+//!
+//! A secret is stored sealed ([`StoredSigningSecret`]): the record holds its mask and the sealed
+//! value, opened only by the signers. A record written before sealing is sealed when written again
+//! and when the project's secrets are listed or a secret created (the management paths).
 
 use super::errors::WebhooksError;
+use super::sealed_secret::{context, StoredSigningSecret};
 use super::signing::SigningSecret;
 use crate::auth::{valid_project, Revocations};
-use crate::ports::{Clock, IdSource, Record, StateStore, StorageError};
+use crate::ports::{Clock, CredentialSealer, IdSource, Record, StateStore, StorageError};
 use crate::records::{decode, encode, list_all};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -31,10 +36,11 @@ pub const CACHE_TTL_MS: i64 = 30_000;
 /// At most this many live secrets per project (each signs every webhook).
 pub const MAX_LIVE_SECRETS: usize = 10;
 
-/// What is stored for a secret (the `whsec_` string itself: signing needs it).
+/// What is stored for a secret: sealed (signing needs the `whsec_` string), and its mask.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 struct StoredSecret {
-    secret: String,
+    #[serde(flatten)]
+    secret: StoredSigningSecret,
     created_at_ms: i64,
     expires_at_ms: Option<i64>,
     revoked: bool,
@@ -102,6 +108,8 @@ pub struct WebhookSecrets {
     state: Arc<dyn StateStore>,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdSource>,
+    /// Seals each secret at rest; opened only to sign.
+    sealer: Arc<dyn CredentialSealer>,
     revocations: Revocations,
     cache: Mutex<HashMap<String, CacheEntry>>,
 }
@@ -116,12 +124,18 @@ fn record_ttl(expires_at_ms: i64) -> i64 {
 }
 
 impl WebhookSecrets {
-    pub fn new(state: Arc<dyn StateStore>, clock: Arc<dyn Clock>, ids: Arc<dyn IdSource>) -> Self {
+    pub fn new(
+        state: Arc<dyn StateStore>,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdSource>,
+        sealer: Arc<dyn CredentialSealer>,
+    ) -> Self {
         let revocations = Revocations::new(Arc::clone(&state), Arc::clone(&clock));
         Self {
             state,
             clock,
             ids,
+            sealer,
             revocations,
             cache: Mutex::new(HashMap::new()),
         }
@@ -145,15 +159,18 @@ impl WebhookSecrets {
             });
         }
         let secret = SigningSecret::generate();
+        let id = self.ids.prefixed(ID_PREFIX);
         let stored = StoredSecret {
-            secret: secret.as_str().to_owned(),
+            secret: StoredSigningSecret::seal(self.sealer.as_ref(), &context(SECRET_KIND, &id), &secret)
+                .await
+                .map_err(StorageError::from)?,
             created_at_ms: now_ms,
             expires_at_ms: None,
             revoked: false,
         };
         let record = Record {
             kind: SECRET_KIND.to_owned(),
-            id: self.ids.prefixed(ID_PREFIX),
+            id,
             owner: project.to_owned(),
             created_at_ms: now_ms,
             version: 1,
@@ -174,7 +191,7 @@ impl WebhookSecrets {
         Ok(CreatedSecret {
             id: record.id,
             object: OBJECT,
-            secret: stored.secret,
+            secret: secret.as_str().to_owned(),
             created_at: seconds(now_ms),
         })
     }
@@ -209,6 +226,8 @@ impl WebhookSecrets {
             let Some(ttl) = change(&mut stored) else {
                 return Ok(false);
             };
+            // A record written before sealing is sealed with this write.
+            stored.secret = self.sealed(&record, &stored.secret).await?;
             let updated = Record {
                 version: record.version + 1,
                 expires_at: Some(ttl),
@@ -228,16 +247,42 @@ impl WebhookSecrets {
         Err(StorageError::Conflict)
     }
 
+    /// `secret` of `record`, sealed if it was stored in plain text.
+    async fn sealed(&self, record: &Record, secret: &StoredSigningSecret) -> Result<StoredSigningSecret, StorageError> {
+        Ok(secret
+            .sealed_for(self.sealer.as_ref(), &context(&record.kind, &record.id))
+            .await?)
+    }
+
+    /// Seal the secret of a record written before sealing (one conditional write; a record that
+    /// changed meanwhile is left to its next write).
+    async fn seal_plain(&self, record: &Record, stored: &StoredSecret) -> Result<(), StorageError> {
+        let sealed = StoredSecret {
+            secret: self.sealed(record, &stored.secret).await?,
+            ..stored.clone()
+        };
+        let updated = Record {
+            version: record.version + 1,
+            body: encode(&sealed)?,
+            ..record.clone()
+        };
+        match self.state.update(&updated, record.version).await {
+            Ok(()) | Err(StorageError::Conflict) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+
     /// The project's live secrets, masked, newest first.
     pub async fn list(&self, project: &str) -> Result<Vec<SecretSummary>, WebhooksError> {
         let now_ms = self.clock.now_unix_ms();
         let mut live = self.live_records(project, now_ms).await?;
+        for (record, stored) in live.iter().filter(|(_, stored)| stored.secret.is_plain()) {
+            self.seal_plain(record, stored).await?;
+        }
         live.reverse();
         live.into_iter()
             .map(|(record, stored)| {
-                let masked = SigningSecret::parse(&stored.secret)
-                    .map(|secret| secret.masked())
-                    .map_err(|_| corrupt(&record))?;
+                let masked = stored.secret.masked().ok_or_else(|| corrupt(&record))?;
                 Ok(SecretSummary {
                     id: record.id,
                     object: OBJECT,
@@ -293,16 +338,17 @@ impl WebhookSecrets {
         }
         let mut live = self.live_records(project, now_ms).await?;
         live.reverse();
-        let secrets = live
-            .into_iter()
-            .map(|(record, stored)| {
-                let secret = SigningSecret::parse(&stored.secret).map_err(|_| corrupt(&record))?;
-                Ok(CachedSecret {
-                    secret,
-                    expires_at_ms: stored.expires_at_ms,
-                })
-            })
-            .collect::<Result<Vec<_>, StorageError>>()?;
+        let mut secrets = Vec::with_capacity(live.len());
+        for (record, stored) in live {
+            let secret = stored
+                .secret
+                .open(self.sealer.as_ref(), &context(&record.kind, &record.id))
+                .await?;
+            secrets.push(CachedSecret {
+                secret,
+                expires_at_ms: stored.expires_at_ms,
+            });
+        }
         let signing = secrets.iter().map(|s| s.secret.clone()).collect();
         // "No secret" is not kept: a secret created in another process is used at once (the
         // deliveries that waited for it are brought forward then).

@@ -1,10 +1,12 @@
 use super::*;
 use crate::ports::UuidV7Ids;
-use crate::webhooks::test_support::{memory_state, ManualClock};
+use crate::webhooks::standard_signature;
+use crate::webhooks::test_support::{memory_state, test_sealer, ManualClock};
 
 struct Fixture {
     state: Arc<dyn StateStore>,
     clock: Arc<ManualClock>,
+    sealer: Arc<dyn CredentialSealer>,
     secrets: WebhookSecrets,
 }
 
@@ -12,13 +14,29 @@ impl Fixture {
     fn new() -> Self {
         let state = memory_state();
         let clock = ManualClock::new();
-        let secrets = WebhookSecrets::new(Arc::clone(&state), clock.clone(), Arc::new(UuidV7Ids));
-        Self { state, clock, secrets }
+        let sealer = test_sealer();
+        let secrets = WebhookSecrets::new(
+            Arc::clone(&state),
+            clock.clone(),
+            Arc::new(UuidV7Ids),
+            Arc::clone(&sealer),
+        );
+        Self {
+            state,
+            clock,
+            sealer,
+            secrets,
+        }
     }
 
     /// Another process over the same storage (its own cache).
     fn other_process(&self) -> WebhookSecrets {
-        WebhookSecrets::new(Arc::clone(&self.state), self.clock.clone(), Arc::new(UuidV7Ids))
+        WebhookSecrets::new(
+            Arc::clone(&self.state),
+            self.clock.clone(),
+            Arc::new(UuidV7Ids),
+            Arc::clone(&self.sealer),
+        )
     }
 
     fn now(&self) -> i64 {
@@ -188,4 +206,65 @@ async fn live_secrets_are_capped_per_project() {
     f.clock.advance_ms(ROTATION_OVERLAP_MS);
     f.secrets.create("p1").await.unwrap();
     assert!(f.secrets.create("bad project").await.is_err());
+}
+
+#[tokio::test]
+async fn a_secret_is_stored_sealed_to_its_record_and_signs_as_created() {
+    let f = Fixture::new();
+    let created = f.secrets.create("p1").await.unwrap();
+    let record = f.state.get(SECRET_KIND, &created.id).await.unwrap().unwrap();
+    let stored = record.body.to_string();
+    assert!(!stored.contains(&created.secret["whsec_".len()..]), "{stored}");
+    assert!(
+        stored.contains("\"sealed\"") && stored.contains("\"masked\""),
+        "{stored}"
+    );
+    // Another process (same store and key) opens it: the receiver's signatures are unchanged.
+    let signing = f.other_process().signing("p1", f.now()).await.unwrap();
+    assert_eq!(strings(&signing), vec![created.secret.clone()]);
+    let body = br#"{"ok":true}"#;
+    let expected = standard_signature(&[SigningSecret::parse(&created.secret).unwrap()], "msg_1", 1, body);
+    assert_eq!(standard_signature(&signing, "msg_1", 1, body), expected);
+
+    // The sealed value copied into another secret's record does not open there.
+    let other = f.secrets.create("p2").await.unwrap();
+    let mut copied = f.state.get(SECRET_KIND, &other.id).await.unwrap().unwrap();
+    copied.body = record.body.clone();
+    copied.version += 1;
+    f.state.update(&copied, copied.version - 1).await.unwrap();
+    assert!(f.other_process().signing("p2", f.now()).await.is_err());
+}
+
+#[tokio::test]
+async fn a_secret_stored_before_sealing_signs_and_is_sealed_when_listed() {
+    let f = Fixture::new();
+    let created = f.secrets.create("p1").await.unwrap();
+    let mut record = f.state.get(SECRET_KIND, &created.id).await.unwrap().unwrap();
+    // As an older version stored it: the secret in plain text.
+    record.body = serde_json::json!({
+        "secret": created.secret,
+        "created_at_ms": f.now(),
+        "expires_at_ms": null,
+        "revoked": false,
+    });
+    record.version += 1;
+    f.state.update(&record, record.version - 1).await.unwrap();
+    let signing = f.other_process().signing("p1", f.now()).await.unwrap();
+    assert_eq!(strings(&signing), vec![created.secret.clone()]);
+    let listed = f.secrets.list("p1").await.unwrap();
+    assert_eq!(
+        listed[0].secret,
+        SigningSecret::parse(&created.secret).unwrap().masked()
+    );
+    let stored = f
+        .state
+        .get(SECRET_KIND, &created.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .body
+        .to_string();
+    assert!(!stored.contains(&created.secret["whsec_".len()..]), "{stored}");
+    let signing = f.other_process().signing("p1", f.now()).await.unwrap();
+    assert_eq!(strings(&signing), vec![created.secret]);
 }

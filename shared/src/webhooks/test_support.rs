@@ -1,7 +1,8 @@
-//! A clock the tests move by hand and an in-memory state store, for the webhooks unit tests.
+//! A clock the tests move by hand, an in-memory state store and a sealer, for the webhooks unit
+//! tests.
 
-use crate::adapters::embedded::SqliteStateStore;
-use crate::ports::{Clock, StateStore};
+use crate::adapters::embedded::{LocalSealer, SqliteStateStore};
+use crate::ports::{Clock, CredentialSealer, StateStore};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -28,4 +29,11 @@ impl Clock for ManualClock {
 
 pub fn memory_state() -> Arc<dyn StateStore> {
     Arc::new(SqliteStateStore::in_memory().expect("in-memory SQLite"))
+}
+
+/// A local-key sealer (one key per test process, in the temporary directory).
+pub fn test_sealer() -> Arc<dyn CredentialSealer> {
+    let dir = std::env::temp_dir().join(format!("nimbus-webhooks-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    Arc::new(LocalSealer::in_data_dir(&dir))
 }
