@@ -5,7 +5,7 @@ use super::config_source::ConfigSource;
 use super::{app_state, inference_service, lambda_host, Adapters, AuthSettings, WorkerParts};
 use crate::adapters::aws::load_sdk_config;
 use crate::adapters::DeferredTasks;
-use crate::auth::AuthMode;
+use crate::auth::{AuthMode, UntaggedKeys};
 use crate::batches::BatchSettings;
 use crate::config::{Config, LoadedConfig};
 use crate::http::{AppState, HttpSettings, PublicBaseUrl};
@@ -51,7 +51,9 @@ fn lambda_batch_settings(config: &Config) -> BatchSettings {
 async fn lambda_stack() -> Result<(LoadedConfig, Adapters), String> {
     let sdk_config = load_sdk_config().await;
     let config = ConfigSource::from_env()?.load(&sdk_config).await?;
-    let adapters = super::aws::adapters(&sdk_config).await?;
+    let adapters = super::aws::adapters(&sdk_config)
+        .await?
+        .with_untagged_keys(UntaggedKeys::from_env().map_err(|e| e.to_string())?);
     Ok((config, adapters))
 }
 
@@ -144,7 +146,7 @@ async fn http_function(routes: impl FnOnce(AppState) -> Router) -> Result<HttpFu
     })
 }
 
-/// The inference function (behind the HTTP API, and streaming behind its function URL).
+/// The inference function (behind the HTTP API, and streaming behind the streaming REST API).
 pub async fn inference_function() -> Result<HttpFunction, String> {
     http_function(crate::http::inference_router).await
 }
