@@ -1038,11 +1038,14 @@ class FunctionUrlRelay(_LoopbackRelay):
                     handler.send_header(name, value)
             handler.send_header("transfer-encoding", "chunked")
             handler.end_headers()
-            for chunk in answer.iter_content(chunk_size=None):
-                if chunk:
-                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    handler.wfile.flush()
-            handler.wfile.write(b"0\r\n\r\n")
+            try:
+                for chunk in answer.iter_content(chunk_size=None):
+                    if chunk:
+                        handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        handler.wfile.flush()
+                handler.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                handler.close_connection = True  # the client went away mid-stream
 
 
 class StreamingRestApiRelay(FunctionUrlRelay):
