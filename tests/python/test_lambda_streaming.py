@@ -139,31 +139,27 @@ def emulator(moto: kit.MotoServer, upstream: PacedUpstream, logs_dir: Path) -> I
         emulator.stop()
 
 
-@pytest.fixture(scope="module")
-def function_url(emulator: kit.CargoLambdaEmulator) -> Iterator[kit.FunctionUrlRelay]:
-    relay = kit.FunctionUrlRelay(emulator)
-    try:
-        yield relay
-    finally:
-        relay.stop()
+# The streaming fronts, each a stand-in relaying to the emulator: the streaming REST API the stack
+# deploys, and a function URL (what it deployed before issue #27).
+FRONTS = {"rest_api": kit.StreamingRestApiRelay, "function_url": kit.FunctionUrlRelay}
 
 
 @pytest.fixture(scope="module")
-def rest_api(emulator: kit.CargoLambdaEmulator) -> Iterator[kit.StreamingRestApiRelay]:
-    relay = kit.StreamingRestApiRelay(emulator)
+def fronts(emulator: kit.CargoLambdaEmulator) -> Iterator[dict[str, kit.FunctionUrlRelay]]:
+    started: dict[str, kit.FunctionUrlRelay] = {}
     try:
-        yield relay
+        for name, relay in FRONTS.items():
+            started[name] = relay(emulator)
+        yield started
     finally:
-        relay.stop()
+        for relay in started.values():
+            relay.stop()
 
 
-FRONTS = ["rest_api", "function_url"]
-
-
-@pytest.fixture(params=FRONTS)
-def front(request: pytest.FixtureRequest) -> kit.FunctionUrlRelay:
-    """Each streaming front in turn: the streaming REST API, a function URL."""
-    return request.getfixturevalue(request.param)
+@pytest.fixture(params=list(FRONTS))
+def front(request: pytest.FixtureRequest, fronts: dict[str, kit.FunctionUrlRelay]) -> kit.FunctionUrlRelay:
+    """Each streaming front in turn."""
+    return fronts[request.param]
 
 
 @pytest.fixture
@@ -251,15 +247,13 @@ def first_token_seconds(client: openai.OpenAI) -> float:
     raise AssertionError("no content chunk")
 
 
-def test_first_token_latency_of_each_front(
-    rest_api: kit.StreamingRestApiRelay, function_url: kit.FunctionUrlRelay, aws_api_key: dict[str, Any]
-) -> None:
+def test_first_token_latency_of_each_front(fronts: dict[str, kit.FunctionUrlRelay], aws_api_key: dict[str, Any]) -> None:
     """First-token latency through the emulator, the streaming REST API's events against a function
     URL's (the upstream sends its first word at once). The relays are the same; what differs is
     the event shape and the function's handling of it. Printed for docs/benchmarks.md (`-s`)."""
     clients = {
         name: kit.make_client(relay.api_base, api_key=aws_api_key["api_key"], timeout=60.0)
-        for name, relay in (("rest_api", rest_api), ("function_url", function_url))
+        for name, relay in fronts.items()
     }
     measured: dict[str, list[float]] = {name: [] for name in clients}
     for name, client in clients.items():

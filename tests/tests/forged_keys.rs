@@ -67,6 +67,20 @@ fn keys_over(state: Arc<dyn StateStore>, untagged: UntaggedKeys) -> ApiKeyServic
     ApiKeyService::new(state, Arc::new(SystemClock), Arc::new(UuidV7Ids)).with_tags(tags)
 }
 
+/// An API process (a fresh one: nothing read yet) over `shared`, and the count of its store calls.
+fn counted_api(shared: &Arc<dyn StateStore>, untagged: UntaggedKeys) -> (Arc<CountingState>, Authenticator) {
+    let counted = Arc::new(CountingState {
+        inner: Arc::clone(shared),
+        calls: AtomicUsize::new(0),
+    });
+    let auth = Authenticator::new(
+        keys_over(counted.clone(), untagged),
+        AuthMode::Required,
+        Duration::from_secs(3600),
+    );
+    (counted, auth)
+}
+
 /// Forgeries of `key` (a real, tagged key): a wrong tag, another key's tag, no tag, a made-up id.
 fn forgeries(key: &str, other: &str) -> Vec<String> {
     let (body, tag) = key.split_once('.').unwrap();
@@ -87,15 +101,7 @@ async fn forged_keys_cost_no_read(shared: Arc<dyn StateStore>) {
     let real = admin.create("team-a", None).await.unwrap();
     let other = admin.create("team-b", None).await.unwrap();
 
-    let counted = Arc::new(CountingState {
-        inner: Arc::clone(&shared),
-        calls: AtomicUsize::new(0),
-    });
-    let api = Authenticator::new(
-        keys_over(counted.clone(), UntaggedKeys::Refuse),
-        AuthMode::Required,
-        Duration::from_secs(3600),
-    );
+    let (counted, api) = counted_api(&shared, UntaggedKeys::Refuse);
     // The process reads the tag secret once, with its first key (a forged one here).
     let forged = forgeries(&real.api_key, &other.api_key);
     assert_eq!(
@@ -135,22 +141,10 @@ async fn untagged_keys_are_a_migration_switch(shared: Arc<dyn StateStore>) {
     let created = admin.create("team-c", None).await.unwrap();
     // What a key minted before this change looks like: the same record, no tag.
     let legacy = format!("Bearer {}", created.api_key.split_once('.').unwrap().0);
-    let counted = Arc::new(CountingState {
-        inner: Arc::clone(&shared),
-        calls: AtomicUsize::new(0),
-    });
-    let refusing = Authenticator::new(
-        keys_over(counted.clone(), UntaggedKeys::Refuse),
-        AuthMode::Required,
-        Duration::from_secs(3600),
-    );
+    let (counted, refusing) = counted_api(&shared, UntaggedKeys::Refuse);
     assert_eq!(refusing.authenticate(Some(&legacy)).await, Err(AuthError::Invalid));
     assert_eq!(counted.calls(), 0, "an untagged key is refused with no read by default");
-    let accepting = Authenticator::new(
-        keys_over(shared, UntaggedKeys::Accept),
-        AuthMode::Required,
-        Duration::from_secs(3600),
-    );
+    let (_, accepting) = counted_api(&shared, UntaggedKeys::Accept);
     assert_eq!(accepting.authenticate(Some(&legacy)).await.unwrap().project, "team-c");
 }
 

@@ -162,18 +162,23 @@ mod tests {
         ByResponseMode::new(lambda_http::Adapter::from(router.clone()), StreamAdapter::from(router))
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_function_url_invocation_gets_the_body_chunk_by_chunk() {
+    /// The slow route's body, which `event` must get as a stream, chunk by chunk.
+    async fn assert_streamed(event: LambdaRequest) {
         let response = handler(slow_stream_router())
-            .call(lambda_event(FUNCTION_URL))
+            .call(LambdaEvent::new(event, InvocationContext::default()))
             .await
             .unwrap();
         let FunctionResponse::StreamingResponse(response) = response else {
-            panic!("a function URL invocation must be answered as a stream");
+            panic!("this invocation must be answered as a stream");
         };
         assert_eq!(response.metadata_prelude.status_code, 200);
         let chunks: Vec<_> = response.stream.map(|chunk| chunk.unwrap()).collect().await;
         assert_eq!(chunks, [&b"first "[..], &b"second"[..]]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_function_url_invocation_gets_the_body_chunk_by_chunk() {
+        assert_streamed(event(FUNCTION_URL)).await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -185,16 +190,7 @@ mod tests {
             // The deployed functions drop the stage from the path (AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH).
             request.request_context.stage = None;
         }
-        let response = handler(slow_stream_router())
-            .call(LambdaEvent::new(event, InvocationContext::default()))
-            .await
-            .unwrap();
-        let FunctionResponse::StreamingResponse(response) = response else {
-            panic!("a streaming REST API invocation must be answered as a stream");
-        };
-        assert_eq!(response.metadata_prelude.status_code, 200);
-        let chunks: Vec<_> = response.stream.map(|chunk| chunk.unwrap()).collect().await;
-        assert_eq!(chunks, [&b"first "[..], &b"second"[..]]);
+        assert_streamed(event).await;
     }
 
     #[tokio::test(start_paused = true)]
