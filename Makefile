@@ -11,7 +11,13 @@ export CARGO_TARGET_DIR ?= $(NIMBUS_CACHE)/target
 VENV ?= $(NIMBUS_CACHE)/venv
 PYTHON ?= python3
 REQUIREMENTS := infra/requirements-dev.txt
-VENV_STAMP := $(VENV)/.installed-$(shell sha256sum $(REQUIREMENTS) 2>/dev/null | cut -c1-16)
+DEPLOY_REQUIREMENTS := infra/requirements-deploy.txt
+VENV_STAMP := $(VENV)/.installed-$(shell cat $(REQUIREMENTS) $(DEPLOY_REQUIREMENTS) 2>/dev/null | sha256sum | cut -c1-16)
+# The deploy tools alone (SAM CLI, cargo-lambda, zig), for `make deploy` without the test toolchain.
+DEPLOY_VENV ?= $(NIMBUS_CACHE)/deploy-venv
+# The Lambda (release, cross-built) target directory, apart from the debug one.
+LAMBDA_TARGET_DIR ?= $(NIMBUS_CACHE)/target-lambda
+DEPLOY_VENV_STAMP := $(DEPLOY_VENV)/.installed-$(shell sha256sum $(DEPLOY_REQUIREMENTS) 2>/dev/null | cut -c1-16)
 
 export PATH := $(VENV)/bin:$(PATH)
 export NIMBUS_BIN_DIR ?= $(CARGO_TARGET_DIR)/debug
@@ -21,11 +27,14 @@ export SAM_CLI_TELEMETRY := 0
 
 PORT ?= 3000
 
-.PHONY: help run build test test-deps terminal-tools check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async bench-lmi bench-native bench-metrics openapi fmt clean
+.PHONY: help run install deploy deploy-deps destroy build test test-deps terminal-tools check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async bench-lmi bench-native bench-metrics openapi fmt clean
 
 help:
 	@echo "make run        start the gateway locally on http://127.0.0.1:$(PORT) (embedded stack in .data/)"
 	@echo "make test       install pinned test tools, then run every test"
+	@echo "make install    put the \`nimbus\` command on PATH (cargo install into ~/.cargo/bin)"
+	@echo "make deploy     build the functions and deploy the stack to AWS (guided the first time)"
+	@echo "make destroy    delete the deployed stack (the bucket is kept: it holds your data)"
 	@echo "make sam-build  build the Lambda functions with SAM (release, cargo-lambda)"
 	@echo "make bench      run the benchmarks and rewrite docs/benchmarks.md"
 	@echo "make bench-batches  run only the batch benchmarks (their section of docs/benchmarks.md)"
@@ -45,6 +54,33 @@ run:
 
 build:
 	cargo build --workspace --all-targets
+
+# `nimbus` (server, keys, batch CLI) on PATH: ~/.cargo/bin, where rustup puts cargo itself.
+install:
+	cargo install --locked --path infra/local --root $${CARGO_INSTALL_ROOT:-$(HOME)/.cargo}
+	@echo "installed: $$(command -v nimbus || echo "$${CARGO_INSTALL_ROOT:-$(HOME)/.cargo}/bin/nimbus (add its folder to PATH)")"
+
+# --- Deploy to AWS -------------------------------------------------------------------------------
+# Needs AWS credentials (any way boto3 finds them: env, ~/.aws, SSO) and a region. The first deploy
+# asks its questions (`sam deploy --guided`) and saves the answers in samconfig.toml; later ones
+# reuse them. The stack's outputs (API URL, streaming URL, names) are printed at the end.
+deploy-deps: $(DEPLOY_VENV_STAMP)
+$(DEPLOY_VENV_STAMP): $(DEPLOY_REQUIREMENTS)
+	rm -rf $(DEPLOY_VENV)
+	$(PYTHON) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/pip install --quiet --disable-pip-version-check --upgrade pip==24.3.1
+	$(DEPLOY_VENV)/bin/pip install --quiet --disable-pip-version-check -r $(DEPLOY_REQUIREMENTS)
+	touch $@
+
+deploy: deploy-deps
+	@$(DEPLOY_VENV)/bin/python infra/deploy/whoami.py
+	PATH=$(DEPLOY_VENV)/bin:$$PATH CARGO_TARGET_DIR=$(LAMBDA_TARGET_DIR) sam build --template template.yaml
+	if [ -f samconfig.toml ]; then PATH=$(DEPLOY_VENV)/bin:$$PATH sam deploy; \
+	else PATH=$(DEPLOY_VENV)/bin:$$PATH sam deploy --guided --capabilities CAPABILITY_IAM; fi
+	@echo "first key: NIMBUS_BACKEND=aws NIMBUS_TABLE=<StateTableName above> nimbus keys create --project default --name me"
+
+destroy: deploy-deps
+	PATH=$(DEPLOY_VENV)/bin:$$PATH sam delete
 
 # Pinned Python tools (openai SDK, moto, SAM CLI, cargo-lambda) in a venv keyed by the pins, and
 # tmux, which gives `nimbus batch`'s progress bar a real terminal in its tests.
@@ -87,7 +123,7 @@ test: test-deps check-format lint test-rust test-python sam-validate
 
 # Release build of every function as SAM does it for `sam deploy` (needs cargo-lambda + zig from the venv).
 sam-build: test-deps
-	CARGO_TARGET_DIR=$(NIMBUS_CACHE)/target-lambda sam build --template template.yaml
+	CARGO_TARGET_DIR=$(LAMBDA_TARGET_DIR) sam build --template template.yaml
 
 bench: test-deps
 	bash infra/bench/run-benchmarks.sh

@@ -312,9 +312,11 @@ class NimbusServer:
         bind: str = "127.0.0.1",
         name: str = "nimbus-serve",
         extra_env: dict[str, str] | None = None,
+        cwd: Path = REPO_ROOT,
     ):
-        """`config=None` leaves NIMBUS_CONFIG unset (the server's default, relative to the repo root);
-        `extra_env` adds variables to the server's environment (e.g. NIMBUS_SCHEDULE_INTERVAL_SECS)."""
+        """`config=None` leaves NIMBUS_CONFIG unset (the server's default: infra/config/nimbus.toml
+        under `cwd`, else the one built into the binary); `extra_env` adds variables to the server's
+        environment (e.g. NIMBUS_SCHEDULE_INTERVAL_SECS); `cwd` is where it starts (the repo root)."""
         self.data_dir = data_dir
         self.config = config or DEFAULT_CONFIG
         self.port = free_port()
@@ -329,7 +331,7 @@ class NimbusServer:
             f"{name} (:{self.port})",
             [str(binary("nimbus")), "serve"],
             env=self.env,
-            cwd=REPO_ROOT,
+            cwd=cwd,
             log_path=log_dir / f"{name}-{self.port}.log",
         )
         try:

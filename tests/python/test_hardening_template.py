@@ -264,6 +264,8 @@ SDK_CALLS = {
     "sqs:DeleteMessage": ["delete_message"],
     "kms:Encrypt": ["encrypt"],
     "kms:Decrypt": ["decrypt"],
+    "ssm:GetParameter": ["get_parameter"],
+    "ssm:PutParameter": ["put_parameter"],
     "sagemaker:InvokeEndpoint": ["invoke_endpoint"],
     "sagemaker:InvokeEndpointWithResponseStream": ["invoke_endpoint_with_response_stream"],
 }

@@ -28,6 +28,28 @@ def test_default_config_is_the_repo_one(server_factory: Callable[..., kit.Nimbus
     assert "NIMBUS_CONFIG" not in server.env
     models = requests.get(f"{server.api_base}/models", timeout=10).json()
     assert {"dummy", "dummy-embedding", "dummy-error"} <= {m["id"] for m in models["data"]}
+    assert "config: infra/config/nimbus.toml" in server.process.log_text(max_chars=100_000)
+
+
+def test_started_elsewhere_it_serves_the_built_in_default_config_and_says_so(
+    server_factory: Callable[..., kit.NimbusServer], tmp_path
+) -> None:
+    """An installed `nimbus serve` run outside the repository (no infra/config/nimbus.toml under the
+    current directory, no NIMBUS_CONFIG) serves the default config compiled into the binary, and
+    its start-up says so and what to pass for another."""
+    server = server_factory("nimbus-elsewhere", config=None, cwd=tmp_path)
+    models = requests.get(f"{server.api_base}/models", timeout=10).json()
+    assert {"dummy", "dummy-embedding", "dummy-error"} <= {m["id"] for m in models["data"]}
+    functions = requests.post(
+        f"{server.base_url}/inference",
+        json={"function_name": "extract_contact", "input": {"messages": [{"role": "user", "content": [
+            {"type": "template", "name": "document", "arguments": {"document": "Ann Lee, ann@example.com"}}]}]}},
+        timeout=10,
+    )
+    assert functions.status_code == 200, functions.text
+    log = server.process.log_text(max_chars=100_000)
+    assert "the default configuration built into this binary" in log, log
+    assert "--config FILE" in log and "NIMBUS_CONFIG" in log, log
 
 
 def test_non_loopback_bind_requires_keys_even_without_any(server_factory: Callable[..., kit.NimbusServer]) -> None:

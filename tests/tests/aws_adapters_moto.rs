@@ -1,4 +1,4 @@
-//! The ports' contract on the AWS adapters (S3, DynamoDB, SQS, KMS), against a moto server started for
+//! The ports' contract on the AWS adapters (S3, DynamoDB, SQS, KMS, SSM), against a moto server started for
 //! this test on a free loopback port.
 
 use bytes::Bytes;
@@ -6,7 +6,8 @@ use nimbus_integration_tests::contract;
 use nimbus_integration_tests::moto::{create_bucket, create_queue, create_sealing_key, create_state_table, MotoServer};
 use nimbus_integration_tests::sealer_contract;
 use nimbus_shared::adapters::aws::{
-    delivered_receipt, DynamoDbStateStore, KmsSealer, S3BlobStore, SqsJobQueue, SEALING_KEY_ENV,
+    delivered_receipt, DynamoDbStateStore, KmsSealer, ParameterKeySealer, S3BlobStore, SqsJobQueue, SEALING_KEY_ENV,
+    SEALING_KEY_PARAMETER_ENV,
 };
 use nimbus_shared::ports::{BlobStore, CredentialSealer, JobQueue, Priority, SealError};
 use std::sync::Arc;
@@ -62,6 +63,63 @@ async fn the_kms_sealer_honours_the_contract_on_moto() {
             "{err:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn the_parameter_key_sealer_honours_the_contract_on_moto() {
+    let moto = MotoServer::start().unwrap();
+    let config = moto.sdk_config().await;
+    let name = "/nimbus/test/sealing-key";
+    let sealer = ParameterKeySealer::new(&config, name);
+    sealer_contract::sealer_honours_the_contract(&sealer).await;
+    assert!(sealer.seal("c", b"x").await.unwrap().starts_with("ssm1."));
+
+    // The first use made the key: a SecureString parameter, whose value is not what is sealed.
+    let ssm = aws_sdk_ssm::Client::new(&config);
+    let parameter = ssm.get_parameter().name(name).send().await.unwrap();
+    let parameter = parameter.parameter().unwrap();
+    assert_eq!(
+        parameter.r#type(),
+        Some(&aws_sdk_ssm::types::ParameterType::SecureString)
+    );
+
+    // Another process (a new sealer) reads the same key: what one sealed, the other opens; and
+    // two processes racing to make the key agree on one (the second finds the first's).
+    let sealed = sealer.seal("batch-1", b"secret").await.unwrap();
+    let other = ParameterKeySealer::new(&config, name);
+    assert_eq!(other.open("batch-1", &sealed).await.unwrap(), b"secret");
+    let (a, b) = (
+        ParameterKeySealer::new(&config, "/nimbus/test/raced"),
+        ParameterKeySealer::new(&config, "/nimbus/test/raced"),
+    );
+    let (sealed_a, sealed_b) = tokio::join!(a.seal("c", b"from a"), b.seal("c", b"from b"));
+    assert_eq!(b.open("c", &sealed_a.unwrap()).await.unwrap(), b"from a");
+    assert_eq!(a.open("c", &sealed_b.unwrap()).await.unwrap(), b"from b");
+
+    // A parameter that is not a key is refused, naming it, never silently replaced.
+    ssm.put_parameter()
+        .name("/nimbus/test/not-a-key")
+        .value("hello")
+        .r#type(aws_sdk_ssm::types::ParameterType::SecureString)
+        .send()
+        .await
+        .unwrap();
+    let err = ParameterKeySealer::new(&config, "/nimbus/test/not-a-key")
+        .seal("c", b"x")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SealError::Unavailable(m) if m.contains("/nimbus/test/not-a-key")),
+        "{err:?}"
+    );
+
+    // Without the parameter's variable, sealing names it.
+    assert!(std::env::var(SEALING_KEY_PARAMETER_ENV).is_err());
+    let err = ParameterKeySealer::from_env(&config).seal("c", b"x").await.unwrap_err();
+    assert!(
+        matches!(&err, SealError::Unavailable(m) if m.contains(SEALING_KEY_PARAMETER_ENV)),
+        "{err:?}"
+    );
 }
 
 /// The jobs queue plus one queue per priority: each lane's messages land in its own queue, and a

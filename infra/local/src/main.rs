@@ -3,6 +3,7 @@
 
 mod batch;
 mod check_config;
+mod config_file;
 mod dev_webhook_secret;
 mod keys;
 mod serve;
@@ -54,8 +55,9 @@ enum Command {
     Batch(batch::BatchArgs),
     /// Check a configuration file and print its models.
     CheckConfig {
-        #[arg(long, env = "NIMBUS_CONFIG", default_value = "infra/config/nimbus.toml")]
-        config: PathBuf,
+        /// Default: `infra/config/nimbus.toml` under the current directory, else the built-in one.
+        #[arg(long, env = "NIMBUS_CONFIG")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -81,7 +83,8 @@ async fn admin(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::CheckConfig { config } => {
-            let loaded = nimbus_shared::config::load_local_config(&config).await?;
+            let (loaded, origin) = config_file::load(config.as_deref()).await?;
+            eprintln!("{}", origin.describe());
             print!("{}", check_config::summary(&loaded));
             Ok(())
         }

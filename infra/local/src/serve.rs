@@ -1,6 +1,6 @@
 //! `nimbus serve`: the whole gateway in one process on the embedded adapters.
 
-use crate::dev_webhook_secret;
+use crate::{config_file, dev_webhook_secret};
 use anyhow::Context;
 use nimbus_shared::adapters::embedded::{spawn_queue_workers, DataDirLock, FileBlobStore};
 use nimbus_shared::adapters::DeferredTasks;
@@ -9,7 +9,7 @@ use nimbus_shared::app::{
 };
 use nimbus_shared::auth::{AuthMode, UntaggedKeys};
 use nimbus_shared::batches::{BatchRecovery, BatchSettings};
-use nimbus_shared::config::{load_local_config, Config};
+use nimbus_shared::config::Config;
 use nimbus_shared::http::body_deadline::{BodyTimeouts, DEFAULT_IDLE_TIMEOUT, DEFAULT_TOTAL_TIMEOUT};
 use nimbus_shared::http::{HttpSettings, PublicBaseUrl};
 use nimbus_shared::ports::{Clock, OffsetClock, SystemClock};
@@ -35,8 +35,10 @@ pub struct ServeArgs {
     /// (what `make run` starts), `required` elsewhere.
     #[arg(long, env = "NIMBUS_AUTH", value_enum)]
     auth: Option<AuthChoice>,
-    #[arg(long, env = "NIMBUS_CONFIG", default_value = "infra/config/nimbus.toml")]
-    config: PathBuf,
+    /// The configuration file. Default: `infra/config/nimbus.toml` under the current directory
+    /// (the repository root), else the same default configuration built into this binary.
+    #[arg(long, env = "NIMBUS_CONFIG")]
+    config: Option<PathBuf>,
     /// Where state (SQLite) and blobs live; survives restarts.
     #[arg(long, env = "NIMBUS_DATA_DIR", default_value = ".data")]
     data_dir: PathBuf,
@@ -130,8 +132,10 @@ impl WebhookArgs {
 
 #[derive(clap::Args)]
 pub struct PollArgs {
-    #[arg(long, env = "NIMBUS_CONFIG", default_value = "infra/config/nimbus.toml")]
-    config: PathBuf,
+    /// The configuration file. Default: `infra/config/nimbus.toml` under the current directory
+    /// (the repository root), else the same default configuration built into this binary.
+    #[arg(long, env = "NIMBUS_CONFIG")]
+    config: Option<PathBuf>,
     #[arg(long, env = "NIMBUS_DATA_DIR", default_value = ".data")]
     data_dir: PathBuf,
     /// Run as if the time were this Unix timestamp (seconds).
@@ -178,9 +182,7 @@ pub async fn sweep_once(args: SweepArgs) -> anyhow::Result<()> {
 /// as JSON (exit status 1 when a task failed). Jobs it enqueues go to the running server's queue
 /// only when run inside it; here they are run at once.
 pub async fn poll_once(args: PollArgs) -> anyhow::Result<()> {
-    let loaded = load_local_config(&args.config)
-        .await
-        .with_context(|| format!("loading {}", args.config.display()))?;
+    let (loaded, _) = config_file::load(args.config.as_deref()).await?;
     let config = &loaded.config;
     let adapters = embedded_adapters(&args.data_dir, args.as_of)?.with_webhook_urls(args.webhooks.url_policy());
     let settings = local_batch_settings(config, false);
@@ -238,9 +240,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Err(err) = tikv_jemalloc_ctl::background_thread::write(true) {
         tracing::warn!(error = %err, "could not start the allocator's background thread");
     }
-    let loaded = load_local_config(&args.config)
-        .await
-        .with_context(|| format!("loading {}", args.config.display()))?;
+    let (loaded, config_origin) = config_file::load(args.config.as_deref()).await?;
     let config = &loaded.config;
     // Held until the process ends: no other server (no other worker) uses this directory.
     let lock = DataDirLock::acquire(&args.data_dir)?;
@@ -341,6 +341,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         config.models.len(),
         args.data_dir.display()
     );
+    eprintln!("{}", config_origin.describe());
     eprintln!("{auth_note}");
     if mode == AuthMode::OpenWhenNoKeys {
         eprintln!("{webhook_note}");

@@ -2,11 +2,16 @@
 //! (set by the SAM template), plus the SDK's own variables (`AWS_REGION`, `AWS_ENDPOINT_URL`…).
 //! `NIMBUS_ASYNC_QUEUE_URL_P0`, `_P1` and `_P2` (the priority queues) are set only on the functions
 //! that send to them; without one, sending at that priority fails with an error naming it.
-//! `NIMBUS_SEALING_KEY_ID` (the KMS key sealing credentials at rest) likewise: without it, sealing
-//! and opening fail naming it.
+//! Sealing at rest: with `NIMBUS_SEALING_KEY_ID` (a KMS key; the template's `Sealing=kms`) values
+//! are sealed by KMS; otherwise by the data key in the SSM parameter `NIMBUS_SEALING_KEY_PARAMETER`
+//! (the default: no billed key). Without either, sealing and opening fail naming the variable.
 
 use super::Adapters;
-use crate::adapters::aws::{load_sdk_config, DynamoDbStateStore, EmfMetrics, KmsSealer, S3BlobStore, SqsJobQueue};
+use crate::adapters::aws::{
+    load_sdk_config, DynamoDbStateStore, EmfMetrics, KmsSealer, ParameterKeySealer, S3BlobStore, SqsJobQueue,
+    SEALING_KEY_ENV,
+};
+use crate::ports::CredentialSealer;
 use crate::ports::Priority;
 use std::sync::Arc;
 
@@ -34,6 +39,15 @@ fn job_queue(sdk_config: &aws_config::SdkConfig, jobs_url: String) -> SqsJobQueu
     )
 }
 
+/// The sealer the environment chooses: KMS when it names a KMS key, else the Parameter Store key.
+fn sealer(sdk_config: &aws_config::SdkConfig) -> Arc<dyn CredentialSealer> {
+    if optional_env(SEALING_KEY_ENV).is_some() {
+        Arc::new(KmsSealer::from_env(sdk_config))
+    } else {
+        Arc::new(ParameterKeySealer::from_env(sdk_config))
+    }
+}
+
 pub async fn state_store() -> Result<DynamoDbStateStore, String> {
     let table = required_env("NIMBUS_TABLE")?;
     Ok(DynamoDbStateStore::new(&load_sdk_config().await, table))
@@ -48,6 +62,6 @@ pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, St
         Arc::new(S3BlobStore::new(sdk_config, bucket)),
         Arc::new(job_queue(sdk_config, queue_url)),
     )
-    .with_sealer(Arc::new(KmsSealer::from_env(sdk_config)))
+    .with_sealer(sealer(sdk_config))
     .with_metrics(EmfMetrics::for_lambda()))
 }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const IDLE: Duration = Duration::from_secs(2);
+// Long enough that a loaded machine answers the well-formed requests well within it.
+const IDLE: Duration = Duration::from_secs(5);
 
 async fn serve(dir: &std::path::Path) -> SocketAddr {
     let router = local_router_with(
@@ -59,7 +60,6 @@ async fn stalled_bodies_time_out_and_hold_no_budget_from_others() {
     let client = reqwest::Client::new();
     for padding in [621 * 1024, 300 * 1024] {
         let body = json!({"model": "dummy", "messages": [{"role": "user", "content": "x".repeat(padding)}]});
-        let sent = Instant::now();
         let response = client
             .post(format!("http://{address}/v1/chat/completions"))
             .json(&body)
@@ -68,12 +68,10 @@ async fn stalled_bodies_time_out_and_hold_no_budget_from_others() {
             .await
             .unwrap();
         assert_eq!(response.status(), 200, "{}", response.text().await.unwrap_or_default());
-        assert!(
-            sent.elapsed() < IDLE / 2,
-            "a {padding}-byte request waited {:?}",
-            sent.elapsed()
-        );
     }
+    // Answered while both still stall: had they held the budget, these requests would have waited
+    // for the stalled ones' 408 (IDLE after they began), and the 408 would be waiting below. (No
+    // wall-clock bound on the answers themselves: a loaded machine may take its time.)
     assert_eq!(
         status_line(&mut first, Duration::ZERO).await,
         None,
@@ -87,7 +85,7 @@ async fn stalled_bodies_time_out_and_hold_no_budget_from_others() {
     }
     let took = started.elapsed();
     assert!(
-        took >= IDLE && took < IDLE + Duration::from_secs(2),
+        took >= IDLE && took < IDLE + Duration::from_secs(20),
         "the stalled bodies took {took:?}"
     );
 }

@@ -96,6 +96,17 @@ async fn call(
     (status, headers, value)
 }
 
+/// The ids `GET /v1/models` lists, in order.
+async fn listed_model_ids(router: &Router) -> Vec<String> {
+    let (_, _, list) = call(router, "GET", "/v1/models", None, None).await;
+    list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
 fn chat_body(model: &str) -> Value {
     json!({"model": model, "messages": [{"role": "user", "content": "hi"}]})
 }
@@ -174,14 +185,52 @@ async fn shorthand_models_answer_chat_but_are_not_listed() {
         assert_eq!(status, StatusCode::NOT_FOUND, "{unknown}");
         assert_eq!(body["error"]["code"], "model_not_found");
     }
-    let (_, _, list) = call(&router, "GET", "/v1/models", None, None).await;
-    let ids: Vec<&str> = list["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["id"].as_str())
-        .collect();
-    assert_eq!(ids, vec!["broken", "dummy"]);
+    assert_eq!(listed_model_ids(&router).await, vec!["broken", "dummy"]);
+}
+
+/// A model whose only provider reads its key from an unset environment variable is not listed
+/// (nor retrievable), and a call says which variable is missing; a second provider that can be
+/// called keeps the model listed.
+#[tokio::test]
+async fn models_without_their_env_key_are_not_listed() {
+    let config = format!(
+        r#"{CONFIG}
+[models.keyless]
+routing = ["o"]
+[models.keyless.providers.o]
+type = "openai"
+model_name = "m"
+api_key_location = "env::NIMBUS_TEST_UNSET_KEY_VAR"
+
+[models.half]
+routing = ["o", "d"]
+[models.half.providers.o]
+type = "openai"
+model_name = "m"
+api_key_location = "env::NIMBUS_TEST_UNSET_KEY_VAR"
+[models.half.providers.d]
+type = "dummy"
+"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let router = inference_router(state_for(&config, &adapters(dir.path()), AuthMode::OpenWhenNoKeys));
+    assert_eq!(listed_model_ids(&router).await, vec!["broken", "dummy", "half"]);
+    let (status, _, _) = call(&router, "GET", "/v1/models/keyless", None, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, body) = call(
+        &router,
+        "POST",
+        "/v1/chat/completions",
+        Some(chat_body("keyless")),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("NIMBUS_TEST_UNSET_KEY_VAR, which is not set"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

@@ -84,7 +84,11 @@ impl InferenceService {
     pub fn list_models(&self) -> ModelList {
         ModelList {
             object: "list",
-            data: self.router.model_names().map(|name| self.model_object(name)).collect(),
+            data: self
+                .router
+                .callable_model_names()
+                .map(|name| self.model_object(name))
+                .collect(),
         }
     }
 
@@ -99,8 +103,10 @@ impl InferenceService {
         self.router.native_batch(model)
     }
 
+    /// A model [`Self::list_models`] lists (a configured model none of whose providers has its
+    /// key is as unknown here as there).
     pub fn get_model(&self, id: &str) -> Result<ModelObject, InferenceError> {
-        if self.router.contains(id) {
+        if self.router.callable_model_names().any(|name| name == id) {
             Ok(self.model_object(id))
         } else {
             Err(RoutingError::ModelNotFound(id.to_owned()).into())

@@ -23,6 +23,15 @@ impl ApiKeySource {
         }
     }
 
+    /// The environment variable this source reads that is not set (the provider cannot be called
+    /// until it is); `None` when the key is there or comes from elsewhere.
+    pub(crate) fn missing_env_var(&self) -> Option<&str> {
+        match (&self.location, &self.env_key) {
+            (CredentialLocation::Env(var), None) => Some(var),
+            _ => None,
+        }
+    }
+
     /// The key for one call of provider `provider`; `None` where none is configured.
     pub(crate) fn key(&self, provider: &str, ctx: CallContext<'_>) -> Result<Option<String>, ProviderError> {
         match &self.location {

@@ -124,6 +124,9 @@ pub struct ProviderHandle {
     /// The upstream's own batch API, when batch jobs of this provider run there
     /// (`batch = "native"`).
     pub native_batch: Option<Arc<dyn NativeBatchApi>>,
+    /// The environment variable holding this provider's key, when it is not set: every call fails
+    /// until it is, so `/v1/models` leaves out a model none of whose providers can be called.
+    pub missing_env_key: Option<String>,
 }
 
 impl std::fmt::Debug for ProviderHandle {
@@ -135,6 +138,7 @@ impl std::fmt::Debug for ProviderHandle {
             .field("embeddings", &self.embeddings.is_some())
             .field("choices", &self.choices)
             .field("native_batch", &self.native_batch.is_some())
+            .field("missing_env_key", &self.missing_env_key)
             .finish()
     }
 }
@@ -152,6 +156,7 @@ impl ProviderHandle {
             embeddings: Some(provider),
             choices: ChoiceSupport::OnePerCall,
             native_batch: None,
+            missing_env_key: None,
         }
     }
 
@@ -164,6 +169,7 @@ impl ProviderHandle {
             embeddings: None,
             choices: ChoiceSupport::OnePerCall,
             native_batch: None,
+            missing_env_key: None,
         }
     }
 

@@ -135,6 +135,15 @@ impl ModelRouter {
         self.models.keys().map(String::as_str)
     }
 
+    /// The configured models that can be called: those with at least one provider whose key is
+    /// not an unset environment variable (what `/v1/models` lists).
+    pub fn callable_model_names(&self) -> impl Iterator<Item = &str> {
+        self.models
+            .iter()
+            .filter(|(_, model)| model.providers.iter().any(|p| p.missing_env_key.is_none()))
+            .map(|(name, _)| name.as_str())
+    }
+
     /// Whether `model` is a configured model.
     pub fn contains(&self, model: &str) -> bool {
         self.models.contains_key(model)

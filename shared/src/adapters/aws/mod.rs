@@ -1,15 +1,17 @@
-//! AWS adapters: S3 blobs, DynamoDB state, SQS queue, KMS credential sealing. Clients come from the environment
+//! AWS adapters: S3 blobs, DynamoDB state, SQS queue, credential sealing (KMS, or a Parameter Store data key). Clients come from the environment
 //! (`AWS_REGION`, credentials, and `AWS_ENDPOINT_URL` for moto or other endpoints).
 
 mod dynamodb_state;
 mod emf_metrics;
 mod kms_sealer;
+mod parameter_key_sealer;
 mod s3_blobs;
 mod sqs_queue;
 
 pub use dynamodb_state::DynamoDbStateStore;
 pub use emf_metrics::{emf_line, EmfMetrics};
 pub use kms_sealer::{KmsSealer, SEALING_KEY_ENV};
+pub use parameter_key_sealer::{ParameterKeySealer, SEALING_KEY_PARAMETER_ENV};
 pub use s3_blobs::S3BlobStore;
 pub use sqs_queue::{delivered_receipt, SqsJobQueue};
 

@@ -1,14 +1,11 @@
 //! Credentials sealed with a local key file: ChaCha20-Poly1305 under a random 32-byte key kept in
 //! `<data dir>/sealing.key` (mode 0600 on unix), made on first use.
 //!
-//! A sealed value is `v1.` + base64(nonce ‖ ciphertext ‖ tag): a random 12-byte nonce per seal,
-//! the context as associated data, so a value copied to another context does not open.
+//! A sealed value is `v1.` + the cipher's layout (`adapters::sealing_cipher`).
 
-use crate::ports::{check_sealable, decode_sealed, encode_sealed, CredentialSealer, SealError};
+use crate::adapters::sealing_cipher::{SealingCipher, KEY_LEN};
+use crate::ports::{CredentialSealer, SealError};
 use async_trait::async_trait;
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
-use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
-use rand::TryRngCore as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use tokio::sync::OnceCell;
@@ -17,13 +14,11 @@ use tokio::sync::OnceCell;
 pub const SEALING_KEY_FILE: &str = "sealing.key";
 /// The prefix of values this sealer makes.
 const VERSION_PREFIX: &str = "v1.";
-const KEY_LEN: usize = 32;
-const NONCE_LEN: usize = 12;
 
 /// [`CredentialSealer`] over a key file. The key is read (or made) once, on first use.
 pub struct LocalSealer {
     key_path: PathBuf,
-    cipher: OnceCell<ChaCha20Poly1305>,
+    cipher: OnceCell<SealingCipher>,
 }
 
 impl std::fmt::Debug for LocalSealer {
@@ -49,14 +44,14 @@ impl LocalSealer {
         &self.key_path
     }
 
-    async fn cipher(&self) -> Result<&ChaCha20Poly1305, SealError> {
+    async fn cipher(&self) -> Result<&SealingCipher, SealError> {
         self.cipher
             .get_or_try_init(|| async {
                 let path = self.key_path.clone();
                 let key = tokio::task::spawn_blocking(move || load_or_create_key(&path))
                     .await
                     .map_err(|e| SealError::Unavailable(format!("reading the sealing key: {e}")))??;
-                Ok(ChaCha20Poly1305::new(Key::from_slice(&key)))
+                Ok(SealingCipher::new(&key))
             })
             .await
     }
@@ -65,48 +60,12 @@ impl LocalSealer {
 #[async_trait]
 impl CredentialSealer for LocalSealer {
     async fn seal(&self, context: &str, plaintext: &[u8]) -> Result<String, SealError> {
-        check_sealable(plaintext)?;
-        let cipher = self.cipher().await?;
-        let mut nonce = [0u8; NONCE_LEN];
-        random_bytes(&mut nonce)?;
-        let ciphertext = cipher
-            .encrypt(
-                Nonce::from_slice(&nonce),
-                Payload {
-                    msg: plaintext,
-                    aad: context.as_bytes(),
-                },
-            )
-            .map_err(|_| SealError::Unavailable("encryption failed".into()))?;
-        let mut sealed = Vec::with_capacity(NONCE_LEN + ciphertext.len());
-        sealed.extend_from_slice(&nonce);
-        sealed.extend_from_slice(&ciphertext);
-        Ok(encode_sealed(VERSION_PREFIX, &sealed))
+        self.cipher().await?.seal(VERSION_PREFIX, context, plaintext)
     }
 
     async fn open(&self, context: &str, sealed: &str) -> Result<Vec<u8>, SealError> {
-        let bytes = decode_sealed(VERSION_PREFIX, sealed)?;
-        if bytes.len() < NONCE_LEN {
-            return Err(SealError::Corrupt("too short".into()));
-        }
-        let (nonce, ciphertext) = bytes.split_at(NONCE_LEN);
-        let cipher = self.cipher().await?;
-        cipher
-            .decrypt(
-                Nonce::from_slice(nonce),
-                Payload {
-                    msg: ciphertext,
-                    aad: context.as_bytes(),
-                },
-            )
-            .map_err(|_| SealError::Corrupt("authentication failed (tampered, another context or another key)".into()))
+        self.cipher().await?.open(VERSION_PREFIX, context, sealed)
     }
-}
-
-fn random_bytes(buf: &mut [u8]) -> Result<(), SealError> {
-    rand::rngs::OsRng
-        .try_fill_bytes(buf)
-        .map_err(|e| SealError::Unavailable(format!("the system random source failed: {e}")))
 }
 
 fn key_error(path: &Path, what: &str, err: impl std::fmt::Display) -> SealError {
@@ -122,8 +81,7 @@ fn load_or_create_key(path: &Path) -> Result<[u8; KEY_LEN], SealError> {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
         Err(err) => return Err(key_error(path, "reading", err)),
     }
-    let mut key = [0u8; KEY_LEN];
-    random_bytes(&mut key)?;
+    let key = SealingCipher::random_key()?;
     let mut temp_path = path.as_os_str().to_owned();
     temp_path.push(format!(".{}.tmp", uuid::Uuid::now_v7()));
     let temp_path = PathBuf::from(temp_path);

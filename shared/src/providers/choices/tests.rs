@@ -97,6 +97,7 @@ fn streaming_handle(provider: &Arc<OneAtATime>) -> ProviderHandle {
         embeddings: None,
         choices: ChoiceSupport::OnePerCall,
         native_batch: None,
+        missing_env_key: None,
     }
 }
 

@@ -63,6 +63,10 @@ impl LmiTransport for HttpLmiTransport {
         response.bytes().await.map_err(|e| self.upstream.transport_error(&e))
     }
 
+    fn missing_env_key(&self) -> Option<&str> {
+        self.upstream.api_key.missing_env_var()
+    }
+
     async fn invoke_stream(
         &self,
         body: Bytes,

@@ -120,6 +120,7 @@ impl LmiProvider {
     pub fn handle(self) -> ProviderHandle {
         let name = self.name.clone();
         let embeds = self.schema == LmiSchema::Embedding;
+        let missing_env_key = self.transport.missing_env_key().map(str::to_owned);
         let provider = Arc::new(self);
         ProviderHandle {
             name,
@@ -128,6 +129,7 @@ impl LmiProvider {
             embeddings: embeds.then_some(provider as Arc<dyn EmbeddingProvider>),
             choices: ChoiceSupport::OnePerCall,
             native_batch: None,
+            missing_env_key,
         }
     }
 

@@ -31,6 +31,11 @@ pub trait LmiTransport: Send + Sync + std::fmt::Debug {
         headers: &[ExtraHeaderEntry],
         ctx: CallContext<'_>,
     ) -> Result<ByteStream, ProviderError>;
+
+    /// The environment variable holding the key this transport sends, when it is not set.
+    fn missing_env_key(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Opens the transport of a `type = "sagemaker"` provider. The router is given one at start-up

@@ -55,8 +55,10 @@ impl OpenAiProvider {
     pub fn handle(self) -> ProviderHandle {
         let name = self.upstream.provider.clone();
         let native_batch = self.config.batch == BatchMode::Native;
+        let missing_env_key = self.upstream.api_key.missing_env_var().map(str::to_owned);
         let provider = Arc::new(self);
         let mut handle = ProviderHandle::full(name, Arc::clone(&provider)).with_native_choices();
+        handle.missing_env_key = missing_env_key;
         if native_batch {
             handle.native_batch = Some(provider);
         }
