@@ -1031,8 +1031,11 @@ class FunctionUrlRelay(_LoopbackRelay):
         self.response_modes: list[str | None] = []
         super().__init__(self._relay, "function-url-relay")
 
+    def event_for(self, handler: Any, raw: bytes) -> dict[str, Any]:
+        return http_event_for(handler, raw, domain_name=self.DOMAIN, account_id="anonymous")
+
     def _relay(self, handler: Any) -> None:
-        event = http_event_for(handler, read_request_body(handler), domain_name=self.DOMAIN, account_id="anonymous")
+        event = self.event_for(handler, read_request_body(handler))
         with requests.post(self.emulator.invoke_url, json=event, stream=True, timeout=120) as answer:
             mode = answer.headers.get("lambda-runtime-function-response-mode")
             self.response_modes.append(mode)
@@ -1042,11 +1045,79 @@ class FunctionUrlRelay(_LoopbackRelay):
                     handler.send_header(name, value)
             handler.send_header("transfer-encoding", "chunked")
             handler.end_headers()
-            for chunk in answer.iter_content(chunk_size=None):
-                if chunk:
-                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    handler.wfile.flush()
-            handler.wfile.write(b"0\r\n\r\n")
+            try:
+                for chunk in answer.iter_content(chunk_size=None):
+                    if chunk:
+                        handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        handler.wfile.flush()
+                handler.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                handler.close_connection = True  # the client went away mid-stream
+
+
+class StreamingRestApiRelay(FunctionUrlRelay):
+    """A loopback HTTP server standing in for the stack's streaming REST API (stage `STAGE`, Lambda
+    proxy integrations with `responseTransferMode: STREAM`): each request becomes a REST (payload
+    1.0) proxy event, and the answer is relayed back chunk by chunk as the emulator hands it over.
+    Clients use `api_base` (the stage is in the path, as on the deployed API)."""
+
+    STAGE = "stream"
+    DOMAIN = "relay0rest0api.execute-api.us-east-1.amazonaws.com"
+
+    @property
+    def api_base(self) -> str:
+        return f"{self.base_url}/{self.STAGE}/v1"
+
+    def event_for(self, handler: Any, raw: bytes) -> dict[str, Any]:
+        return rest_event_for(handler, raw, stage=self.STAGE, domain_name=self.DOMAIN)
+
+
+def rest_event_for(handler: Any, raw: bytes, *, stage: str, domain_name: str) -> dict[str, Any]:
+    """The REST API (payload 1.0) proxy event API Gateway makes of the request `handler` serves,
+    whose path starts with `/<stage>`: headers as sent (and multi-valued), binary bodies
+    base64-encoded."""
+    import base64  # noqa: PLC0415
+    from urllib.parse import parse_qsl, urlsplit  # noqa: PLC0415
+
+    url = urlsplit(handler.path)
+    path = url.path.removeprefix(f"/{stage}") or "/"
+    headers: dict[str, str] = {}
+    multi: dict[str, list[str]] = {}
+    for name, value in handler.headers.items():
+        if name.lower() == "transfer-encoding":
+            continue
+        headers[name] = value
+        multi.setdefault(name, []).append(value)
+    content_type = (handler.headers.get("content-type") or "").lower()
+    binary = bool(raw) and not content_type.startswith(TEXT_CONTENT_TYPES)
+    query = parse_qsl(url.query, keep_blank_values=True)
+    return {
+        "resource": path,
+        "path": path,
+        "httpMethod": handler.command,
+        "headers": headers,
+        "multiValueHeaders": multi,
+        "queryStringParameters": dict(query) or None,
+        "multiValueQueryStringParameters": {k: [v for key, v in query if key == k] for k, _ in query} or None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": domain_name.split(".")[0],
+            "domainName": domain_name,
+            "domainPrefix": domain_name.split(".")[0],
+            "httpMethod": handler.command,
+            "identity": {"sourceIp": "127.0.0.1", "userAgent": handler.headers.get("user-agent", "")},
+            "path": f"/{stage}{path}",
+            "protocol": "HTTP/1.1",
+            "requestId": str(uuid.uuid4()),
+            "requestTimeEpoch": int(time.time() * 1000),
+            "resourcePath": path,
+            "stage": stage,
+        },
+        "body": (base64.b64encode(raw).decode() if binary else raw.decode()) if raw else None,
+        "isBase64Encoded": binary,
+    }
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-//! `nimbus keys create|list|revoke` against the embedded state (default) or DynamoDB.
+//! `nimbus keys create|list|revoke|reissue` against the embedded state (default) or DynamoDB.
 
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
@@ -46,6 +46,16 @@ pub enum KeysCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// Mint a new key for the project and name of key `key_id` and print it once, as JSON; the
+    /// old key is revoked unless --keep-old. Replaces keys minted before keys carried a tag.
+    Reissue {
+        key_id: String,
+        /// Leave the old key unrevoked (revoke it once its holders switched).
+        #[arg(long)]
+        keep_old: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
 }
 
 /// The state store `store` names (also used by `nimbus webhook-secrets`).
@@ -59,11 +69,12 @@ pub async fn state_store(store: &StoreArgs) -> anyhow::Result<Arc<dyn StateStore
 }
 
 /// The sealer of secrets kept in the store `store` names (used by `nimbus webhook-secrets`): the
-/// data directory's key file, or the KMS key `NIMBUS_SEALING_KEY_ID` names.
+/// data directory's key file, or on AWS the stack's (`NIMBUS_SEALING_KEY_PARAMETER`, or
+/// `NIMBUS_SEALING_KEY_ID` with `Sealing=kms`).
 pub async fn sealer(store: &StoreArgs) -> Arc<dyn CredentialSealer> {
     match store.backend {
         Backend::Embedded => Arc::new(embedded::sealer(&store.data_dir)),
-        Backend::Aws => Arc::new(aws::sealer().await),
+        Backend::Aws => aws::sealer().await,
     }
 }
 
@@ -89,6 +100,14 @@ pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
         KeysCommand::Revoke { key_id, store } => {
             let revoked = service(&store).await?.revoke(&key_id).await?;
             println!("{}", serde_json_line(&revoked)?);
+        }
+        KeysCommand::Reissue {
+            key_id,
+            keep_old,
+            store,
+        } => {
+            let created = service(&store).await?.reissue(&key_id, keep_old).await?;
+            println!("{}", serde_json_line(&created)?);
         }
     }
     Ok(())

@@ -7,7 +7,7 @@ use nimbus_shared::adapters::DeferredTasks;
 use nimbus_shared::app::{
     app_state, embedded, inference_service, job_dispatcher, scheduler, Adapters, AuthSettings, WorkerParts,
 };
-use nimbus_shared::auth::AuthMode;
+use nimbus_shared::auth::{AuthMode, UntaggedKeys};
 use nimbus_shared::batches::{BatchRecovery, BatchSettings};
 use nimbus_shared::config::Config;
 use nimbus_shared::http::body_deadline::{BodyTimeouts, DEFAULT_IDLE_TIMEOUT, DEFAULT_TOTAL_TIMEOUT};
@@ -247,7 +247,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut adapters = embedded::adapters(&args.data_dir)
         .with_context(|| format!("opening {}", args.data_dir.display()))?
         .with_webhook_urls(args.webhooks.url_policy())
-        .with_metrics(args.metrics.sink());
+        .with_metrics(args.metrics.sink())
+        .with_untagged_keys(UntaggedKeys::from_env()?);
     // Work handlers defer past the response; waited for (bounded) when the server stops.
     let deferred = Arc::new(DeferredTasks::new());
     adapters.after_response = Arc::clone(&deferred) as _;

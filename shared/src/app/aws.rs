@@ -40,7 +40,7 @@ fn job_queue(sdk_config: &aws_config::SdkConfig, jobs_url: String) -> SqsJobQueu
 }
 
 /// The sealer the environment chooses: KMS when it names a KMS key, else the Parameter Store key.
-fn sealer(sdk_config: &aws_config::SdkConfig) -> Arc<dyn CredentialSealer> {
+fn sealer_of(sdk_config: &aws_config::SdkConfig) -> Arc<dyn CredentialSealer> {
     if optional_env(SEALING_KEY_ENV).is_some() {
         Arc::new(KmsSealer::from_env(sdk_config))
     } else {
@@ -53,9 +53,11 @@ pub async fn state_store() -> Result<DynamoDbStateStore, String> {
     Ok(DynamoDbStateStore::new(&load_sdk_config().await, table))
 }
 
-/// The KMS sealer of the key `NIMBUS_SEALING_KEY_ID` names (calls fail naming it when unset).
-pub async fn sealer() -> KmsSealer {
-    KmsSealer::from_env(&load_sdk_config().await)
+/// The sealer the environment chooses, for a command outside Lambda (`nimbus webhook-secrets`):
+/// set `NIMBUS_SEALING_KEY_PARAMETER` (the stack's output `SealingKeyParameter`) or, on a stack
+/// with `Sealing=kms`, `NIMBUS_SEALING_KEY_ID` (output `SealingKeyId`).
+pub async fn sealer() -> Arc<dyn CredentialSealer> {
+    sealer_of(&load_sdk_config().await)
 }
 
 pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, String> {
@@ -67,6 +69,6 @@ pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, St
         Arc::new(S3BlobStore::new(sdk_config, bucket)),
         Arc::new(job_queue(sdk_config, queue_url)),
     )
-    .with_sealer(sealer(sdk_config))
+    .with_sealer(sealer_of(sdk_config))
     .with_metrics(EmfMetrics::for_lambda()))
 }

@@ -6,7 +6,7 @@ use super::table_access::{LambdaFunction, ScopedState};
 use super::{app_state, inference_service, lambda_host, Adapters, AuthSettings, WorkerParts};
 use crate::adapters::aws::load_sdk_config;
 use crate::adapters::DeferredTasks;
-use crate::auth::AuthMode;
+use crate::auth::{AuthMode, UntaggedKeys};
 use crate::batches::BatchSettings;
 use crate::config::{Config, LoadedConfig};
 use crate::http::{AppState, HttpSettings, PublicBaseUrl};
@@ -53,7 +53,9 @@ fn lambda_batch_settings(config: &Config) -> BatchSettings {
 async fn lambda_stack(function: LambdaFunction) -> Result<(LoadedConfig, Adapters), String> {
     let sdk_config = load_sdk_config().await;
     let config = ConfigSource::from_env()?.load(&sdk_config).await?;
-    let mut adapters = super::aws::adapters(&sdk_config).await?;
+    let mut adapters = super::aws::adapters(&sdk_config)
+        .await?
+        .with_untagged_keys(UntaggedKeys::from_env().map_err(|e| e.to_string())?);
     adapters.state = Arc::new(ScopedState::new(adapters.state, function));
     Ok((config, adapters))
 }
@@ -150,7 +152,7 @@ async fn http_function(
     })
 }
 
-/// The inference function (behind the HTTP API, and streaming behind its function URL).
+/// The inference function (behind the HTTP API, and streaming behind the streaming REST API).
 pub async fn inference_function() -> Result<HttpFunction, String> {
     http_function(LambdaFunction::Inference, crate::http::inference_router).await
 }

@@ -13,7 +13,7 @@ pub mod webhooks;
 use crate::adapters::records::{StateFeedbackStore, StateInferenceStore, StateModelCache};
 use crate::adapters::DeferredTasks;
 use crate::async_requests::{AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRunner, AsyncService, AsyncSettings};
-use crate::auth::{ApiKeyService, AuthMode, Authenticator};
+use crate::auth::{ApiKeyService, AuthMode, Authenticator, KeyTags, UntaggedKeys};
 use crate::batches::{BatchDeps, BatchRecovery, BatchService, BatchSettings, BatchWorker};
 use crate::config::{Config, LoadedConfig};
 use crate::files::sweep::FilesSweep;
@@ -55,10 +55,13 @@ pub struct Adapters {
     pub sealer: Arc<dyn CredentialSealer>,
     /// Where measurements go (EMF lines in Lambda, an in-memory registry locally).
     pub metrics: Arc<dyn MetricsSink>,
+    /// The API key tag secret, read once per process, and what untagged keys get.
+    pub key_tags: Arc<KeyTags>,
 }
 
 impl Adapters {
     pub fn new(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>, queue: Arc<dyn JobQueue>) -> Self {
+        let key_tags = Arc::new(KeyTags::new(Arc::clone(&state), UntaggedKeys::default()));
         Self {
             state,
             blobs,
@@ -70,7 +73,14 @@ impl Adapters {
             webhooks: webhooks::webhook_transport(UrlPolicy::default()),
             sealer: Arc::new(NoCredentialSealer),
             metrics: Arc::new(NoMetrics),
+            key_tags,
         }
+    }
+
+    /// Verify keys minted before keys carried a tag as `untagged` says.
+    pub fn with_untagged_keys(mut self, untagged: UntaggedKeys) -> Self {
+        self.key_tags = Arc::new(KeyTags::new(Arc::clone(&self.state), untagged));
+        self
     }
 
     /// Send measurements to `metrics` (webhook posts included).
@@ -95,6 +105,7 @@ impl Adapters {
 
     pub fn api_keys(&self) -> ApiKeyService {
         ApiKeyService::new(Arc::clone(&self.state), Arc::clone(&self.clock), Arc::clone(&self.ids))
+            .with_tags(Arc::clone(&self.key_tags))
     }
 }
 

@@ -33,8 +33,9 @@ pub struct TableAccess {
     pub writes: &'static [&'static [&'static str]],
 }
 
-/// Every request authenticates: its API key's record and the project's revocation version.
-const AUTH: &[&str] = &["api_key", "revocation"];
+/// Every request authenticates: its API key's record, the project's revocation version, and (once
+/// per process) the secret that tags keys (`auth::key_tags`).
+const AUTH: &[&str] = &["api_key", "revocation", "key_tag_secret"];
 /// What the batch engine keeps (a batch's records, its input and output files' records and holds,
 /// their expiry tasks, idempotency keys).
 const BATCH_WORK: &[&str] = &[
@@ -83,7 +84,7 @@ impl LambdaFunction {
             // The queued-work API: batches (a cancel may finish one here), async requests, webhook
             // secrets (a revocation bumps the project's `revocation` record) and endpoints.
             Self::Batches => TableAccess {
-                reads: &[&["api_key", "inference"]],
+                reads: &[&["api_key", "key_tag_secret", "inference"]],
                 writes: &[
                     BATCH_WORK,
                     ASYNC_WORK,

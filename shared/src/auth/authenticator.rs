@@ -1,4 +1,5 @@
-//! Per-request authentication. A verified key is cached only for its project's revocation version
+//! Per-request authentication. A key without its tag is refused with no read at all (see
+//! [`super::key_tags`]). A verified key is cached only for its project's revocation version
 //! (see [`super::revocations`]): a hot request costs one read (that version), and a key revoked in
 //! any process is refused on the next request here.
 
@@ -148,6 +149,16 @@ impl Authenticator {
     /// The principal of a valid, unrevoked key: one read (its project's revocation version) when
     /// cached; the key record otherwise.
     async fn verify(&self, key: &str) -> Result<Principal, AuthError> {
+        // A forged key (bad or missing tag) is refused before any read and is not cached: a flood
+        // of them neither costs reads nor evicts the keys that are cached.
+        let may_exist = self
+            .keys
+            .may_exist(key)
+            .await
+            .map_err(|e| AuthError::Backend(e.to_string()))?;
+        if !may_exist {
+            return Err(AuthError::Invalid);
+        }
         let cache_key = hex::encode(Sha256::digest(key.as_bytes()));
         let cached = self
             .verified

@@ -1,5 +1,8 @@
-//! Creating, verifying, listing and revoking API keys.
+//! Creating, verifying, listing and revoking API keys. A key is `nmb_<id>_<secret>.<tag>`: the tag
+//! (see [`super::key_tags`]) is checked before the key record is read, so a made-up key costs no
+//! read.
 
+use super::key_tags::{KeyTags, UntaggedKeys};
 use super::revocations::Revocations;
 use crate::ports::{Clock, IdSource, ListOrder, ListQuery, Record, StateStore, StorageError};
 use base64::Engine as _;
@@ -70,12 +73,24 @@ fn sha256_hex(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
-/// Split `nmb_<32 hex>_<secret>` into id and secret.
-fn parse_key(key: &str) -> Option<(&str, &str)> {
+/// The parts of a presented key.
+struct ParsedKey<'a> {
+    id: &'a str,
+    secret: &'a str,
+    /// `None` for a key minted before keys carried a tag.
+    tag: Option<&'a str>,
+}
+
+/// Split `nmb_<32 hex>_<secret>[.<tag>]` (the secret is URL-safe base64: no `.`).
+fn parse_key(key: &str) -> Option<ParsedKey<'_>> {
     let rest = key.strip_prefix(KEY_PREFIX)?;
-    let (id, secret) = rest.split_once('_')?;
+    let (body, tag) = match rest.split_once('.') {
+        Some((body, tag)) => (body, Some(tag)),
+        None => (rest, None),
+    };
+    let (id, secret) = body.split_once('_')?;
     let valid_id = id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit());
-    (valid_id && !secret.is_empty()).then_some((id, secret))
+    (valid_id && !secret.is_empty()).then_some(ParsedKey { id, secret, tag })
 }
 
 pub fn valid_project(project: &str) -> bool {
@@ -91,17 +106,26 @@ pub struct ApiKeyService {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdSource>,
     revocations: Revocations,
+    tags: Arc<KeyTags>,
 }
 
 impl ApiKeyService {
     pub fn new(state: Arc<dyn StateStore>, clock: Arc<dyn Clock>, ids: Arc<dyn IdSource>) -> Self {
         let revocations = Revocations::new(Arc::clone(&state), Arc::clone(&clock));
+        let tags = Arc::new(KeyTags::new(Arc::clone(&state), UntaggedKeys::default()));
         Self {
             state,
             clock,
             ids,
             revocations,
+            tags,
         }
+    }
+
+    /// Check tags with `tags` (the process's one [`KeyTags`], so its secret is read once).
+    pub fn with_tags(mut self, tags: Arc<KeyTags>) -> Self {
+        self.tags = tags;
+        self
     }
 
     /// The per-project revocation versions every revocation of a key bumps.
@@ -127,6 +151,7 @@ impl ApiKeyService {
         let mut secret_bytes = [0u8; 32];
         rand::rng().fill_bytes(&mut secret_bytes);
         let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret_bytes);
+        let tag = self.tags.tag_for_new_key(&key_id, &secret, self.clock.as_ref()).await?;
         let now_ms = self.clock.now_unix_ms();
         let stored = StoredKey {
             key_id: key_id.clone(),
@@ -148,15 +173,19 @@ impl ApiKeyService {
         self.state.create(&record).await?;
         Ok(CreatedApiKey {
             info: stored.into(),
-            api_key: format!("{KEY_PREFIX}{key_id}_{secret}"),
+            api_key: format!("{KEY_PREFIX}{key_id}_{secret}.{tag}"),
         })
     }
 
-    /// The project of a valid, unrevoked key.
+    /// The project of a valid, unrevoked key. A key whose tag is wrong or missing (unless
+    /// untagged keys are accepted) is refused before its record is read.
     pub async fn verify(&self, key: &str) -> Result<Option<ApiKeyInfo>, StorageError> {
-        let Some((key_id, secret)) = parse_key(key) else {
+        let Some(ParsedKey { id: key_id, secret, .. }) = parse_key(key) else {
             return Ok(None);
         };
+        if !self.may_exist(key).await? {
+            return Ok(None);
+        }
         let Some(record) = self.state.get(KIND, key_id).await? else {
             return Ok(None);
         };
@@ -167,6 +196,33 @@ impl ApiKeyService {
             .ct_eq(stored.secret_sha256.as_bytes())
             .into();
         Ok((matches && stored.revoked_at.is_none()).then(|| stored.into()))
+    }
+
+    /// Whether `key` is well formed and carries its tag (or is untagged while untagged keys are
+    /// accepted): what can be known without reading its record. No read once the process knows
+    /// the tag secret.
+    pub async fn may_exist(&self, key: &str) -> Result<bool, StorageError> {
+        let Some(ParsedKey { id, secret, tag }) = parse_key(key) else {
+            return Ok(false);
+        };
+        match tag {
+            Some(tag) => self.tags.check(id, secret, tag).await,
+            None => Ok(self.tags.untagged() == UntaggedKeys::Accept),
+        }
+    }
+
+    /// A new key for the project and name of `key_id`, which is revoked unless `keep_old` (so its
+    /// holders can switch first): how a key minted before keys carried a tag is replaced.
+    pub async fn reissue(&self, key_id: &str, keep_old: bool) -> Result<CreatedApiKey, KeyError> {
+        let old = self
+            .info(key_id)
+            .await?
+            .ok_or_else(|| KeyError::NotFound(key_id.to_owned()))?;
+        let created = self.create(&old.project, old.name).await?;
+        if !keep_old {
+            self.revoke(key_id).await?;
+        }
+        Ok(created)
     }
 
     /// Mark a key revoked, bumping its project's revocation version in the same write (so every
@@ -288,8 +344,64 @@ mod tests {
         let keys = ApiKeyService::new(state.clone(), Arc::new(SystemClock), Arc::new(UuidV7Ids));
         let created = keys.create("p", None).await.unwrap();
         let record = state.get(KIND, &created.info.key_id).await.unwrap().unwrap();
-        let (_, secret) = parse_key(&created.api_key).unwrap();
+        let secret = parse_key(&created.api_key).unwrap().secret;
         assert!(!record.body.to_string().contains(secret));
+    }
+
+    /// A key as minted before keys carried a tag: same record, no `.tag`.
+    fn untagged(key: &str) -> String {
+        key.split_once('.').unwrap().0.to_owned()
+    }
+
+    #[tokio::test]
+    async fn a_key_verifies_only_with_its_own_tag() {
+        let keys = service();
+        let created = keys.create("p", None).await.unwrap();
+        let (body, tag) = created.api_key.split_once('.').unwrap();
+        assert_eq!(tag.len(), 32);
+        assert!(keys.verify(&created.api_key).await.unwrap().is_some());
+        let other_tag = if tag.starts_with('0') { "1" } else { "0" };
+        let forged = format!("{body}.{other_tag}{}", &tag[1..]);
+        assert!(!keys.may_exist(&forged).await.unwrap());
+        assert!(keys.verify(&forged).await.unwrap().is_none());
+        // Another key's tag does not fit this key.
+        let other = keys.create("p", None).await.unwrap();
+        let swapped = format!("{body}.{}", other.api_key.split_once('.').unwrap().1);
+        assert!(keys.verify(&swapped).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn untagged_keys_are_refused_unless_accepted_for_a_migration() {
+        let state: Arc<dyn StateStore> = Arc::new(SqliteStateStore::in_memory().unwrap());
+        let service = |untagged| {
+            ApiKeyService::new(Arc::clone(&state), Arc::new(SystemClock), Arc::new(UuidV7Ids))
+                .with_tags(Arc::new(KeyTags::new(Arc::clone(&state), untagged)))
+        };
+        let created = service(UntaggedKeys::Refuse).create("p", None).await.unwrap();
+        let legacy = untagged(&created.api_key);
+        assert!(service(UntaggedKeys::Refuse).verify(&legacy).await.unwrap().is_none());
+        let accepting = service(UntaggedKeys::Accept);
+        assert_eq!(accepting.verify(&legacy).await.unwrap().unwrap().project, "p");
+        // Accepting untagged keys never lets a wrong tag through.
+        assert!(accepting
+            .verify(&format!("{legacy}.{}", "0".repeat(32)))
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn reissue_mints_a_tagged_key_for_the_same_project_and_revokes_the_old_one() {
+        let keys = service();
+        let old = keys.create("p", Some("ci".into())).await.unwrap();
+        let kept = keys.reissue(&old.info.key_id, true).await.unwrap();
+        assert!(keys.verify(&old.api_key).await.unwrap().is_some());
+        let new = keys.reissue(&old.info.key_id, false).await.unwrap();
+        assert_eq!((new.info.project.as_str(), new.info.name.as_deref()), ("p", Some("ci")));
+        assert!(keys.verify(&new.api_key).await.unwrap().is_some());
+        assert!(keys.verify(&kept.api_key).await.unwrap().is_some());
+        assert!(keys.verify(&old.api_key).await.unwrap().is_none());
+        assert!(matches!(keys.reissue("nope", false).await, Err(KeyError::NotFound(_))));
     }
 
     #[tokio::test]

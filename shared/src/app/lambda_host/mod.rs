@@ -1,7 +1,7 @@
 //! How the HTTP functions run in Lambda: one runtime loop that answers each invocation buffered
-//! (API Gateway) or streamed (the function URL), see [`response_mode`], and that finishes the
-//! work handlers deferred after the response and before the environment may freeze, see
-//! [`after_invocation`] and [`sent_body`].
+//! (the HTTP API) or streamed (the streaming REST API, a function URL), see [`response_mode`],
+//! and that finishes the work handlers deferred after the response and before the environment
+//! may freeze, see [`after_invocation`] and [`sent_body`].
 
 mod after_invocation;
 mod response_mode;

@@ -1,7 +1,11 @@
 //! One runtime loop answers both ways. The HTTP API invokes the function with `Invoke` and needs
-//! a buffered proxy response; the function URL (invoke mode `RESPONSE_STREAM`) invokes it with
-//! `InvokeWithResponseStream` and needs the streaming format (a JSON prelude, eight NUL bytes,
-//! then the body as it is produced). Each answer takes the form its invocation's front expects.
+//! a buffered proxy response; the streaming REST API (a Lambda proxy integration with
+//! `responseTransferMode: STREAM`) invokes it with `InvokeWithResponseStream` and needs the
+//! streaming format (a JSON prelude, eight NUL bytes, then the body as it is produced), as a
+//! function URL in `RESPONSE_STREAM` mode would. Each answer takes the form its invocation's front
+//! expects. The Runtime API does not say how an invocation was made, so the event's shape does: a
+//! REST (payload 1.0) proxy event comes only from the streaming REST API in this stack, an HTTP API
+//! (payload 2.0) one from the HTTP API, unless its request context names a function URL host.
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, TryFutureExt};
@@ -13,17 +17,20 @@ use std::task::{Context, Poll};
 /// How the Lambda service wants an invocation answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResponseMode {
-    /// One proxy response object (API Gateway HTTP and REST APIs, ALB).
+    /// One proxy response object (the HTTP API, ALB).
     Buffered,
-    /// The streaming format, body chunks as they come (a function URL in `RESPONSE_STREAM` mode).
+    /// The streaming format, body chunks as they come (the streaming REST API, or a function URL
+    /// in `RESPONSE_STREAM` mode).
     Streamed,
 }
 
 impl ResponseMode {
-    /// Function URL events look like HTTP API (payload 2.0) events; their request context names
-    /// the function URL's own host, `<url-id>.lambda-url.<region>.on.aws`.
+    /// REST API (payload 1.0) events stream: every integration of the stack's REST API is a
+    /// streaming one. Function URL events look like HTTP API (payload 2.0) events; their request
+    /// context names the function URL's own host, `<url-id>.lambda-url.<region>.on.aws`.
     pub fn of(event: &LambdaRequest) -> Self {
         match event {
+            LambdaRequest::ApiGatewayV1(_) => Self::Streamed,
             LambdaRequest::ApiGatewayV2(request)
                 if is_function_url_host(request.request_context.domain_name.as_deref()) =>
             {
@@ -109,10 +116,10 @@ mod tests {
     const REST_API: &str = include_str!("../../../../infra/events/inference-chat-rest-v1.json");
 
     #[test]
-    fn function_urls_stream_and_api_gateway_is_answered_whole() {
+    fn the_streaming_rest_api_and_function_urls_stream_and_the_http_api_is_answered_whole() {
+        assert_eq!(ResponseMode::of(&event(REST_API)), ResponseMode::Streamed);
         assert_eq!(ResponseMode::of(&event(FUNCTION_URL)), ResponseMode::Streamed);
         assert_eq!(ResponseMode::of(&event(HTTP_API)), ResponseMode::Buffered);
-        assert_eq!(ResponseMode::of(&event(REST_API)), ResponseMode::Buffered);
     }
 
     #[test]
@@ -155,18 +162,35 @@ mod tests {
         ByResponseMode::new(lambda_http::Adapter::from(router.clone()), StreamAdapter::from(router))
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_function_url_invocation_gets_the_body_chunk_by_chunk() {
+    /// The slow route's body, which `event` must get as a stream, chunk by chunk.
+    async fn assert_streamed(event: LambdaRequest) {
         let response = handler(slow_stream_router())
-            .call(lambda_event(FUNCTION_URL))
+            .call(LambdaEvent::new(event, InvocationContext::default()))
             .await
             .unwrap();
         let FunctionResponse::StreamingResponse(response) = response else {
-            panic!("a function URL invocation must be answered as a stream");
+            panic!("this invocation must be answered as a stream");
         };
         assert_eq!(response.metadata_prelude.status_code, 200);
         let chunks: Vec<_> = response.stream.map(|chunk| chunk.unwrap()).collect().await;
         assert_eq!(chunks, [&b"first "[..], &b"second"[..]]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_function_url_invocation_gets_the_body_chunk_by_chunk() {
+        assert_streamed(event(FUNCTION_URL)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rest_api_invocation_gets_the_body_chunk_by_chunk() {
+        let mut event = event(REST_API);
+        if let LambdaRequest::ApiGatewayV1(request) = &mut event {
+            request.path = Some("/v1/models".into());
+            request.http_method = axum::http::Method::GET;
+            // The deployed functions drop the stage from the path (AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH).
+            request.request_context.stage = None;
+        }
+        assert_streamed(event).await;
     }
 
     #[tokio::test(start_paused = true)]
