@@ -6,7 +6,9 @@
 //! and opening fail naming it.
 
 use super::Adapters;
-use crate::adapters::aws::{load_sdk_config, DynamoDbStateStore, EmfMetrics, KmsSealer, S3BlobStore, SqsJobQueue};
+use crate::adapters::aws::{
+    load_sdk_config, DynamoDbStateStore, EmfMetrics, KmsSealer, S3BlobStore, SqsJobQueue, SsmParameters,
+};
 use crate::ports::Priority;
 use std::sync::Arc;
 
@@ -49,5 +51,6 @@ pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, St
         Arc::new(job_queue(sdk_config, queue_url)),
     )
     .with_sealer(Arc::new(KmsSealer::from_env(sdk_config)))
+    .with_provider_secrets(Arc::new(SsmParameters::new(sdk_config)))
     .with_metrics(EmfMetrics::for_lambda()))
 }

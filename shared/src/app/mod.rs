@@ -24,8 +24,9 @@ use crate::inference::InferenceService;
 use crate::jobs::{JobDispatcher, JobFamily};
 use crate::lmi_api::LmiApi;
 use crate::ports::{
-    AfterResponse, BlobStore, Clock, CredentialSealer, FeedbackStore, IdSource, InferenceStore, JobQueue, MetricsSink,
-    ModelCache, NoCredentialSealer, NoMetrics, StateStore, SystemClock, UuidV7Ids, WebhookTransport,
+    AfterResponse, BlobStore, CachedProviderSecrets, Clock, CredentialSealer, FeedbackStore, IdSource, InferenceStore,
+    JobQueue, MetricsSink, ModelCache, NoCredentialSealer, NoMetrics, NoProviderSecrets, ProviderSecrets, StateStore,
+    SystemClock, UuidV7Ids, WebhookTransport,
 };
 use crate::providers::router::ModelRouter;
 use crate::scheduler::Scheduler;
@@ -54,6 +55,9 @@ pub struct Adapters {
     pub sealer: Arc<dyn CredentialSealer>,
     /// Where measurements go (EMF lines in Lambda, an in-memory registry locally).
     pub metrics: Arc<dyn MetricsSink>,
+    /// Reads providers' `ssm::` keys (SSM on AWS, files under the data directory locally), each
+    /// once per process ([`Adapters::with_provider_secrets`]); without one, such keys fail.
+    pub provider_secrets: Arc<dyn ProviderSecrets>,
 }
 
 impl Adapters {
@@ -69,7 +73,15 @@ impl Adapters {
             webhooks: webhooks::webhook_transport(UrlPolicy::default()),
             sealer: Arc::new(NoCredentialSealer),
             metrics: Arc::new(NoMetrics),
+            provider_secrets: Arc::new(NoProviderSecrets),
         }
+    }
+
+    /// Read providers' `ssm::` keys from `store`, each once per process (kept after the first
+    /// successful read; a failed read is tried again on the next use).
+    pub fn with_provider_secrets(mut self, store: Arc<dyn ProviderSecrets>) -> Self {
+        self.provider_secrets = Arc::new(CachedProviderSecrets::new(store));
+        self
     }
 
     /// Send measurements to `metrics` (webhook posts included).
@@ -188,7 +200,7 @@ pub fn batch_service(
 /// The inference layer for a validated configuration.
 pub fn inference_service(config: &Config, adapters: &Adapters) -> Result<Arc<InferenceService>, String> {
     let sagemaker = Arc::new(crate::adapters::sagemaker_runtime::SageMakerRuntime::default());
-    let router = ModelRouter::from_config(config, sagemaker)
+    let router = ModelRouter::from_config(config, sagemaker, Arc::clone(&adapters.provider_secrets))
         .map_err(|e| e.to_string())?
         .with_metrics(Arc::clone(&adapters.metrics));
     Ok(Arc::new(InferenceService::new(

@@ -1,4 +1,4 @@
-//! AWS adapters: S3 blobs, DynamoDB state, SQS queue, KMS credential sealing. Clients come from the environment
+//! AWS adapters: S3 blobs, DynamoDB state, SQS queue, KMS credential sealing, SSM provider keys. Clients come from the environment
 //! (`AWS_REGION`, credentials, and `AWS_ENDPOINT_URL` for moto or other endpoints).
 
 mod dynamodb_state;
@@ -6,12 +6,14 @@ mod emf_metrics;
 mod kms_sealer;
 mod s3_blobs;
 mod sqs_queue;
+mod ssm_parameters;
 
 pub use dynamodb_state::DynamoDbStateStore;
 pub use emf_metrics::{emf_line, EmfMetrics};
 pub use kms_sealer::{KmsSealer, SEALING_KEY_ENV};
 pub use s3_blobs::S3BlobStore;
 pub use sqs_queue::{delivered_receipt, SqsJobQueue};
+pub use ssm_parameters::SsmParameters;
 
 /// The SDK's HTTPS client: rustls with ring, the same crypto the provider HTTP client uses, so
 /// the binary carries one TLS stack (smaller, faster cold start).
