@@ -266,6 +266,7 @@ SDK_CALLS = {
     "kms:Decrypt": ["decrypt"],
     "sagemaker:InvokeEndpoint": ["invoke_endpoint"],
     "sagemaker:InvokeEndpointWithResponseStream": ["invoke_endpoint_with_response_stream"],
+    "ssm:GetParameter": ["get_parameter"],
 }
 POLLED_BY_THE_EVENT_SOURCE = {"sqs:ReceiveMessage", "sqs:GetQueueAttributes"}
 
