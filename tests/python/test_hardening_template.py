@@ -268,6 +268,7 @@ SDK_CALLS = {
     "ssm:PutParameter": ["put_parameter"],
     "sagemaker:InvokeEndpoint": ["invoke_endpoint"],
     "sagemaker:InvokeEndpointWithResponseStream": ["invoke_endpoint_with_response_stream"],
+    "ssm:GetParameter": ["get_parameter"],
 }
 POLLED_BY_THE_EVENT_SOURCE = {"sqs:ReceiveMessage", "sqs:GetQueueAttributes"}
 

@@ -9,7 +9,7 @@
 use super::Adapters;
 use crate::adapters::aws::{
     load_sdk_config, DynamoDbStateStore, EmfMetrics, KmsSealer, ParameterKeySealer, S3BlobStore, SqsJobQueue,
-    SEALING_KEY_ENV,
+    SsmParameters, SEALING_KEY_ENV,
 };
 use crate::ports::CredentialSealer;
 use crate::ports::Priority;
@@ -70,5 +70,6 @@ pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, St
         Arc::new(job_queue(sdk_config, queue_url)),
     )
     .with_sealer(sealer_of(sdk_config))
+    .with_provider_secrets(Arc::new(SsmParameters::new(sdk_config)))
     .with_metrics(EmfMetrics::for_lambda()))
 }

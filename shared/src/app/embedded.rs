@@ -1,8 +1,11 @@
-//! The embedded stack under one data directory: `state.sqlite3`, `blobs/`, in-process queue, and
-//! `sealing.key` (the key sealing credentials at rest, made on first use).
+//! The embedded stack under one data directory: `state.sqlite3`, `blobs/`, in-process queue,
+//! `sealing.key` (the key sealing credentials at rest, made on first use), and `parameters/` (the
+//! providers' `ssm::` keys, one file each).
 
 use super::Adapters;
-use crate::adapters::embedded::{FileBlobStore, LocalSealer, MemoryQueue, PrometheusMetrics, SqliteStateStore};
+use crate::adapters::embedded::{
+    FileBlobStore, LocalParameters, LocalSealer, MemoryQueue, PrometheusMetrics, SqliteStateStore,
+};
 use crate::ports::StorageError;
 use std::path::Path;
 use std::sync::Arc;
@@ -27,5 +30,6 @@ pub fn adapters(data_dir: &Path) -> Result<Adapters, StorageError> {
         Arc::new(MemoryQueue::new()),
     )
     .with_sealer(Arc::new(sealer(data_dir)))
+    .with_provider_secrets(Arc::new(LocalParameters::in_data_dir(data_dir)))
     .with_metrics(Arc::new(PrometheusMetrics::new())))
 }

@@ -49,10 +49,20 @@ fn lambda_batch_settings(config: &Config) -> BatchSettings {
     }
 }
 
+/// The environment variable holding the SSM path prefix (e.g. `/nimbus/`) a function's role may
+/// read provider keys under; set on the functions that call providers.
+pub const PROVIDER_KEY_PREFIX_ENV: &str = "NIMBUS_PROVIDER_KEY_PREFIX";
+
 /// The AWS stack of `function`: its state store reaches only the records its role allows.
 async fn lambda_stack(function: LambdaFunction) -> Result<(LoadedConfig, Adapters), String> {
     let sdk_config = load_sdk_config().await;
     let config = ConfigSource::from_env()?.load(&sdk_config).await?;
+    if let Some(prefix) = std::env::var(PROVIDER_KEY_PREFIX_ENV).ok().filter(|p| !p.is_empty()) {
+        config
+            .config
+            .check_key_parameter_prefix(&prefix)
+            .map_err(|e| e.to_string())?;
+    }
     let mut adapters = super::aws::adapters(&sdk_config)
         .await?
         .with_untagged_keys(UntaggedKeys::from_env().map_err(|e| e.to_string())?);

@@ -25,8 +25,9 @@ use crate::inference::InferenceService;
 use crate::jobs::{JobDispatcher, JobFamily};
 use crate::lmi_api::LmiApi;
 use crate::ports::{
-    AfterResponse, BlobStore, Clock, CredentialSealer, FeedbackStore, IdSource, InferenceStore, JobQueue, MetricsSink,
-    ModelCache, NoCredentialSealer, NoMetrics, StateStore, SystemClock, UuidV7Ids, WebhookTransport,
+    AfterResponse, BlobStore, CachedProviderSecrets, Clock, CredentialSealer, FeedbackStore, IdSource, InferenceStore,
+    JobQueue, MetricsSink, ModelCache, NoCredentialSealer, NoMetrics, NoProviderSecrets, ProviderSecrets, StateStore,
+    SystemClock, UuidV7Ids, WebhookTransport,
 };
 use crate::providers::router::ModelRouter;
 use crate::scheduler::Scheduler;
@@ -57,6 +58,9 @@ pub struct Adapters {
     pub metrics: Arc<dyn MetricsSink>,
     /// The API key tag secret, read once per process, and what untagged keys get.
     pub key_tags: Arc<KeyTags>,
+    /// Reads providers' `ssm::` keys (SSM on AWS, files under the data directory locally), each
+    /// once per process ([`Adapters::with_provider_secrets`]); without one, such keys fail.
+    pub provider_secrets: Arc<dyn ProviderSecrets>,
 }
 
 impl Adapters {
@@ -74,12 +78,20 @@ impl Adapters {
             sealer: Arc::new(NoCredentialSealer),
             metrics: Arc::new(NoMetrics),
             key_tags,
+            provider_secrets: Arc::new(NoProviderSecrets),
         }
     }
 
     /// Verify keys minted before keys carried a tag as `untagged` says.
     pub fn with_untagged_keys(mut self, untagged: UntaggedKeys) -> Self {
         self.key_tags = Arc::new(KeyTags::new(Arc::clone(&self.state), untagged));
+        self
+    }
+
+    /// Read providers' `ssm::` keys from `store`, each once per process (kept after the first
+    /// successful read; a failed read is tried again on the next use).
+    pub fn with_provider_secrets(mut self, store: Arc<dyn ProviderSecrets>) -> Self {
+        self.provider_secrets = Arc::new(CachedProviderSecrets::new(store));
         self
     }
 
@@ -200,7 +212,7 @@ pub fn batch_service(
 /// The inference layer for a validated configuration.
 pub fn inference_service(config: &Config, adapters: &Adapters) -> Result<Arc<InferenceService>, String> {
     let sagemaker = Arc::new(crate::adapters::sagemaker_runtime::SageMakerRuntime::default());
-    let router = ModelRouter::from_config(config, sagemaker)
+    let router = ModelRouter::from_config(config, sagemaker, Arc::clone(&adapters.provider_secrets))
         .map_err(|e| e.to_string())?
         .with_metrics(Arc::clone(&adapters.metrics));
     Ok(Arc::new(InferenceService::new(

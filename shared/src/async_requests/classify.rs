@@ -72,7 +72,7 @@ pub(crate) fn inference_failure(error: InferenceError) -> RunFailure {
                 (code, retryable, *retry_after)
             }
             Some(ProviderError::Timeout { .. }) => (MODEL_PREDICT_TIMEOUT, true, None),
-            Some(ProviderError::Connection(_)) => (MODEL_UNAVAILABLE, true, None),
+            Some(ProviderError::Connection(_) | ProviderError::KeyUnavailable(_)) => (MODEL_UNAVAILABLE, true, None),
             Some(ProviderError::InvalidResponse(_)) | None => (MODEL_PREDICT_ERROR, false, None),
             Some(_) => (MODEL_INVALID_INPUT, false, None),
         },

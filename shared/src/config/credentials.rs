@@ -3,11 +3,19 @@
 use serde::{Deserialize, Deserializer};
 use std::fmt;
 
-/// `env::VAR` (read from the environment), `dynamic::NAME` (supplied per request in the body's
-/// `credentials` object), or `none`.
+/// The longest parameter name SSM takes (its limit on a fully qualified name).
+const MAX_PARAMETER_NAME: usize = 1011;
+/// The deepest parameter hierarchy SSM takes (`/a/b/…`, 15 levels).
+const MAX_PARAMETER_LEVELS: usize = 15;
+
+/// `env::VAR` (read from the environment), `ssm::/PARAMETER/NAME` (a parameter of the
+/// deployment's parameter store, read on first use: an SSM SecureString on AWS, a file under the
+/// data directory locally), `dynamic::NAME` (supplied per request in the body's `credentials`
+/// object), or `none`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CredentialLocation {
     Env(String),
+    Ssm(String),
     Dynamic(String),
     None,
 }
@@ -24,21 +32,77 @@ impl CredentialLocation {
                 return Ok(Self::Env(var.to_owned()));
             }
         }
+        if let Some(name) = text.strip_prefix("ssm::") {
+            return check_parameter_name(name)
+                .map(|()| Self::Ssm(name.to_owned()))
+                .map_err(|problem| format!("invalid credential location `{text}`: {problem}"));
+        }
         if let Some(name) = text.strip_prefix("dynamic::") {
             if valid_name(name) {
                 return Ok(Self::Dynamic(name.to_owned()));
             }
         }
         Err(format!(
-            "invalid credential location `{text}`: expected `env::VARIABLE`, `dynamic::NAME` or `none`"
+            "invalid credential location `{text}`: expected `env::VARIABLE`, `ssm::/PARAMETER/NAME`, \
+             `dynamic::NAME` or `none`"
         ))
     }
+
+    /// The parameter name of an `ssm::` location.
+    pub fn parameter(&self) -> Option<&str> {
+        match self {
+            Self::Ssm(name) => Some(name),
+            _ => None,
+        }
+    }
+}
+
+/// A parameter name as SSM takes it, fully qualified: `/` then segments of letters, digits and
+/// `_.-` joined by `/`, at most 15 levels and 1011 characters, not under SSM's reserved `/aws` or
+/// `/ssm`. `.` and `..` segments are refused too (locally the name is a path).
+fn check_parameter_name(name: &str) -> Result<(), String> {
+    let Some(path) = name.strip_prefix('/') else {
+        return Err("the parameter name must start with `/` (e.g. `ssm::/nimbus/openai-api-key`)".to_owned());
+    };
+    if name.len() > MAX_PARAMETER_NAME {
+        return Err(format!(
+            "the parameter name is longer than {MAX_PARAMETER_NAME} characters"
+        ));
+    }
+    let segments: Vec<&str> = path.split('/').collect();
+    if segments.len() > MAX_PARAMETER_LEVELS {
+        return Err(format!(
+            "the parameter name has more than {MAX_PARAMETER_LEVELS} levels"
+        ));
+    }
+    for segment in &segments {
+        if segment.is_empty() {
+            return Err("the parameter name has an empty segment (`//` or a trailing `/`)".to_owned());
+        }
+        if *segment == "." || *segment == ".." {
+            return Err(format!("the parameter name has a `{segment}` segment"));
+        }
+        if let Some(bad) = segment
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+        {
+            return Err(format!(
+                "the parameter name holds `{bad}`: only letters, digits, `_`, `.`, `-` and `/` are allowed"
+            ));
+        }
+    }
+    let first = segments.first().map(|s| s.to_ascii_lowercase()).unwrap_or_default();
+    if first.starts_with("aws") || first.starts_with("ssm") {
+        return Err("parameter names starting with `/aws` or `/ssm` are reserved by AWS".to_owned());
+    }
+    Ok(())
 }
 
 impl fmt::Display for CredentialLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Env(var) => write!(f, "env::{var}"),
+            Self::Ssm(name) => write!(f, "ssm::{name}"),
             Self::Dynamic(name) => write!(f, "dynamic::{name}"),
             Self::None => f.write_str("none"),
         }
@@ -48,6 +112,47 @@ impl fmt::Display for CredentialLocation {
 impl<'de> Deserialize<'de> for CredentialLocation {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        Self::parse(&text).map_err(serde::de::Error::custom)
+        // Providers are tagged by `type`, so the error's path stops at the provider: name the field.
+        Self::parse(&text).map_err(|e| serde::de::Error::custom(format!("api_key_location: {e}")))
+    }
+}
+
+impl super::Config {
+    /// Every `ssm::` key of a configured provider, with the config key naming it
+    /// (`models.M.providers.P.api_key_location`).
+    pub fn key_parameters(&self) -> Vec<(String, &str)> {
+        let mut found = Vec::new();
+        for (model_name, model) in &self.models {
+            for (provider_name, provider) in &model.providers {
+                let location = match provider {
+                    super::ProviderConfig::Openai(c) => &c.api_key_location,
+                    super::ProviderConfig::Lmi(c) => &c.api_key_location,
+                    super::ProviderConfig::Dummy(_) | super::ProviderConfig::Sagemaker(_) => continue,
+                };
+                if let Some(name) = location.parameter() {
+                    found.push((
+                        format!("models.{model_name}.providers.{provider_name}.api_key_location"),
+                        name,
+                    ));
+                }
+            }
+        }
+        found
+    }
+
+    /// Every `ssm::` key is under `prefix` (e.g. `/nimbus/`), the only parameters a deployed
+    /// function may read: checked at start-up, so a key outside fails the deploy's first
+    /// invocation with the config key named rather than each request with an access error.
+    pub fn check_key_parameter_prefix(&self, prefix: &str) -> Result<(), super::ConfigError> {
+        match self.key_parameters().into_iter().find(|(_, name)| !name.starts_with(prefix)) {
+            Some((key, name)) => Err(super::ConfigError::invalid(
+                key,
+                format!(
+                    "the parameter `{name}` is outside `{prefix}`, the prefix this stack's functions may read \
+                     (the template parameter ProviderKeyParameterPrefix): rename it under the prefix or change the prefix"
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 }

@@ -94,10 +94,101 @@ fn bad_values_are_named() {
 
 #[test]
 fn credential_locations_round_trip() {
-    for text in ["env::OPENAI_API_KEY", "dynamic::k", "none"] {
+    for text in [
+        "env::OPENAI_API_KEY",
+        "ssm::/nimbus/openai-api-key",
+        "ssm::/Prod/team_a/v1.2/key",
+        "dynamic::k",
+        "none",
+    ] {
         assert_eq!(CredentialLocation::parse(text).unwrap().to_string(), text);
     }
     assert!(CredentialLocation::parse("env::").is_err());
+    assert_eq!(
+        CredentialLocation::parse("ssm::/nimbus/openai-api-key").unwrap(),
+        CredentialLocation::Ssm("/nimbus/openai-api-key".into())
+    );
+}
+
+/// `ssm::` names as SSM takes them, each refusal saying what is wrong and naming the field.
+#[test]
+fn ssm_parameter_names_are_checked_at_load() {
+    let deep = format!("ssm::{}", "/a".repeat(16));
+    let long = format!("ssm::/{}", "k".repeat(1011));
+    let cases = [
+        ("ssm::nimbus/key", "must start with `/`"),
+        ("ssm::", "must start with `/`"),
+        ("ssm::/", "empty segment"),
+        ("ssm::/nimbus//key", "empty segment"),
+        ("ssm::/nimbus/key/", "empty segment"),
+        ("ssm::/nimbus/../key", "`..` segment"),
+        ("ssm::/nimbus/my key", "holds ` `"),
+        ("ssm::/nimbus/key*", "holds `*`"),
+        ("ssm::/aws/reference/secretsmanager/x", "reserved by AWS"),
+        ("ssm::/SSM-things/key", "reserved by AWS"),
+        (deep.as_str(), "more than 15 levels"),
+        (long.as_str(), "longer than 1011"),
+    ];
+    for (location, problem) in cases {
+        let text = format!(
+            "[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"openai\"\nmodel_name=\"x\"\napi_key_location=\"{location}\"\n"
+        );
+        let err = expect_error(&text);
+        assert!(err.contains("models.m.providers.p"), "{location}: {err}");
+        assert!(
+            err.contains("api_key_location: invalid credential location"),
+            "{location}: {err}"
+        );
+        assert!(err.contains(problem), "{location}: {err}");
+    }
+    // The same form on an LMI provider.
+    let err = expect_error(
+        "[models.m]\nrouting=[\"p\"]\n[models.m.providers.p]\ntype=\"lmi\"\nendpoint_url=\"http://x/invocations\"\napi_key_location=\"ssm::key\"\n",
+    );
+    assert!(
+        err.contains("api_key_location: invalid credential location `ssm::key`"),
+        "{err}"
+    );
+}
+
+/// A deployed function may read parameters under its prefix only: one outside is named at start-up.
+#[test]
+fn key_parameters_outside_the_stacks_prefix_are_refused_naming_the_field() {
+    let config = Config::from_toml(
+        r#"
+[models.m]
+routing = ["a", "b", "c", "d"]
+[models.m.providers.a]
+type = "openai"
+model_name = "x"
+api_key_location = "ssm::/nimbus/openai-api-key"
+[models.m.providers.b]
+type = "lmi"
+endpoint_url = "http://lmi.internal/invocations"
+api_key_location = "ssm::/other/lmi-key"
+[models.m.providers.c]
+type = "openai"
+model_name = "x"
+api_key_location = "env::OPENAI_API_KEY"
+[models.m.providers.d]
+type = "dummy"
+"#,
+    )
+    .unwrap();
+    assert_eq!(
+        config.key_parameters(),
+        vec![
+            (
+                "models.m.providers.a.api_key_location".to_owned(),
+                "/nimbus/openai-api-key"
+            ),
+            ("models.m.providers.b.api_key_location".to_owned(), "/other/lmi-key"),
+        ]
+    );
+    let err = config.check_key_parameter_prefix("/nimbus/").unwrap_err().to_string();
+    assert!(err.contains("models.m.providers.b.api_key_location"), "{err}");
+    assert!(err.contains("`/other/lmi-key` is outside `/nimbus/`"), "{err}");
+    assert!(config.check_key_parameter_prefix("/").is_ok());
 }
 
 fn header(name: &str, value: Option<&str>) -> ExtraHeaderEntry {

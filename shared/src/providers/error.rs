@@ -27,9 +27,14 @@ pub enum ProviderError {
     /// A `dynamic::NAME` credential was not supplied with the request.
     #[error("missing dynamic credential `{0}`: pass it in the request body's `credentials` object")]
     MissingCredential(String),
-    /// The provider cannot be called as configured (e.g. an `env::` credential is not set).
+    /// The provider cannot be called as configured (e.g. an `env::` credential is not set, or
+    /// an `ssm::` parameter does not exist).
     #[error("{0}")]
     Misconfigured(String),
+    /// The provider's key could not be read from the parameter store just now (throttled,
+    /// unreachable): retried like a connection failure, and read again on the next request.
+    #[error("{0}")]
+    KeyUnavailable(String),
     /// An `extra_body` entry sent with the request cannot be applied to this provider's body.
     #[error("{0}")]
     InvalidExtraBody(ExtraBodyError),
@@ -43,11 +48,12 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
-    /// Worth another attempt at the same provider: 408, 409, 429, 5xx and connection failures.
+    /// Worth another attempt at the same provider: 408, 409, 429, 5xx, connection failures and a
+    /// key the parameter store could not give just now.
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Http { status, .. } => matches!(status, 408 | 409 | 429) || *status >= 500,
-            Self::Connection(_) => true,
+            Self::Connection(_) | Self::KeyUnavailable(_) => true,
             Self::Timeout { .. }
             | Self::InvalidResponse(_)
             | Self::MissingCredential(_)

@@ -44,7 +44,7 @@ pub(crate) struct HttpUpstream {
 impl HttpUpstream {
     /// A JSON POST of `body` to `url`, made ready by [`Self::prepare`]; `whole_request_timeout`
     /// bounds the call by the provider's timeout (not for streams, which their reader times).
-    pub fn post_json(
+    pub async fn post_json(
         &self,
         url: &str,
         body: impl Into<reqwest::Body>,
@@ -58,12 +58,13 @@ impl HttpUpstream {
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(body);
         self.prepare(builder, whole_request_timeout.then_some(self.timeout), headers, ctx)
+            .await
     }
 
     /// `builder` as this upstream takes it: bounded by `timeout` when given, with the API key as
     /// a bearer token, then the headers: the request's placed before the configured ones, the
     /// configured ones, the request's placed after (a header without a value removes it).
-    pub fn prepare(
+    pub async fn prepare(
         &self,
         mut builder: reqwest::RequestBuilder,
         timeout: Option<Duration>,
@@ -73,7 +74,7 @@ impl HttpUpstream {
         if let Some(timeout) = timeout {
             builder = builder.timeout(timeout);
         }
-        if let Some(key) = self.api_key.key(&self.provider, ctx)? {
+        if let Some(key) = self.api_key.key(&self.provider, ctx).await? {
             builder = builder.bearer_auth(key);
         }
         let mut request = builder.build().map_err(|e| self.transport_error(&e))?;

@@ -17,7 +17,7 @@ use super::{
 use crate::config::{shorthand_model, Config, ModelConfig, ProviderConfig};
 use crate::model::{ModelRequest, ModelResponse};
 use crate::openai::embeddings::EmbeddingRequest;
-use crate::ports::{MetricUnit, MetricsSink, NoMetrics};
+use crate::ports::{MetricUnit, MetricsSink, NoMetrics, NoProviderSecrets, ProviderSecrets};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use std::collections::{BTreeMap, HashMap};
@@ -96,6 +96,8 @@ pub struct ModelRouter {
     policy: RetryPolicy,
     /// Opens `type = "sagemaker"` providers' transports.
     sagemaker: Option<Arc<dyn SageMakerConnector>>,
+    /// Reads the `ssm::` keys of providers (shorthand ones included).
+    secrets: Arc<dyn ProviderSecrets>,
     /// Provider calls, retries and fallbacks are measured here.
     metrics: Arc<dyn MetricsSink>,
 }
@@ -108,6 +110,7 @@ impl ModelRouter {
             shorthand_client: OnceLock::new(),
             policy,
             sagemaker: None,
+            secrets: Arc::new(NoProviderSecrets),
             metrics: Arc::new(NoMetrics),
         }
     }
@@ -119,14 +122,24 @@ impl ModelRouter {
     }
 
     /// Build every provider of every model in the (validated) configuration; `sagemaker` opens
-    /// the transports of SageMaker providers.
-    pub fn from_config(config: &Config, sagemaker: Arc<dyn SageMakerConnector>) -> Result<Self, ProviderBuildError> {
+    /// the transports of SageMaker providers, `secrets` reads the keys kept in the parameter store.
+    pub fn from_config(
+        config: &Config,
+        sagemaker: Arc<dyn SageMakerConnector>,
+        secrets: Arc<dyn ProviderSecrets>,
+    ) -> Result<Self, ProviderBuildError> {
         let mut models = Vec::new();
         for (name, model) in &config.models {
-            models.push(routed_model(name, model, None, Some(sagemaker.as_ref()))?);
+            let deps = ProviderDeps {
+                shared_client: None,
+                sagemaker: Some(sagemaker.as_ref()),
+                secrets: &secrets,
+            };
+            models.push(routed_model(name, model, deps)?);
         }
         let mut router = Self::new(models, RetryPolicy::from(&config.gateway.retries));
         router.sagemaker = Some(sagemaker);
+        router.secrets = secrets;
         Ok(router)
     }
 
@@ -177,15 +190,18 @@ impl ModelRouter {
         let config = shorthand_model(name).map_err(|_| RoutingError::ModelNotFound(name.to_owned()))?;
         let client = self.shorthand_client(&config);
         // The message leaves out the model name: it is the client's, quoted only where excerpted.
-        let model = routed_model(name, &config, client.as_ref(), self.sagemaker.as_deref()).map_err(|e| {
-            RoutingError::AllFailed {
-                model: name.to_owned(),
-                failures: vec![ProviderFailure {
-                    provider: e.provider,
-                    attempts: 0,
-                    error: ProviderError::Misconfigured(e.message),
-                }],
-            }
+        let deps = ProviderDeps {
+            shared_client: client.as_ref(),
+            sagemaker: self.sagemaker.as_deref(),
+            secrets: &self.secrets,
+        };
+        let model = routed_model(name, &config, deps).map_err(|e| RoutingError::AllFailed {
+            model: name.to_owned(),
+            failures: vec![ProviderFailure {
+                provider: e.provider,
+                attempts: 0,
+                error: ProviderError::Misconfigured(e.message),
+            }],
         })?;
         let model = Arc::new(model);
         if name.len() <= MAX_CACHED_NAME_LEN {
@@ -380,14 +396,22 @@ impl ModelRouter {
     }
 }
 
-/// Every provider of one model, in `routing` order; `shared_client` serves every OpenAI-compatible
-/// provider when given.
-fn routed_model(
-    name: &str,
-    model: &ModelConfig,
-    shared_client: Option<&reqwest::Client>,
-    sagemaker: Option<&dyn SageMakerConnector>,
-) -> Result<RoutedModel, ProviderBuildError> {
+/// What a model's providers are built with.
+#[derive(Clone, Copy)]
+struct ProviderDeps<'a> {
+    /// Serves every OpenAI-compatible provider when given.
+    shared_client: Option<&'a reqwest::Client>,
+    sagemaker: Option<&'a dyn SageMakerConnector>,
+    secrets: &'a Arc<dyn ProviderSecrets>,
+}
+
+/// Every provider of one model, in `routing` order.
+fn routed_model(name: &str, model: &ModelConfig, deps: ProviderDeps<'_>) -> Result<RoutedModel, ProviderBuildError> {
+    let ProviderDeps {
+        shared_client,
+        sagemaker,
+        secrets,
+    } = deps;
     let mut providers = Vec::new();
     for provider_name in &model.routing {
         let error = |message: String| ProviderBuildError {
@@ -400,13 +424,16 @@ fn routed_model(
         };
         providers.push(match (provider, shared_client) {
             (ProviderConfig::Openai(c), Some(client)) => {
-                OpenAiProvider::with_client(provider_name.clone(), c.clone(), client.clone()).handle()
+                OpenAiProvider::with_client(provider_name.clone(), c.clone(), client.clone(), Arc::clone(secrets))
+                    .handle()
             }
-            (ProviderConfig::Openai(c), None) => OpenAiProvider::new(provider_name.clone(), c.clone())
-                .map_err(|e| error(e.to_string()))?
-                .handle(),
+            (ProviderConfig::Openai(c), None) => {
+                OpenAiProvider::new(provider_name.clone(), c.clone(), Arc::clone(secrets))
+                    .map_err(|e| error(e.to_string()))?
+                    .handle()
+            }
             (ProviderConfig::Dummy(c), _) => DummyProvider::new(provider_name.clone(), c.clone()).handle(),
-            (ProviderConfig::Lmi(c), _) => LmiProvider::over_http(provider_name.clone(), c)
+            (ProviderConfig::Lmi(c), _) => LmiProvider::over_http(provider_name.clone(), c, Arc::clone(secrets))
                 .map_err(|e| error(e.to_string()))?
                 .handle(),
             (ProviderConfig::Sagemaker(c), _) => {

@@ -1,4 +1,5 @@
-//! AWS adapters: S3 blobs, DynamoDB state, SQS queue, credential sealing (KMS, or a Parameter Store data key). Clients come from the environment
+//! AWS adapters: S3 blobs, DynamoDB state, SQS queue, credential sealing (KMS, or a Parameter
+//! Store data key), SSM provider keys. Clients come from the environment
 //! (`AWS_REGION`, credentials, and `AWS_ENDPOINT_URL` for moto or other endpoints).
 
 mod dynamodb_state;
@@ -7,6 +8,7 @@ mod kms_sealer;
 mod parameter_key_sealer;
 mod s3_blobs;
 mod sqs_queue;
+mod ssm_parameters;
 
 pub use dynamodb_state::DynamoDbStateStore;
 pub use emf_metrics::{emf_line, EmfMetrics};
@@ -14,6 +16,7 @@ pub use kms_sealer::{KmsSealer, SEALING_KEY_ENV};
 pub use parameter_key_sealer::{ParameterKeySealer, SEALING_KEY_PARAMETER_ENV};
 pub use s3_blobs::S3BlobStore;
 pub use sqs_queue::{delivered_receipt, SqsJobQueue};
+pub use ssm_parameters::SsmParameters;
 
 /// The SDK's HTTPS client: rustls with ring, the same crypto the provider HTTP client uses, so
 /// the binary carries one TLS stack (smaller, faster cold start).

@@ -1,8 +1,9 @@
-//! Embedded adapters: local files, SQLite (crash-safe, WAL), an in-process queue, and a local key
-//! file sealing credentials at rest.
+//! Embedded adapters: local files, SQLite (crash-safe, WAL), an in-process queue, a local key
+//! file sealing credentials at rest, and provider keys as files (`parameters/`).
 
 mod data_dir_lock;
 mod file_blobs;
+mod local_parameters;
 #[cfg(feature = "embedded")]
 mod local_sealer;
 mod memory_queue;
@@ -13,6 +14,7 @@ mod sqlite_state;
 
 pub use data_dir_lock::{DataDirLock, DataDirLockError};
 pub use file_blobs::FileBlobStore;
+pub use local_parameters::{LocalParameters, PARAMETERS_DIR};
 #[cfg(feature = "embedded")]
 pub use local_sealer::{LocalSealer, SEALING_KEY_FILE};
 pub use memory_queue::MemoryQueue;

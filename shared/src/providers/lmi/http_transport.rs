@@ -3,6 +3,7 @@
 use super::transport::{ByteStream, LmiTransport};
 use crate::config::LmiProviderConfig;
 use crate::model::ExtraHeaderEntry;
+use crate::ports::ProviderSecrets;
 use crate::providers::api_key::ApiKeySource;
 use crate::providers::extras::ConfiguredExtras;
 use crate::providers::http_upstream::{http_client, HttpClientError, HttpUpstream};
@@ -21,13 +22,18 @@ pub struct HttpLmiTransport {
 }
 
 impl HttpLmiTransport {
-    pub fn new(provider: impl Into<String>, config: &LmiProviderConfig) -> Result<Self, HttpClientError> {
+    /// `secrets` reads an `ssm::` key.
+    pub fn new(
+        provider: impl Into<String>,
+        config: &LmiProviderConfig,
+        secrets: Arc<dyn ProviderSecrets>,
+    ) -> Result<Self, HttpClientError> {
         Ok(Self {
             endpoint_url: config.endpoint_url.clone(),
             upstream: Arc::new(HttpUpstream {
                 provider: provider.into(),
                 client: http_client(Duration::from_millis(config.connect_timeout_ms))?,
-                api_key: ApiKeySource::new(&config.api_key_location),
+                api_key: ApiKeySource::new(&config.api_key_location, secrets),
                 // The body edits are the provider's (they apply to the mapped body); headers are ours.
                 extras: ConfiguredExtras::from_config(&[], &config.extra_headers),
                 timeout: Duration::from_millis(config.timeout_ms),
@@ -46,7 +52,8 @@ impl HttpLmiTransport {
     ) -> Result<reqwest::Response, ProviderError> {
         let request = self
             .upstream
-            .post_json(&self.endpoint_url, body, !stream, headers, ctx)?;
+            .post_json(&self.endpoint_url, body, !stream, headers, ctx)
+            .await?;
         self.upstream.send(request).await
     }
 }

@@ -10,6 +10,7 @@ use super::transport::{ByteStream, LmiTransport};
 use crate::config::{ExtraBodyEntry, LmiProviderConfig, LmiSchema, SageMakerProviderConfig};
 use crate::model::{ExtraHeaderEntry, ModelRequest, ModelResponse};
 use crate::openai::embeddings::{EmbeddingInput, EmbeddingRequest, EmbeddingUsage};
+use crate::ports::ProviderSecrets;
 use crate::providers::extras::ConfiguredExtras;
 use crate::providers::http_upstream::HttpClientError;
 use crate::providers::{
@@ -62,10 +63,14 @@ pub struct LmiProvider {
 }
 
 impl LmiProvider {
-    /// A `type = "lmi"` provider.
-    pub fn over_http(name: impl Into<String>, config: &LmiProviderConfig) -> Result<Self, LmiBuildError> {
+    /// A `type = "lmi"` provider; `secrets` reads an `ssm::` key.
+    pub fn over_http(
+        name: impl Into<String>,
+        config: &LmiProviderConfig,
+        secrets: Arc<dyn ProviderSecrets>,
+    ) -> Result<Self, LmiBuildError> {
         let name = name.into();
-        let transport = HttpLmiTransport::new(name.clone(), config)?;
+        let transport = HttpLmiTransport::new(name.clone(), config, secrets)?;
         Self::with_transport(
             name,
             config.schema,

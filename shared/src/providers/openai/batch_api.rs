@@ -140,7 +140,7 @@ impl OpenAiProvider {
         timeout: Duration,
         ctx: CallContext<'_>,
     ) -> Result<Bytes, ProviderError> {
-        let request = self.upstream.prepare(builder, Some(timeout), &[], ctx)?;
+        let request = self.upstream.prepare(builder, Some(timeout), &[], ctx).await?;
         let response = self.upstream.send(request).await?;
         response
             .bytes()

@@ -19,6 +19,7 @@ use crate::openai::chat::ChatCompletion;
 use crate::openai::chat_body::model_to_chat_body;
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
 use crate::openai::from_model::completion_to_model;
+use crate::ports::ProviderSecrets;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -32,18 +33,28 @@ pub struct OpenAiProvider {
 }
 
 impl OpenAiProvider {
-    pub fn new(name: impl Into<String>, config: OpenAiProviderConfig) -> Result<Self, HttpClientError> {
+    /// `secrets` reads an `ssm::` key.
+    pub fn new(
+        name: impl Into<String>,
+        config: OpenAiProviderConfig,
+        secrets: Arc<dyn ProviderSecrets>,
+    ) -> Result<Self, HttpClientError> {
         let client = http_client(Duration::from_millis(config.connect_timeout_ms))?;
-        Ok(Self::with_client(name, config, client))
+        Ok(Self::with_client(name, config, client, secrets))
     }
 
     /// A provider sharing `client` (and its connection pool) with others; the client's connect
     /// timeout is used, not the config's.
-    pub fn with_client(name: impl Into<String>, config: OpenAiProviderConfig, client: reqwest::Client) -> Self {
+    pub fn with_client(
+        name: impl Into<String>,
+        config: OpenAiProviderConfig,
+        client: reqwest::Client,
+        secrets: Arc<dyn ProviderSecrets>,
+    ) -> Self {
         let upstream = HttpUpstream {
             provider: name.into(),
             client,
-            api_key: ApiKeySource::new(&config.api_key_location),
+            api_key: ApiKeySource::new(&config.api_key_location, secrets),
             extras: ConfiguredExtras::from_config(&config.extra_body, &config.extra_headers),
             timeout: Duration::from_millis(config.timeout_ms),
         };
@@ -86,7 +97,7 @@ impl OpenAiProvider {
     }
 
     /// The chat call to send, and its body as text (the `raw_request` of the answer).
-    fn post_chat(
+    async fn post_chat(
         &self,
         request: &ModelRequest,
         stream: bool,
@@ -96,7 +107,8 @@ impl OpenAiProvider {
         let url = self.url("chat/completions");
         let http = self
             .upstream
-            .post_json(&url, body.clone(), !stream, &request.extra_headers, ctx)?;
+            .post_json(&url, body.clone(), !stream, &request.extra_headers, ctx)
+            .await?;
         Ok((http, body))
     }
 }
@@ -104,7 +116,7 @@ impl OpenAiProvider {
 #[async_trait]
 impl ChatProvider for OpenAiProvider {
     async fn chat(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelResponse, ProviderError> {
-        let (http, raw_request) = self.post_chat(request, false, ctx)?;
+        let (http, raw_request) = self.post_chat(request, false, ctx).await?;
         let response = self.upstream.send(http).await?;
         let bytes = response.bytes().await.map_err(|e| self.upstream.transport_error(&e))?;
         let mut answer = read_chat_answer(&bytes)?;
@@ -116,7 +128,7 @@ impl ChatProvider for OpenAiProvider {
 #[async_trait]
 impl ChatStreamProvider for OpenAiProvider {
     async fn chat_stream(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelStream, ProviderError> {
-        let (http, raw_request) = self.post_chat(request, true, ctx)?;
+        let (http, raw_request) = self.post_chat(request, true, ctx).await?;
         let timeout = self.upstream.timeout;
         let response = tokio::time::timeout(timeout, self.upstream.send(http))
             .await
@@ -145,7 +157,8 @@ impl EmbeddingProvider for OpenAiProvider {
         let body = self.upstream_embeddings_body(request);
         let http = self
             .upstream
-            .post_json(&self.url("embeddings"), body.to_string(), true, &[], ctx)?;
+            .post_json(&self.url("embeddings"), body.to_string(), true, &[], ctx)
+            .await?;
         let response = self.upstream.send(http).await?;
         let bytes = response.bytes().await.map_err(|e| self.upstream.transport_error(&e))?;
         let embeddings = read_embeddings(&bytes)?;

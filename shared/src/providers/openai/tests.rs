@@ -114,7 +114,7 @@ fn provider_with_timeout(api_base: String, location: CredentialLocation, timeout
         }],
         batch: crate::config::BatchMode::Workers,
     };
-    OpenAiProvider::new("openai", config).unwrap()
+    OpenAiProvider::new("openai", config, Arc::new(crate::ports::NoProviderSecrets)).unwrap()
 }
 
 fn openai_request(raw: Value) -> ModelRequest {
@@ -421,7 +421,7 @@ pub(super) fn layered_provider(api_base: String) -> OpenAiProvider {
         value: Some("provider".into()),
         delete: None,
     }];
-    OpenAiProvider::new("openai", config).unwrap()
+    OpenAiProvider::new("openai", config, Arc::new(crate::ports::NoProviderSecrets)).unwrap()
 }
 
 /// Variant entries, then the provider's, then the request's: the last to set a key wins, and
@@ -487,5 +487,64 @@ async fn a_request_edit_that_cannot_apply_is_reported_without_calling_upstream()
         .unwrap_err();
     assert!(matches!(err, ProviderError::InvalidExtraBody(_)), "{err:?}");
     assert!(!err.is_retryable());
+    assert!(seen.lock().unwrap().bodies.is_empty());
+}
+
+/// A parameter store that fails every read with `error`.
+#[derive(Debug)]
+struct FailingStore(crate::ports::SecretError);
+
+#[async_trait::async_trait]
+impl crate::ports::ProviderSecrets for FailingStore {
+    async fn parameter(&self, _name: &str) -> Result<crate::ports::SecretValue, crate::ports::SecretError> {
+        Err(self.0.clone())
+    }
+}
+
+/// An `ssm::` key the store cannot give: a store briefly down is retried (like a connection
+/// failure); a denied one is a configuration error whose text keeps the store's own message
+/// (account, role) out; nothing reaches the upstream either way.
+#[tokio::test]
+async fn an_ssm_key_the_store_cannot_give_is_a_provider_error_without_the_stores_details() {
+    use crate::ports::SecretError;
+    let (base, seen) = start_mock().await;
+    let name = "/nimbus/k".to_owned();
+    let reason = "User: arn:aws:sts::123456789012:assumed-role/r is not authorized".to_owned();
+    let cases = [
+        (
+            SecretError::Unavailable {
+                name: name.clone(),
+                reason: reason.clone(),
+            },
+            true,
+        ),
+        (
+            SecretError::Denied {
+                name: name.clone(),
+                reason: reason.clone(),
+            },
+            false,
+        ),
+    ];
+    for (error, retryable) in cases {
+        let config = OpenAiProviderConfig {
+            api_key_location: CredentialLocation::Ssm(name.clone()),
+            ..OpenAiProviderConfig::for_model("m")
+        };
+        let config = OpenAiProviderConfig {
+            api_base: base.clone(),
+            ..config
+        };
+        let provider = OpenAiProvider::new("openai", config, Arc::new(FailingStore(error))).unwrap();
+        let none = HashMap::new();
+        let err = provider
+            .chat(&chat_request("hi"), CallContext { credentials: &none })
+            .await
+            .unwrap_err();
+        assert_eq!(err.is_retryable(), retryable, "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("`/nimbus/k`"), "{text}");
+        assert!(!text.contains("123456789012"), "{text}");
+    }
     assert!(seen.lock().unwrap().bodies.is_empty());
 }

@@ -380,10 +380,16 @@ model_name = "x"
 "#,
     )
     .unwrap();
+    let secrets: Arc<dyn ProviderSecrets> = Arc::new(NoProviderSecrets);
+    let deps = ProviderDeps {
+        shared_client: None,
+        sagemaker: None,
+        secrets: &secrets,
+    };
     let models = config
         .models
         .iter()
-        .map(|(name, model)| routed_model(name, model, None, None).unwrap())
+        .map(|(name, model)| routed_model(name, model, deps).unwrap())
         .collect();
     let router = ModelRouter::new(models, RetryPolicy::from(&config.gateway.retries));
     let target = router.native_batch("mixed").unwrap();

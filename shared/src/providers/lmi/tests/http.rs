@@ -73,7 +73,12 @@ fn credentials() -> HashMap<String, String> {
 
 #[tokio::test]
 async fn chat_and_stream_go_over_http_with_the_key_and_both_kinds_of_headers() {
-    let provider = LmiProvider::over_http("lmi", &config(container().await)).unwrap();
+    let provider = LmiProvider::over_http(
+        "lmi",
+        &config(container().await),
+        std::sync::Arc::new(crate::ports::NoProviderSecrets),
+    )
+    .unwrap();
     let credentials = credentials();
     let ctx = CallContext {
         credentials: &credentials,
@@ -100,7 +105,12 @@ async fn chat_and_stream_go_over_http_with_the_key_and_both_kinds_of_headers() {
 
 #[tokio::test]
 async fn container_errors_keep_their_status_message_and_retry_after() {
-    let provider = LmiProvider::over_http("lmi", &config(container().await)).unwrap();
+    let provider = LmiProvider::over_http(
+        "lmi",
+        &config(container().await),
+        std::sync::Arc::new(crate::ports::NoProviderSecrets),
+    )
+    .unwrap();
     let credentials = credentials();
     let ctx = CallContext {
         credentials: &credentials,

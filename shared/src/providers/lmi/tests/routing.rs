@@ -49,7 +49,8 @@ async fn sagemaker_models_answer_through_the_connectors_transport() {
         connected: Mutex::new(Vec::new()),
     });
     let config = Config::from_toml(CONFIG).unwrap();
-    let router = ModelRouter::from_config(&config, connector.clone()).unwrap();
+    let router =
+        ModelRouter::from_config(&config, connector.clone(), Arc::new(crate::ports::NoProviderSecrets)).unwrap();
     assert_eq!(
         *connector.connected.lock().unwrap(),
         vec![("endpoint".to_owned(), "tgi-compat-1".to_owned())]
