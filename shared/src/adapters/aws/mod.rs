@@ -7,7 +7,7 @@ mod kms_sealer;
 mod s3_blobs;
 mod sqs_queue;
 
-pub use dynamodb_state::DynamoDbStateStore;
+pub use dynamodb_state::{DynamoDbStateStore, OWNER_INDEX_ATTRIBUTES};
 pub use emf_metrics::{emf_line, EmfMetrics};
 pub use kms_sealer::{KmsSealer, SEALING_KEY_ENV};
 pub use s3_blobs::S3BlobStore;
