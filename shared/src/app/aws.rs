@@ -49,5 +49,7 @@ pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, St
         Arc::new(job_queue(sdk_config, queue_url)),
     )
     .with_sealer(Arc::new(KmsSealer::from_env(sdk_config)))
-    .with_metrics(EmfMetrics::for_lambda()))
+    .with_metrics(EmfMetrics::for_lambda())
+    .with_record_retention_days(super::limits::record_retention_days_from_env()?)
+    .with_due_index_shards(super::limits::due_index_shards_from_env()?))
 }

@@ -5,11 +5,15 @@ pub mod aws;
 pub mod config_source;
 #[cfg(feature = "embedded")]
 pub mod embedded;
+mod http_api_deadline;
 pub mod lambda;
 pub mod lambda_host;
+pub(crate) mod limits;
 pub mod webhooks;
 
-use crate::adapters::records::{StateFeedbackStore, StateInferenceStore, StateModelCache};
+use crate::adapters::records::{
+    RecordRetention, StateFeedbackStore, StateInferenceStore, StateModelCache, DEFAULT_RECORD_RETENTION_DAYS,
+};
 use crate::adapters::DeferredTasks;
 use crate::async_requests::{AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRunner, AsyncService, AsyncSettings};
 use crate::auth::{ApiKeyService, AuthMode, Authenticator};
@@ -28,7 +32,7 @@ use crate::ports::{
     ModelCache, NoCredentialSealer, NoMetrics, StateStore, SystemClock, UuidV7Ids, WebhookTransport,
 };
 use crate::providers::router::ModelRouter;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Scheduler, DEFAULT_DUE_INDEX_SHARDS};
 use crate::webhooks::UrlPolicy;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +58,10 @@ pub struct Adapters {
     pub sealer: Arc<dyn CredentialSealer>,
     /// Where measurements go (EMF lines in Lambda, an in-memory registry locally).
     pub metrics: Arc<dyn MetricsSink>,
+    /// Days inference and feedback records are kept, 0 = forever ([`Adapters::record_retention`]).
+    pub record_retention_days: u32,
+    /// Shards of each due-work lane ([`crate::scheduler::DueIndex::with_shards`]).
+    pub due_index_shards: u32,
 }
 
 impl Adapters {
@@ -69,6 +77,8 @@ impl Adapters {
             webhooks: webhooks::webhook_transport(UrlPolicy::default()),
             sealer: Arc::new(NoCredentialSealer),
             metrics: Arc::new(NoMetrics),
+            record_retention_days: DEFAULT_RECORD_RETENTION_DAYS,
+            due_index_shards: DEFAULT_DUE_INDEX_SHARDS,
         }
     }
 
@@ -121,6 +131,7 @@ impl Adapters {
         Arc::new(StateInferenceStore::new(
             Arc::clone(&self.state),
             Arc::clone(&self.blobs),
+            self.record_retention(),
         ))
     }
 
@@ -136,7 +147,25 @@ impl Adapters {
         Arc::new(StateFeedbackStore::new(
             Arc::clone(&self.state),
             Arc::clone(&self.blobs),
+            self.record_retention(),
         ))
+    }
+
+    /// How long inference and feedback records are kept ([`Adapters::with_record_retention_days`]).
+    pub fn record_retention(&self) -> RecordRetention {
+        RecordRetention::new(self.record_retention_days, Arc::clone(&self.clock))
+    }
+
+    /// Keep inference and feedback records `days` (0 = forever).
+    pub fn with_record_retention_days(mut self, days: u32) -> Self {
+        self.record_retention_days = days;
+        self
+    }
+
+    /// Spread each due-work lane over `shards` owners.
+    pub fn with_due_index_shards(mut self, shards: u32) -> Self {
+        self.due_index_shards = shards;
+        self
     }
 }
 
@@ -240,7 +269,8 @@ pub fn async_service(
     };
     Arc::new(
         AsyncService::new(deps, AsyncSettings::from_config(&loaded.config, adapters.webhook_urls))
-            .with_metrics(Arc::clone(&adapters.metrics)),
+            .with_metrics(Arc::clone(&adapters.metrics))
+            .with_due_index_shards(adapters.due_index_shards),
     )
 }
 
