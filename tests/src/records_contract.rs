@@ -437,7 +437,7 @@ pub async fn records_past_their_retention_are_gone(state: Arc<dyn StateStore>, b
     let batch = batch_base(Uuid::now_v7());
     let item = batch_item("p1", batch, 0, None);
     let span = inferences
-        .put_batch_page("p1", batch, 0, &[item.clone()])
+        .put_batch_page("p1", batch, 0, std::slice::from_ref(&item))
         .await
         .unwrap()
         .unwrap();
