@@ -17,6 +17,9 @@ use std::time::Duration;
 /// with a bare 504, so the function answers its own 504 a little before.
 pub(crate) const DEFAULT_HTTP_API_ANSWER_DEADLINE: Duration = Duration::from_secs(28);
 
+/// API Gateway's HTTP API integration limit, in milliseconds.
+const HTTP_API_CUT_MS: u64 = 30_000;
+
 /// [`DEFAULT_HTTP_API_ANSWER_DEADLINE`] or `NIMBUS_HTTP_API_ANSWER_DEADLINE_SECS` (at most 29).
 pub(crate) fn http_api_answer_deadline_from_env() -> Result<Duration, String> {
     const NAME: &str = "NIMBUS_HTTP_API_ANSWER_DEADLINE_SECS";
@@ -41,13 +44,12 @@ pub(crate) fn http_api_deadline_of(context: &RequestContext, limit: Duration) ->
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX));
-    // API Gateway always sets `timeEpoch`; without it, count from now.
-    let received_ms = if context.time_epoch > 0 {
-        context.time_epoch
-    } else {
-        now_ms
-    };
-    let elapsed = u64::try_from(now_ms.saturating_sub(received_ms)).unwrap_or(0);
+    // API Gateway always sets `timeEpoch`, and a live request cannot be older than its 30 s cut:
+    // anything else (a replayed or sample event, a clock ahead) counts from now.
+    let elapsed = u64::try_from(now_ms.saturating_sub(context.time_epoch))
+        .ok()
+        .filter(|elapsed| context.time_epoch > 0 && *elapsed <= HTTP_API_CUT_MS)
+        .unwrap_or(0);
     answer_deadline(limit, Duration::from_millis(elapsed), tokio::time::Instant::now())
 }
 

@@ -44,6 +44,10 @@ async fn only_http_api_requests_get_a_deadline_counted_from_when_api_gateway_got
         left <= Duration::from_secs(23) && left > Duration::from_secs(22),
         "{left:?}"
     );
+    // A replayed or sample event (older than API Gateway's own cut) counts from now.
+    let stale = http_api_deadline_of(&v2(HTTP_API, Duration::from_secs(3600)), LIMIT).unwrap();
+    let left = stale.at - tokio::time::Instant::now();
+    assert!(left <= LIMIT && left > LIMIT - Duration::from_secs(1), "{left:?}");
     assert_eq!(http_api_deadline_of(&v2(FUNCTION_URL, Duration::ZERO), LIMIT), None);
     let rest = RequestContext::ApiGatewayV1(ApiGatewayProxyRequestContext::default());
     assert_eq!(http_api_deadline_of(&rest, LIMIT), None);
