@@ -51,8 +51,10 @@ async fn aws_adapters_honour_the_contract_on_moto() {
     contract::state_races_have_one_winner(Arc::new(state)).await;
     create_state_table(&config, "nimbus-due").await.unwrap();
     contract::due_index_lists_due_work_in_order(Arc::new(DynamoDbStateStore::new(&config, "nimbus-due"))).await;
-    contract::due_index_shards_and_the_unsharded_partition(Arc::new(DynamoDbStateStore::new(&config, "nimbus-due")))
-        .await;
+    nimbus_integration_tests::due_index_contract::due_index_shards_and_the_unsharded_partition(Arc::new(
+        DynamoDbStateStore::new(&config, "nimbus-due"),
+    ))
+    .await;
 
     let queue_url = create_queue(&config, "nimbus-jobs").await.unwrap();
     contract::queue_send_receive(&SqsJobQueue::new(&config, queue_url)).await;

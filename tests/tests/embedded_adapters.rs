@@ -41,7 +41,7 @@ async fn the_due_index_works_on_sqlite() {
 async fn the_sharded_due_index_works_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let state = SqliteStateStore::open(&dir.path().join("state.sqlite3")).unwrap();
-    contract::due_index_shards_and_the_unsharded_partition(Arc::new(state)).await;
+    nimbus_integration_tests::due_index_contract::due_index_shards_and_the_unsharded_partition(Arc::new(state)).await;
 }
 
 #[tokio::test]
