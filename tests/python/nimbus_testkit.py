@@ -426,7 +426,11 @@ class MotoServer:
                         {"AttributeName": "owner_key", "KeyType": "HASH"},
                         {"AttributeName": "sort_key", "KeyType": "RANGE"},
                     ],
-                    "Projection": {"ProjectionType": "ALL"},
+                    # As the template's default (OwnerIndexProjection INCLUDE): no bodies.
+                    "Projection": {
+                        "ProjectionType": "INCLUDE",
+                        "NonKeyAttributes": ["kind", "id", "owner", "created_at_ms", "version", "expires_at"],
+                    },
                 }
             ],
         )

@@ -176,6 +176,32 @@ pub async fn state_lists_by_owner_with_cursor(state: &dyn StateStore) {
         assert_eq!(pages, 3, "8 records in pages of 3");
     }
 
+    // Heads: the same records, page and `has_more`, every field but the body as listed.
+    let query = ListQuery {
+        kind: "file".into(),
+        owner: "owner-a".into(),
+        after: None,
+        limit: 5,
+        order: ListOrder::Asc,
+    };
+    let full = state.list_by_owner(&query).await.unwrap();
+    let heads = state.list_heads_by_owner(&query).await.unwrap();
+    assert_eq!(heads.has_more, full.has_more);
+    assert_eq!(heads.records.len(), full.records.len());
+    for (head, whole) in heads.records.iter().zip(&full.records) {
+        assert_eq!(
+            whole.body,
+            json!({"id": whole.id, "n": whole.created_at_ms}),
+            "list_by_owner reads bodies"
+        );
+        assert!(head.body.is_null() || head.body == whole.body, "{head:?}");
+        let blank = |r: &Record| Record {
+            body: serde_json::Value::Null,
+            ..r.clone()
+        };
+        assert_eq!(blank(head), blank(whole));
+    }
+
     // An exact page: has_more must be false, not "maybe".
     let exact = state
         .list_by_owner(&ListQuery {

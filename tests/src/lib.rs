@@ -7,6 +7,7 @@ pub mod batch_assertions;
 pub mod batch_harness;
 pub mod batch_inference_harness;
 pub mod contract;
+pub mod due_index_contract;
 pub mod lmi_mock;
 pub mod moto;
 pub mod native_fake;

@@ -83,7 +83,17 @@ pub async fn create_state_table(config: &aws_config::SdkConfig, table: &str) -> 
                 .index_name("by_owner")
                 .key_schema(key("owner_key", KeyType::Hash)?)
                 .key_schema(key("sort_key", KeyType::Range)?)
-                .projection(Projection::builder().projection_type(ProjectionType::All).build())
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::Include)
+                        .set_non_key_attributes(Some(
+                            nimbus_shared::adapters::aws::OWNER_INDEX_ATTRIBUTES
+                                .iter()
+                                .map(|name| (*name).to_owned())
+                                .collect(),
+                        ))
+                        .build(),
+                )
                 .build()?,
         )
         .send()

@@ -6,7 +6,7 @@
 
 use crate::batch_harness::TestClock;
 use nimbus_shared::adapters::records::{
-    StateFeedbackStore, StateInferenceStore, StateModelCache, SPILL_THRESHOLD_BYTES,
+    RecordRetention, StateFeedbackStore, StateInferenceStore, StateModelCache, SPILL_THRESHOLD_BYTES,
 };
 use nimbus_shared::functions::records::{
     rfc3339, FeedbackKind, FeedbackRecord, FeedbackTarget, FunctionType, InferenceRecord, ModelCallRecord, TokenUsage,
@@ -71,6 +71,11 @@ pub fn inference(project: &str, episode_id: Uuid, at_ms: u64, raw_response: Stri
     }
 }
 
+/// No retention: these records' fixed times are long past.
+fn forever() -> RecordRetention {
+    RecordRetention::new(0, Arc::new(nimbus_shared::ports::SystemClock))
+}
+
 /// Larger than a record may be inline (and than a DynamoDB item may be).
 fn large_text() -> String {
     "x".repeat(SPILL_THRESHOLD_BYTES + 150_000)
@@ -78,7 +83,7 @@ fn large_text() -> String {
 
 /// Put, get, duplicate ids, and project isolation.
 pub async fn inference_records_round_trip(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
-    let store = StateInferenceStore::new(Arc::clone(&state), blobs);
+    let store = StateInferenceStore::new(Arc::clone(&state), blobs, forever());
     let record = inference("p1", Uuid::now_v7(), 1_777_000_000_000, "{}".into());
     store.put(&record).await.unwrap();
     assert_eq!(
@@ -107,7 +112,7 @@ pub async fn inference_records_round_trip(state: Arc<dyn StateStore>, blobs: Arc
 
 /// A record larger than the state store takes keeps its payload in a blob, read back whole.
 pub async fn large_inference_records_spill_to_blobs(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
-    let store = StateInferenceStore::new(Arc::clone(&state), Arc::clone(&blobs));
+    let store = StateInferenceStore::new(Arc::clone(&state), Arc::clone(&blobs), forever());
     let episode = Uuid::now_v7();
     let large = inference("p1", episode, 1_777_000_001_000, large_text());
     store.put(&large).await.unwrap();
@@ -144,7 +149,7 @@ pub async fn large_inference_records_spill_to_blobs(state: Arc<dyn StateStore>, 
 
 /// Oldest first, `after` and `limit`, `has_more` exact, per project.
 pub async fn episode_listing_pages_oldest_first(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
-    let store = StateInferenceStore::new(state, blobs);
+    let store = StateInferenceStore::new(state, blobs, forever());
     let episode = Uuid::now_v7();
     let records: Vec<InferenceRecord> = (0..5u64)
         .map(|i| inference("p1", episode, 1_777_000_000_000 + i * 1000, "{}".into()))
@@ -197,7 +202,7 @@ pub async fn episode_listing_pages_oldest_first(state: Arc<dyn StateStore>, blob
 
 /// Put, get (per project), duplicates, and a large demonstration spilled to a blob.
 pub async fn feedback_round_trip(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
-    let store = StateFeedbackStore::new(state, blobs);
+    let store = StateFeedbackStore::new(state, blobs, forever());
     let target = Uuid::now_v7();
     let record = FeedbackRecord {
         project: "p1".into(),
@@ -321,7 +326,7 @@ fn batch_item(project: &str, batch_id: Uuid, index: u32, episode: Option<Uuid>) 
 /// A batch's records in pages: found by id and by minted episode once the index is written,
 /// read by range in input order, scoped to the project; rewriting a page changes nothing.
 pub async fn batch_pages_find_items_by_id_and_range(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
-    let store = StateInferenceStore::new(state, blobs);
+    let store = StateInferenceStore::new(state, blobs, forever());
     let batch = batch_base(Uuid::now_v7());
     // Items 0..10; 3 and 7 failed (no record). Page 0 holds 0..5 given out of order, page 1 5..10.
     let records: Vec<InferenceRecord> = (0..10)
@@ -400,4 +405,87 @@ pub async fn batch_pages_find_items_by_id_and_range(state: Arc<dyn StateStore>, 
 
 fn pos(batch: Uuid, record: &InferenceRecord) -> u32 {
     BatchItemId::of_batch(record.inference_id, batch, ItemIdKind::Inference).unwrap()
+}
+
+/// Records carry their retention as the store's TTL (`expires_at`); once past it they are gone
+/// for every read (a 404, not an error), whether or not the store has deleted them yet, and a
+/// batch's pages too even when some of its blobs were deleted and not others.
+pub async fn records_past_their_retention_are_gone(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
+    let clock = Arc::new(TestClock::default());
+    let retention = RecordRetention::new(90, Arc::clone(&clock) as Arc<dyn Clock>);
+    let inferences = StateInferenceStore::new(Arc::clone(&state), Arc::clone(&blobs), retention.clone());
+    let feedback_store = StateFeedbackStore::new(Arc::clone(&state), Arc::clone(&blobs), retention);
+    let now_ms = u64::try_from(clock.now_unix_ms()).unwrap();
+    let episode = Uuid::now_v7();
+    let record = inference("p1", episode, now_ms, "{}".into());
+    let large = inference("p1", episode, now_ms + 1, large_text());
+    inferences.put(&record).await.unwrap();
+    inferences.put(&large).await.unwrap();
+    let feedback = FeedbackRecord {
+        project: "p1".into(),
+        feedback_id: Uuid::now_v7(),
+        target_type: FeedbackTarget::Inference,
+        target_id: record.inference_id,
+        metric_name: "accepted".into(),
+        kind: FeedbackKind::Boolean,
+        value: json!(true),
+        tags: BTreeMap::new(),
+        created_at: rfc3339(i64::try_from(now_ms).unwrap()),
+        timestamp: i64::try_from(now_ms).unwrap(),
+    };
+    feedback_store.put(&feedback).await.unwrap();
+    let batch = batch_base(Uuid::now_v7());
+    let item = batch_item("p1", batch, 0, None);
+    let span = inferences
+        .put_batch_page("p1", batch, 0, std::slice::from_ref(&item))
+        .await
+        .unwrap()
+        .unwrap();
+    inferences.put_batch_index("p1", batch, &[span]).await.unwrap();
+
+    let ninety_days_s = 90 * 24 * 3600;
+    let id = format!("p1/{}", record.inference_id);
+    let stored = state.get("inference", &id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.expires_at,
+        Some(i64::try_from(now_ms / 1000).unwrap() + ninety_days_s)
+    );
+    let stored = state
+        .get("feedback", &format!("p1/{}", feedback.feedback_id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stored
+        .expires_at
+        .is_some_and(|at| at >= i64::try_from(now_ms / 1000).unwrap() + ninety_days_s));
+    assert!(inferences.get("p1", record.inference_id).await.unwrap().is_some());
+    assert!(inferences.get("p1", item.inference_id).await.unwrap().is_some());
+    assert!(feedback_store.get("p1", feedback.feedback_id).await.unwrap().is_some());
+
+    clock.advance(Duration::from_secs(89 * 24 * 3600));
+    assert_eq!(
+        inferences
+            .list_episode("p1", episode, None, 10)
+            .await
+            .unwrap()
+            .records
+            .len(),
+        2
+    );
+    clock.advance(Duration::from_secs(2 * 24 * 3600));
+    // Still stored (TTL deletes lazily), gone for readers.
+    assert!(state.get("inference", &id).await.unwrap().is_some());
+    assert_eq!(inferences.get("p1", record.inference_id).await.unwrap(), None);
+    assert_eq!(inferences.get("p1", large.inference_id).await.unwrap(), None);
+    assert_eq!(feedback_store.get("p1", feedback.feedback_id).await.unwrap(), None);
+    let listed = inferences.list_episode("p1", episode, None, 10).await.unwrap();
+    assert!(listed.records.is_empty());
+    assert!(!inferences.episode_exists("p1", episode).await.unwrap());
+    // The lifecycle rule deleted a page before the index: no error, no record.
+    blobs
+        .delete(&format!("inferences/p1/batches/{}/page-000000.jsonl", batch.simple()))
+        .await
+        .unwrap();
+    assert_eq!(inferences.get("p1", item.inference_id).await.unwrap(), None);
+    assert!(inferences.batch_records("p1", batch, 0..1).await.unwrap().is_empty());
 }

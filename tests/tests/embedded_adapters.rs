@@ -38,6 +38,13 @@ async fn the_due_index_works_on_sqlite() {
 }
 
 #[tokio::test]
+async fn the_sharded_due_index_works_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = SqliteStateStore::open(&dir.path().join("state.sqlite3")).unwrap();
+    nimbus_integration_tests::due_index_contract::due_index_shards_and_the_unsharded_partition(Arc::new(state)).await;
+}
+
+#[tokio::test]
 async fn sqlite_state_survives_reopening_and_is_shared_between_handles() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.sqlite3");

@@ -14,6 +14,7 @@ async fn run_contract(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) {
     contract::episode_listing_pages_oldest_first(Arc::clone(&state), Arc::clone(&blobs)).await;
     contract::batch_pages_find_items_by_id_and_range(Arc::clone(&state), Arc::clone(&blobs)).await;
     contract::feedback_round_trip(Arc::clone(&state), Arc::clone(&blobs)).await;
+    contract::records_past_their_retention_are_gone(Arc::clone(&state), Arc::clone(&blobs)).await;
     contract::model_cache_expiry_and_max_age(state, blobs).await;
 }
 

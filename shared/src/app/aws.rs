@@ -71,5 +71,7 @@ pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, St
     )
     .with_sealer(sealer_of(sdk_config))
     .with_provider_secrets(Arc::new(SsmParameters::new(sdk_config)))
-    .with_metrics(EmfMetrics::for_lambda()))
+    .with_metrics(EmfMetrics::for_lambda())
+    .with_record_retention_days(super::limits::record_retention_days_from_env()?)
+    .with_due_index_shards(super::limits::due_index_shards_from_env()?))
 }

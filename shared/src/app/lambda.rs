@@ -2,6 +2,7 @@
 //! keys always required, the public URL from `NIMBUS_PUBLIC_URL` or API Gateway's request context.
 
 use super::config_source::ConfigSource;
+use super::http_api_deadline::{http_api_answer_deadline_from_env, with_http_api_deadline};
 use super::table_access::{LambdaFunction, ScopedState};
 use super::{app_state, inference_service, lambda_host, Adapters, AuthSettings, WorkerParts};
 use crate::adapters::aws::load_sdk_config;
@@ -157,7 +158,7 @@ async fn http_function(
         lambda_batch_settings(&loaded.config),
     )?;
     Ok(HttpFunction {
-        router: routes(state),
+        router: with_http_api_deadline(routes(state), http_api_answer_deadline_from_env()?),
         deferred,
     })
 }
@@ -190,6 +191,24 @@ pub async fn worker() -> Result<JobDispatcher, String> {
 /// The scheduled poller: every scheduled task (see [`super::scheduler`]).
 pub async fn scheduler() -> Result<Scheduler, String> {
     Ok(super::scheduler(&lambda_worker_parts(LambdaFunction::Poller).await?))
+}
+
+/// The poller starts new rounds of due work for at most this long: less than the schedule's
+/// minute, so passes do not pile up.
+pub const POLLER_PASS_WINDOW: Duration = Duration::from_secs(45);
+
+/// Time kept, before the invocation's deadline, for the round under way and the tasks after it.
+pub const POLLER_RESERVE: Duration = Duration::from_secs(60);
+
+/// When a poller pass invoked with `invocation_deadline` stops starting rounds (see
+/// [`Scheduler::run_once_until`]): within [`POLLER_PASS_WINDOW`] and [`POLLER_RESERVE`] before
+/// the invocation ends.
+pub fn poller_pass_deadline(invocation_deadline: std::time::SystemTime) -> tokio::time::Instant {
+    let left = invocation_deadline
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default()
+        .saturating_sub(POLLER_RESERVE);
+    tokio::time::Instant::now() + left.min(POLLER_PASS_WINDOW)
 }
 
 /// The receipt of an SQS event record, for [`JobDispatcher::handle_delivery`]: qualified with the

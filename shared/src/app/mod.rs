@@ -5,12 +5,16 @@ pub mod aws;
 pub mod config_source;
 #[cfg(feature = "embedded")]
 pub mod embedded;
+mod http_api_deadline;
 pub mod lambda;
 pub mod lambda_host;
+pub(crate) mod limits;
 pub mod table_access;
 pub mod webhooks;
 
-use crate::adapters::records::{StateFeedbackStore, StateInferenceStore, StateModelCache};
+use crate::adapters::records::{
+    RecordRetention, StateFeedbackStore, StateInferenceStore, StateModelCache, DEFAULT_RECORD_RETENTION_DAYS,
+};
 use crate::adapters::DeferredTasks;
 use crate::async_requests::{AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRunner, AsyncService, AsyncSettings};
 use crate::auth::{ApiKeyService, AuthMode, Authenticator, KeyTags, UntaggedKeys};
@@ -30,7 +34,7 @@ use crate::ports::{
     SystemClock, UuidV7Ids, WebhookTransport,
 };
 use crate::providers::router::ModelRouter;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Scheduler, DEFAULT_DUE_INDEX_SHARDS};
 use crate::webhooks::UrlPolicy;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,6 +65,10 @@ pub struct Adapters {
     /// Reads providers' `ssm::` keys (SSM on AWS, files under the data directory locally), each
     /// once per process ([`Adapters::with_provider_secrets`]); without one, such keys fail.
     pub provider_secrets: Arc<dyn ProviderSecrets>,
+    /// Days inference and feedback records are kept, 0 = forever ([`Adapters::record_retention`]).
+    pub record_retention_days: u32,
+    /// Shards of each due-work lane ([`crate::scheduler::DueIndex::with_shards`]).
+    pub due_index_shards: u32,
 }
 
 impl Adapters {
@@ -79,6 +87,8 @@ impl Adapters {
             metrics: Arc::new(NoMetrics),
             key_tags,
             provider_secrets: Arc::new(NoProviderSecrets),
+            record_retention_days: DEFAULT_RECORD_RETENTION_DAYS,
+            due_index_shards: DEFAULT_DUE_INDEX_SHARDS,
         }
     }
 
@@ -145,6 +155,7 @@ impl Adapters {
         Arc::new(StateInferenceStore::new(
             Arc::clone(&self.state),
             Arc::clone(&self.blobs),
+            self.record_retention(),
         ))
     }
 
@@ -160,7 +171,25 @@ impl Adapters {
         Arc::new(StateFeedbackStore::new(
             Arc::clone(&self.state),
             Arc::clone(&self.blobs),
+            self.record_retention(),
         ))
+    }
+
+    /// How long inference and feedback records are kept ([`Adapters::with_record_retention_days`]).
+    pub fn record_retention(&self) -> RecordRetention {
+        RecordRetention::new(self.record_retention_days, Arc::clone(&self.clock))
+    }
+
+    /// Keep inference and feedback records `days` (0 = forever).
+    pub fn with_record_retention_days(mut self, days: u32) -> Self {
+        self.record_retention_days = days;
+        self
+    }
+
+    /// Spread each due-work lane over `shards` owners.
+    pub fn with_due_index_shards(mut self, shards: u32) -> Self {
+        self.due_index_shards = shards;
+        self
     }
 }
 
@@ -264,7 +293,8 @@ pub fn async_service(
     };
     Arc::new(
         AsyncService::new(deps, AsyncSettings::from_config(&loaded.config, adapters.webhook_urls))
-            .with_metrics(Arc::clone(&adapters.metrics)),
+            .with_metrics(Arc::clone(&adapters.metrics))
+            .with_due_index_shards(adapters.due_index_shards),
     )
 }
 

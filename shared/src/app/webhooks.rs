@@ -35,14 +35,17 @@ pub fn webhook_endpoints(adapters: &Adapters) -> Arc<WebhookEndpoints> {
 /// Batch events to webhook endpoints: the batch engine's event sink, the `webhook_deliver` job
 /// runner and the scheduled task of its deliveries.
 pub fn batch_webhooks(adapters: &Adapters) -> Arc<BatchWebhooks> {
-    Arc::new(BatchWebhooks::new(BatchWebhooksDeps {
-        state: Arc::clone(&adapters.state),
-        queue: Arc::clone(&adapters.queue),
-        clock: Arc::clone(&adapters.clock),
-        ids: Arc::clone(&adapters.ids),
-        endpoints: webhook_endpoints(adapters),
-        transport: Arc::clone(&adapters.webhooks),
-    }))
+    Arc::new(
+        BatchWebhooks::new(BatchWebhooksDeps {
+            state: Arc::clone(&adapters.state),
+            queue: Arc::clone(&adapters.queue),
+            clock: Arc::clone(&adapters.clock),
+            ids: Arc::clone(&adapters.ids),
+            endpoints: webhook_endpoints(adapters),
+            transport: Arc::clone(&adapters.webhooks),
+        })
+        .with_due_index_shards(adapters.due_index_shards),
+    )
 }
 
 /// [`HttpWebhookTransport`] of `policy`, its client built on the first post (a host that sends no

@@ -10,14 +10,15 @@ use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;
 use crate::ports::StorageError;
 use crate::records::Loaded;
-use crate::scheduler::{ScheduleError, ScheduledTask};
+use crate::scheduler::{pass_has_time, ScheduleError, ScheduledTask};
 use async_trait::async_trait;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How many due requests one pass looks at.
-const PASS_LIMIT: usize = 1000;
+/// How many due requests one round of a pass looks at; a pass goes on with another round while
+/// the last one was full and the pass has time ([`pass_has_time`]).
+const ROUND: usize = 1000;
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -28,6 +29,8 @@ pub struct DueWorkReport {
     pub deliveries_queued: u64,
     pub purged: u64,
     pub errors: u64,
+    /// Rounds of at most 1,000 due requests this pass read.
+    pub rounds: u64,
 }
 
 /// The async requests' scheduled task.
@@ -49,12 +52,24 @@ impl ScheduledTask for AsyncDueWork {
 
     async fn run(&self, now_ms: i64) -> Result<serde_json::Value, ScheduleError> {
         let mut report = DueWorkReport::default();
-        let due = self.service.due.due(DUE_LANE, now_ms, PASS_LIMIT).await?;
-        report.due = due.len() as u64;
-        for item in due {
-            if let Err(err) = self.service.look_at(&item.target, now_ms, &mut report).await {
-                tracing::warn!(request = %item.target, error = %err, "could not handle a due async request");
-                report.errors += 1;
+        loop {
+            // Each request looked at moves on (to a later due time, or out of the index), so the
+            // next round reads the next ones.
+            let due = self.service.due.due(DUE_LANE, now_ms, ROUND).await?;
+            let full = due.len() == ROUND;
+            let errors_before = report.errors;
+            report.rounds += 1;
+            report.due += due.len() as u64;
+            for item in due {
+                if let Err(err) = self.service.look_at(&item.target, now_ms, &mut report).await {
+                    tracing::warn!(request = %item.target, error = %err, "could not handle a due async request");
+                    report.errors += 1;
+                }
+            }
+            // A round that moved nothing on would read the same requests again.
+            let stuck = report.errors - errors_before == ROUND as u64;
+            if !full || stuck || !pass_has_time() {
+                break;
             }
         }
         serde_json::to_value(&report).map_err(|e| ScheduleError::Task(e.to_string()))

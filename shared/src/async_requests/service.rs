@@ -133,6 +133,12 @@ impl AsyncService {
         self
     }
 
+    /// Spread each due-work lane over `shards` owners ([`DueIndex::with_shards`]).
+    pub fn with_due_index_shards(mut self, shards: u32) -> Self {
+        self.due = self.due.with_shards(shards);
+        self
+    }
+
     /// A request reached `status` (`async_requests` by status: queued at submit, then its end).
     pub(crate) fn count_status(&self, status: AsyncStatus) {
         self.metrics

@@ -95,9 +95,11 @@ impl FilesService {
         let mut report = SweepReport::default();
         let mut after = None;
         while (report.tasks_run + report.tasks_failed) < max_tasks as u64 {
+            // Heads first: a task's body is read only once it is due (DynamoDB's owner index
+            // holds no bodies, so each is one item read).
             let page = self
                 .state
-                .list_by_owner(&ListQuery {
+                .list_heads_by_owner(&ListQuery {
                     kind: KIND.to_owned(),
                     owner: OWNER.to_owned(),
                     after: after.take(),
@@ -106,11 +108,18 @@ impl FilesService {
                 })
                 .await?;
             after = page.records.last().map(Record::cursor);
-            for marker in &page.records {
-                if marker.created_at_ms > now_ms {
+            for head in &page.records {
+                if head.created_at_ms > now_ms {
                     return Ok(report);
                 }
-                let result = match decode::<JanitorTask>(marker) {
+                let Some(marker) = self.state.get(KIND, &head.id).await? else {
+                    // Done by a concurrent sweep.
+                    continue;
+                };
+                if marker.created_at_ms > now_ms {
+                    continue;
+                }
+                let result = match decode::<JanitorTask>(&marker) {
                     Ok(task) => self.run_task(task).await,
                     Err(err) => Err(err),
                 };

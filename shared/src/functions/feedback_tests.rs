@@ -25,8 +25,13 @@ fn fixture(target_wait: Duration) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let state: Arc<dyn crate::ports::StateStore> = Arc::new(SqliteStateStore::in_memory().unwrap());
     let blobs: Arc<dyn crate::ports::BlobStore> = Arc::new(FileBlobStore::open(dir.path()).unwrap());
-    let inferences = Arc::new(StateInferenceStore::new(Arc::clone(&state), Arc::clone(&blobs)));
-    let feedback = Arc::new(StateFeedbackStore::new(state, blobs));
+    let retention = crate::adapters::records::RecordRetention::new(0, Arc::new(crate::ports::SystemClock));
+    let inferences = Arc::new(StateInferenceStore::new(
+        Arc::clone(&state),
+        Arc::clone(&blobs),
+        retention.clone(),
+    ));
+    let feedback = Arc::new(StateFeedbackStore::new(state, blobs, retention));
     let metrics = BTreeMap::from([
         (
             "accepted".to_owned(),

@@ -1,5 +1,6 @@
 //! `/v1/chat/completions`, `/v1/embeddings`, `/v1/models`, `/health`.
 
+use super::answer_deadline::StreamAnswer;
 use super::api_doc::OpenAiErrors;
 use super::error::ApiError;
 use super::extract::ApiPath;
@@ -54,12 +55,14 @@ pub(super) async fn health() -> Json<Health> {
 )]
 async fn chat_completions(
     State(state): State<AppState>,
+    stream_answer: StreamAnswer,
     body: JsonBody<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
     let JsonBody { typed, mut raw, .. } = body;
     let credentials = take_credentials(&mut raw)?;
     let request = OpenAiChatRequest { typed, raw };
     if request.typed.wants_stream() {
+        stream_answer.streaming();
         let chunks = state.inference.chat_stream(&request, &credentials).await?;
         Ok(sse_response(chunks))
     } else {

@@ -2,6 +2,7 @@
 //! and `GET /ping` (open, like `/health`: SageMaker's health check sends no key). Parse, call the
 //! LMI domain (`crate::lmi_api`), frame; errors in LMI's shapes (`lmi_error`).
 
+use super::answer_deadline::StreamAnswer;
 use super::extract::ApiPath;
 use super::json_body::JsonBody;
 use super::lmi_error::LmiError;
@@ -66,6 +67,7 @@ async fn ping() -> Json<Ping> {
 )]
 async fn invocations(
     State(state): State<AppState>,
+    stream_answer: StreamAnswer,
     headers: HeaderMap,
     body: JsonBody<IgnoredAny>,
 ) -> Result<Response, LmiError> {
@@ -78,7 +80,7 @@ async fn invocations(
                 .map_err(|_| LmiError::invalid(format!("The `{TARGET_MODEL_HEADER}` header is not valid text.")))
         })
         .transpose()?;
-    answer(&state, ModelTarget::Header(target), &headers, body).await
+    answer(&state, ModelTarget::Header(target), &headers, body, stream_answer).await
 }
 
 /// `POST /predictions/{model}`: as `/invocations`, the model named in the path.
@@ -97,10 +99,11 @@ async fn invocations(
 async fn predictions(
     State(state): State<AppState>,
     ApiPath(model): ApiPath<String>,
+    stream_answer: StreamAnswer,
     headers: HeaderMap,
     body: JsonBody<IgnoredAny>,
 ) -> Result<Response, LmiError> {
-    answer(&state, ModelTarget::Path(model), &headers, body).await
+    answer(&state, ModelTarget::Path(model), &headers, body, stream_answer).await
 }
 
 async fn answer(
@@ -108,7 +111,11 @@ async fn answer(
     target: ModelTarget,
     headers: &HeaderMap,
     body: JsonBody<IgnoredAny>,
+    stream_answer: StreamAnswer,
 ) -> Result<Response, LmiError> {
+    if body.raw.get("stream").and_then(Value::as_bool) == Some(true) {
+        stream_answer.streaming();
+    }
     let wants_sse = headers
         .get_all(header::ACCEPT)
         .iter()

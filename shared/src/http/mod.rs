@@ -1,6 +1,7 @@
 //! The HTTP surface: one axum router, served by `lambda_http` in Lambda and by a plain server
 //! locally. Handlers parse, call the business layer, and map errors; nothing else.
 
+pub mod answer_deadline;
 pub mod api_doc;
 mod async_routes;
 pub mod baseten_error;
@@ -206,12 +207,13 @@ fn host_router(state: AppState, routes: OpenApiRouter<AppState>, open: OpenApiRo
 }
 
 /// Request ids, tracing, OpenAI-style 404/405 and an envelope for every error (TensorZero's error
-/// shape on its routes), `Host` checked.
+/// shape on its routes), `Host` checked, a 504 at the request's [`answer_deadline::AnswerDeadline`].
 pub fn with_common_layers(router: Router) -> Router {
     let router = router
         .fallback(middleware::unknown_route)
         .method_not_allowed_fallback(middleware::method_not_allowed)
         .layer(axum::middleware::from_fn(body_deadline::read_bodies_in_time))
+        .layer(axum::middleware::from_fn(answer_deadline::answer_in_time))
         .layer(axum::middleware::from_fn(middleware::envelope_every_error))
         .layer(axum::middleware::from_fn(public_url::reject_unusual_host))
         .layer(axum::middleware::from_fn(tensorzero_surface::surface_error_bodies));

@@ -2,6 +2,7 @@
 //! `tensorzero::function_name::F` / `tensorzero::model_name::M` through the function layer) and
 //! `/openai/v1/embeddings`. Errors use OpenAI's envelope.
 
+use super::answer_deadline::StreamAnswer;
 use super::error::ApiError;
 use super::extract::ApiExtension;
 use super::json_body::JsonBody;
@@ -45,6 +46,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 async fn chat_completions(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
+    stream_answer: StreamAnswer,
     body: JsonBody<Map<String, Value>>,
 ) -> Result<Response, ApiError> {
     let include_usage = body
@@ -58,6 +60,7 @@ async fn chat_completions(
     let call = request.into_call(functions.now_ms(), || functions.new_id())?;
     let created = functions.now_ms() / 1000;
     if call.stream {
+        stream_answer.streaming();
         let stream = functions.infer_stream(&principal.project, &call).await?;
         let mut chunker = CompletionChunker::new(&stream.function_name, &stream.variant_name, created, include_usage);
         let chunks = stream

@@ -1,5 +1,6 @@
 //! `POST /inference` (TensorZero's gateway API): parse, call the function layer, render.
 
+use super::answer_deadline::StreamAnswer;
 use super::extract::ApiExtension;
 use super::sse::{sse_body_response, sse_frames_with};
 use super::tensorzero_error::{TensorZeroError, TensorZeroJson};
@@ -33,6 +34,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 async fn inference(
     State(state): State<AppState>,
     ApiExtension(principal): ApiExtension<Principal>,
+    stream_answer: StreamAnswer,
     TensorZeroJson(request): TensorZeroJson<InferenceRequest>,
 ) -> Result<Response, TensorZeroError> {
     let functions = &state.functions;
@@ -40,6 +42,7 @@ async fn inference(
         .into_call(functions.now_ms(), || functions.new_id())
         .map_err(TensorZeroError::from)?;
     if call.stream {
+        stream_answer.streaming();
         let stream = functions.infer_stream(&principal.project, &call).await?;
         let frames = sse_frames_with(stream.chunks, |error: FunctionError| {
             TensorZeroError::from(error).body().to_string()

@@ -118,6 +118,13 @@ pub trait StateStore: Send + Sync {
 
     /// One page of an owner's records of one kind, in creation order.
     async fn list_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError>;
+
+    /// [`StateStore::list_by_owner`] for a caller that reads no bodies: every field but `body`
+    /// is as listed, `body` may be `null` (DynamoDB's owner index holds no bodies, so this costs
+    /// one query and no item read per record).
+    async fn list_heads_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError> {
+        self.list_by_owner(query).await
+    }
 }
 
 #[cfg(test)]

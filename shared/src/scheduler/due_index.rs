@@ -10,11 +10,23 @@ const SET_ATTEMPTS: u32 = 5;
 /// Records read per page while listing due work.
 const PAGE: usize = 100;
 
+/// Shards of each lane unless configured ([`DueIndex::with_shards`]): a lane written for every
+/// request spreads over this many owners (DynamoDB partitions of the `by_owner` index, each
+/// good for about 1,000 writes a second).
+pub const DEFAULT_DUE_INDEX_SHARDS: u32 = 4;
+
+/// The most shards a lane may have (each is one more query per listing).
+pub const MAX_DUE_INDEX_SHARDS: u32 = 64;
+
 /// Due-time index over StateStore: one record per (lane, target): kind "due_work", id "{lane}:{target}",
-/// owner "due:{lane}", created_at_ms = due time (the owner listing is then in due order).
+/// created_at_ms = due time (an owner's listing is then in due order), owner the target's shard of
+/// the lane: "due:{lane}" for shard 0 (the only owner before lanes were sharded, so entries
+/// written then are shard 0's), "due:{lane}#{k}" for shard k. A target's shard is a fixed hash of
+/// it modulo the shard count; a listing reads every shard and merges them by due time.
 #[derive(Clone)]
 pub struct DueIndex {
     state: Arc<dyn StateStore>,
+    shards: u32,
 }
 
 /// One piece of due work.
@@ -34,26 +46,50 @@ fn record_id(lane: &str, target: &str) -> Result<String, StorageError> {
     Ok(format!("{lane}:{target}"))
 }
 
-fn owner(lane: &str) -> String {
-    format!("due:{lane}")
+/// The owner of shard `shard` of `lane`.
+fn owner(lane: &str, shard: u32) -> String {
+    match shard {
+        0 => format!("due:{lane}"),
+        shard => format!("due:{lane}#{shard}"),
+    }
 }
 
-/// The entry of `target` in `lane`, due at `due_at_ms`, at `version`.
-fn entry(lane: &str, target: &str, due_at_ms: i64, version: u64) -> Result<Record, StorageError> {
-    Ok(Record {
-        kind: KIND.to_owned(),
-        id: record_id(lane, target)?,
-        owner: owner(lane),
-        created_at_ms: due_at_ms,
-        version,
-        expires_at: None,
-        body: json!({"lane": lane, "target": target}),
-    })
+/// The shard of `target` among `shards`: FNV-1a of its bytes (fixed across processes and
+/// versions, unlike std's hasher).
+fn shard_of(target: &str, shards: u32) -> u32 {
+    let hash = target.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    u32::try_from(hash % u64::from(shards.max(1))).unwrap_or(0)
 }
 
 impl DueIndex {
     pub fn new(state: Arc<dyn StateStore>) -> Self {
-        Self { state }
+        Self {
+            state,
+            shards: DEFAULT_DUE_INDEX_SHARDS,
+        }
+    }
+
+    /// Spread each lane over `shards` owners (1..=[`MAX_DUE_INDEX_SHARDS`], clamped). Raising it
+    /// is safe at any time; lowering it hides the entries of the dropped shards from listings
+    /// until they are set again.
+    pub fn with_shards(mut self, shards: u32) -> Self {
+        self.shards = shards.clamp(1, MAX_DUE_INDEX_SHARDS);
+        self
+    }
+
+    /// The entry of `target` in `lane`, due at `due_at_ms`, at `version`.
+    fn entry(&self, lane: &str, target: &str, due_at_ms: i64, version: u64) -> Result<Record, StorageError> {
+        Ok(Record {
+            kind: KIND.to_owned(),
+            id: record_id(lane, target)?,
+            owner: owner(lane, shard_of(target, self.shards)),
+            created_at_ms: due_at_ms,
+            version,
+            expires_at: None,
+            body: json!({"lane": lane, "target": target}),
+        })
     }
 
     /// Create, or move to `due_at_ms` (idempotent).
@@ -61,13 +97,15 @@ impl DueIndex {
         let id = record_id(lane, target)?;
         for _ in 0..SET_ATTEMPTS {
             let written = match self.state.get(KIND, &id).await? {
-                None => self.state.create(&entry(lane, target, due_at_ms, 1)?).await,
-                Some(record) if record.created_at_ms == due_at_ms => return Ok(()),
-                Some(mut record) => {
+                None => self.state.create(&self.entry(lane, target, due_at_ms, 1)?).await,
+                Some(record) if record.created_at_ms == due_at_ms && record.owner == self.entry_owner(lane, target) => {
+                    return Ok(())
+                }
+                Some(record) => {
+                    // Written anew, so an entry of another shard count moves to its shard.
                     let expected = record.version;
-                    record.created_at_ms = due_at_ms;
-                    record.version = expected + 1;
-                    self.state.update(&record, expected).await
+                    let moved = self.entry(lane, target, due_at_ms, expected + 1)?;
+                    self.state.update(&moved, expected).await
                 }
             };
             match written {
@@ -81,7 +119,7 @@ impl DueIndex {
 
     /// Add a target that is new (one write); falls back to [`DueIndex::set`] when it exists.
     pub async fn create(&self, lane: &str, target: &str, due_at_ms: i64) -> Result<(), StorageError> {
-        match self.state.create(&entry(lane, target, due_at_ms, 1)?).await {
+        match self.state.create(&self.entry(lane, target, due_at_ms, 1)?).await {
             Err(StorageError::Conflict) => self.set(lane, target, due_at_ms).await,
             other => other,
         }
@@ -92,7 +130,7 @@ impl DueIndex {
     pub async fn reschedule(&self, lane: &str, target: &str, due_at_ms: i64, version: u64) -> Result<(), StorageError> {
         match self
             .state
-            .update(&entry(lane, target, due_at_ms, version + 1)?, version)
+            .update(&self.entry(lane, target, due_at_ms, version + 1)?, version)
             .await
         {
             Err(StorageError::Conflict | StorageError::NotFound) => self.set(lane, target, due_at_ms).await,
@@ -105,17 +143,42 @@ impl DueIndex {
         Ok(())
     }
 
-    /// Items due at or before `now_ms`, earliest first, at most `limit`.
+    fn entry_owner(&self, lane: &str, target: &str) -> String {
+        owner(lane, shard_of(target, self.shards))
+    }
+
+    /// Items due at or before `now_ms`, earliest first (by due time, then target), at most
+    /// `limit`: every shard's earliest, merged.
     pub async fn due(&self, lane: &str, now_ms: i64, limit: usize) -> Result<Vec<DueItem>, StorageError> {
         let prefix = record_id(lane, "")?;
+        let shards = (0..self.shards).map(|shard| self.due_in(lane, shard, &prefix, now_ms, limit));
+        let mut items: Vec<DueItem> = futures::future::try_join_all(shards)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        items.sort_by(|a, b| (a.due_at_ms, &a.target).cmp(&(b.due_at_ms, &b.target)));
+        items.truncate(limit);
+        Ok(items)
+    }
+
+    /// [`DueIndex::due`] of one shard.
+    async fn due_in(
+        &self,
+        lane: &str,
+        shard: u32,
+        prefix: &str,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<DueItem>, StorageError> {
         let mut items = Vec::new();
         let mut after = None;
         while items.len() < limit {
             let page = self
                 .state
-                .list_by_owner(&ListQuery {
+                .list_heads_by_owner(&ListQuery {
                     kind: KIND.to_owned(),
-                    owner: owner(lane),
+                    owner: owner(lane, shard),
                     after: after.take(),
                     limit: PAGE.min(limit - items.len()),
                     order: ListOrder::Asc,
@@ -126,7 +189,7 @@ impl DueIndex {
                     return Ok(items);
                 }
                 items.push(DueItem {
-                    target: record.id.strip_prefix(&prefix).unwrap_or(&record.id).to_owned(),
+                    target: record.id.strip_prefix(prefix).unwrap_or(&record.id).to_owned(),
                     due_at_ms: record.created_at_ms,
                 });
             }

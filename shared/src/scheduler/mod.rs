@@ -6,13 +6,27 @@
 
 mod due_index;
 
-pub use due_index::{DueIndex, DueItem};
+pub use due_index::{DueIndex, DueItem, DEFAULT_DUE_INDEX_SHARDS, MAX_DUE_INDEX_SHARDS};
 
 use crate::ports::{Clock, StorageError};
 use async_trait::async_trait;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tokio::time::Instant;
+
+tokio::task_local! {
+    /// When the running pass should stop starting new work, if it has a deadline.
+    static PASS_DEADLINE: Option<Instant>;
+}
+
+/// Whether the running pass may start another round of work: before its deadline
+/// ([`Scheduler::run_once_until`]), always for a pass without one, never outside a pass.
+pub fn pass_has_time() -> bool {
+    PASS_DEADLINE
+        .try_with(|deadline| deadline.is_none_or(|deadline| Instant::now() < deadline))
+        .unwrap_or(false)
+}
 
 /// Why a task's pass failed.
 #[derive(Debug, thiserror::Error)]
@@ -59,8 +73,19 @@ impl Scheduler {
         self
     }
 
-    /// One pass: every task runs, even after another failed.
+    /// One pass: every task runs, even after another failed; a task with more due work than one
+    /// round goes on until it is done ([`pass_has_time`]).
     pub async fn run_once(&self) -> SchedulerReport {
+        PASS_DEADLINE.scope(None, self.run_tasks()).await
+    }
+
+    /// One pass whose tasks start no new round of work after `deadline` (the poller's: before
+    /// the next scheduled pass and well before the invocation's end).
+    pub async fn run_once_until(&self, deadline: Instant) -> SchedulerReport {
+        PASS_DEADLINE.scope(Some(deadline), self.run_tasks()).await
+    }
+
+    async fn run_tasks(&self) -> SchedulerReport {
         let mut report = SchedulerReport::default();
         for task in &self.tasks {
             let outcome = match task.run(self.clock.now_unix_ms()).await {
@@ -113,6 +138,17 @@ mod tests {
             }
             Ok(json!({"runs": runs, "saw_time": now_ms > 0}))
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_has_time_until_its_deadline_and_one_without_deadline_always() {
+        assert!(!pass_has_time(), "outside a pass");
+        assert!(PASS_DEADLINE.scope(None, async { pass_has_time() }).await);
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        let at_start = PASS_DEADLINE.scope(Some(deadline), async { pass_has_time() }).await;
+        tokio::time::advance(std::time::Duration::from_secs(10)).await;
+        let at_end = PASS_DEADLINE.scope(Some(deadline), async { pass_has_time() }).await;
+        assert_eq!((at_start, at_end), (true, false));
     }
 
     #[tokio::test]

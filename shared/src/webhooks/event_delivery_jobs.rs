@@ -13,7 +13,7 @@ use super::events::{
 use crate::jobs::{JobMessage, JobRunner};
 use crate::ports::{JobOutcome, SoleWorkerGuard, StorageError};
 use crate::records::Loaded;
-use crate::scheduler::{ScheduleError, ScheduledTask};
+use crate::scheduler::{pass_has_time, ScheduleError, ScheduledTask};
 use async_trait::async_trait;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -22,7 +22,8 @@ use tokio::time::Instant;
 const LEASE_MS: i64 = 60_000;
 /// Longest delay of a queued message (SQS's limit); later attempts wait in the due index only.
 const MAX_MESSAGE_DELAY_MS: i64 = 900_000;
-/// Most due deliveries handled per scheduler pass.
+/// Due deliveries read per round of a scheduler pass (rounds go on while full and the pass has
+/// time).
 const DUE_PER_PASS: usize = 500;
 
 impl BatchWebhooks {
@@ -213,11 +214,21 @@ impl ScheduledTask for BatchWebhooks {
 
     async fn run(&self, now_ms: i64) -> Result<serde_json::Value, ScheduleError> {
         let mut report = DueReport::default();
-        for item in self.due.due(DELIVERY_LANE, now_ms, DUE_PER_PASS).await? {
-            report.due += 1;
-            if let Err(err) = self.handle_due(&item.target, now_ms, &mut report).await {
-                tracing::warn!(delivery = %item.target, error = %err, "could not handle a due webhook delivery");
-                report.errors += 1;
+        loop {
+            let due = self.due.due(DELIVERY_LANE, now_ms, DUE_PER_PASS).await?;
+            let full = due.len() == DUE_PER_PASS;
+            let errors_before = report.errors;
+            for item in due {
+                report.due += 1;
+                if let Err(err) = self.handle_due(&item.target, now_ms, &mut report).await {
+                    tracing::warn!(delivery = %item.target, error = %err, "could not handle a due webhook delivery");
+                    report.errors += 1;
+                }
+            }
+            // Each delivery handled moves on; a round that moved none would read them again.
+            let stuck = report.errors - errors_before == DUE_PER_PASS as u64;
+            if !full || stuck || !pass_has_time() {
+                break;
             }
         }
         serde_json::to_value(&report).map_err(|e| ScheduleError::Task(e.to_string()))

@@ -129,6 +129,12 @@ impl BatchWebhooks {
         }
     }
 
+    /// Spread the delivery lane over `shards` owners ([`DueIndex::with_shards`]).
+    pub fn with_due_index_shards(mut self, shards: u32) -> Self {
+        self.due = self.due.with_shards(shards);
+        self
+    }
+
     /// Create the deliveries of one batch event; those that exist already are left alone (but
     /// put back in the due index, in case an earlier report stopped half-way).
     async fn emit(

@@ -3,16 +3,30 @@
 //! Item layout: `pk = "{kind}#{id}"` (hash key), `owner_key = "{kind}#{owner}"` and
 //! `sort_key = "{created_at_ms:015}#{id}"` (the `by_owner` GSI), `version` (N), `created_at_ms` (N),
 //! `expires_at` (N, the TTL attribute), `kind`, `id`, `owner`, and `body` (JSON text).
+//!
+//! The `by_owner` index projects every attribute but `body` ([`OWNER_INDEX_ATTRIBUTES`]): every
+//! write of a record is copied to the index, and bodies are most of a record's size, so the copy
+//! stays at about one write unit. A listing that reads bodies gets them with a consistent
+//! `GetItem` per record ([`StateStore::list_by_owner`]); the due-work index reads none
+//! ([`StateStore::list_heads_by_owner`]).
 
 use super::describe_sdk_error;
 use crate::ports::{ListOrder, ListQuery, Page, Record, StateStore, StorageError};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 
 /// The GSI that lists an owner's records in creation order.
 pub const OWNER_INDEX: &str = "by_owner";
+
+/// The attributes [`OWNER_INDEX`] projects besides the keys (`pk`, `owner_key`, `sort_key`):
+/// everything a record is but its body. The template's `NonKeyAttributes` must name exactly these.
+pub const OWNER_INDEX_ATTRIBUTES: [&str; 6] = ["kind", "id", "owner", "created_at_ms", "version", "expires_at"];
+
+/// Item reads one listing page has in flight at once.
+const BODY_READS_IN_FLIGHT: usize = 32;
 
 /// State store on the DynamoDB table `table`.
 #[derive(Debug, Clone)]
@@ -72,8 +86,21 @@ fn number_attr<T: std::str::FromStr>(item: &Item, name: &str) -> Result<Option<T
     }
 }
 
+/// A whole item of the table (its body required).
 fn from_item(item: &Item) -> Result<Record, StorageError> {
-    let body = string_attr(item, "body")?;
+    string_attr(item, "body")?;
+    head_from_item(item)
+}
+
+/// A record of the owner index: its `body` is `null` unless the index projects it (a table
+/// created before the index projected less keeps `ALL`, see the template's
+/// `OwnerIndexProjection`).
+fn head_from_item(item: &Item) -> Result<Record, StorageError> {
+    let body = match item.get("body") {
+        None => serde_json::Value::Null,
+        Some(_) => serde_json::from_str(&string_attr(item, "body")?)
+            .map_err(|e| StorageError::Backend(format!("corrupt record body: {e}")))?,
+    };
     Ok(Record {
         kind: string_attr(item, "kind")?,
         id: string_attr(item, "id")?,
@@ -81,7 +108,7 @@ fn from_item(item: &Item) -> Result<Record, StorageError> {
         created_at_ms: number_attr(item, "created_at_ms")?.unwrap_or(0),
         version: number_attr(item, "version")?.unwrap_or(0),
         expires_at: number_attr(item, "expires_at")?,
-        body: serde_json::from_str(&body).map_err(|e| StorageError::Backend(format!("corrupt record body: {e}")))?,
+        body,
     })
 }
 
@@ -208,6 +235,27 @@ impl StateStore for DynamoDbStateStore {
     }
 
     async fn list_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError> {
+        let heads = self.list_heads_by_owner(query).await?;
+        // The index holds no bodies: read each record (consistently). One gone since the query
+        // was deleted meanwhile is left out.
+        let records: Vec<Option<Record>> = futures::stream::iter(heads.records)
+            .map(|head| async move {
+                if head.body.is_null() {
+                    self.get(&head.kind, &head.id).await
+                } else {
+                    Ok(Some(head))
+                }
+            })
+            .buffered(BODY_READS_IN_FLIGHT)
+            .try_collect()
+            .await?;
+        Ok(Page {
+            records: records.into_iter().flatten().collect(),
+            has_more: heads.has_more,
+        })
+    }
+
+    async fn list_heads_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError> {
         let wanted = query.limit.saturating_add(1);
         let mut records = Vec::with_capacity(wanted.min(1024));
         let owner = owner_key(&query.kind, &query.owner);
@@ -234,7 +282,7 @@ impl StateStore for DynamoDbStateStore {
                 .await
                 .map_err(|e| StorageError::Backend(describe_sdk_error(&e)))?;
             for item in output.items() {
-                records.push(from_item(item)?);
+                records.push(head_from_item(item)?);
             }
             match output.last_evaluated_key() {
                 Some(key) if records.len() < wanted && !key.is_empty() => {

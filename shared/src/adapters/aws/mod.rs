@@ -10,7 +10,7 @@ mod s3_blobs;
 mod sqs_queue;
 mod ssm_parameters;
 
-pub use dynamodb_state::DynamoDbStateStore;
+pub use dynamodb_state::{DynamoDbStateStore, OWNER_INDEX_ATTRIBUTES};
 pub use emf_metrics::{emf_line, EmfMetrics};
 pub use kms_sealer::{KmsSealer, SEALING_KEY_ENV};
 pub use parameter_key_sealer::{ParameterKeySealer, SEALING_KEY_PARAMETER_ENV};

@@ -3,7 +3,9 @@
 //! last. An item's id says its batch and position ([`BatchItemId`]), so finding it costs the
 //! index and one page, and a poll of `n` items reads only the pages that hold them.
 
+use super::retention::RecordRetention;
 use crate::functions::records::InferenceRecord;
+use crate::ports::clock::uuid_unix_ms;
 use crate::ports::{BatchItemId, BatchPage, BlobStore, ItemIdKind, StorageError};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -42,9 +44,11 @@ fn position(batch_id: Uuid, record: &InferenceRecord) -> Result<u32, StorageErro
     })
 }
 
-/// Pages of batch records in a blob store.
+/// Pages of batch records in a blob store; they expire with the records' retention (the bucket's
+/// lifecycle rule on `inferences/`), and a batch past it has none.
 pub(super) struct BatchPages<'a> {
     pub blobs: &'a dyn BlobStore,
+    pub retention: &'a RecordRetention,
 }
 
 impl BatchPages<'_> {
@@ -85,8 +89,13 @@ impl BatchPages<'_> {
         self.blobs.put(&index_key(project, batch_id), Bytes::from(body)).await
     }
 
-    /// The batch's pages; none before the index is written.
+    /// The batch's pages; none before the index is written, nor past the retention (the
+    /// lifecycle rule may have deleted some pages and not yet the index: reading them must not
+    /// fail).
     async fn index(&self, project: &str, batch_id: Uuid) -> Result<Vec<BatchPage>, StorageError> {
+        if batch_id.get_timestamp().is_some() && self.retention.is_past(None, uuid_unix_ms(&batch_id)) {
+            return Ok(Vec::new());
+        }
         match self.blobs.get(&index_key(project, batch_id)).await {
             Ok(bytes) => Ok(serde_json::from_slice::<PageIndex>(&bytes)
                 .map_err(|e| corrupt("page index", e))?

@@ -1,6 +1,7 @@
 //! [`FeedbackStore`] over a state store and a blob store.
 
 use super::payload::{body_str, stash, unstash};
+use super::retention::RecordRetention;
 use crate::functions::records::FeedbackRecord;
 use crate::ports::clock::uuid_unix_ms as uuid_ms;
 use crate::ports::{BlobStore, FeedbackStore, Record, StateStore, StorageError};
@@ -11,11 +12,13 @@ use uuid::Uuid;
 
 const KIND: &str = "feedback";
 
-/// Feedback records in the state store, large ones' payloads (demonstrations) in the blob store.
+/// Feedback records in the state store, large ones' payloads (demonstrations) in the blob store;
+/// records past `retention` are gone (see [`RecordRetention`]).
 #[derive(Clone)]
 pub struct StateFeedbackStore {
     state: Arc<dyn StateStore>,
     blobs: Arc<dyn BlobStore>,
+    retention: RecordRetention,
 }
 
 fn record_id(project: &str, feedback_id: Uuid) -> String {
@@ -23,8 +26,12 @@ fn record_id(project: &str, feedback_id: Uuid) -> String {
 }
 
 impl StateFeedbackStore {
-    pub fn new(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) -> Self {
-        Self { state, blobs }
+    pub fn new(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>, retention: RecordRetention) -> Self {
+        Self {
+            state,
+            blobs,
+            retention,
+        }
     }
 }
 
@@ -42,14 +49,15 @@ impl FeedbackStore for StateFeedbackStore {
             &mut body,
         )
         .await?;
+        let created_at_ms = uuid_ms(&record.feedback_id);
         self.state
             .create(&Record {
                 kind: KIND.into(),
                 id: record_id(project, record.feedback_id),
                 owner: format!("{project}/{}", record.target_id),
-                created_at_ms: uuid_ms(&record.feedback_id),
+                created_at_ms,
                 version: 1,
-                expires_at: None,
+                expires_at: self.retention.expires_at(created_at_ms),
                 body: Value::Object(body),
             })
             .await
@@ -59,6 +67,9 @@ impl FeedbackStore for StateFeedbackStore {
         let Some(stored) = self.state.get(KIND, &record_id(project, feedback_id)).await? else {
             return Ok(None);
         };
+        if self.retention.is_past(stored.expires_at, stored.created_at_ms) {
+            return Ok(None);
+        }
         let mut record: FeedbackRecord = unstash(self.blobs.as_ref(), &stored.body).await.map_err(|e| match e {
             StorageError::NotFound => {
                 StorageError::Backend(format!("the payload blob of {KIND} {} is missing", stored.id))

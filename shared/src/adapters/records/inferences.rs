@@ -2,6 +2,7 @@
 
 use super::batch_pages::BatchPages;
 use super::payload::{body_str, stash, unstash};
+use super::retention::RecordRetention;
 use crate::functions::records::InferenceRecord;
 use crate::ports::clock::uuid_unix_ms as uuid_ms;
 use crate::ports::{
@@ -17,11 +18,13 @@ use uuid::Uuid;
 const KIND: &str = "inference";
 
 /// Inference records in the state store, large ones' payloads in the blob store; a
-/// `/batch_inference` batch's records in pages in the blob store.
+/// `/batch_inference` batch's records in pages in the blob store. Records past `retention` are
+/// gone (see [`RecordRetention`]).
 #[derive(Clone)]
 pub struct StateInferenceStore {
     state: Arc<dyn StateStore>,
     blobs: Arc<dyn BlobStore>,
+    retention: RecordRetention,
 }
 
 fn record_id(project: &str, inference_id: Uuid) -> String {
@@ -39,8 +42,16 @@ fn blob_key(project: &str, inference_id: Uuid, write: Uuid) -> String {
 }
 
 impl StateInferenceStore {
-    pub fn new(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>) -> Self {
-        Self { state, blobs }
+    pub fn new(state: Arc<dyn StateStore>, blobs: Arc<dyn BlobStore>, retention: RecordRetention) -> Self {
+        Self {
+            state,
+            blobs,
+            retention,
+        }
+    }
+
+    fn live(&self, stored: &Record) -> bool {
+        !self.retention.is_past(stored.expires_at, stored.created_at_ms)
     }
 
     async fn decode(&self, stored: &Record) -> Result<InferenceRecord, StorageError> {
@@ -57,6 +68,7 @@ impl StateInferenceStore {
     fn pages(&self) -> BatchPages<'_> {
         BatchPages {
             blobs: self.blobs.as_ref(),
+            retention: &self.retention,
         }
     }
 
@@ -85,15 +97,16 @@ impl InferenceStore for StateInferenceStore {
         body.insert("variant_name".into(), Value::String(record.variant_name.clone()));
         let key = blob_key(project, record.inference_id, Uuid::now_v7());
         let spilled = stash(self.blobs.as_ref(), &key, record, &mut body).await?;
+        let created_at_ms = uuid_ms(&record.inference_id);
         let created = self
             .state
             .create(&Record {
                 kind: KIND.into(),
                 id: record_id(project, record.inference_id),
                 owner: episode_owner(project, record.episode_id),
-                created_at_ms: uuid_ms(&record.inference_id),
+                created_at_ms,
                 version: 1,
-                expires_at: None,
+                expires_at: self.retention.expires_at(created_at_ms),
                 body: Value::Object(body),
             })
             .await;
@@ -108,6 +121,9 @@ impl InferenceStore for StateInferenceStore {
 
     async fn get(&self, project: &str, inference_id: Uuid) -> Result<Option<InferenceRecord>, StorageError> {
         if let Some(stored) = self.state.get(KIND, &record_id(project, inference_id)).await? {
+            if !self.live(&stored) {
+                return Ok(None);
+            }
             return self.decode(&stored).await.map(Some);
         }
         match BatchItemId::parse(inference_id).filter(|item| item.kind == ItemIdKind::Inference) {
@@ -136,7 +152,8 @@ impl InferenceStore for StateInferenceStore {
                 order: ListOrder::Asc,
             })
             .await?;
-        let mut records = futures::future::try_join_all(page.records.iter().map(|stored| self.decode(stored))).await?;
+        let live = page.records.iter().filter(|stored| self.live(stored));
+        let mut records = futures::future::try_join_all(live.map(|stored| self.decode(stored))).await?;
         let mut has_more = page.has_more;
         // A batch item on the episode minted for it: the episode's first inference.
         if let Some(item) = self.batch_episode(project, episode_id).await? {
@@ -155,15 +172,17 @@ impl InferenceStore for StateInferenceStore {
     async fn episode_exists(&self, project: &str, episode_id: Uuid) -> Result<bool, StorageError> {
         let page = self
             .state
-            .list_by_owner(&ListQuery {
+            .list_heads_by_owner(&ListQuery {
                 kind: KIND.into(),
                 owner: episode_owner(project, episode_id),
                 after: None,
                 limit: 1,
-                order: ListOrder::Asc,
+                // The newest: if it is past its retention, so are the older ones.
+                order: ListOrder::Desc,
             })
             .await?;
-        Ok(!page.records.is_empty() || self.batch_episode(project, episode_id).await?.is_some())
+        Ok(page.records.iter().any(|stored| self.live(stored))
+            || self.batch_episode(project, episode_id).await?.is_some())
     }
 
     async fn put_batch_page(

@@ -17,6 +17,9 @@
 //! span of items), written once when the batch ends; an item's id says its batch and position, so
 //! `get` and the episode lookups find them there (`batch_pages.rs`).
 //!
+//! Inference and feedback records expire (`expires_at`, the TTL) after the record retention
+//! (`retention.rs`); their blobs and the batch pages by the bucket's lifecycle rules.
+//!
 //! `created_at_ms` is the UUIDv7 time of the inference or feedback id (so a listing cursor is
 //! computed from an id alone), or a cache entry's creation time.
 
@@ -25,8 +28,10 @@ mod cache;
 mod feedback;
 mod inferences;
 mod payload;
+mod retention;
 
 pub use cache::StateModelCache;
 pub use feedback::StateFeedbackStore;
 pub use inferences::StateInferenceStore;
 pub use payload::SPILL_THRESHOLD_BYTES;
+pub use retention::{RecordRetention, DEFAULT_RECORD_RETENTION_DAYS, MAX_RECORD_RETENTION_DAYS};

@@ -13,6 +13,7 @@ use axum::Router;
 use lambda_extension::{Extension, NextEvent};
 use lambda_http::lambda_runtime::{layers::TracingLayer, Runtime};
 use lambda_http::{Error, StreamAdapter};
+pub(crate) use response_mode::is_function_url_host;
 use response_mode::ByResponseMode;
 use std::future::Future;
 use std::sync::Arc;

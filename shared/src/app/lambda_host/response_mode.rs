@@ -41,7 +41,7 @@ impl ResponseMode {
     }
 }
 
-fn is_function_url_host(domain: Option<&str>) -> bool {
+pub(crate) fn is_function_url_host(domain: Option<&str>) -> bool {
     domain.and_then(|domain| domain.split('.').nth(1)) == Some("lambda-url")
 }
 
