@@ -327,3 +327,16 @@ def test_the_http_api_writes_an_access_log_kept_for_a_parameter_of_days() -> Non
     # SAM passes it to the $default stage.
     stages = [r for r in expanded()["Resources"].values() if r["Type"] == "AWS::ApiGatewayV2::Stage"]
     assert len(stages) == 1 and stages[0]["Properties"]["AccessLogSettings"] == settings
+
+
+def test_every_queue_is_encrypted_at_rest_without_a_billed_key() -> None:
+    queues = {n: r for n, r in template()["Resources"].items() if r["Type"] == "AWS::SQS::Queue"}
+    assert set(queues) >= QUEUES
+    for name, queue in queues.items():
+        properties = queue["Properties"]
+        assert properties.get("SqsManagedSseEnabled") is True, name
+        assert "KmsMasterKeyId" not in properties, name
+
+
+def test_the_streaming_api_stage_is_traced() -> None:
+    assert template()["Resources"]["NimbusStreamApi"]["Properties"]["TracingEnabled"] is True
