@@ -205,6 +205,11 @@ impl StateStore for FaultyState {
         self.count_read("list", &query.kind);
         self.inner.list_by_owner(query).await
     }
+
+    async fn list_heads_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError> {
+        self.count_read("list", &query.kind);
+        self.inner.list_heads_by_owner(query).await
+    }
 }
 
 /// The results of a finished batch, read back through the files API.

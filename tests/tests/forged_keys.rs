@@ -60,6 +60,11 @@ impl StateStore for CountingState {
         self.count();
         self.inner.list_by_owner(query).await
     }
+
+    async fn list_heads_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError> {
+        self.count();
+        self.inner.list_heads_by_owner(query).await
+    }
 }
 
 fn keys_over(state: Arc<dyn StateStore>, untagged: UntaggedKeys) -> ApiKeyService {

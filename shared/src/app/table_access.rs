@@ -10,6 +10,7 @@
 //! role does not allow, so a code path that reaches a new kind fails every Lambda test that runs it
 //! (with a message naming this file) instead of only failing with `AccessDenied` once deployed.
 
+use crate::auth::KEY_TAG_SECRET_KIND;
 use crate::ports::{ListQuery, Page, Record, StateStore, StorageError};
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -35,7 +36,7 @@ pub struct TableAccess {
 
 /// Every request authenticates: its API key's record, the project's revocation version, and (once
 /// per process) the secret that tags keys (`auth::key_tags`).
-const AUTH: &[&str] = &["api_key", "revocation", "key_tag_secret"];
+const AUTH: &[&str] = &["api_key", "revocation", KEY_TAG_SECRET_KIND];
 /// What the batch engine keeps (a batch's records, its input and output files' records and holds,
 /// their expiry tasks, idempotency keys).
 const BATCH_WORK: &[&str] = &[
@@ -84,7 +85,7 @@ impl LambdaFunction {
             // The queued-work API: batches (a cancel may finish one here), async requests, webhook
             // secrets (a revocation bumps the project's `revocation` record) and endpoints.
             Self::Batches => TableAccess {
-                reads: &[&["api_key", "key_tag_secret", "inference"]],
+                reads: &[&["api_key", KEY_TAG_SECRET_KIND, "inference"]],
                 writes: &[
                     BATCH_WORK,
                     ASYNC_WORK,
@@ -206,6 +207,11 @@ impl StateStore for ScopedState {
     async fn list_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError> {
         self.check(&query.kind, false)?;
         self.inner.list_by_owner(query).await
+    }
+
+    async fn list_heads_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError> {
+        self.check(&query.kind, false)?;
+        self.inner.list_heads_by_owner(query).await
     }
 }
 

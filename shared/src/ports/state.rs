@@ -121,10 +121,9 @@ pub trait StateStore: Send + Sync {
 
     /// [`StateStore::list_by_owner`] for a caller that reads no bodies: every field but `body`
     /// is as listed, `body` may be `null` (DynamoDB's owner index holds no bodies, so this costs
-    /// one query and no item read per record).
-    async fn list_heads_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError> {
-        self.list_by_owner(query).await
-    }
+    /// one query and no item read per record). Required, not defaulted: a wrapper that forgot to
+    /// forward it would quietly read every body again.
+    async fn list_heads_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError>;
 }
 
 #[cfg(test)]

@@ -353,6 +353,11 @@ impl StateStore for SqliteStateStore {
         .await
     }
 
+    /// SQLite lists bodies at no extra cost: the heads are the full records.
+    async fn list_heads_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError> {
+        self.list_by_owner(query).await
+    }
+
     async fn list_by_owner(&self, query: &ListQuery) -> Result<Page, StorageError> {
         let query = query.clone();
         self.with_conn(move |conn| {
