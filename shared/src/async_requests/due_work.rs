@@ -10,14 +10,14 @@ use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;
 use crate::ports::StorageError;
 use crate::records::Loaded;
-use crate::scheduler::{pass_has_time, ScheduleError, ScheduledTask};
+use crate::scheduler::{another_round, ScheduleError, ScheduledTask};
 use async_trait::async_trait;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// How many due requests one round of a pass looks at; a pass goes on with another round while
-/// the last one was full and the pass has time ([`pass_has_time`]).
+/// the last one was full and the pass has time ([`another_round`]).
 const ROUND: usize = 1000;
 
 /// What one pass did.
@@ -56,7 +56,7 @@ impl ScheduledTask for AsyncDueWork {
             // Each request looked at moves on (to a later due time, or out of the index), so the
             // next round reads the next ones.
             let due = self.service.due.due(DUE_LANE, now_ms, ROUND).await?;
-            let full = due.len() == ROUND;
+            let read = due.len();
             let errors_before = report.errors;
             report.rounds += 1;
             report.due += due.len() as u64;
@@ -66,9 +66,7 @@ impl ScheduledTask for AsyncDueWork {
                     report.errors += 1;
                 }
             }
-            // A round that moved nothing on would read the same requests again.
-            let stuck = report.errors - errors_before == ROUND as u64;
-            if !full || stuck || !pass_has_time() {
+            if !another_round(read, ROUND, report.errors - errors_before) {
                 break;
             }
         }

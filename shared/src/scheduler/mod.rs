@@ -28,6 +28,13 @@ pub fn pass_has_time() -> bool {
         .unwrap_or(false)
 }
 
+/// Whether a task that just handled a round of due work should read another: only when the round
+/// was full (more may be due), moved at least one item on (a round where every item failed would
+/// read the same ones again) and the pass has time ([`pass_has_time`]).
+pub(crate) fn another_round(read: usize, limit: usize, failed: u64) -> bool {
+    read == limit && failed < limit as u64 && pass_has_time()
+}
+
 /// Why a task's pass failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {

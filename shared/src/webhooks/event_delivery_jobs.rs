@@ -13,7 +13,7 @@ use super::events::{
 use crate::jobs::{JobMessage, JobRunner};
 use crate::ports::{JobOutcome, SoleWorkerGuard, StorageError};
 use crate::records::Loaded;
-use crate::scheduler::{pass_has_time, ScheduleError, ScheduledTask};
+use crate::scheduler::{another_round, ScheduleError, ScheduledTask};
 use async_trait::async_trait;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -216,7 +216,7 @@ impl ScheduledTask for BatchWebhooks {
         let mut report = DueReport::default();
         loop {
             let due = self.due.due(DELIVERY_LANE, now_ms, DUE_PER_PASS).await?;
-            let full = due.len() == DUE_PER_PASS;
+            let read = due.len();
             let errors_before = report.errors;
             for item in due {
                 report.due += 1;
@@ -225,9 +225,7 @@ impl ScheduledTask for BatchWebhooks {
                     report.errors += 1;
                 }
             }
-            // Each delivery handled moves on; a round that moved none would read them again.
-            let stuck = report.errors - errors_before == DUE_PER_PASS as u64;
-            if !full || stuck || !pass_has_time() {
+            if !another_round(read, DUE_PER_PASS, report.errors - errors_before) {
                 break;
             }
         }
