@@ -6,8 +6,8 @@ use nimbus_integration_tests::contract;
 use nimbus_integration_tests::moto::{create_bucket, create_queue, create_sealing_key, create_state_table, MotoServer};
 use nimbus_integration_tests::sealer_contract;
 use nimbus_shared::adapters::aws::{
-    delivered_receipt, DynamoDbStateStore, KmsSealer, ParameterKeySealer, S3BlobStore, SqsJobQueue, SEALING_KEY_ENV,
-    SEALING_KEY_PARAMETER_ENV,
+    delivered_receipt, DynamoDbStateStore, KmsSealer, ParameterKeySealer, S3BlobStore, SqsJobQueue, SsmParameters,
+    SEALING_KEY_ENV, SEALING_KEY_PARAMETER_ENV,
 };
 use nimbus_shared::ports::{
     BlobStore, CredentialSealer, JobQueue, ListOrder, ListQuery, Priority, SealError, StateStore,
@@ -100,9 +100,16 @@ async fn the_parameter_key_sealer_honours_the_contract_on_moto() {
     let moto = MotoServer::start().unwrap();
     let config = moto.sdk_config().await;
     let name = "/nimbus/test/sealing-key";
-    let sealer = ParameterKeySealer::new(&config, name);
+    let sealer = ParameterKeySealer::new(SsmParameters::new(&config), name);
     sealer_contract::sealer_honours_the_contract(&sealer).await;
     assert!(sealer.seal("c", b"x").await.unwrap().starts_with("ssm1."));
+    // The AWS default seals webhook secrets at rest like the KMS sealer does.
+    create_state_table(&config, "nimbus-sealed").await.unwrap();
+    sealer_contract::webhook_secrets_are_sealed_at_rest(
+        Arc::new(DynamoDbStateStore::new(&config, "nimbus-sealed")),
+        Arc::new(ParameterKeySealer::new(SsmParameters::new(&config), name)),
+    )
+    .await;
 
     // The first use made the key: a SecureString parameter, whose value is not what is sealed.
     let ssm = aws_sdk_ssm::Client::new(&config);
@@ -116,11 +123,11 @@ async fn the_parameter_key_sealer_honours_the_contract_on_moto() {
     // Another process (a new sealer) reads the same key: what one sealed, the other opens; and
     // two processes racing to make the key agree on one (the second finds the first's).
     let sealed = sealer.seal("batch-1", b"secret").await.unwrap();
-    let other = ParameterKeySealer::new(&config, name);
+    let other = ParameterKeySealer::new(SsmParameters::new(&config), name);
     assert_eq!(other.open("batch-1", &sealed).await.unwrap(), b"secret");
     let (a, b) = (
-        ParameterKeySealer::new(&config, "/nimbus/test/raced"),
-        ParameterKeySealer::new(&config, "/nimbus/test/raced"),
+        ParameterKeySealer::new(SsmParameters::new(&config), "/nimbus/test/raced"),
+        ParameterKeySealer::new(SsmParameters::new(&config), "/nimbus/test/raced"),
     );
     let (sealed_a, sealed_b) = tokio::join!(a.seal("c", b"from a"), b.seal("c", b"from b"));
     assert_eq!(b.open("c", &sealed_a.unwrap()).await.unwrap(), b"from a");
@@ -134,7 +141,7 @@ async fn the_parameter_key_sealer_honours_the_contract_on_moto() {
         .send()
         .await
         .unwrap();
-    let err = ParameterKeySealer::new(&config, "/nimbus/test/not-a-key")
+    let err = ParameterKeySealer::new(SsmParameters::new(&config), "/nimbus/test/not-a-key")
         .seal("c", b"x")
         .await
         .unwrap_err();
@@ -145,7 +152,10 @@ async fn the_parameter_key_sealer_honours_the_contract_on_moto() {
 
     // Without the parameter's variable, sealing names it.
     assert!(std::env::var(SEALING_KEY_PARAMETER_ENV).is_err());
-    let err = ParameterKeySealer::from_env(&config).seal("c", b"x").await.unwrap_err();
+    let err = ParameterKeySealer::from_env(SsmParameters::new(&config))
+        .seal("c", b"x")
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, SealError::Unavailable(m) if m.contains(SEALING_KEY_PARAMETER_ENV)),
         "{err:?}"

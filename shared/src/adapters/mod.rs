@@ -6,7 +6,7 @@ pub mod deferred_tasks;
 pub mod embedded;
 pub mod records;
 pub mod sagemaker_runtime;
-pub mod sealing_cipher;
+pub(crate) mod sealing_cipher;
 pub mod webhook_http;
 
 pub use deferred_tasks::DeferredTasks;

@@ -74,7 +74,7 @@ impl SealingCipher {
 }
 
 /// `buf` filled from the system's random source.
-pub fn random_bytes(buf: &mut [u8]) -> Result<(), SealError> {
+fn random_bytes(buf: &mut [u8]) -> Result<(), SealError> {
     rand::rngs::OsRng
         .try_fill_bytes(buf)
         .map_err(|e| SealError::Unavailable(format!("the system random source failed: {e}")))

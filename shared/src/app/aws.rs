@@ -40,11 +40,12 @@ fn job_queue(sdk_config: &aws_config::SdkConfig, jobs_url: String) -> SqsJobQueu
 }
 
 /// The sealer the environment chooses: KMS when it names a KMS key, else the Parameter Store key.
-fn sealer_of(sdk_config: &aws_config::SdkConfig) -> Arc<dyn CredentialSealer> {
+/// The Parameter Store key is read through `parameters`, the process's one SSM adapter.
+fn sealer_of(sdk_config: &aws_config::SdkConfig, parameters: &SsmParameters) -> Arc<dyn CredentialSealer> {
     if optional_env(SEALING_KEY_ENV).is_some() {
         Arc::new(KmsSealer::from_env(sdk_config))
     } else {
-        Arc::new(ParameterKeySealer::from_env(sdk_config))
+        Arc::new(ParameterKeySealer::from_env(parameters.clone()))
     }
 }
 
@@ -57,21 +58,23 @@ pub async fn state_store() -> Result<DynamoDbStateStore, String> {
 /// set `NIMBUS_SEALING_KEY_PARAMETER` (the stack's output `SealingKeyParameter`) or, on a stack
 /// with `Sealing=kms`, `NIMBUS_SEALING_KEY_ID` (output `SealingKeyId`).
 pub async fn sealer() -> Arc<dyn CredentialSealer> {
-    sealer_of(&load_sdk_config().await)
+    let sdk_config = load_sdk_config().await;
+    sealer_of(&sdk_config, &SsmParameters::new(&sdk_config))
 }
 
 pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, String> {
     let table = required_env("NIMBUS_TABLE")?;
     let bucket = required_env("NIMBUS_BUCKET")?;
     let queue_url = required_env("NIMBUS_JOBS_QUEUE_URL")?;
+    let parameters = SsmParameters::new(sdk_config);
     Ok(Adapters::new(
         Arc::new(DynamoDbStateStore::new(sdk_config, table)),
         Arc::new(S3BlobStore::new(sdk_config, bucket)),
         Arc::new(job_queue(sdk_config, queue_url)),
     )
-    .with_sealer(sealer_of(sdk_config))
-    .with_provider_secrets(Arc::new(SsmParameters::new(sdk_config)))
+    .with_sealer(sealer_of(sdk_config, &parameters))
+    .with_provider_secrets(Arc::new(parameters))
     .with_metrics(EmfMetrics::for_lambda())
-    .with_record_retention_days(super::limits::record_retention_days_from_env()?)
-    .with_due_index_shards(super::limits::due_index_shards_from_env()?))
+    .with_record_retention_days(super::limits::record_retention_days_from_env().map_err(|e| e.to_string())?)
+    .with_due_index_shards(super::limits::due_index_shards_from_env().map_err(|e| e.to_string())?))
 }

@@ -3,11 +3,6 @@
 use serde::{Deserialize, Deserializer};
 use std::fmt;
 
-/// The longest parameter name SSM takes (its limit on a fully qualified name).
-const MAX_PARAMETER_NAME: usize = 1011;
-/// The deepest parameter hierarchy SSM takes (`/a/b/…`, 15 levels).
-const MAX_PARAMETER_LEVELS: usize = 15;
-
 /// `env::VAR` (read from the environment), `ssm::/PARAMETER/NAME` (a parameter of the
 /// deployment's parameter store, read on first use: an SSM SecureString on AWS, a file under the
 /// data directory locally), `dynamic::NAME` (supplied per request in the body's `credentials`
@@ -33,7 +28,7 @@ impl CredentialLocation {
             }
         }
         if let Some(name) = text.strip_prefix("ssm::") {
-            return check_parameter_name(name)
+            return crate::ports::check_parameter_name(name)
                 .map(|()| Self::Ssm(name.to_owned()))
                 .map_err(|problem| format!("invalid credential location `{text}`: {problem}"));
         }
@@ -55,47 +50,6 @@ impl CredentialLocation {
             _ => None,
         }
     }
-}
-
-/// A parameter name as SSM takes it, fully qualified: `/` then segments of letters, digits and
-/// `_.-` joined by `/`, at most 15 levels and 1011 characters, not under SSM's reserved `/aws` or
-/// `/ssm`. `.` and `..` segments are refused too (locally the name is a path).
-fn check_parameter_name(name: &str) -> Result<(), String> {
-    let Some(path) = name.strip_prefix('/') else {
-        return Err("the parameter name must start with `/` (e.g. `ssm::/nimbus/openai-api-key`)".to_owned());
-    };
-    if name.len() > MAX_PARAMETER_NAME {
-        return Err(format!(
-            "the parameter name is longer than {MAX_PARAMETER_NAME} characters"
-        ));
-    }
-    let segments: Vec<&str> = path.split('/').collect();
-    if segments.len() > MAX_PARAMETER_LEVELS {
-        return Err(format!(
-            "the parameter name has more than {MAX_PARAMETER_LEVELS} levels"
-        ));
-    }
-    for segment in &segments {
-        if segment.is_empty() {
-            return Err("the parameter name has an empty segment (`//` or a trailing `/`)".to_owned());
-        }
-        if *segment == "." || *segment == ".." {
-            return Err(format!("the parameter name has a `{segment}` segment"));
-        }
-        if let Some(bad) = segment
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
-        {
-            return Err(format!(
-                "the parameter name holds `{bad}`: only letters, digits, `_`, `.`, `-` and `/` are allowed"
-            ));
-        }
-    }
-    let first = segments.first().map(|s| s.to_ascii_lowercase()).unwrap_or_default();
-    if first.starts_with("aws") || first.starts_with("ssm") {
-        return Err("parameter names starting with `/aws` or `/ssm` are reserved by AWS".to_owned());
-    }
-    Ok(())
 }
 
 impl fmt::Display for CredentialLocation {

@@ -30,6 +30,7 @@ pub use inference_store::{BatchPage, InferencePage, InferenceStore};
 pub use jobs::{JobHandler, JobOutcome, SoleWorkerGuard};
 pub use metrics::{MetricUnit, MetricsSink, NoMetrics};
 pub use model_cache::{CacheKey, CachedModelResponse, ModelCache};
+pub(crate) use provider_secrets::check_parameter_name;
 pub use provider_secrets::{CachedProviderSecrets, NoProviderSecrets, ProviderSecrets, SecretError, SecretValue};
 pub use queue::{JobQueue, Priority, QueueMessage, UnknownPriority};
 pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore, MAX_UPDATE_ALL};

@@ -16,6 +16,65 @@ pub trait ProviderSecrets: Send + Sync + fmt::Debug {
     async fn parameter(&self, name: &str) -> Result<SecretValue, SecretError>;
 }
 
+/// The longest parameter name SSM takes (its limit on a fully qualified name).
+const MAX_PARAMETER_NAME: usize = 1011;
+/// The deepest parameter hierarchy SSM takes (`/a/b/…`, 15 levels).
+const MAX_PARAMETER_LEVELS: usize = 15;
+
+/// Why a name is no parameter name (the message says what is wrong, never a value).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidParameterName(String);
+
+/// A parameter name as SSM takes it, fully qualified: `/` then segments of letters, digits and
+/// `_.-` joined by `/`, at most 15 levels and 1011 characters, not under SSM's reserved `/aws` or
+/// `/ssm`. `.` and `..` segments are refused too (locally the name is a path).
+pub(crate) fn check_parameter_name(name: &str) -> Result<(), InvalidParameterName> {
+    let Some(path) = name.strip_prefix('/') else {
+        return Err(InvalidParameterName(
+            "the parameter name must start with `/` (e.g. `ssm::/nimbus/openai-api-key`)".to_owned(),
+        ));
+    };
+    if name.len() > MAX_PARAMETER_NAME {
+        return Err(InvalidParameterName(format!(
+            "the parameter name is longer than {MAX_PARAMETER_NAME} characters"
+        )));
+    }
+    let segments: Vec<&str> = path.split('/').collect();
+    if segments.len() > MAX_PARAMETER_LEVELS {
+        return Err(InvalidParameterName(format!(
+            "the parameter name has more than {MAX_PARAMETER_LEVELS} levels"
+        )));
+    }
+    for segment in &segments {
+        if segment.is_empty() {
+            return Err(InvalidParameterName(
+                "the parameter name has an empty segment (`//` or a trailing `/`)".to_owned(),
+            ));
+        }
+        if *segment == "." || *segment == ".." {
+            return Err(InvalidParameterName(format!(
+                "the parameter name has a `{segment}` segment"
+            )));
+        }
+        if let Some(bad) = segment
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+        {
+            return Err(InvalidParameterName(format!(
+                "the parameter name holds `{bad}`: only letters, digits, `_`, `.`, `-` and `/` are allowed"
+            )));
+        }
+    }
+    let first = segments.first().map(|s| s.to_ascii_lowercase()).unwrap_or_default();
+    if first.starts_with("aws") || first.starts_with("ssm") {
+        return Err(InvalidParameterName(
+            "parameter names starting with `/aws` or `/ssm` are reserved by AWS".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 /// A key read from the parameter store: its `Debug` does not show it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SecretValue(String);

@@ -334,8 +334,12 @@ impl WebhookEndpoints {
         }
         let now_ms = self.clock.now_unix_ms();
         let mut all = self.of_project(project).await?;
-        for (record, _) in all.iter().filter(|(_, stored)| stored.has_plain_secrets()) {
-            self.seal_plain(&record.id).await?;
+        for (record, stored) in all.iter().filter(|(_, stored)| stored.has_plain_secrets()) {
+            self.seal_plain(Loaded {
+                record: record.clone(),
+                body: stored.clone(),
+            })
+            .await?;
         }
         all.reverse();
         let start = match after {
@@ -436,11 +440,9 @@ impl WebhookEndpoints {
 
     /// Seal the plain-text secrets of an endpoint written before sealing (one conditional write;
     /// an endpoint that changed meanwhile is left to its next write).
-    async fn seal_plain(&self, id: &str) -> Result<(), StorageError> {
-        let Some(mut loaded) = self.by_id(id).await? else {
-            return Ok(());
-        };
-        loaded.body.seal_plain(self.sealer(), id).await?;
+    async fn seal_plain(&self, mut loaded: Loaded<StoredEndpoint>) -> Result<(), StorageError> {
+        let id = loaded.record.id.clone();
+        loaded.body.seal_plain(self.sealer(), &id).await?;
         match loaded.save(self.state.as_ref()).await {
             Ok(()) | Err(StorageError::Conflict) => Ok(()),
             Err(err) => Err(err),

@@ -6,11 +6,10 @@
 //!
 //! A sealed value is `ssm1.` + the cipher's layout (`adapters::sealing_cipher`).
 
-use super::describe_sdk_error;
+use super::SsmParameters;
 use crate::adapters::sealing_cipher::{SealingCipher, KEY_LEN};
-use crate::ports::{CredentialSealer, SealError};
+use crate::ports::{CredentialSealer, ProviderSecrets, SealError, SecretError};
 use async_trait::async_trait;
-use aws_sdk_ssm::types::{ParameterTier, ParameterType};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use tokio::sync::OnceCell;
@@ -22,7 +21,7 @@ const VERSION_PREFIX: &str = "ssm1.";
 
 /// [`CredentialSealer`] over a data key in Parameter Store.
 pub struct ParameterKeySealer {
-    client: aws_sdk_ssm::Client,
+    parameters: SsmParameters,
     /// `None` when the environment names no parameter: every call then fails saying so.
     parameter: Option<String>,
     cipher: OnceCell<SealingCipher>,
@@ -37,24 +36,25 @@ impl std::fmt::Debug for ParameterKeySealer {
 }
 
 impl ParameterKeySealer {
-    /// A sealer whose key is the parameter `name`. Nothing is called until the first seal or open.
-    pub fn new(sdk_config: &aws_config::SdkConfig, name: impl Into<String>) -> Self {
-        Self::with_parameter(sdk_config, Some(name.into()))
+    /// A sealer whose key is the parameter `name`, read and made through `parameters` (the
+    /// process's one SSM adapter). Nothing is called until the first seal or open.
+    pub fn new(parameters: SsmParameters, name: impl Into<String>) -> Self {
+        Self::with_parameter(parameters, Some(name.into()))
     }
 
     /// A sealer using the parameter named by [`SEALING_KEY_PARAMETER_ENV`]. Without it the sealer
     /// is still made (functions that never seal start as usual) and every call fails naming the
     /// variable.
-    pub fn from_env(sdk_config: &aws_config::SdkConfig) -> Self {
+    pub fn from_env(parameters: SsmParameters) -> Self {
         let name = std::env::var(SEALING_KEY_PARAMETER_ENV)
             .ok()
             .filter(|v| !v.trim().is_empty());
-        Self::with_parameter(sdk_config, name)
+        Self::with_parameter(parameters, name)
     }
 
-    fn with_parameter(sdk_config: &aws_config::SdkConfig, parameter: Option<String>) -> Self {
+    fn with_parameter(parameters: SsmParameters, parameter: Option<String>) -> Self {
         Self {
-            client: aws_sdk_ssm::Client::new(sdk_config),
+            parameters,
             parameter,
             cipher: OnceCell::new(),
         }
@@ -79,55 +79,28 @@ impl ParameterKeySealer {
 
     /// The key in the parameter, or `None` when there is no parameter yet.
     async fn read_key(&self, name: &str) -> Result<Option<[u8; KEY_LEN]>, SealError> {
-        let output = match self
-            .client
-            .get_parameter()
-            .name(name)
-            .with_decryption(true)
-            .send()
-            .await
-        {
-            Ok(output) => output,
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_parameter_not_found()) => return Ok(None),
-            Err(err) => {
-                return Err(SealError::Unavailable(format!(
-                    "SSM GetParameter {name}: {}",
-                    describe_sdk_error(&err)
-                )))
-            }
-        };
-        let value = output
-            .parameter()
-            .and_then(|p| p.value())
-            .ok_or_else(|| SealError::Unavailable(format!("SSM GetParameter {name} returned no value")))?;
-        key_from_text(name, value).map(Some)
+        match self.parameters.parameter(name).await {
+            Ok(value) => key_from_text(name, value.expose()).map(Some),
+            Err(SecretError::NotFound { .. }) => Ok(None),
+            Err(err) => Err(SealError::Unavailable(err.to_string())),
+        }
     }
 
     /// A new random key stored in the parameter, or the one another process stored first.
     async fn create_key(&self, name: &str) -> Result<[u8; KEY_LEN], SealError> {
         let key = SealingCipher::random_key()?;
-        let put = self
-            .client
-            .put_parameter()
-            .name(name)
-            .description("Nimbus: the data key sealing credentials and webhook secrets at rest (do not change)")
-            .value(BASE64.encode(key))
-            .r#type(ParameterType::SecureString)
-            .tier(ParameterTier::Standard)
-            .overwrite(false)
-            .send()
-            .await;
-        match put {
-            Ok(_) => Ok(key),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_parameter_already_exists()) => self
-                .read_key(name)
-                .await?
-                .ok_or_else(|| SealError::Unavailable(format!("SSM parameter {name} exists but could not be read"))),
-            Err(err) => Err(SealError::Unavailable(format!(
-                "SSM PutParameter {name}: {}",
-                describe_sdk_error(&err)
-            ))),
+        let description = "Nimbus: the data key sealing credentials and webhook secrets at rest (do not change)";
+        let created = self
+            .parameters
+            .create_secure(name, description, &BASE64.encode(key))
+            .await
+            .map_err(|e| SealError::Unavailable(e.to_string()))?;
+        if created {
+            return Ok(key);
         }
+        self.read_key(name)
+            .await?
+            .ok_or_else(|| SealError::Unavailable(format!("SSM parameter {name} exists but could not be read")))
     }
 }
 

@@ -1,4 +1,5 @@
-//! Provider keys as SSM parameters: `GetParameter` with decryption (a SecureString under the
+//! SSM Parameter Store, the process's one client of it: provider keys (`GetParameter` with
+//! decryption) and the sealing data key (`ParameterKeySealer`: read, or made once). Provider keys: (a SecureString under the
 //! AWS-managed `aws/ssm` key needs no KMS permission of the caller; a customer key needs
 //! `kms:Decrypt` on it). The function's role may read the parameters under the stack's prefix only.
 
@@ -6,6 +7,7 @@ use super::describe_sdk_error;
 use crate::ports::{ProviderSecrets, SecretError, SecretValue};
 use async_trait::async_trait;
 use aws_sdk_ssm::error::ProvideErrorMetadata;
+use aws_sdk_ssm::types::{ParameterTier, ParameterType};
 
 /// [`ProviderSecrets`] over SSM Parameter Store.
 #[derive(Debug, Clone)]
@@ -18,6 +20,30 @@ impl SsmParameters {
     pub fn new(sdk_config: &aws_config::SdkConfig) -> Self {
         Self {
             client: aws_sdk_ssm::Client::new(sdk_config),
+        }
+    }
+
+    /// Store `value` as a new standard-tier SecureString `name`, never overwriting: `Ok(false)` when
+    /// the parameter already exists (another process made it first).
+    pub(crate) async fn create_secure(&self, name: &str, description: &str, value: &str) -> Result<bool, SecretError> {
+        let put = self
+            .client
+            .put_parameter()
+            .name(name)
+            .description(description)
+            .value(value)
+            .r#type(ParameterType::SecureString)
+            .tier(ParameterTier::Standard)
+            .overwrite(false)
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(true),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_parameter_already_exists()) => Ok(false),
+            Err(err) => Err(SecretError::Unavailable {
+                name: name.to_owned(),
+                reason: describe_sdk_error(&err),
+            }),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! `<data dir>/parameters/nimbus/openai-api-key` (its content, surrounding whitespace trimmed), so
 //! a config naming `ssm::` keys for a deployment runs locally too. `env::` keys need none of this.
 
-use crate::ports::{ProviderSecrets, SecretError, SecretValue};
+use crate::ports::{check_parameter_name, ProviderSecrets, SecretError, SecretValue};
 use async_trait::async_trait;
 use std::path::{Path, PathBuf};
 
@@ -23,21 +23,12 @@ impl LocalParameters {
         }
     }
 
-    /// The file of parameter `name`: each `/`-separated segment a path component, never `.`,
-    /// `..` or empty (the config refuses such names; this keeps the lookup inside the folder).
+    /// The file of parameter `name`: each `/`-separated segment a path component. Only a name
+    /// [`check_parameter_name`] takes (never `.`, `..` or empty segments), so the lookup stays
+    /// inside the folder.
     fn path_of(&self, name: &str) -> Option<PathBuf> {
-        let segments: Vec<&str> = name.strip_prefix('/')?.split('/').collect();
-        let plain = |s: &&str| {
-            !s.is_empty()
-                && *s != "."
-                && *s != ".."
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-        };
-        segments
-            .iter()
-            .all(plain)
-            .then(|| segments.iter().fold(self.root.clone(), |path, s| path.join(s)))
+        check_parameter_name(name).ok()?;
+        Some(name.split('/').skip(1).fold(self.root.clone(), |path, s| path.join(s)))
     }
 }
 
