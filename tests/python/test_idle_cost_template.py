@@ -87,7 +87,6 @@ def test_sealing_needs_no_billed_key_by_default() -> None:
     tpl = template()
     assert tpl["Parameters"]["Sealing"]["Default"] == "parameter-store"
     assert tpl["Resources"]["NimbusSealingKey"]["Condition"] == "SealWithKms"
-    assert condition_is_parameter_on(tpl, "SealWithKms", "Sealing") is False
     assert tpl["Conditions"]["SealWithKms"] == {"Fn::Equals": [{"Ref": "Sealing"}, "kms"]}
     sealing = []
     for name, resource in tpl["Resources"].items():
@@ -109,3 +108,27 @@ def test_sealing_needs_no_billed_key_by_default() -> None:
             "Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/nimbus/${AWS::StackName}/sealing-key"
         }, name
     assert {"NimbusBatchesFunction", "NimbusWorkerFunction", "NimbusPollerFunction"} <= set(sealing)
+
+
+def test_the_internet_facing_function_may_never_read_the_sealing_key() -> None:
+    """The provider-key grant (`ProviderKeyParameterPrefix`, `/nimbus/` by default) covers the
+    sealing key's parameter too: the inference role denies it explicitly."""
+    tpl = template()
+    statements = [
+        statement
+        for policy in tpl["Resources"]["NimbusInferenceFunction"]["Properties"]["Policies"]
+        if isinstance(policy, dict) and "Statement" in policy
+        for statement in policy["Statement"]
+    ]
+    denied = [s for s in statements if s.get("Effect") == "Deny"]
+    assert denied == [
+        {
+            "Sid": "NeverReadTheSealingKey",
+            "Effect": "Deny",
+            "Action": "ssm:GetParameter",
+            "Resource": {
+                "Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/nimbus/${AWS::StackName}/sealing-key"
+            },
+        }
+    ]
+    assert tpl["Parameters"]["ProviderKeyParameterPrefix"]["Default"] == "/nimbus/"
