@@ -15,6 +15,7 @@ pub mod inference;
 pub mod jobs;
 pub(crate) mod json_size;
 pub mod lmi_api;
+mod mac;
 pub mod model;
 pub mod model_slots;
 pub mod openai;

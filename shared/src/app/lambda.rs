@@ -64,10 +64,10 @@ async fn lambda_stack(function: LambdaFunction) -> Result<(LoadedConfig, Adapter
             .check_key_parameter_prefix(&prefix)
             .map_err(|e| e.to_string())?;
     }
-    let mut adapters = super::aws::adapters(&sdk_config)
-        .await?
-        .with_untagged_keys(UntaggedKeys::from_env().map_err(|e| e.to_string())?);
+    let mut adapters = super::aws::adapters(&sdk_config).await?;
+    // Scoped first: everything built on the store after this (the key tags too) goes through it.
     adapters.state = Arc::new(ScopedState::new(adapters.state, function));
+    let adapters = adapters.with_untagged_keys(UntaggedKeys::from_env().map_err(|e| e.to_string())?);
     Ok((config, adapters))
 }
 
@@ -158,7 +158,10 @@ async fn http_function(
         lambda_batch_settings(&loaded.config),
     )?;
     Ok(HttpFunction {
-        router: with_http_api_deadline(routes(state), http_api_answer_deadline_from_env()?),
+        router: with_http_api_deadline(
+            routes(state),
+            http_api_answer_deadline_from_env().map_err(|e| e.to_string())?,
+        ),
         deferred,
     })
 }

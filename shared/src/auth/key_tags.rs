@@ -7,11 +7,10 @@
 //! check, never keys that verify (the key record's secret hash still has to match). It only keeps
 //! floods of forged keys from costing a read each.
 
+use crate::mac::hmac_sha256;
 use crate::ports::{Clock, Record, StateStore, StorageError};
 use base64::Engine as _;
-use hmac::{Hmac, Mac};
 use rand::RngCore;
-use sha2::Sha256;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
@@ -149,12 +148,10 @@ impl KeyTags {
                 *self.lock() = Cached::Known(Arc::clone(&tag_secret));
                 Ok(tag_secret)
             }
-            Err(StorageError::Conflict) => {
-                *self.lock() = Cached::Unknown;
-                self.read_secret()
-                    .await?
-                    .ok_or_else(|| StorageError::Backend("the key tag secret vanished after a conflict".into()))
-            }
+            Err(StorageError::Conflict) => self
+                .read_secret()
+                .await?
+                .ok_or_else(|| StorageError::Backend("the key tag secret vanished after a conflict".into())),
             Err(err) => Err(err),
         }
     }
@@ -176,13 +173,9 @@ fn secret_of(record: &Record) -> Result<Vec<u8>, StorageError> {
 
 /// Hex of the first [`TAG_BYTES`] of HMAC-SHA256(tag secret, id "_" secret).
 fn tag_of(tag_secret: &[u8], key_id: &str, secret: &str) -> String {
-    // HMAC takes a key of any length: the error branch cannot happen.
-    let Ok(mut mac) = <Hmac<Sha256> as Mac>::new_from_slice(tag_secret) else {
-        return String::new();
-    };
-    mac.update(b"nimbus-api-key-tag-v1:");
-    mac.update(key_id.as_bytes());
-    mac.update(b"_");
-    mac.update(secret.as_bytes());
-    hex::encode(&mac.finalize().into_bytes()[..TAG_BYTES])
+    let mac = hmac_sha256(
+        tag_secret,
+        &[b"nimbus-api-key-tag-v1:", key_id.as_bytes(), b"_", secret.as_bytes()],
+    );
+    mac.get(..TAG_BYTES).map(hex::encode).unwrap_or_default()
 }

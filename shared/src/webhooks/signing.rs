@@ -7,12 +7,11 @@
 //! - Baseten (`X-BASETEN-SIGNATURE`): the key is the whole secret STRING's UTF-8 bytes
 //!   (`whsec_` included); the signed content is the body alone, and the MAC is written in hex.
 
+use crate::mac::hmac_sha256;
 use base64::alphabet;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
 use base64::engine::DecodePaddingMode;
 use base64::Engine;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use std::fmt;
 
 /// The prefix of every signing secret.
@@ -103,18 +102,6 @@ impl fmt::Debug for SigningSecret {
     }
 }
 
-/// HMAC-SHA256 of the concatenated `parts` under `key`.
-fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-    // HMAC takes keys of any length (long keys are hashed), so this constructor cannot fail.
-    let Ok(mut mac) = <Hmac<Sha256> as Mac>::new_from_slice(key) else {
-        return Vec::new();
-    };
-    for part in parts {
-        mac.update(part);
-    }
-    mac.finalize().into_bytes().to_vec()
-}
-
 /// Standard Webhooks `webhook-signature` value: `v1,<base64 HMAC>` per secret, space-separated
 /// (several secrets during a rotation). Empty when `secrets` is. Neither `msg_id` nor the
 /// timestamp may contain `.` (the receiver could not split the signed content otherwise).
@@ -147,6 +134,8 @@ pub fn baseten_signature(secrets: &[SigningSecret], body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hmac::{Hmac, Mac};
+    use sha2::Sha256;
 
     /// The Standard Webhooks reference vector.
     const VECTOR_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
