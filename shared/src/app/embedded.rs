@@ -32,6 +32,10 @@ pub fn adapters(data_dir: &Path) -> Result<Adapters, StorageError> {
     .with_sealer(Arc::new(sealer(data_dir)))
     .with_provider_secrets(Arc::new(LocalParameters::in_data_dir(data_dir)))
     .with_metrics(Arc::new(PrometheusMetrics::new()))
-    .with_record_retention_days(super::limits::record_retention_days_from_env().map_err(StorageError::Invalid)?)
-    .with_due_index_shards(super::limits::due_index_shards_from_env().map_err(StorageError::Invalid)?))
+    .with_record_retention_days(
+        super::limits::record_retention_days_from_env().map_err(|e| StorageError::Invalid(e.to_string()))?,
+    )
+    .with_due_index_shards(
+        super::limits::due_index_shards_from_env().map_err(|e| StorageError::Invalid(e.to_string()))?,
+    ))
 }

@@ -4,7 +4,9 @@
 //! Gateway. Function URL and REST API requests, and the local server, get none.
 
 use super::lambda_host;
+use super::limits::{number_from_env, LimitSettingError};
 use crate::http::answer_deadline::{answer_deadline, AnswerDeadline};
+use crate::ports::{Clock as _, SystemClock};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -21,15 +23,10 @@ pub(crate) const DEFAULT_HTTP_API_ANSWER_DEADLINE: Duration = Duration::from_sec
 const HTTP_API_CUT_MS: u64 = 30_000;
 
 /// [`DEFAULT_HTTP_API_ANSWER_DEADLINE`] or `NIMBUS_HTTP_API_ANSWER_DEADLINE_SECS` (at most 29).
-pub(crate) fn http_api_answer_deadline_from_env() -> Result<Duration, String> {
-    const NAME: &str = "NIMBUS_HTTP_API_ANSWER_DEADLINE_SECS";
-    match std::env::var(NAME) {
-        Ok(secs) if !secs.trim().is_empty() => match secs.trim().parse::<u64>() {
-            Ok(secs) if secs <= 29 => Ok(Duration::from_secs(secs)),
-            _ => Err(format!("{NAME}: a whole number of seconds from 0 to 29, not {secs:?}")),
-        },
-        _ => Ok(DEFAULT_HTTP_API_ANSWER_DEADLINE),
-    }
+pub(crate) fn http_api_answer_deadline_from_env() -> Result<Duration, LimitSettingError> {
+    let default = u32::try_from(DEFAULT_HTTP_API_ANSWER_DEADLINE.as_secs()).unwrap_or(28);
+    number_from_env("NIMBUS_HTTP_API_ANSWER_DEADLINE_SECS", 0..=29, default, "seconds")
+        .map(|secs| Duration::from_secs(secs.into()))
 }
 
 /// The answer deadline of a request that came through an API Gateway HTTP API (payload 2.0, not
@@ -41,9 +38,7 @@ pub(crate) fn http_api_deadline_of(context: &RequestContext, limit: Duration) ->
     if lambda_host::is_function_url_host(context.domain_name.as_deref()) {
         return None;
     }
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX));
+    let now_ms = SystemClock.now_unix_ms();
     // API Gateway always sets `timeEpoch`, and a live request cannot be older than its 30 s cut:
     // anything else (a replayed or sample event, a clock ahead) counts from now.
     let elapsed = u64::try_from(now_ms.saturating_sub(context.time_epoch))

@@ -70,15 +70,15 @@ impl<S: Send + Sync> FromRequestParts<S> for StreamAnswer {
 
 /// The 504 answered at the deadline.
 pub fn answer_too_slow() -> ApiError {
-    let mut error = ApiError::internal(
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "timeout",
         "The answer did not start within the time this endpoint allows a response that is not streamed \
-         (API Gateway's HTTP API cuts requests at 30 seconds). Send long generations with \"stream\": true, \
-         or use the async or batch APIs.",
+         (API Gateway's HTTP API cuts requests at 30 seconds). Send long generations with \"stream\": true \
+         through the streaming URL (the stack's InferenceStreamingUrl, up to 5 minutes), or use the async \
+         or batch APIs.",
     )
-    .with_code("timeout");
-    error.status = StatusCode::GATEWAY_TIMEOUT;
-    error.kind = "timeout";
-    error
+    .with_code("timeout")
 }
 
 /// Answer [`answer_too_slow`] when the response has not started by the request's
