@@ -5,8 +5,7 @@
 //! else (an installed `nimbus`) says it uses.
 
 use anyhow::Context;
-use nimbus_shared::app::config_source::BUNDLED_CONFIG_FILE;
-use nimbus_shared::config::{load_config, load_local_config, BundledConfigFiles, LoadedConfig};
+use nimbus_shared::config::{load_bundled_config, load_local_config, LoadedConfig};
 use std::path::{Path, PathBuf};
 
 /// The default config file, relative to the repository root.
@@ -49,7 +48,7 @@ pub(crate) async fn load(explicit: Option<&Path>) -> anyhow::Result<(LoadedConfi
         ConfigOrigin::File(path) => load_local_config(path)
             .await
             .with_context(|| format!("loading {} (--config / NIMBUS_CONFIG)", path.display()))?,
-        ConfigOrigin::Bundled => load_config(&BundledConfigFiles::default(), BUNDLED_CONFIG_FILE)
+        ConfigOrigin::Bundled => load_bundled_config()
             .await
             .context("loading the built-in default configuration")?,
     };
@@ -79,9 +78,9 @@ mod tests {
 
     #[tokio::test]
     async fn the_built_in_default_loads() {
-        let loaded = load_config(&BundledConfigFiles::default(), BUNDLED_CONFIG_FILE)
-            .await
-            .unwrap();
+        // `cargo test` runs in infra/local, which holds no infra/config: the bundled branch.
+        let (loaded, origin) = load(None).await.unwrap();
+        assert_eq!(origin, ConfigOrigin::Bundled);
         assert!(loaded.config.models.contains_key("dummy"));
     }
 }

@@ -4,11 +4,8 @@
 //! references are read from the same directory (or key prefix).
 
 use crate::adapters::aws::S3BlobStore;
-use crate::config::{load_config, load_local_config, BlobConfigFiles, BundledConfigFiles, LoadedConfig};
+use crate::config::{load_bundled_config, load_config, load_local_config, BlobConfigFiles, LoadedConfig};
 use std::sync::Arc;
-
-/// The TOML file's name in the bundled config directory (`infra/config/`).
-pub const BUNDLED_CONFIG_FILE: &str = "nimbus.toml";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigSource {
@@ -42,7 +39,7 @@ impl ConfigSource {
     /// Read and validate the configuration and compile its functions.
     pub async fn load(&self, sdk_config: &aws_config::SdkConfig) -> Result<LoadedConfig, String> {
         let loaded = match self {
-            Self::Bundled => load_config(&BundledConfigFiles::default(), BUNDLED_CONFIG_FILE).await,
+            Self::Bundled => load_bundled_config().await,
             Self::File(path) => load_local_config(std::path::Path::new(path)).await,
             Self::S3 { bucket, key } => {
                 let (prefix, name) = match key.rsplit_once('/') {

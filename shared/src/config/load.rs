@@ -24,6 +24,16 @@ impl LoadedConfig {
     }
 }
 
+/// The TOML file's name in the bundled config directory (`infra/config/`).
+pub const BUNDLED_CONFIG_FILE: &str = "nimbus.toml";
+
+/// The configuration compiled into the binaries (`infra/config/`), as [`load_config`] reads it:
+/// what the Lambda functions use with `ConfigSource=bundled` and a local command started away
+/// from the repository.
+pub async fn load_bundled_config() -> Result<LoadedConfig, ConfigError> {
+    load_config(&super::files::BundledConfigFiles::default(), BUNDLED_CONFIG_FILE).await
+}
+
 /// Read `toml_name` from `files`, then every file it references (relative to the same
 /// directory), and compile the functions.
 pub async fn load_config(files: &dyn ConfigFiles, toml_name: &str) -> Result<LoadedConfig, ConfigError> {

@@ -49,7 +49,7 @@ pub use lmi::{
     chat_template_environment, BuiltInChatTemplate, ChatTemplateRaised, LmiApiConfig, LmiOutputFormatter,
     LmiProviderConfig, LmiSchema, SageMakerProviderConfig,
 };
-pub use load::{load_config, load_local_config, LoadedConfig};
+pub use load::{load_bundled_config, load_config, load_local_config, LoadedConfig, BUNDLED_CONFIG_FILE};
 pub use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};
 pub use models::{BatchMode, DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
 pub use shorthand::{shorthand_model, ModelLookupError, SHORTHAND_PROVIDERS};
