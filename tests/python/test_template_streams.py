@@ -15,6 +15,8 @@ template as written and on the template SAM expands it to:
 
 from __future__ import annotations
 
+import functools
+
 import re
 from typing import Any
 
@@ -38,7 +40,9 @@ WORKER_EVENT_SOURCE_CAPS = [
 ]
 
 
+@functools.cache
 def template() -> dict[str, Any]:
+    """Parsed once for this file: no test changes it."""
     return hardening.template()
 
 
