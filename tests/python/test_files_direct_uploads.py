@@ -4,6 +4,7 @@ to PUT its bytes. Locally that is `PUT /v1/files/{id}/content` on the server its
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -14,7 +15,7 @@ import requests
 import nimbus_testkit as kit
 
 MIB = 1024 * 1024
-DIRECT_KEYS = {"object", "file", "upload_url", "method", "expires_at"}
+DIRECT_KEYS = {"object", "file", "upload_url", "method", "upload_headers", "expires_at"}
 FILE_KEYS = {"id", "object", "bytes", "created_at", "filename", "purpose", "status", "expires_at", "status_details"}
 
 
@@ -52,7 +53,24 @@ def test_create_shape(nimbus_server: kit.NimbusServer) -> None:
     assert file["expires_at"] is None
     assert abs(file["created_at"] - time.time()) < 600
     assert target["upload_url"] == f"{nimbus_server.base_url}/v1/files/{file['id']}/content"
+    assert target["upload_headers"] == {}, "locally nothing is signed into the URL"
     assert target["expires_at"] > file["created_at"]
+
+
+def test_declared_sha256_takes_only_those_bytes(nimbus_server: kit.NimbusServer, client: openai.OpenAI) -> None:
+    data = b'{"custom_id": "a"}\n'
+    target = direct(
+        nimbus_server, filename="checked.jsonl", purpose="batch", bytes=len(data), sha256=hashlib.sha256(data).hexdigest()
+    )
+    file_id = target["file"]["id"]
+    other = data.replace(b"a", b"b")
+    check_error(requests.put(target["upload_url"], data=other, timeout=30), 400, param="sha256")
+    assert client.files.retrieve(file_id).status == "uploaded", "refused bytes leave the file waiting"
+    put = requests.put(target["upload_url"], data=data, headers=target["upload_headers"], timeout=30)
+    assert put.status_code == 200, put.text
+    assert client.files.retrieve(file_id).status == "processed"
+    assert client.files.content(file_id).read() == data
+    check_error(requests.put(target["upload_url"], data=data, timeout=30), 400)
 
 
 def test_put_then_processed(nimbus_server: kit.NimbusServer, client: openai.OpenAI) -> None:
@@ -172,8 +190,10 @@ def test_batch_default_expiry(nimbus_server: kit.NimbusServer) -> None:
         ),
         ({"purpose": "assistants", "bytes": 1}, 400, "filename"),
         ({"filename": "a.txt", "purpose": "assistants"}, 400, "bytes"),
+        ({"filename": "a.txt", "purpose": "assistants", "bytes": 1, "sha256": "d41d8cd98f00b204"}, 400, "sha256"),
+        ({"filename": "a.txt", "purpose": "assistants", "bytes": 1, "sha256": 12}, 400, "sha256"),
     ],
-    ids=["bad-purpose", "batch-not-jsonl", "expiry-too-short", "no-filename", "no-bytes"],
+    ids=["bad-purpose", "batch-not-jsonl", "expiry-too-short", "no-filename", "no-bytes", "short-sha256", "sha256-not-a-string"],
 )
 def test_create_validation(
     nimbus_server: kit.NimbusServer, body: dict[str, Any], status: int, param: str | None

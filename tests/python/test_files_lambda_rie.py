@@ -408,7 +408,14 @@ def test_direct_upload_to_a_presigned_s3_url(files_lambda: kit.LambdaUnderRie, m
         base,
         "POST",
         "/v1/direct_uploads",
-        body=json.dumps({"filename": "direct.bin", "purpose": "user_data", "bytes": len(content)}).encode(),
+        body=json.dumps(
+            {
+                "filename": "direct.bin",
+                "purpose": "user_data",
+                "bytes": len(content),
+                "sha256": hashlib.sha256(content).hexdigest(),
+            }
+        ).encode(),
         content_type="application/json",
     )
     status, target = invoke_json(files_lambda, create)
@@ -416,9 +423,13 @@ def test_direct_upload_to_a_presigned_s3_url(files_lambda: kit.LambdaUnderRie, m
     assert target["object"] == "direct_upload" and target["method"] == "PUT"
     assert target["file"]["status"] == "uploaded"
     assert target["upload_url"].startswith(f"{moto.endpoint}/"), target["upload_url"]
+    checksum = base64.b64encode(hashlib.sha256(content).digest()).decode()
+    assert target["upload_headers"] == {"if-none-match": "*", "x-amz-checksum-sha256": checksum}, target
     file_id = target["file"]["id"]
-    put = requests.put(target["upload_url"], data=content, timeout=60)
+    put = requests.put(target["upload_url"], data=content, headers=target["upload_headers"], timeout=60)
     assert put.status_code == 200, put.text[:300]
+    again = requests.put(target["upload_url"], data=content, headers=target["upload_headers"], timeout=60)
+    assert again.status_code == 412, "the URL stores the bytes once"
     status, file = invoke_json(files_lambda, authed("files-retrieve.json", file_id))
     assert status == 200, file
     assert file["status"] == "processed", file

@@ -16,7 +16,8 @@ use nimbus_shared::model::{ModelRequest, ModelResponse};
 use nimbus_shared::openai::chat::ChatCompletion;
 use nimbus_shared::openai::from_model::completion_to_model;
 use nimbus_shared::ports::{
-    BlobStore, ByteStream, JobQueue, PostOutcome, Priority, QueueMessage, StorageError, WebhookTransport,
+    BlobStore, ByteStream, JobQueue, OneTimePut, PostOutcome, PresignedPut, Priority, QueueMessage, StorageError,
+    WebhookTransport,
 };
 use nimbus_shared::providers::{CallContext, ChatProvider, ProviderError, ProviderHandle};
 use nimbus_shared::webhooks::{SecretSource, SigningSecret, WebhookUrl};
@@ -384,8 +385,13 @@ impl BlobStore for ObservedBlobs {
         self.inner.presign_get(key, ttl, filename).await
     }
 
-    async fn presign_put(&self, key: &str, ttl: Duration, bytes: u64) -> Result<Option<String>, StorageError> {
-        self.inner.presign_put(key, ttl, bytes).await
+    async fn presign_put(
+        &self,
+        key: &str,
+        ttl: Duration,
+        put: &OneTimePut,
+    ) -> Result<Option<PresignedPut>, StorageError> {
+        self.inner.presign_put(key, ttl, put).await
     }
 }
 

@@ -10,8 +10,9 @@ use nimbus_shared::adapters::aws::{
     SEALING_KEY_ENV, SEALING_KEY_PARAMETER_ENV,
 };
 use nimbus_shared::ports::{
-    BlobStore, CredentialSealer, JobQueue, ListOrder, ListQuery, Priority, SealError, StateStore,
+    BlobStore, CredentialSealer, JobQueue, ListOrder, ListQuery, OneTimePut, Priority, SealError, StateStore,
 };
+use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -222,17 +223,34 @@ async fn priority_queues_work(config: &aws_config::SdkConfig) {
 
 async fn presigned_urls_work(blobs: &S3BlobStore) {
     let client = reqwest::Client::new();
-    let put_url = blobs
-        .presign_put("projects/p/files/direct", Duration::from_secs(300), 12)
+    let body: &'static str = "direct bytes";
+    let put = OneTimePut {
+        bytes: 12,
+        sha256: Some(Sha256::digest(body).into()),
+    };
+    let presigned = blobs
+        .presign_put("projects/p/files/direct", Duration::from_secs(300), &put)
         .await
         .unwrap()
         .unwrap();
-    let response = client.put(&put_url).body("direct bytes").send().await.unwrap();
+    let send = |body: &'static [u8]| {
+        let mut request = client.put(&presigned.url).body(body);
+        for (name, value) in &presigned.headers {
+            request = request.header(name, value);
+        }
+        request.send()
+    };
+    // S3 answers 400 BadDigest to other bytes under the signed checksum; moto does not check
+    // checksums (the unit tests of `S3BlobStore::presign_put` check that it is signed).
+    let response = send(body.as_bytes()).await.unwrap();
     assert!(response.status().is_success(), "{}", response.status());
     assert_eq!(
         blobs.get("projects/p/files/direct").await.unwrap(),
         Bytes::from_static(b"direct bytes")
     );
+    // The URL stores once: the same PUT again cannot replace the checked bytes.
+    let response = send(body.as_bytes()).await.unwrap();
+    assert_eq!(response.status(), 412, "{}", response.text().await.unwrap());
     let get_url = blobs
         .presign_get("projects/p/files/direct", Duration::from_secs(300), "in put.jsonl")
         .await

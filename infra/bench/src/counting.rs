@@ -6,7 +6,8 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 use nimbus_shared::ports::{
-    BlobStore, ByteStream, JobQueue, ListQuery, Page, Priority, QueueMessage, Record, StateStore, StorageError,
+    BlobStore, ByteStream, JobQueue, ListQuery, OneTimePut, Page, PresignedPut, Priority, QueueMessage, Record,
+    StateStore, StorageError,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -192,8 +193,13 @@ impl BlobStore for CountingBlobs {
         self.inner.presign_get(key, ttl, filename).await
     }
 
-    async fn presign_put(&self, key: &str, ttl: Duration, bytes: u64) -> Result<Option<String>, StorageError> {
-        self.inner.presign_put(key, ttl, bytes).await
+    async fn presign_put(
+        &self,
+        key: &str,
+        ttl: Duration,
+        put: &OneTimePut,
+    ) -> Result<Option<PresignedPut>, StorageError> {
+        self.inner.presign_put(key, ttl, put).await
     }
 }
 

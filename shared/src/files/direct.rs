@@ -3,22 +3,43 @@
 //! `processed` once its bytes have landed (checked whenever it is read, and by the sweep).
 
 use super::limits::{check_new_file, expires_at};
-use super::streams::limited;
+use super::streams::{limited, sha256_checked};
 use super::sweep::{Janitor, JanitorTask};
 use super::{project_prefix, FilesError, FilesService, StoredFile, FILE_KIND};
 use crate::openai::files::{ExpiresAfter, FileObject, FilePurpose};
-use crate::ports::{ByteStream, Record, StorageError};
+use crate::ports::{ByteStream, OneTimePut, Record, StorageError};
 use std::time::Duration;
 
 /// How long the upload URL is valid; an upload that has not landed by then is removed.
 pub const DIRECT_UPLOAD_TTL: Duration = Duration::from_secs(3600);
 
 /// Where to send the bytes. `upload_url` is `None` for stores without presigned URLs (the local
-/// server then takes the bytes itself at `PUT /v1/files/{id}/content`).
+/// server then takes the bytes itself at `PUT /v1/files/{id}/content`); `upload_headers` are the
+/// headers the PUT must carry as given (signed into the URL).
 pub struct DirectUploadTarget {
     pub file: FileObject,
     pub upload_url: Option<String>,
+    pub upload_headers: Vec<(String, String)>,
     pub expires_at: i64,
+}
+
+/// What the client declares of a direct upload's bytes.
+pub struct DeclaredBytes {
+    pub bytes: u64,
+    /// The SHA-256 as 64 hex digits (what `sha256sum` prints), when declared.
+    pub sha256: Option<String>,
+}
+
+/// The declared SHA-256's 32 bytes, or a 400 naming `sha256`.
+fn parse_sha256(hex_digits: &str) -> Result<[u8; 32], FilesError> {
+    let mut digest = [0u8; 32];
+    hex::decode_to_slice(hex_digits, &mut digest).map_err(|_| {
+        FilesError::invalid(
+            format!("'sha256' must be 64 hexadecimal digits (as sha256sum prints them), not '{hex_digits}'."),
+            "sha256",
+        )
+    })?;
+    Ok(digest)
 }
 
 impl FilesService {
@@ -27,10 +48,12 @@ impl FilesService {
         project: &str,
         filename: String,
         purpose: FilePurpose,
-        bytes: u64,
+        declared: DeclaredBytes,
         expires_after: Option<ExpiresAfter>,
     ) -> Result<DirectUploadTarget, FilesError> {
+        let bytes = declared.bytes;
         check_new_file(&filename, purpose, bytes)?;
+        let sha256 = declared.sha256.as_deref().map(parse_sha256).transpose()?;
         let (id, created_ms) = self.mint("file-");
         let created_at = created_ms.div_euclid(1000);
         let expires = expires_at(created_at, purpose, expires_after)?;
@@ -57,7 +80,10 @@ impl FilesService {
             expires_at: expires,
             status_details: None,
         };
-        let upload_url = self.blobs.presign_put(&blob_key, DIRECT_UPLOAD_TTL, bytes).await?;
+        let presigned = self
+            .blobs
+            .presign_put(&blob_key, DIRECT_UPLOAD_TTL, &OneTimePut { bytes, sha256 })
+            .await?;
         self.insert_file(
             project,
             created_ms,
@@ -65,12 +91,18 @@ impl FilesService {
                 file: file.clone(),
                 blob_key,
                 declared_bytes: Some(bytes),
+                declared_sha256: sha256.map(hex::encode),
             },
         )
         .await?;
+        let (upload_url, upload_headers) = match presigned {
+            Some(put) => (Some(put.url), put.headers),
+            None => (None, Vec::new()),
+        };
         Ok(DirectUploadTarget {
             file,
             upload_url,
+            upload_headers,
             expires_at: deadline,
         })
     }
@@ -95,13 +127,26 @@ impl FilesService {
                 ))
             }
         };
-        let (body, flag) = limited(body, declared);
+        let (body, too_long) = limited(body, declared);
+        // Checked before the bytes become visible, as S3 checks a presigned PUT's signed checksum.
+        let (body, other_digest) = match stored.declared_sha256.as_deref() {
+            Some(expected) => {
+                let (body, flag) = sha256_checked(body, parse_sha256(expected)?);
+                (body, Some(flag))
+            }
+            None => (body, None),
+        };
         if let Err(err) = self.blobs.put_stream(&stored.blob_key, body).await {
             let _ = self.blobs.delete(&stored.blob_key).await;
-            return Err(if flag.exceeded() {
+            return Err(if too_long.refused() {
                 FilesError::TooLarge {
                     message: format!("File {id} was declared as {declared} bytes; more were sent."),
                 }
+            } else if other_digest.is_some_and(|flag| flag.refused()) {
+                FilesError::invalid(
+                    format!("The bytes sent for file {id} do not have the declared SHA-256; nothing was stored."),
+                    "sha256",
+                )
             } else {
                 err.into()
             });

@@ -166,7 +166,7 @@ impl FilesService {
                 Ok(())
             }
             Err(err) => {
-                draft.exceeded = flag.exceeded();
+                draft.exceeded = flag.refused();
                 Err(if draft.exceeded {
                     FilesError::TooLarge {
                         message: format!("File is too large: at most {} MB.", max / 1024 / 1024),
@@ -209,6 +209,7 @@ impl FilesService {
             file: file.clone(),
             blob_key: draft.blob_key.clone(),
             declared_bytes: None,
+            declared_sha256: None,
         };
         match self.insert_file(project, draft.created_ms, stored).await {
             Ok(()) => {}

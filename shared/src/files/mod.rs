@@ -15,7 +15,7 @@ mod streams;
 pub mod sweep;
 mod upload_ops;
 
-pub use direct::{DirectUploadTarget, DIRECT_UPLOAD_TTL};
+pub use direct::{DeclaredBytes, DirectUploadTarget, DIRECT_UPLOAD_TTL};
 pub use file_ops::{FileContent, FileDraft, FileReservation, ListFiles, NewFile, DOWNLOAD_URL_TTL};
 pub use holds::HOLD_BACKSTOP_MS;
 pub use limits::{check_expires_after, check_new_file, max_bytes_for, ExpiryField, MAX_FILE_BYTES, MAX_PART_BYTES};
@@ -72,6 +72,9 @@ pub(crate) struct StoredFile {
     /// For direct uploads: the size the client declared.
     #[serde(default)]
     pub declared_bytes: Option<u64>,
+    /// For direct uploads: the SHA-256 (hex) the client declared, checked when the bytes arrive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared_sha256: Option<String>,
 }
 
 /// The files and uploads business layer; it mints every id and timestamp.

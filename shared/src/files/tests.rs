@@ -343,7 +343,7 @@ async fn direct_uploads_settle_when_bytes_land_and_vanish_when_they_never_do() {
     let f = Fixture::new();
     let target = f
         .files
-        .create_direct_upload("p", "d.jsonl".into(), FilePurpose::Batch, 4, None)
+        .create_direct_upload("p", "d.jsonl".into(), FilePurpose::Batch, declared(4, None), None)
         .await
         .unwrap();
     assert_eq!(target.file.status, "uploaded");
@@ -365,7 +365,7 @@ async fn direct_uploads_settle_when_bytes_land_and_vanish_when_they_never_do() {
 
     let abandoned = f
         .files
-        .create_direct_upload("p", "e.jsonl".into(), FilePurpose::Batch, 4, None)
+        .create_direct_upload("p", "e.jsonl".into(), FilePurpose::Batch, declared(4, None), None)
         .await
         .unwrap();
     f.advance(2 * 3600);
@@ -375,6 +375,69 @@ async fn direct_uploads_settle_when_bytes_land_and_vanish_when_they_never_do() {
         Err(FilesError::NotFound { .. })
     ));
     assert_eq!(f.files.get_file("p", &landed.id).await.unwrap().status, "processed");
+}
+
+fn declared(bytes: u64, sha256: Option<&str>) -> DeclaredBytes {
+    DeclaredBytes {
+        bytes,
+        sha256: sha256.map(str::to_owned),
+    }
+}
+
+#[tokio::test]
+async fn a_direct_upload_with_a_declared_sha256_takes_only_those_bytes() {
+    let f = Fixture::new();
+    // sha256("1234")
+    let digest = "03ac674216f3e15c761ee1a5e255f067953623c8b388b4459e13f978d7c846f4";
+    let target = f
+        .files
+        .create_direct_upload(
+            "p",
+            "d.jsonl".into(),
+            FilePurpose::Batch,
+            declared(4, Some(digest)),
+            None,
+        )
+        .await
+        .unwrap();
+    let err = f
+        .files
+        .put_direct_content("p", &target.file.id, body(b"4321"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, FilesError::Invalid { param, .. } if param.as_deref() == Some("sha256")),
+        "{err:?}"
+    );
+    assert_eq!(
+        f.blob_files_under("projects/p/files"),
+        0,
+        "refused bytes are never visible"
+    );
+    assert_eq!(f.files.get_file("p", &target.file.id).await.unwrap().status, "uploaded");
+    let landed = f
+        .files
+        .put_direct_content("p", &target.file.id, body(b"1234"))
+        .await
+        .unwrap();
+    assert_eq!(landed.status, "processed");
+}
+
+#[tokio::test]
+async fn a_malformed_sha256_is_refused_naming_the_field() {
+    let f = Fixture::new();
+    for bad in ["xyz", "03ac67", &"g".repeat(64)] {
+        let err = f
+            .files
+            .create_direct_upload("p", "d.jsonl".into(), FilePurpose::Batch, declared(4, Some(bad)), None)
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&err, FilesError::Invalid { param, .. } if param.as_deref() == Some("sha256")),
+            "{bad}: {err:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -192,7 +192,7 @@ impl FilesService {
             Ok(bytes) => bytes,
             Err(err) => {
                 let _ = self.blobs.delete(&blob_key).await;
-                return Err(if flag.exceeded() {
+                return Err(if flag.refused() {
                     FilesError::TooLarge {
                         message: format!("An upload part may be at most {} MB.", MAX_PART_BYTES / 1024 / 1024),
                     }
@@ -390,6 +390,7 @@ impl FilesService {
                 file,
                 blob_key: blob_key.clone(),
                 declared_bytes: None,
+                declared_sha256: None,
             },
         )
         .await?;

@@ -6,7 +6,7 @@ use super::json_body::JsonBody;
 use super::multipart_stream::{multipart_error, multipart_rejection, read_text_field, skip_field, stream_field};
 use super::{AppState, PublicBaseUrl};
 use crate::auth::Principal;
-use crate::files::{FileContent, FileReservation, ListFiles, NewFile, MAX_FILE_BYTES};
+use crate::files::{DeclaredBytes, FileContent, FileReservation, ListFiles, NewFile, MAX_FILE_BYTES};
 use crate::openai::files::{
     CreateDirectUploadRequest, DirectUpload, ExpiresAfter, FileDeleted, FileList, FileObject, FilePurpose,
 };
@@ -383,7 +383,10 @@ async fn create_direct_upload(
             &principal.project,
             request.filename,
             purpose,
-            request.bytes,
+            DeclaredBytes {
+                bytes: request.bytes,
+                sha256: request.sha256,
+            },
             request.expires_after,
         )
         .await?;
@@ -409,6 +412,7 @@ async fn create_direct_upload(
         file: target.file,
         upload_url,
         method: "PUT",
+        upload_headers: target.upload_headers.into_iter().collect(),
         expires_at: target.expires_at,
     })
     .into_response())

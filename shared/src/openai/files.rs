@@ -1,6 +1,7 @@
 //! `/v1/files` and `/v1/uploads` wire types.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// What a file is for. Upload purposes can be sent by clients; `batch_output` is written by Nimbus.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -129,6 +130,11 @@ pub struct DirectUpload {
     pub file: FileObject,
     pub upload_url: String,
     pub method: &'static str,
+    /// Headers the PUT must carry exactly as given (they are signed into `upload_url`), besides
+    /// the `Content-Length` every HTTP client sends: `If-None-Match: *` (the URL stores the bytes
+    /// once and cannot replace them) and, when `sha256` was declared, `x-amz-checksum-sha256`.
+    /// Empty locally.
+    pub upload_headers: BTreeMap<String, String>,
     pub expires_at: i64,
 }
 
@@ -137,6 +143,10 @@ pub struct CreateDirectUploadRequest {
     pub filename: String,
     pub purpose: String,
     pub bytes: u64,
+    /// The bytes' SHA-256 as 64 hex digits (`sha256sum`): the upload is refused unless the bytes
+    /// match it (in AWS the checksum is signed into the URL and S3 checks it).
+    #[serde(default)]
+    pub sha256: Option<String>,
     #[serde(default)]
     pub expires_after: Option<ExpiresAfter>,
 }

@@ -40,10 +40,33 @@ pub trait BlobStore: Send + Sync {
     /// A URL that downloads the object for `ttl`, for stores that have one (S3); `None` otherwise.
     async fn presign_get(&self, key: &str, ttl: Duration, filename: &str) -> Result<Option<String>, StorageError>;
 
-    /// A URL that uploads the object with an HTTP PUT for `ttl` (S3); `None` where the store has none.
-    /// The URL is good for a body of exactly `bytes` bytes: the length is signed, so the store
-    /// refuses any other size.
-    async fn presign_put(&self, key: &str, ttl: Duration, bytes: u64) -> Result<Option<String>, StorageError>;
+    /// A URL that uploads the object with one HTTP PUT for `ttl` (S3); `None` where the store has
+    /// none. The URL is good for exactly the body `put` describes (its length, and its SHA-256 when
+    /// given, are signed) and only while nothing is stored under `key`: once the bytes landed, the
+    /// URL cannot replace them.
+    async fn presign_put(
+        &self,
+        key: &str,
+        ttl: Duration,
+        put: &OneTimePut,
+    ) -> Result<Option<PresignedPut>, StorageError>;
+}
+
+/// The body a presigned PUT is good for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OneTimePut {
+    /// The exact length in bytes.
+    pub bytes: u64,
+    /// The SHA-256 digest of the body, when the client declared it.
+    pub sha256: Option<[u8; 32]>,
+}
+
+/// A presigned PUT: the URL, and the headers the client must send with it exactly as given (they
+/// are signed; `Content-Length` is not among them, the client's HTTP library sends it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresignedPut {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
 }
 
 /// Reject keys that could escape a prefix or that S3 and file systems treat differently.

@@ -19,7 +19,7 @@ pub mod webhook;
 pub use after_response::AfterResponse;
 pub use batch_events::{BatchEventSink, NoBatchEvents};
 pub use batch_item_id::{batch_base, BatchItemId, ItemIdKind, MAX_DERIVED_ITEMS};
-pub use blob::{BlobStore, ByteStream};
+pub use blob::{BlobStore, ByteStream, OneTimePut, PresignedPut};
 pub use clock::{Clock, IdSource, OffsetClock, SystemClock, UuidV7Ids};
 pub use credential_sealer::{
     check_sealable, decode_sealed, encode_sealed, open_json, seal_json, CredentialSealer, NoCredentialSealer,

@@ -2,9 +2,10 @@
 
 use super::describe_sdk_error;
 use crate::ports::blob::validate_key;
-use crate::ports::{BlobStore, ByteStream, StorageError};
+use crate::ports::{BlobStore, ByteStream, OneTimePut, PresignedPut, StorageError};
 use async_trait::async_trait;
 use aws_sdk_s3::primitives::ByteStream as S3ByteStream;
+use base64::prelude::{Engine as _, BASE64_STANDARD};
 use bytes::Bytes;
 use futures::StreamExt;
 use std::time::Duration;
@@ -287,22 +288,40 @@ impl BlobStore for S3BlobStore {
         Ok(Some(request.uri().to_owned()))
     }
 
-    async fn presign_put(&self, key: &str, ttl: Duration, bytes: u64) -> Result<Option<String>, StorageError> {
+    async fn presign_put(
+        &self,
+        key: &str,
+        ttl: Duration,
+        put: &OneTimePut,
+    ) -> Result<Option<PresignedPut>, StorageError> {
         validate_key(key)?;
         let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(ttl)
             .map_err(|e| StorageError::Invalid(e.to_string()))?;
+        let bytes = put.bytes;
         let length = i64::try_from(bytes).map_err(|_| StorageError::Invalid(format!("{bytes} bytes is too large")))?;
-        // Content-Length is among the signed headers: S3 answers 403 to a PUT of any other size.
+        // Signed headers, so S3 answers 403 to a PUT that leaves one out or changes it:
+        // Content-Length (no other size), `If-None-Match: *` (412 once an object is there, so the
+        // URL cannot replace bytes already checked), and the declared SHA-256 (400 to other bytes).
         let request = self
             .client
             .put_object()
             .bucket(&self.bucket)
             .key(key)
             .content_length(length)
+            .if_none_match("*")
+            .set_checksum_sha256(put.sha256.map(|digest| BASE64_STANDARD.encode(digest)))
             .presigned(config)
             .await
             .map_err(|e| backend(&e))?;
-        Ok(Some(request.uri().to_owned()))
+        let headers = request
+            .headers()
+            .filter(|(name, _)| !name.eq_ignore_ascii_case("content-length") && !name.eq_ignore_ascii_case("host"))
+            .map(|(name, value)| (name.to_owned(), value.to_owned()))
+            .collect();
+        Ok(Some(PresignedPut {
+            url: request.uri().to_owned(),
+            headers,
+        }))
     }
 }
 
@@ -405,16 +424,48 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_presigned_put_signs_the_declared_length() {
-        let url = store()
-            .presign_put("projects/p/files/direct", Duration::from_secs(300), 734_003_200)
+    async fn a_presigned_put_signs_the_declared_length_and_refuses_to_overwrite() {
+        let put = OneTimePut {
+            bytes: 734_003_200,
+            sha256: None,
+        };
+        let presigned = store()
+            .presign_put("projects/p/files/direct", Duration::from_secs(300), &put)
             .await
             .unwrap()
             .unwrap();
-        let signed = query(&url, "X-Amz-SignedHeaders").unwrap();
-        assert!(signed.split(';').any(|header| header == "content-length"), "{signed}");
-        assert!(query(&url, "X-Amz-Signature").is_some(), "{url}");
+        let url = &presigned.url;
+        let signed = query(url, "X-Amz-SignedHeaders").unwrap();
+        for header in ["content-length", "if-none-match"] {
+            assert!(signed.split(';').any(|signed| signed == header), "{header}: {signed}");
+        }
+        assert!(query(url, "X-Amz-Signature").is_some(), "{url}");
         // The length is a signed header, not in the URL: a client sends it as Content-Length.
         assert!(!url.contains("734003200"), "{url}");
+        assert_eq!(presigned.headers, vec![("if-none-match".to_owned(), "*".to_owned())]);
+    }
+
+    #[tokio::test]
+    async fn a_presigned_put_signs_the_declared_checksum() {
+        let put = OneTimePut {
+            bytes: 3,
+            sha256: Some([7; 32]),
+        };
+        let presigned = store()
+            .presign_put("projects/p/files/direct", Duration::from_secs(300), &put)
+            .await
+            .unwrap()
+            .unwrap();
+        let signed = query(&presigned.url, "X-Amz-SignedHeaders").unwrap();
+        assert!(
+            signed.split(';').any(|header| header == "x-amz-checksum-sha256"),
+            "{signed}"
+        );
+        let checksum = presigned
+            .headers
+            .iter()
+            .find(|(name, _)| name == "x-amz-checksum-sha256")
+            .map(|(_, value)| value.clone());
+        assert_eq!(checksum, Some(BASE64_STANDARD.encode([7u8; 32])));
     }
 }

@@ -2,7 +2,7 @@
 //! leaves a half-written object visible.
 
 use crate::ports::blob::validate_key;
-use crate::ports::{BlobStore, ByteStream, StorageError};
+use crate::ports::{BlobStore, ByteStream, OneTimePut, PresignedPut, StorageError};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
@@ -217,7 +217,12 @@ impl BlobStore for FileBlobStore {
         Ok(None)
     }
 
-    async fn presign_put(&self, key: &str, _ttl: Duration, _bytes: u64) -> Result<Option<String>, StorageError> {
+    async fn presign_put(
+        &self,
+        key: &str,
+        _ttl: Duration,
+        _put: &OneTimePut,
+    ) -> Result<Option<PresignedPut>, StorageError> {
         validate_key(key)?;
         Ok(None)
     }
