@@ -27,7 +27,7 @@ export SAM_CLI_TELEMETRY := 0
 
 PORT ?= 3000
 
-.PHONY: help run install deploy deploy-deps destroy build test test-deps terminal-tools check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async bench-lmi bench-native bench-metrics openapi fmt clean
+.PHONY: help run install deploy deploy-deps destroy build test test-deps terminal-tools check-format lint test-rust test-python sam-validate sam-build bench bench-batches bench-memory bench-inference bench-async bench-lmi bench-native bench-metrics bench-bootstrap openapi fmt clean
 
 help:
 	@echo "make run        start the gateway locally on http://127.0.0.1:$(PORT) (embedded stack in .data/)"
@@ -43,13 +43,16 @@ help:
 	@echo "make bench-lmi      LMI provider overhead beside the OpenAI-compatible provider's (its section)"
 	@echo "make bench-native   provider-native batch: AWS and provider requests of a 50,000-line batch (section 9)"
 	@echo "make bench-metrics  metrics overhead: p99 with metrics off, Prometheus and EMF (section 10)"
+	@echo "make bench-bootstrap  make run from an empty cargo cache: seconds to the first answer (section 12)"
 	@echo "make openapi        regenerate docs/openapi.json from the handlers"
 	@echo "make bench-async    async inference: submit and webhook latency, priority, AWS requests per request (its section)"
 
 # Open (no key needed, project `default`) until the first API key is ever created; announced at
 # start-up. NIMBUS_AUTH=required make run starts closed.
+# Built without the AWS adapters (`--backend aws`), most of a cold build's time; `make install`
+# builds the full binary.
 run:
-	cargo build -p nimbus-local
+	cargo build -p nimbus-local --no-default-features
 	PORT=$(PORT) NIMBUS_AUTH=$${NIMBUS_AUTH:-open} $(CARGO_TARGET_DIR)/debug/nimbus serve
 
 build:
@@ -106,6 +109,7 @@ check-format:
 
 lint:
 	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p nimbus-local --no-default-features --all-targets -- -D warnings
 
 # The binaries first: integration tests start the mocks and the server from the target directory.
 test-rust: test-deps
@@ -162,6 +166,10 @@ bench-native: test-deps
 # Metrics overhead (section 10): p99 with metrics dropped, kept (Prometheus) and written as EMF.
 bench-metrics:
 	bash infra/bench/metrics_bench.sh
+
+# `make run` on an empty cargo cache and target directory: seconds to the first answer (section 12).
+bench-bootstrap:
+	bash infra/bench/bootstrap_bench.sh
 
 # The checked-in OpenAPI document, regenerated from the handlers (a test fails while it is stale).
 openapi:

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
-use nimbus_shared::app::{aws, embedded};
+use nimbus_shared::app::embedded;
 use nimbus_shared::auth::ApiKeyService;
 use nimbus_shared::ports::{CredentialSealer, StateStore, SystemClock, UuidV7Ids};
 use std::path::PathBuf;
@@ -64,17 +64,52 @@ pub async fn state_store(store: &StoreArgs) -> anyhow::Result<Arc<dyn StateStore
         Backend::Embedded => Arc::new(
             embedded::state_store(&store.data_dir).with_context(|| format!("opening {}", store.data_dir.display()))?,
         ),
-        Backend::Aws => Arc::new(aws::state_store().await.map_err(anyhow::Error::msg)?),
+        Backend::Aws => aws_backend::state_store().await?,
     })
 }
 
 /// The sealer of secrets kept in the store `store` names (used by `nimbus webhook-secrets`): the
 /// data directory's key file, or on AWS the stack's (`NIMBUS_SEALING_KEY_PARAMETER`, or
 /// `NIMBUS_SEALING_KEY_ID` with `Sealing=kms`).
-pub async fn sealer(store: &StoreArgs) -> Arc<dyn CredentialSealer> {
-    match store.backend {
+pub async fn sealer(store: &StoreArgs) -> anyhow::Result<Arc<dyn CredentialSealer>> {
+    Ok(match store.backend {
         Backend::Embedded => Arc::new(embedded::sealer(&store.data_dir)),
-        Backend::Aws => aws::sealer().await,
+        Backend::Aws => aws_backend::sealer().await?,
+    })
+}
+
+/// The deployed stack's store and sealer, in a binary built with the `aws` feature.
+#[cfg(feature = "aws")]
+mod aws_backend {
+    use nimbus_shared::app::aws;
+    use nimbus_shared::ports::{CredentialSealer, StateStore};
+    use std::sync::Arc;
+
+    pub async fn state_store() -> anyhow::Result<Arc<dyn StateStore>> {
+        Ok(Arc::new(aws::state_store().await.map_err(anyhow::Error::msg)?))
+    }
+
+    pub async fn sealer() -> anyhow::Result<Arc<dyn CredentialSealer>> {
+        Ok(aws::sealer().await)
+    }
+}
+
+/// Without the `aws` feature (`make run`'s build, `--no-default-features`) `--backend aws` says
+/// how to get it.
+#[cfg(not(feature = "aws"))]
+mod aws_backend {
+    use nimbus_shared::ports::{CredentialSealer, StateStore};
+    use std::sync::Arc;
+
+    const NOT_BUILT: &str = "this nimbus was built without AWS support (`make run` leaves it out): \
+        `make install` (or `cargo build -p nimbus-local`) builds one with --backend aws";
+
+    pub async fn state_store() -> anyhow::Result<Arc<dyn StateStore>> {
+        anyhow::bail!(NOT_BUILT)
+    }
+
+    pub async fn sealer() -> anyhow::Result<Arc<dyn CredentialSealer>> {
+        anyhow::bail!(NOT_BUILT)
     }
 }
 

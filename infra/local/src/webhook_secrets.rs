@@ -45,7 +45,7 @@ async fn service(store: &StoreArgs) -> anyhow::Result<WebhookSecrets> {
         state_store(store).await?,
         Arc::new(SystemClock),
         Arc::new(UuidV7Ids),
-        sealer(store).await,
+        sealer(store).await?,
     ))
 }
 

@@ -1,12 +1,17 @@
 //! Wiring: adapters + configuration → the shared router. Lambda `main`s and the local server call
 //! these and nothing else.
 
+#[cfg(feature = "aws")]
 pub mod aws;
+#[cfg(feature = "aws")]
 pub mod config_source;
 #[cfg(feature = "embedded")]
 pub mod embedded;
+#[cfg(feature = "aws")]
 mod http_api_deadline;
+#[cfg(feature = "aws")]
 pub mod lambda;
+#[cfg(feature = "aws")]
 pub mod lambda_host;
 pub(crate) mod limits;
 pub mod table_access;

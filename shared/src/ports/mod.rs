@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod model_cache;
 pub mod provider_secrets;
 pub mod queue;
+pub mod schedule_switch;
 pub mod state;
 pub mod webhook;
 
@@ -33,6 +34,7 @@ pub use model_cache::{CacheKey, CachedModelResponse, ModelCache};
 pub(crate) use provider_secrets::check_parameter_name;
 pub use provider_secrets::{CachedProviderSecrets, NoProviderSecrets, ProviderSecrets, SecretError, SecretValue};
 pub use queue::{JobQueue, Priority, QueueMessage, UnknownPriority};
+pub use schedule_switch::{ScheduleSwitch, SwitchError};
 pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore, MAX_UPDATE_ALL};
 pub use webhook::{PostOutcome, WebhookTransport};
 

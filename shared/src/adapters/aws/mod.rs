@@ -2,25 +2,37 @@
 //! Store data key), SSM provider keys. Clients come from the environment
 //! (`AWS_REGION`, credentials, and `AWS_ENDPOINT_URL` for moto or other endpoints).
 
+#[cfg(feature = "aws")]
 mod dynamodb_state;
 mod emf_metrics;
+#[cfg(feature = "aws")]
 mod kms_sealer;
+#[cfg(feature = "aws")]
 mod parameter_key_sealer;
+#[cfg(feature = "aws")]
 mod s3_blobs;
+#[cfg(feature = "aws")]
 mod sqs_queue;
+#[cfg(feature = "aws")]
 mod ssm_parameters;
 
+#[cfg(feature = "aws")]
 pub use dynamodb_state::{DynamoDbStateStore, OWNER_INDEX_ATTRIBUTES};
 pub use emf_metrics::{emf_line, EmfMetrics};
+#[cfg(feature = "aws")]
 pub use kms_sealer::{KmsSealer, SEALING_KEY_ENV};
+#[cfg(feature = "aws")]
 pub use parameter_key_sealer::{ParameterKeySealer, SEALING_KEY_PARAMETER_ENV};
+#[cfg(feature = "aws")]
 pub use s3_blobs::S3BlobStore;
+#[cfg(feature = "aws")]
 pub use sqs_queue::{delivered_receipt, SqsJobQueue};
+#[cfg(feature = "aws")]
 pub use ssm_parameters::SsmParameters;
 
 /// The SDK's HTTPS client: rustls with ring, the same crypto the provider HTTP client uses, so
 /// the binary carries one TLS stack (smaller, faster cold start).
-pub fn https_client() -> aws_sdk_s3::config::SharedHttpClient {
+pub fn https_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
     use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
     aws_smithy_http_client::Builder::new()
         .tls_provider(Provider::Rustls(CryptoMode::Ring))
@@ -37,7 +49,7 @@ pub async fn load_sdk_config() -> aws_config::SdkConfig {
 }
 
 /// A readable message from any SDK error, including the service's own error code and message.
-pub fn describe_sdk_error<E, R>(err: &aws_sdk_s3::error::SdkError<E, R>) -> String
+pub fn describe_sdk_error<E, R>(err: &aws_smithy_runtime_api::client::result::SdkError<E, R>) -> String
 where
     E: std::error::Error + 'static,
     R: std::fmt::Debug,
