@@ -268,7 +268,8 @@ SDK_CALLS = {
     "ssm:PutParameter": ["put_parameter"],
     "sagemaker:InvokeEndpoint": ["invoke_endpoint"],
     "sagemaker:InvokeEndpointWithResponseStream": ["invoke_endpoint_with_response_stream"],
-    "ssm:GetParameter": ["get_parameter"],
+    "events:EnableRule": ["enable_rule"],
+    "events:DisableRule": ["disable_rule"],
 }
 POLLED_BY_THE_EVENT_SOURCE = {"sqs:ReceiveMessage", "sqs:GetQueueAttributes"}
 

@@ -132,3 +132,56 @@ def test_the_internet_facing_function_may_never_read_the_sealing_key() -> None:
         }
     ]
     assert tpl["Parameters"]["ProviderKeyParameterPrefix"]["Default"] == "/nimbus/"
+
+
+STACK_UUID = {"StackUuid": {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}}
+RULE_NAME = {"Fn::Sub": ["nimbus-poller-${StackUuid}", STACK_UUID]}
+RULE_ARN = {
+    "Fn::Sub": ["arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:rule/nimbus-poller-${StackUuid}", STACK_UUID]
+}
+
+
+def test_the_every_minute_pass_is_armed_only_while_there_is_work() -> None:
+    """The poller's every-minute rule has the name every function is given (NIMBUS_POLLER_RULE),
+    so the functions that write due work can turn it on and the poller off; an hourly heartbeat
+    rule, always on, turns it back on for work coming due (scheduler::Arming)."""
+    from test_hardening_template import expanded  # noqa: PLC0415
+
+    tpl = template()
+    env = tpl["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["NIMBUS_POLLER_RULE"] == RULE_NAME
+    events = tpl["Resources"]["NimbusPollerFunction"]["Properties"]["Events"]
+    assert events["EveryMinute"]["Properties"]["Schedule"] == "rate(1 minute)"
+    assert events["EveryMinute"]["Properties"]["Name"] == RULE_NAME
+    assert events["Hourly"]["Properties"]["Schedule"] == "rate(1 hour)"
+    assert "Enabled" not in events["Hourly"]["Properties"] and "State" not in events["Hourly"]["Properties"]
+    rules = {
+        r["Properties"]["ScheduleExpression"]: r
+        for r in expanded()["Resources"].values()
+        if r["Type"] == "AWS::Events::Rule"
+    }
+    assert set(rules) == {"rate(1 minute)", "rate(1 hour)"}, "exactly the two poller rules"
+    assert rules["rate(1 minute)"]["Properties"]["Name"] == RULE_NAME
+
+
+def test_only_the_functions_that_write_due_work_may_switch_the_rule_and_only_that_rule() -> None:
+    from test_hardening_template import function_statements  # noqa: PLC0415
+
+    doc = template()
+    allowed = {
+        "NimbusFilesFunction": {"events:EnableRule"},
+        "NimbusBatchesFunction": {"events:EnableRule"},
+        "NimbusWorkerFunction": {"events:EnableRule"},
+        "NimbusPollerFunction": {"events:EnableRule", "events:DisableRule"},
+        "NimbusInferenceFunction": set(),
+    }
+    for function, actions in allowed.items():
+        granted: set[str] = set()
+        for statement in function_statements(doc, function):
+            action = statement["Action"]
+            events_actions = {a for a in (action if isinstance(action, list) else [action]) if a.startswith("events:")}
+            if events_actions:
+                assert statement["Effect"] == "Allow"
+                assert statement["Resource"] == RULE_ARN, (function, statement)
+                granted |= events_actions
+        assert granted == actions, function

@@ -115,6 +115,26 @@ pub async fn create_queue(config: &aws_config::SdkConfig, name: &str) -> anyhow:
     output.queue_url().map(str::to_owned).context("no queue url")
 }
 
+/// A scheduled rule as the poller's every-minute one (enabled, as deployed); returns its name.
+pub async fn create_schedule_rule(config: &aws_config::SdkConfig, name: &str) -> anyhow::Result<String> {
+    let client = aws_sdk_eventbridge::Client::new(config);
+    client
+        .put_rule()
+        .name(name)
+        .schedule_expression("rate(1 minute)")
+        .state(aws_sdk_eventbridge::types::RuleState::Enabled)
+        .send()
+        .await?;
+    Ok(name.to_owned())
+}
+
+/// Whether the rule named `name` is enabled.
+pub async fn rule_enabled(config: &aws_config::SdkConfig, name: &str) -> anyhow::Result<bool> {
+    let client = aws_sdk_eventbridge::Client::new(config);
+    let rule = client.describe_rule().name(name).send().await?;
+    Ok(rule.state() == Some(&aws_sdk_eventbridge::types::RuleState::Enabled))
+}
+
 /// A symmetric encryption key, as template.yaml declares the sealing key; returns its id.
 pub async fn create_sealing_key(config: &aws_config::SdkConfig) -> anyhow::Result<String> {
     let client = aws_sdk_kms::Client::new(config);

@@ -1,17 +1,20 @@
 //! Wiring for the Lambda functions: AWS adapters, configuration from `NIMBUS_CONFIG_SOURCE`,
 //! keys always required, the public URL from `NIMBUS_PUBLIC_URL` or API Gateway's request context.
 
+use super::arming_state::ArmingState;
 use super::config_source::ConfigSource;
 use super::http_api_deadline::{http_api_answer_deadline_from_env, with_http_api_deadline};
 use super::table_access::{LambdaFunction, ScopedState};
 use super::{app_state, inference_service, lambda_host, Adapters, AuthSettings, WorkerParts};
-use crate::adapters::aws::load_sdk_config;
+use crate::adapters::aws::{load_sdk_config, EventBridgeSwitch, POLLER_RULE_ENV};
 use crate::adapters::DeferredTasks;
 use crate::auth::{AuthMode, UntaggedKeys};
 use crate::batches::BatchSettings;
 use crate::config::{Config, LoadedConfig};
 use crate::http::{AppState, HttpSettings, PublicBaseUrl};
 use crate::jobs::JobDispatcher;
+use crate::ports::ScheduleSwitch;
+use crate::scheduler::Arming;
 use crate::scheduler::Scheduler;
 use axum::extract::Request;
 use axum::middleware::Next;
@@ -67,6 +70,16 @@ async fn lambda_stack(function: LambdaFunction) -> Result<(LoadedConfig, Adapter
     let mut adapters = super::aws::adapters(&sdk_config).await?;
     // Scoped first: everything built on the store after this (the key tags too) goes through it.
     adapters.state = Arc::new(ScopedState::new(adapters.state, function));
+    // Functions that write due work arm the poller's schedule after writing it.
+    if matches!(
+        function,
+        LambdaFunction::Files | LambdaFunction::Batches | LambdaFunction::Worker
+    ) {
+        if let Some(switch) = poller_switch(&sdk_config) {
+            let arming = Arming::new(Arc::clone(&adapters.state), switch);
+            adapters.state = Arc::new(ArmingState::new(adapters.state, arming, Arc::clone(&adapters.clock)));
+        }
+    }
     let adapters = adapters.with_untagged_keys(UntaggedKeys::from_env().map_err(|e| e.to_string())?);
     Ok((config, adapters))
 }
@@ -191,9 +204,24 @@ pub async fn worker() -> Result<JobDispatcher, String> {
     ))
 }
 
-/// The scheduled poller: every scheduled task (see [`super::scheduler`]).
+/// The scheduled poller: every scheduled task (see [`super::scheduler`]), each pass ending by
+/// arming or disarming its every-minute schedule when the stack names it ([`POLLER_RULE_ENV`]).
 pub async fn scheduler() -> Result<Scheduler, String> {
-    Ok(super::scheduler(&lambda_worker_parts(LambdaFunction::Poller).await?))
+    let parts = lambda_worker_parts(LambdaFunction::Poller).await?;
+    let scheduler = super::scheduler(&parts);
+    Ok(match poller_switch(&load_sdk_config().await) {
+        Some(switch) => scheduler.with_arming(Arming::new(Arc::clone(&parts.adapters.state), switch)),
+        None => scheduler,
+    })
+}
+
+/// The switch of the poller's every-minute rule named by [`POLLER_RULE_ENV`]; `None` when unset
+/// (the schedule then simply stays on).
+fn poller_switch(sdk_config: &aws_config::SdkConfig) -> Option<Arc<dyn ScheduleSwitch>> {
+    let rule = std::env::var(POLLER_RULE_ENV)
+        .ok()
+        .filter(|rule| !rule.trim().is_empty())?;
+    Some(Arc::new(EventBridgeSwitch::new(sdk_config, rule.trim())))
 }
 
 /// The poller starts new rounds of due work for at most this long: less than the schedule's

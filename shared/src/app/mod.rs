@@ -1,6 +1,7 @@
 //! Wiring: adapters + configuration → the shared router. Lambda `main`s and the local server call
 //! these and nothing else.
 
+pub mod arming_state;
 #[cfg(feature = "aws")]
 pub mod aws;
 #[cfg(feature = "aws")]
@@ -397,3 +398,6 @@ pub fn scheduler(parts: &WorkerParts) -> Scheduler {
         .with_task(Arc::new(AsyncDueWork::new(Arc::clone(&parts.async_requests))))
         .with_task(webhooks::batch_webhooks(&parts.adapters))
 }
+
+#[cfg(all(test, feature = "embedded"))]
+mod arming_tests;

@@ -12,6 +12,7 @@
 
 use crate::auth::KEY_TAG_SECRET_KIND;
 use crate::ports::{ListQuery, Page, Record, StateStore, StorageError};
+use crate::scheduler::ARM_KIND;
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -52,6 +53,9 @@ const BATCH_WORK: &[&str] = &[
 ];
 /// Async requests, the scheduler's due index and the models' concurrency slots.
 const ASYNC_WORK: &[&str] = &["async_request", "due_work", "model_slots"];
+/// The record that says whether the poller's schedule is armed: written by whoever writes due work
+/// and by the poller (`scheduler::Arming`).
+const SCHEDULE: &[&str] = &[ARM_KIND];
 /// A file's and an upload's records.
 const FILES: &[&str] = &["file", "upload", "upload_part", "blob_hold", "janitor", "idempotency"];
 
@@ -80,7 +84,7 @@ impl LambdaFunction {
             },
             Self::Files => TableAccess {
                 reads: &[AUTH],
-                writes: &[FILES],
+                writes: &[FILES, SCHEDULE],
             },
             // The queued-work API: batches (a cancel may finish one here), async requests, webhook
             // secrets (a revocation bumps the project's `revocation` record) and endpoints.
@@ -89,6 +93,7 @@ impl LambdaFunction {
                 writes: &[
                     BATCH_WORK,
                     ASYNC_WORK,
+                    SCHEDULE,
                     &["revocation", "webhook_secret", "webhook_endpoint", "webhook_delivery"],
                 ],
             },
@@ -98,6 +103,7 @@ impl LambdaFunction {
                 writes: &[
                     BATCH_WORK,
                     ASYNC_WORK,
+                    SCHEDULE,
                     &["inference", "model_cache", "webhook_delivery"],
                 ],
             },
@@ -105,7 +111,13 @@ impl LambdaFunction {
             // event deliveries (queued, not signed here).
             Self::Poller => TableAccess {
                 reads: &[AUTH, &["webhook_endpoint"]],
-                writes: &[FILES, BATCH_WORK, ASYNC_WORK, &["inference", "webhook_delivery"]],
+                writes: &[
+                    FILES,
+                    BATCH_WORK,
+                    ASYNC_WORK,
+                    SCHEDULE,
+                    &["inference", "webhook_delivery"],
+                ],
             },
         }
     }

@@ -72,6 +72,10 @@ impl ScheduledTask for AsyncDueWork {
         }
         serde_json::to_value(&report).map_err(|e| ScheduleError::Task(e.to_string()))
     }
+
+    async fn next_due(&self) -> Result<Option<i64>, ScheduleError> {
+        Ok(self.service.due.next_due(DUE_LANE).await?)
+    }
 }
 
 impl AsyncService {

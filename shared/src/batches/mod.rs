@@ -24,6 +24,7 @@ mod missing_input;
 mod native;
 mod progress;
 mod records;
+pub(crate) use records::ACTIVE_KIND as ACTIVE_BATCH_KIND;
 mod recovery;
 mod slots;
 #[cfg(feature = "embedded")]

@@ -7,6 +7,7 @@ use super::records::StoredChunk;
 use super::records::{list_all, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND, CHUNK_KIND};
 use super::{BatchService, BatchesError, JobMessage};
 use crate::openai::batches::BatchStatus;
+use crate::ports::state::earliest_created_at;
 use crate::ports::StorageError;
 use crate::scheduler::{ScheduleError, ScheduledTask};
 use async_trait::async_trait;
@@ -64,6 +65,11 @@ impl ScheduledTask for BatchRecovery {
             other => ScheduleError::Task(other.to_string()),
         })?;
         serde_json::to_value(report).map_err(|e| ScheduleError::Task(e.to_string()))
+    }
+
+    /// An unfinished batch is work every pass (its marker's time, in the past: at once).
+    async fn next_due(&self) -> Result<Option<i64>, ScheduleError> {
+        Ok(earliest_created_at(self.service.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER).await?)
     }
 }
 

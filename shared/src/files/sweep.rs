@@ -5,12 +5,15 @@
 //! sweeps at once or a sweep that crashed half-way are harmless.
 
 use super::{decode, FilesError, FilesService, StoredFile, FILE_KIND};
+use crate::ports::state::earliest_created_at;
 use crate::ports::{ListOrder, ListQuery, Record, StorageError};
 use crate::scheduler::{ScheduleError, ScheduledTask};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-const KIND: &str = "janitor";
+/// The kind of a janitor task (its `created_at_ms` is when it is due).
+pub const JANITOR_KIND: &str = "janitor";
+const KIND: &str = JANITOR_KIND;
 const OWNER: &str = "_due";
 /// A blob written before its record: if no record exists this long after, the blob is removed.
 const BLOB_GUARD_GRACE_MS: i64 = 2 * 3600 * 1000;
@@ -88,6 +91,11 @@ impl FilesService {
     /// Run every janitor task due by now (at most `max_tasks`).
     pub async fn sweep(&self, max_tasks: usize) -> Result<SweepReport, FilesError> {
         self.sweep_due(self.clock.now_unix_ms(), max_tasks).await
+    }
+
+    /// When the earliest janitor task is due, `None` without any.
+    pub(crate) async fn next_janitor_task_due(&self) -> Result<Option<i64>, StorageError> {
+        earliest_created_at(self.state.as_ref(), KIND, OWNER).await
     }
 
     /// Run every janitor task due by `now_ms` (at most `max_tasks`).
@@ -210,5 +218,9 @@ impl ScheduledTask for FilesSweep {
                 other => ScheduleError::Task(other.to_string()),
             })?;
         serde_json::to_value(report).map_err(|e| ScheduleError::Task(e.to_string()))
+    }
+
+    async fn next_due(&self) -> Result<Option<i64>, ScheduleError> {
+        Ok(self.files.next_janitor_task_due().await?)
     }
 }

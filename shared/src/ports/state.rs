@@ -96,6 +96,21 @@ pub fn check_update_all(updates: &[(Record, u64)]) -> Result<(), StorageError> {
     Ok(())
 }
 
+/// When the earliest record of `kind` owned by `owner` was created (for due-work owners: when the
+/// earliest work is due), `None` when there is none: one listing of one head.
+pub async fn earliest_created_at(state: &dyn StateStore, kind: &str, owner: &str) -> Result<Option<i64>, StorageError> {
+    let first = state
+        .list_heads_by_owner(&ListQuery {
+            kind: kind.to_owned(),
+            owner: owner.to_owned(),
+            after: None,
+            limit: 1,
+            order: ListOrder::Asc,
+        })
+        .await?;
+    Ok(first.records.first().map(|head| head.created_at_ms))
+}
+
 /// Record storage with conditional writes.
 #[async_trait]
 pub trait StateStore: Send + Sync {

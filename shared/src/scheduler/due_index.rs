@@ -1,10 +1,13 @@
 //! A due-time index over the state store: "work on `target` is due at `t`", listed by due time.
 
+use crate::ports::state::earliest_created_at;
 use crate::ports::{ListOrder, ListQuery, Record, StateStore, StorageError};
 use serde_json::json;
 use std::sync::Arc;
 
-const KIND: &str = "due_work";
+/// The kind of a due-index entry.
+pub const DUE_WORK_KIND: &str = "due_work";
+const KIND: &str = DUE_WORK_KIND;
 /// Conditional-write races [`DueIndex::set`] retries before giving up with the conflict.
 const SET_ATTEMPTS: u32 = 5;
 /// Records read per page while listing due work.
@@ -160,6 +163,14 @@ impl DueIndex {
         items.sort_by(|a, b| (a.due_at_ms, &a.target).cmp(&(b.due_at_ms, &b.target)));
         items.truncate(limit);
         Ok(items)
+    }
+
+    /// When the earliest item of `lane` is due, `None` when the lane is empty: one query per shard.
+    pub async fn next_due(&self, lane: &str) -> Result<Option<i64>, StorageError> {
+        record_id(lane, "")?;
+        let firsts = (0..self.shards)
+            .map(|shard| async move { earliest_created_at(self.state.as_ref(), KIND, &owner(lane, shard)).await });
+        Ok(futures::future::try_join_all(firsts).await?.into_iter().flatten().min())
     }
 
     /// [`DueIndex::due`] of one shard.

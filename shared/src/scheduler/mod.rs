@@ -4,9 +4,11 @@
 //! (or their own markers) and every step is idempotent, so two passes at once, or one that
 //! crashed half-way, are harmless.
 
+mod arming;
 mod due_index;
 
-pub use due_index::{DueIndex, DueItem, DEFAULT_DUE_INDEX_SHARDS, MAX_DUE_INDEX_SHARDS};
+pub use arming::{ArmError, Arming, ScheduleState, ARM_HORIZON_MS, ARM_KIND};
+pub use due_index::{DueIndex, DueItem, DEFAULT_DUE_INDEX_SHARDS, DUE_WORK_KIND, MAX_DUE_INDEX_SHARDS};
 
 use crate::ports::{Clock, StorageError};
 use async_trait::async_trait;
@@ -51,6 +53,9 @@ pub trait ScheduledTask: Send + Sync {
     fn name(&self) -> &'static str;
     /// One pass over this task's due work; the report is JSON for the poller's result.
     async fn run(&self, now_ms: i64) -> Result<serde_json::Value, ScheduleError>;
+    /// When this task's earliest work is due (at or before now: at once), `None` without any;
+    /// the poller's schedule stays on while some task has work soon ([`Arming`]).
+    async fn next_due(&self) -> Result<Option<i64>, ScheduleError>;
 }
 
 /// What one pass did: each task's report (or `{"error": …}`), and how many tasks failed.
@@ -58,6 +63,9 @@ pub trait ScheduledTask: Send + Sync {
 pub struct SchedulerReport {
     pub tasks: BTreeMap<String, serde_json::Value>,
     pub errors: u64,
+    /// What the pass left the poller's schedule as, where it is armed and disarmed (AWS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleState>,
 }
 
 /// Runs every registered task once per pass, in registration order.
@@ -65,6 +73,7 @@ pub struct SchedulerReport {
 pub struct Scheduler {
     clock: Arc<dyn Clock>,
     tasks: Vec<Arc<dyn ScheduledTask>>,
+    arming: Option<Arming>,
 }
 
 impl Scheduler {
@@ -72,7 +81,30 @@ impl Scheduler {
         Self {
             clock,
             tasks: Vec::new(),
+            arming: None,
         }
+    }
+
+    /// End every pass by arming or disarming the poller's schedule (see [`Arming`]).
+    pub fn with_arming(mut self, arming: Arming) -> Self {
+        self.arming = Some(arming);
+        self
+    }
+
+    /// Whether some task has work due by `until_ms`; a task that cannot tell counts as having
+    /// some (the schedule stays on rather than leave work behind).
+    pub async fn has_work_before(&self, until_ms: i64) -> bool {
+        for task in &self.tasks {
+            match task.next_due().await {
+                Ok(Some(due_ms)) if due_ms <= until_ms => return true,
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::warn!(task = task.name(), error = %err, "could not tell when work is due");
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     pub fn with_task(mut self, task: Arc<dyn ScheduledTask>) -> Self {
@@ -104,6 +136,15 @@ impl Scheduler {
                 }
             };
             report.tasks.insert(task.name().to_owned(), outcome);
+        }
+        if let Some(arming) = &self.arming {
+            match arming.settle(self, self.clock.now_unix_ms()).await {
+                Ok(state) => report.schedule = Some(state),
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not arm or disarm the poller's schedule");
+                    report.errors += 1;
+                }
+            }
         }
         report
     }
@@ -144,6 +185,10 @@ mod tests {
                 return Err(ScheduleError::Task(format!("{} broke", self.name)));
             }
             Ok(json!({"runs": runs, "saw_time": now_ms > 0}))
+        }
+
+        async fn next_due(&self) -> Result<Option<i64>, ScheduleError> {
+            Ok(None)
         }
     }
 

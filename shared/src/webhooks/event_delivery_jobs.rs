@@ -231,4 +231,8 @@ impl ScheduledTask for BatchWebhooks {
         }
         serde_json::to_value(&report).map_err(|e| ScheduleError::Task(e.to_string()))
     }
+
+    async fn next_due(&self) -> Result<Option<i64>, ScheduleError> {
+        Ok(self.due.next_due(DELIVERY_LANE).await?)
+    }
 }

@@ -6,6 +6,8 @@
 mod dynamodb_state;
 mod emf_metrics;
 #[cfg(feature = "aws")]
+mod eventbridge_switch;
+#[cfg(feature = "aws")]
 mod kms_sealer;
 #[cfg(feature = "aws")]
 mod parameter_key_sealer;
@@ -19,6 +21,8 @@ mod ssm_parameters;
 #[cfg(feature = "aws")]
 pub use dynamodb_state::{DynamoDbStateStore, OWNER_INDEX_ATTRIBUTES};
 pub use emf_metrics::{emf_line, EmfMetrics};
+#[cfg(feature = "aws")]
+pub use eventbridge_switch::{EventBridgeSwitch, POLLER_RULE_ENV};
 #[cfg(feature = "aws")]
 pub use kms_sealer::{KmsSealer, SEALING_KEY_ENV};
 #[cfg(feature = "aws")]
