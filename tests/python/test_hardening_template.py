@@ -330,6 +330,42 @@ def test_the_http_api_writes_an_access_log_kept_for_a_parameter_of_days() -> Non
     assert len(stages) == 1 and stages[0]["Properties"]["AccessLogSettings"] == settings
 
 
+def test_the_streaming_api_writes_an_access_log_too() -> None:
+    """REST access logs need the account's API Gateway CloudWatch role: by default the stack makes
+    one (kept on delete, so the account setting never names a deleted role) and the API waits for
+    the setting; `ApiGatewayLogRole=none` leaves the log out."""
+    doc = template()
+    parameter = doc["Parameters"]["ApiGatewayLogRole"]
+    assert parameter["Default"] == "create" and set(parameter["AllowedValues"]) == {"create", "existing", "none"}
+    assert doc["Conditions"]["StreamAccessLogOn"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "ApiGatewayLogRole"}, "none"]}]}
+    assert doc["Conditions"]["CreateApiGatewayLogRole"] == {"Fn::Equals": [{"Ref": "ApiGatewayLogRole"}, "create"]}
+    api = doc["Resources"]["NimbusStreamApi"]["Properties"]
+    condition, settings, otherwise = api["AccessLogSetting"]["Fn::If"]
+    assert (condition, otherwise) == ("StreamAccessLogOn", {"Ref": "AWS::NoValue"})
+    assert settings["DestinationArn"] == {"Fn::GetAtt": ["NimbusStreamAccessLogGroup", "Arn"]}
+    log_group = doc["Resources"]["NimbusStreamAccessLogGroup"]
+    assert log_group["Condition"] == "StreamAccessLogOn"
+    assert log_group["Properties"]["RetentionInDays"] == {"Ref": "AccessLogRetentionDays"}
+    line = json.loads(settings["Format"])
+    for field in ("requestId", "ip", "resourcePath", "status", "responseLatencyMs"):
+        assert field in line, field
+    assert not re.search(r"header|querystring|authorization|body", settings["Format"], re.IGNORECASE)
+    role = doc["Resources"]["NimbusApiGatewayLogRole"]
+    account = doc["Resources"]["NimbusApiGatewayAccount"]
+    for resource in (role, account):
+        assert resource["Condition"] == "CreateApiGatewayLogRole"
+        assert resource["DeletionPolicy"] == "Retain" and resource["UpdateReplacePolicy"] == "Retain"
+    assert account["Properties"]["CloudWatchRoleArn"] == {"Fn::GetAtt": ["NimbusApiGatewayLogRole", "Arn"]}
+    assert role["Properties"]["ManagedPolicyArns"] == [
+        {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs"}
+    ]
+    # The API names the account setting, so CloudFormation creates the setting first.
+    assert "${NimbusApiGatewayAccount}" in json.dumps(api["Description"])
+    # SAM passes the log setting to the `stream` stage.
+    stages = [r for r in expanded()["Resources"].values() if r["Type"] == "AWS::ApiGateway::Stage"]
+    assert len(stages) == 1 and stages[0]["Properties"]["AccessLogSetting"] == api["AccessLogSetting"]
+
+
 def test_every_queue_is_encrypted_at_rest_without_a_billed_key() -> None:
     queues = {n: r for n, r in template()["Resources"].items() if r["Type"] == "AWS::SQS::Queue"}
     assert set(queues) >= QUEUES
