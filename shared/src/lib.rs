@@ -5,6 +5,7 @@ pub mod adapters;
 pub mod app;
 pub mod async_requests;
 pub mod auth;
+pub(crate) mod backoff;
 pub mod batches;
 pub mod config;
 pub mod files;

@@ -2,10 +2,12 @@
 //! stored: every refusal is a 400 naming the field.
 
 use super::AsyncError;
+use crate::backoff::Backoff;
 use crate::ports::Priority;
 use crate::user_text::excerpt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::time::Duration;
 
 /// The longest a request may wait in the queue (Baseten: 72 h).
 pub const MAX_TIME_IN_QUEUE_S: u64 = 259_200;
@@ -105,10 +107,11 @@ impl RetryConfig {
     /// The wait before the retry that follows failed attempt `attempt` (1-based): the initial
     /// delay doubled per attempt, capped at `max_delay_ms`.
     pub fn delay_after(&self, attempt: u32) -> u64 {
-        let doublings = attempt.saturating_sub(1).min(30);
-        self.initial_delay_ms
-            .saturating_mul(1u64 << doublings)
-            .min(self.max_delay_ms)
+        let backoff = Backoff {
+            first: Duration::from_millis(self.initial_delay_ms),
+            cap: Duration::from_millis(self.max_delay_ms),
+        };
+        u64::try_from(backoff.delay(attempt.saturating_sub(1)).as_millis()).unwrap_or(u64::MAX)
     }
 }
 

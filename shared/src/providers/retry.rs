@@ -1,5 +1,6 @@
 //! Retry policy: exponential backoff with jitter, honouring the provider's `Retry-After`.
 
+use crate::backoff::{Backoff, Jitter};
 use crate::config::RetryConfig;
 use std::time::Duration;
 
@@ -45,13 +46,11 @@ impl RetryPolicy {
                 RetryDecision::GiveUp
             };
         }
-        let exponential = self
-            .initial_backoff
-            .saturating_mul(2u32.saturating_pow(attempt))
-            .min(self.max_backoff);
-        let half = exponential / 2;
-        let jitter = jitter.clamp(0.0, 1.0);
-        RetryDecision::RetryAfter(half + half.mul_f64(jitter))
+        let backoff = Backoff {
+            first: self.initial_backoff,
+            cap: self.max_backoff,
+        };
+        RetryDecision::RetryAfter(Jitter::Equal.apply(backoff.delay(attempt), jitter))
     }
 }
 

@@ -8,6 +8,7 @@
 
 use super::signing::{baseten_signature, standard_signature, SigningSecret};
 use super::url_policy::WebhookUrl;
+use crate::backoff::Jitter;
 use crate::ports::{PostOutcome, WebhookTransport};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -25,8 +26,6 @@ pub const RETRY_DELAYS: [Duration; 7] = [
 ];
 /// Attempts before a delivery fails for good: the first and one per [`RETRY_DELAYS`] entry.
 pub const MAX_ATTEMPTS: usize = RETRY_DELAYS.len() + 1;
-/// Random extra wait, as a fraction (1/n) of the scheduled delay, so retries do not arrive in step.
-const JITTER_DIVISOR: u64 = 10;
 /// The longest `Retry-After` honoured; a receiver asking for more gets this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// The `user-agent` of every webhook request.
@@ -209,7 +208,7 @@ impl Delivery {
             Verdict::Retry { retry_after } => match delays.get(self.attempts.len() - 1) {
                 None => self.finish(DeliveryState::Failed),
                 Some(delay) => {
-                    let scheduled = *delay + jitter(*delay);
+                    let scheduled = Jitter::UpToATenthMore.apply(*delay, rand::random::<f64>());
                     let wait = retry_after.map_or(scheduled, |asked| asked.min(MAX_RETRY_AFTER).max(scheduled));
                     let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
                     self.next_attempt_at_ms = Some(now_ms.saturating_add(wait_ms));
@@ -250,12 +249,6 @@ fn judge(outcome: PostOutcome) -> (Verdict, Option<u16>, Option<String>) {
         ),
         PostOutcome::Failed { reason, .. } => (Verdict::Retry { retry_after: None }, None, Some(reason)),
     }
-}
-
-/// A random extra wait of up to a tenth of `delay`.
-fn jitter(delay: Duration) -> Duration {
-    let most_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX) / JITTER_DIVISOR;
-    Duration::from_millis(rand::random_range(0..=most_ms))
 }
 
 #[cfg(test)]

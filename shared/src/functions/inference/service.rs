@@ -9,6 +9,7 @@ use super::prepare::{prepare, PreparedCall, VariantPlan, DEFAULT_FUNCTION};
 use super::stream::{ChunkTranslator, InferenceChunk};
 use super::streaming::{function_chunks, StartedModelStream, StreamFinish};
 use super::validate::{InferenceCall, InferenceTarget};
+use crate::backoff::{Backoff, Jitter};
 use crate::config::functions::{ChatCompletionConfig, FunctionKind};
 use crate::functions::{Function, FunctionSet};
 use crate::inference::{InferenceError, InferenceService};
@@ -500,7 +501,9 @@ fn describe(error: &RoutingError) -> String {
 
 /// Truncated exponential backoff with full jitter.
 fn retry_delay(attempt: u32, max_delay_s: f64) -> Duration {
-    let cap = Duration::from_secs_f64(max_delay_s.max(0.0));
-    let exponential = FIRST_RETRY_DELAY.saturating_mul(2u32.saturating_pow(attempt));
-    exponential.min(cap).mul_f64(rand::random::<f64>())
+    let backoff = Backoff {
+        first: FIRST_RETRY_DELAY,
+        cap: Duration::try_from_secs_f64(max_delay_s.max(0.0)).unwrap_or(Duration::MAX),
+    };
+    Jitter::Full.apply(backoff.delay(attempt), rand::random::<f64>())
 }
