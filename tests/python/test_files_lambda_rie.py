@@ -430,6 +430,12 @@ def test_direct_upload_to_a_presigned_s3_url(files_lambda: kit.LambdaUnderRie, m
     assert put.status_code == 200, put.text[:300]
     again = requests.put(target["upload_url"], data=content, headers=target["upload_headers"], timeout=60)
     assert again.status_code == 412, "the URL stores the bytes once"
+    # Nor can the API's own upload route replace them (it is the local server's path only).
+    through_api = with_request(
+        base, "PUT", f"/v1/files/{file_id}/content", body=b"x" * len(content), content_type="application/octet-stream"
+    )
+    status, refused = invoke_json(files_lambda, through_api)
+    assert status == 400 and refused["error"]["param"] == "id", refused
     status, file = invoke_json(files_lambda, authed("files-retrieve.json", file_id))
     assert status == 200, file
     assert file["status"] == "processed", file

@@ -6,6 +6,7 @@ use std::process::Command;
 /// The crates that made `make run`'s first build take minutes more (compile seconds in §12).
 const HEAVY: &[&str] = &[
     "aws-sdk-dynamodb",
+    "aws-sdk-eventbridge",
     "aws-sdk-s3",
     "aws-sdk-sqs",
     "aws-sdk-ssm",

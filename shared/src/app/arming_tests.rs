@@ -202,6 +202,56 @@ async fn the_second_look_catches_work_written_under_an_armed_record() {
     assert_eq!((s.switch.is_on(), armed(&s.state).await), (Some(true), Some(true)));
 }
 
+/// A switch whose first flip to off first lets a creator arm, write and finish its work: the
+/// creator's `EnableRule` lands before the poller's `DisableRule`.
+struct RacingSwitch {
+    flips: FakeSwitch,
+    creator: tokio::sync::Mutex<Option<futures::future::BoxFuture<'static, ()>>>,
+}
+
+#[async_trait]
+impl ScheduleSwitch for RacingSwitch {
+    async fn set_enabled(&self, enabled: bool) -> Result<(), SwitchError> {
+        if !enabled {
+            let creator = self.creator.lock().await.take();
+            if let Some(creator) = creator {
+                creator.await;
+            }
+        }
+        self.flips.set_enabled(enabled).await
+    }
+}
+
+/// The creator armed after the disarming write and switched the rule on just before the poller
+/// switched it off; its work was done before the second look. The record, moved on, tells the
+/// poller to switch it on again.
+#[tokio::test]
+async fn a_creator_that_armed_during_the_disarming_is_not_switched_off() {
+    let state: Arc<dyn StateStore> = Arc::new(SqliteStateStore::in_memory().unwrap());
+    let switch = Arc::new(RacingSwitch {
+        flips: FakeSwitch::default(),
+        creator: tokio::sync::Mutex::new(None),
+    });
+    let arming = Arming::new(Arc::clone(&state), switch.clone()).with_settle(Duration::ZERO);
+    let creator = DueIndex::new(Arc::new(ArmingState::new(
+        Arc::clone(&state),
+        arming.clone(),
+        Arc::new(SystemClock),
+    )));
+    *switch.creator.lock().await = Some(Box::pin(async move {
+        creator.create(LANE, "quick", now()).await.unwrap();
+        creator.clear(LANE, "quick").await.unwrap();
+    }));
+    let poller = Scheduler::new(Arc::new(SystemClock))
+        .with_task(Arc::new(LaneTask(DueIndex::new(Arc::clone(&state)))))
+        .with_arming(arming);
+    assert_eq!(poller.run_once().await.schedule, Some(ScheduleState::OnAgain));
+    assert_eq!(*switch.flips.flips.lock().unwrap(), vec![true, false, true]);
+    assert_eq!(armed(&state).await, Some(true));
+    // The next pass, idle, turns it off for good.
+    assert_eq!(poller.run_once().await.schedule, Some(ScheduleState::Off));
+}
+
 /// A creator that comes after the disarming write sees "disarmed" and arms itself, whatever the
 /// poller's switch does meanwhile.
 #[tokio::test]

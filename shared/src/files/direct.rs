@@ -8,6 +8,7 @@ use super::sweep::{Janitor, JanitorTask};
 use super::{project_prefix, FilesError, FilesService, StoredFile, FILE_KIND};
 use crate::openai::files::{ExpiresAfter, FileObject, FilePurpose};
 use crate::ports::{ByteStream, OneTimePut, Record, StorageError};
+use crate::user_text::excerpt;
 use std::time::Duration;
 
 /// How long the upload URL is valid; an upload that has not landed by then is removed.
@@ -35,7 +36,10 @@ fn parse_sha256(hex_digits: &str) -> Result<[u8; 32], FilesError> {
     let mut digest = [0u8; 32];
     hex::decode_to_slice(hex_digits, &mut digest).map_err(|_| {
         FilesError::invalid(
-            format!("'sha256' must be 64 hexadecimal digits (as sha256sum prints them), not '{hex_digits}'."),
+            format!(
+                "'sha256' must be 64 hexadecimal digits (as sha256sum prints them), not '{}'.",
+                excerpt(hex_digits)
+            ),
             "sha256",
         )
     })?;
@@ -107,7 +111,9 @@ impl FilesService {
         })
     }
 
-    /// The bytes of a direct upload, for stores without presigned URLs (the local server).
+    /// The bytes of a direct upload, for stores without presigned URLs (the local server). Where
+    /// the store presigns (S3), the bytes go to the presigned URL only: it alone stores them once
+    /// with the declared checksum, so this path refuses.
     pub async fn put_direct_content(
         &self,
         project: &str,
@@ -127,6 +133,32 @@ impl FilesService {
                 ))
             }
         };
+        let probe = OneTimePut {
+            bytes: declared,
+            sha256: None,
+        };
+        if self
+            .blobs
+            .presign_put(&stored.blob_key, DIRECT_UPLOAD_TTL, &probe)
+            .await?
+            .is_some()
+        {
+            return Err(FilesError::invalid(
+                format!("File {id} takes its bytes at the upload_url its direct upload returned, not here."),
+                "id",
+            ));
+        }
+        // Bytes already landed (the status is settled when the file is next read): never replaced.
+        if self.blobs.size(&stored.blob_key).await?.is_some() {
+            let settled = self.settle_direct_upload(record, stored).await?;
+            return Err(FilesError::invalid(
+                format!(
+                    "File {id} has its bytes already (status '{}'); a direct upload is sent once.",
+                    settled.file.status
+                ),
+                "id",
+            ));
+        }
         let (body, too_long) = limited(body, declared);
         // Checked before the bytes become visible, as S3 checks a presigned PUT's signed checksum.
         let (body, other_digest) = match stored.declared_sha256.as_deref() {
@@ -136,8 +168,9 @@ impl FilesService {
             }
             None => (body, None),
         };
+        // A failed write leaves nothing under the key (`BlobStore::put_stream`): nothing to delete,
+        // and so nothing another upload stored is ever deleted here.
         if let Err(err) = self.blobs.put_stream(&stored.blob_key, body).await {
-            let _ = self.blobs.delete(&stored.blob_key).await;
             return Err(if too_long.refused() {
                 FilesError::TooLarge {
                     message: format!("File {id} was declared as {declared} bytes; more were sent."),

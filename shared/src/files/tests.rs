@@ -424,6 +424,32 @@ async fn a_direct_upload_with_a_declared_sha256_takes_only_those_bytes() {
 }
 
 #[tokio::test]
+async fn bytes_that_landed_are_never_replaced_nor_deleted_by_another_put() {
+    let f = Fixture::new();
+    let target = f
+        .files
+        .create_direct_upload("p", "d.jsonl".into(), FilePurpose::Batch, declared(4, None), None)
+        .await
+        .unwrap();
+    // The bytes land (as through a presigned URL), the status not yet settled.
+    let key = format!("projects/p/files/{}", target.file.id);
+    f.files.blobs.put(&key, Bytes::from_static(b"good")).await.unwrap();
+    for attempt in [&b"evil"[..], &b"far too long"[..]] {
+        let err = f
+            .files
+            .put_direct_content("p", &target.file.id, body(attempt))
+            .await
+            .unwrap_err();
+        assert!(matches!(&err, FilesError::Invalid { .. }), "{err:?}");
+    }
+    assert_eq!(read_all(&f.files, "p", &target.file.id).await, b"good");
+    assert_eq!(
+        f.files.get_file("p", &target.file.id).await.unwrap().status,
+        "processed"
+    );
+}
+
+#[tokio::test]
 async fn a_malformed_sha256_is_refused_naming_the_field() {
     let f = Fixture::new();
     for bad in ["xyz", "03ac67", &"g".repeat(64)] {

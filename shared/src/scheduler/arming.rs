@@ -10,8 +10,10 @@
 //! - a poller pass ends with [`Arming::settle`]: with work soon due, the record says "armed" and the
 //!   schedule is turned on (again: a flip lost to a crash heals within the hour); without, the record
 //!   says "disarmed", the schedule is turned off, and after [`Arming::with_settle`]'s pause (the
-//!   owner index is eventually consistent) the work is looked for once more: work written by someone
-//!   who read "armed" before the disarming write is seen, and the schedule turned on again.
+//!   owner index is eventually consistent) the record and the work are looked at once more: a
+//!   record moved on since the disarming write means a creator armed (and its `EnableRule` may have
+//!   come before this pass's `DisableRule`), work found means a creator wrote it having read
+//!   "armed" before the disarming write; either way the schedule is turned on again.
 //!
 //! A writer that dies between its "armed" write and the switch, or a poller that dies between the
 //! switch and its re-check, leaves work waiting for the next heartbeat: at most an hour late.
@@ -53,6 +55,12 @@ pub enum ScheduleState {
     Off,
     /// Turned off, then work was found on the second look: on again.
     OnAgain,
+}
+
+/// What [`Arming::record`] left: whether it wrote, and the record's version now.
+struct RecordWrite {
+    changed: bool,
+    version: u64,
 }
 
 /// Arms and disarms the poller's schedule through the arm record and the switch.
@@ -101,7 +109,7 @@ impl Arming {
 
     /// Due work was just written: make sure the schedule runs. One read while armed.
     pub async fn arm(&self) -> Result<(), ArmError> {
-        if self.record(true).await? {
+        if self.record(true).await?.changed {
             self.switch.set_enabled(true).await?;
         }
         Ok(())
@@ -114,10 +122,14 @@ impl Arming {
             self.turn_on().await?;
             return Ok(ScheduleState::On);
         }
-        self.record(false).await?;
+        let disarmed = self.record(false).await?;
         self.switch.set_enabled(false).await?;
         tokio::time::sleep(self.settle).await;
-        if scheduler.has_work_before(now_ms + ARM_HORIZON_MS).await {
+        // A creator that armed after the disarming write may have switched the rule on before
+        // this pass switched it off: the record, moved on, says so.
+        let current = self.state.get(ARM_KIND, ARM_ID).await?;
+        let rearmed = current.is_none_or(|record| record.version != disarmed.version || is_armed(&record));
+        if rearmed || scheduler.has_work_before(now_ms + ARM_HORIZON_MS).await {
             self.turn_on().await?;
             return Ok(ScheduleState::OnAgain);
         }
@@ -131,20 +143,26 @@ impl Arming {
         Ok(())
     }
 
-    /// Make the record say `armed`; whether it changed (`false`: it said so already).
-    async fn record(&self, armed: bool) -> Result<bool, StorageError> {
+    /// Make the record say `armed`.
+    async fn record(&self, armed: bool) -> Result<RecordWrite, StorageError> {
         for _ in 0..WRITE_ATTEMPTS {
-            let written = match self.state.get(ARM_KIND, ARM_ID).await? {
-                Some(current) if is_armed(&current) == armed => return Ok(false),
-                Some(current) => {
+            let (written, version) = match self.state.get(ARM_KIND, ARM_ID).await? {
+                Some(current) if is_armed(&current) == armed => {
+                    return Ok(RecordWrite {
+                        changed: false,
+                        version: current.version,
+                    })
+                }
+                Some(current) => (
                     self.state
                         .update(&arm_record(armed, current.version + 1), current.version)
-                        .await
-                }
-                None => self.state.create(&arm_record(armed, 1)).await,
+                        .await,
+                    current.version + 1,
+                ),
+                None => (self.state.create(&arm_record(armed, 1)).await, 1),
             };
             match written {
-                Ok(()) => return Ok(true),
+                Ok(()) => return Ok(RecordWrite { changed: true, version }),
                 // Another writer changed it meanwhile: look again.
                 Err(StorageError::Conflict) => continue,
                 Err(err) => return Err(err),
