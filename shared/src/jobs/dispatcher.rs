@@ -11,6 +11,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 /// How long a message of a family with no runner waits before it is delivered again: a wiring
 /// error, fixed by a deploy; the message is kept until then (or its dead-letter queue).
@@ -78,11 +79,17 @@ impl JobDispatcher {
             }
         };
         let family = job.family();
+        // Every line the job logs carries what it works on (JSON logs: the current span's fields).
+        let span = tracing::info_span!("job", kind = job.kind(), resource_id = job.resource_id());
+        self.run_job(&job, family, deadline).instrument(span).await
+    }
+
+    async fn run_job(&self, job: &JobMessage, family: JobFamily, deadline: Instant) -> JobOutcome {
         match self.runners.get(&family) {
             // A runner that panics fails this job, not the worker or the Lambda invocation's
             // other messages: retried later like any failed job (its runner's own attempt
             // counts and the dead-letter queue bound the retries).
-            Some(runner) => match AssertUnwindSafe(runner.run(&job, deadline)).catch_unwind().await {
+            Some(runner) => match AssertUnwindSafe(runner.run(job, deadline)).catch_unwind().await {
                 Ok(outcome) => outcome,
                 Err(_) => {
                     tracing::error!(?job, "the job panicked; it will be retried");

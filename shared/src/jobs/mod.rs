@@ -54,6 +54,19 @@ impl JobMessage {
         }
     }
 
+    /// The id of what the job works on (a batch, an async request, a webhook delivery): the
+    /// `resource_id` of its tracing span, so one batch's or request's log lines can be filtered.
+    pub fn resource_id(&self) -> &str {
+        match self {
+            JobMessage::Validate { batch_id }
+            | JobMessage::Chunk { batch_id, .. }
+            | JobMessage::Finalize { batch_id }
+            | JobMessage::Native { batch_id } => batch_id,
+            JobMessage::AsyncRun { request_id } | JobMessage::AsyncDeliver { request_id, .. } => request_id,
+            JobMessage::WebhookDeliver { delivery_id, .. } => delivery_id,
+        }
+    }
+
     pub fn family(&self) -> JobFamily {
         match self {
             JobMessage::Validate { .. }

@@ -16,6 +16,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 tokio::task_local! {
     /// When the running pass should stop starting new work, if it has a deadline.
@@ -127,7 +128,8 @@ impl Scheduler {
     async fn run_tasks(&self) -> SchedulerReport {
         let mut report = SchedulerReport::default();
         for task in &self.tasks {
-            let outcome = match task.run(self.clock.now_unix_ms()).await {
+            let span = tracing::info_span!("scheduled_task", task = task.name());
+            let outcome = match task.run(self.clock.now_unix_ms()).instrument(span).await {
                 Ok(outcome) => outcome,
                 Err(err) => {
                     tracing::warn!(task = task.name(), error = %err, "scheduled task failed");
