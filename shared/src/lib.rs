@@ -25,6 +25,7 @@ pub mod providers;
 pub mod records;
 pub mod scheduler;
 pub mod schema_limits;
+pub mod surface_errors;
 pub mod telemetry;
 pub mod user_text;
 pub mod webhooks;

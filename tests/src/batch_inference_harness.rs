@@ -6,12 +6,13 @@
 
 use crate::batch_assertions::assert_cleaned_up;
 use crate::batch_harness::{tokens_for, Harness, PROJECT};
+use nimbus_shared::app::LoadedConfig;
 use nimbus_shared::batches::{BatchInferenceCreated, BatchInferencePoll, PollQuery, PollStatus};
-use nimbus_shared::config::{Config, LoadedConfig};
+use nimbus_shared::config::Config;
 use nimbus_shared::functions::batch_request::BatchInferenceRequest;
 use nimbus_shared::functions::inference::{InferenceReply, OutputBlock};
-use nimbus_shared::functions::records::InferenceRecord;
 use nimbus_shared::openai::batches::{BatchObject, BatchStatus, RequestCounts};
+use nimbus_shared::ports::inference_records::InferenceRecord;
 use nimbus_shared::ports::StateStore;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

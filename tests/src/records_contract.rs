@@ -8,10 +8,10 @@ use crate::batch_harness::TestClock;
 use nimbus_shared::adapters::records::{
     RecordRetention, StateFeedbackStore, StateInferenceStore, StateModelCache, SPILL_THRESHOLD_BYTES,
 };
-use nimbus_shared::functions::records::{
+use nimbus_shared::model::{ContentBlock, Message, ModelChoice, ModelRequest, ModelResponse, ModelUsage, Role};
+use nimbus_shared::ports::inference_records::{
     rfc3339, FeedbackKind, FeedbackRecord, FeedbackTarget, FunctionType, InferenceRecord, ModelCallRecord, TokenUsage,
 };
-use nimbus_shared::model::{ContentBlock, Message, ModelChoice, ModelRequest, ModelResponse, ModelUsage, Role};
 use nimbus_shared::ports::{
     batch_base, BatchItemId, BlobStore, CacheKey, CachedModelResponse, Clock, FeedbackStore, InferenceStore,
     ItemIdKind, ModelCache, StateStore, StorageError,

@@ -1,6 +1,6 @@
 //! `nimbus check-config`: what a configuration defines, one line per model, function and variant.
 
-use nimbus_shared::config::LoadedConfig;
+use nimbus_shared::app::LoadedConfig;
 use std::fmt::Write;
 
 pub fn summary(loaded: &LoadedConfig) -> String {
@@ -41,7 +41,7 @@ pub fn summary(loaded: &LoadedConfig) -> String {
 #[cfg(test)]
 mod tests {
     use super::summary;
-    use nimbus_shared::config::load_local_config;
+    use nimbus_shared::app::load_local_config;
     use std::path::Path;
 
     #[tokio::test]

@@ -5,7 +5,7 @@
 //! else (an installed `nimbus`) says it uses.
 
 use anyhow::Context;
-use nimbus_shared::config::{load_bundled_config, load_local_config, LoadedConfig};
+use nimbus_shared::app::{load_bundled_config, load_local_config, LoadedConfig};
 use std::path::{Path, PathBuf};
 
 /// The default config file, relative to the repository root.

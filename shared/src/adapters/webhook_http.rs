@@ -6,9 +6,9 @@
 //! name stay the URL's host). No redirects are followed, no proxy is used, every request has a
 //! deadline, and at most [`MAX_RESPONSE_BYTES`] of a response body are read.
 
+use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
 use crate::ports::{PostOutcome, WebhookTransport};
 use crate::user_text::excerpt;
-use crate::webhooks::{UrlPolicy, WebhookUrl};
 use async_trait::async_trait;
 use bytes::Bytes;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};

@@ -4,7 +4,8 @@
 //! references are read from the same directory (or key prefix).
 
 use crate::adapters::aws::S3BlobStore;
-use crate::config::{load_bundled_config, load_config, load_local_config, BlobConfigFiles, LoadedConfig};
+use crate::app::{load_bundled_config, load_config, load_local_config, LoadedConfig};
+use crate::config::BlobConfigFiles;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,9 +2,10 @@
 
 use super::*;
 use crate::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
+use crate::app::LoadedConfig;
 use crate::app::{app_state, Adapters, AuthSettings};
 use crate::auth::AuthMode;
-use crate::config::{Config, LoadedConfig};
+use crate::config::Config;
 use crate::http::HttpSettings;
 use axum::body::Body;
 use axum::http::StatusCode;

@@ -15,8 +15,11 @@ pub mod lambda;
 #[cfg(feature = "aws")]
 pub mod lambda_host;
 pub(crate) mod limits;
+mod loaded_config;
 pub mod table_access;
 pub mod webhooks;
+
+pub use loaded_config::{load_bundled_config, load_config, load_local_config, LoadedConfig};
 
 use crate::adapters::records::{
     RecordRetention, StateFeedbackStore, StateInferenceStore, StateModelCache, DEFAULT_RECORD_RETENTION_DAYS,
@@ -25,7 +28,7 @@ use crate::adapters::DeferredTasks;
 use crate::async_requests::{AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRunner, AsyncService, AsyncSettings};
 use crate::auth::{ApiKeyService, AuthMode, Authenticator, KeyTags, UntaggedKeys};
 use crate::batches::{BatchDeps, BatchRecovery, BatchService, BatchSettings, BatchWorker};
-use crate::config::{Config, LoadedConfig};
+use crate::config::Config;
 use crate::files::sweep::FilesSweep;
 use crate::files::FilesService;
 use crate::functions::feedback::FeedbackService;

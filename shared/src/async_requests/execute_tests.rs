@@ -39,9 +39,7 @@ async fn executor() -> AsyncExecutor {
     ] {
         std::fs::write(dir.join(path), text).unwrap();
     }
-    let loaded = crate::config::load_local_config(&dir.join("nimbus.toml"))
-        .await
-        .unwrap();
+    let loaded = crate::app::load_local_config(&dir.join("nimbus.toml")).await.unwrap();
     let adapters = Adapters::new(
         Arc::new(SqliteStateStore::in_memory().unwrap()),
         Arc::new(FileBlobStore::open(dir.join("blobs")).unwrap()),

@@ -2,9 +2,9 @@
 //! retention period (the record's TTL), and its output as a blob.
 
 use super::submit::{AsyncEndpoint, RetryConfig};
+use crate::ports::webhook_url::WebhookUrl;
 use crate::ports::Priority;
 use crate::webhooks::delivery::{Delivery, DeliveryState};
-use crate::webhooks::url_policy::WebhookUrl;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 

@@ -9,6 +9,7 @@ use super::DUE_LANE;
 use crate::auth::RevokedKeys;
 use crate::config::Config;
 use crate::jobs::JobMessage;
+use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
 use crate::ports::{
     BlobStore, Clock, IdSource, JobQueue, ListOrder, ListQuery, MetricUnit, MetricsSink, NoMetrics, Record, StateStore,
     StorageError,
@@ -16,7 +17,6 @@ use crate::ports::{
 use crate::records::{decode, encode, Loaded};
 use crate::scheduler::DueIndex;
 use crate::user_text::excerpt;
-use crate::webhooks::url_policy::{UrlPolicy, WebhookUrl};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;

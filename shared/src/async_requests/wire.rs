@@ -3,7 +3,7 @@
 
 use super::records::{Attempt, ErrorEntry, StoredRequest};
 use super::submit::AsyncEndpoint;
-use crate::functions::records::rfc3339;
+use crate::ports::inference_records::rfc3339;
 use crate::webhooks::delivery::DeliveryAttempt;
 use serde::Serialize;
 use serde_json::{json, Value};

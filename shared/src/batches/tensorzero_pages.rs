@@ -7,7 +7,7 @@
 
 use super::records::StoredBatch;
 use super::{BatchService, BatchesError};
-use crate::functions::records::InferenceRecord;
+use crate::ports::inference_records::InferenceRecord;
 use crate::ports::{BatchItemId, BatchPage, ItemIdKind, StorageError};
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;

@@ -10,8 +10,8 @@ use super::tensorzero_api::{owner_of, BatchInferenceError, BatchInferencePoll, P
 use super::BatchService;
 use crate::functions::batch_request::{item_ids, ItemIds};
 use crate::functions::inference::{FunctionError, InferenceReply};
-use crate::functions::records::InferenceRecord;
 use crate::openai::batches::BatchStatus;
+use crate::ports::inference_records::InferenceRecord;
 use crate::ports::{BatchItemId, ItemIdKind, StorageError};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;

@@ -3,6 +3,19 @@
 
 use super::ConfigError;
 use serde::Deserialize;
+use std::time::Duration;
+
+/// The default webhook retry schedule: the wait after failed attempt n (1-based) before attempt
+/// n + 1; after the last, the delivery fails.
+pub const DEFAULT_WEBHOOK_RETRY_DELAYS: [Duration; 7] = [
+    Duration::from_secs(10),
+    Duration::from_secs(5 * 60),
+    Duration::from_secs(30 * 60),
+    Duration::from_secs(2 * 3600),
+    Duration::from_secs(5 * 3600),
+    Duration::from_secs(10 * 3600),
+    Duration::from_secs(10 * 3600),
+];
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -50,7 +63,7 @@ pub struct WebhooksConfig {
 }
 
 fn default_retry_delays_s() -> Vec<u64> {
-    crate::webhooks::delivery::RETRY_DELAYS
+    DEFAULT_WEBHOOK_RETRY_DELAYS
         .iter()
         .map(|delay| delay.as_secs())
         .collect()

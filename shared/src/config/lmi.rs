@@ -2,7 +2,7 @@
 //! over plain HTTP or through a SageMaker endpoint; and `[lmi_api]`, the LMI API Nimbus serves.
 
 use super::extras::{check_extra_body, check_extra_headers, extra_body_array, headers_table_or_array};
-use super::models::{check_http_url, check_timeouts, default_connect_timeout_ms, default_timeout_ms};
+use super::http_provider::{check_http_url, check_timeouts, default_connect_timeout_ms, default_timeout_ms};
 use super::{ConfigError, CredentialLocation, ExtraBodyEntry, ExtraHeaderEntry};
 use serde::Deserialize;
 

@@ -1,42 +1,24 @@
-//! Loading a whole configuration: the TOML, then every file it references, then compiling the
-//! functions (templates, schemas) — all at start-up, so that a bad file stops the process with
-//! the key that names it.
+//! Reading a whole configuration: the TOML, then every file it references — at start-up, so that a
+//! bad file stops the process with the key that names it. The functions layer compiles what was
+//! read (`app::load_config` does both).
 
 use super::files::{normalise_config_path, ConfigFiles, LocalConfigFiles};
 use super::{Config, ConfigError};
-use crate::functions::FunctionSet;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
-/// A validated configuration and its compiled functions.
+/// A validated configuration and the text of every file it references, by normalised path.
 #[derive(Debug, Clone)]
-pub struct LoadedConfig {
+pub struct ConfigSources {
     pub config: Config,
-    pub functions: Arc<FunctionSet>,
-}
-
-impl LoadedConfig {
-    /// A configuration that references no files (its functions, if any, use none).
-    pub fn without_files(config: Config) -> Result<Self, ConfigError> {
-        let functions = Arc::new(FunctionSet::compile(&config, &std::collections::BTreeMap::new())?);
-        Ok(Self { config, functions })
-    }
+    pub files: BTreeMap<String, String>,
 }
 
 /// The TOML file's name in the bundled config directory (`infra/config/`).
 pub const BUNDLED_CONFIG_FILE: &str = "nimbus.toml";
 
-/// The configuration compiled into the binaries (`infra/config/`), as [`load_config`] reads it:
-/// what the Lambda functions use with `ConfigSource=bundled` and a local command started away
-/// from the repository.
-pub async fn load_bundled_config() -> Result<LoadedConfig, ConfigError> {
-    load_config(&super::files::BundledConfigFiles::default(), BUNDLED_CONFIG_FILE).await
-}
-
-/// Read `toml_name` from `files`, then every file it references (relative to the same
-/// directory), and compile the functions.
-pub async fn load_config(files: &dyn ConfigFiles, toml_name: &str) -> Result<LoadedConfig, ConfigError> {
+/// Read `toml_name` from `files`, then every file it references (relative to the same directory).
+pub async fn read_config(files: &dyn ConfigFiles, toml_name: &str) -> Result<ConfigSources, ConfigError> {
     let text = read_text(files, toml_name).await?;
     let config = Config::from_toml(&text)?;
     // Each file once, under the first key that names it; read concurrently (from S3, each read is
@@ -52,22 +34,23 @@ pub async fn load_config(files: &dyn ConfigFiles, toml_name: &str) -> Result<Loa
             .map_err(|e| ConfigError::invalid(&key, e.to_string()))?;
         Ok::<_, ConfigError>((path, text))
     });
-    let contents: BTreeMap<String, String> = futures::future::try_join_all(reads).await?.into_iter().collect();
-    let functions = FunctionSet::compile(&config, &contents)?;
-    Ok(LoadedConfig {
-        config,
-        functions: Arc::new(functions),
-    })
+    let files = futures::future::try_join_all(reads).await?.into_iter().collect();
+    Ok(ConfigSources { config, files })
 }
 
-/// [`load_config`] for a TOML file on disk; referenced files resolve against its directory.
-pub async fn load_local_config(path: &Path) -> Result<LoadedConfig, ConfigError> {
+/// [`read_config`] of the configuration compiled into the binaries (`infra/config/`).
+pub async fn read_bundled_config() -> Result<ConfigSources, ConfigError> {
+    read_config(&super::files::BundledConfigFiles::default(), BUNDLED_CONFIG_FILE).await
+}
+
+/// [`read_config`] for a TOML file on disk; referenced files resolve against its directory.
+pub async fn read_local_config(path: &Path) -> Result<ConfigSources, ConfigError> {
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    load_config(&LocalConfigFiles::new(dir), &name).await
+    read_config(&LocalConfigFiles::new(dir), &name).await
 }
 
 async fn read_text(files: &dyn ConfigFiles, path: &str) -> Result<String, ConfigError> {

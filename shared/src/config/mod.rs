@@ -17,7 +17,7 @@
 //! templates and schemas), `[tools.*]` and `[metrics.*]` sit beside `[models.*]`. Unknown keys are
 //! rejected with the key's path and position; references are checked after parsing. Files that
 //! functions and tools reference (templates, schemas) are read through [`ConfigFiles`] and
-//! compiled by [`load_config`] into a [`crate::functions::FunctionSet`].
+//! compiled by the functions layer (`app::load_config` reads and compiles).
 
 mod async_requests;
 mod batches;
@@ -28,6 +28,7 @@ mod files;
 mod function_checks;
 pub mod functions;
 mod gateway;
+mod http_provider;
 mod lmi;
 mod load;
 mod metrics;
@@ -35,7 +36,7 @@ mod models;
 mod shorthand;
 mod tools;
 
-pub use async_requests::{AsyncRequestsConfig, WebhooksConfig};
+pub use async_requests::{AsyncRequestsConfig, WebhooksConfig, DEFAULT_WEBHOOK_RETRY_DELAYS};
 pub use batches::BatchesConfig;
 pub use cache::{CacheConfig, CacheMode, MAX_CACHE_TTL_S};
 pub use credentials::CredentialLocation;
@@ -49,7 +50,7 @@ pub use lmi::{
     chat_template_environment, BuiltInChatTemplate, ChatTemplateRaised, LmiApiConfig, LmiOutputFormatter,
     LmiProviderConfig, LmiSchema, SageMakerProviderConfig,
 };
-pub use load::{load_bundled_config, load_config, load_local_config, LoadedConfig, BUNDLED_CONFIG_FILE};
+pub use load::{read_bundled_config, read_config, read_local_config, ConfigSources, BUNDLED_CONFIG_FILE};
 pub use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};
 pub use models::{BatchMode, DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
 pub use shorthand::{shorthand_model, ModelLookupError, SHORTHAND_PROVIDERS};
@@ -104,7 +105,7 @@ impl ConfigError {
 }
 
 impl Config {
-    /// Parse and validate TOML text (files it references are not read: see [`load_config`]).
+    /// Parse and validate TOML text (files it references are not read: see [`read_config`]).
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let deserializer = toml::Deserializer::parse(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         let config: Config = serde_path_to_error::deserialize(deserializer).map_err(|e| {

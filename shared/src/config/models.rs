@@ -1,6 +1,7 @@
 //! `[models.NAME]` and `[models.NAME.providers.P]`.
 
 use super::extras::{check_extra_body, check_extra_headers, extra_body_array, headers_table_or_array};
+use super::http_provider::{check_http_url, check_timeouts, default_connect_timeout_ms, default_timeout_ms};
 use super::lmi::{LmiProviderConfig, SageMakerProviderConfig};
 use super::{ConfigError, CredentialLocation, ExtraBodyEntry, ExtraHeaderEntry};
 use serde::Deserialize;
@@ -93,33 +94,6 @@ fn default_api_base() -> String {
 fn default_openai_key() -> CredentialLocation {
     CredentialLocation::Env("OPENAI_API_KEY".to_owned())
 }
-/// Shared by every provider type that takes a whole-request timeout.
-pub(super) fn default_timeout_ms() -> u64 {
-    120_000
-}
-pub(super) fn default_connect_timeout_ms() -> u64 {
-    5_000
-}
-
-/// `url` (the value of `key`) is an http(s) URL.
-pub(super) fn check_http_url(key: &str, url: &str) -> Result<(), ConfigError> {
-    if url.starts_with("http://") || url.starts_with("https://") {
-        return Ok(());
-    }
-    Err(ConfigError::invalid(key, format!("`{url}` is not an http(s) URL")))
-}
-
-/// Every timeout of the provider at `key` is positive (named `{key}.timeout_ms`).
-pub(super) fn check_timeouts(key: &str, timeouts: &[u64]) -> Result<(), ConfigError> {
-    if timeouts.contains(&0) {
-        return Err(ConfigError::invalid(
-            format!("{key}.timeout_ms"),
-            "timeouts must be positive",
-        ));
-    }
-    Ok(())
-}
-
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct DummyProviderConfig {

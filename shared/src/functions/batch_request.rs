@@ -332,7 +332,10 @@ impl FunctionService {
         project: &str,
         line: &[u8],
         credentials: &HashMap<String, String>,
-    ) -> (Option<ItemIds>, Result<super::records::InferenceRecord, FunctionError>) {
+    ) -> (
+        Option<ItemIds>,
+        Result<crate::ports::inference_records::InferenceRecord, FunctionError>,
+    ) {
         match stored_item_call(line, credentials) {
             Ok((ids, call)) => (Some(ids), self.infer_batch_item(project, &call, ids.inference_id).await),
             Err(e) => (item_ids(line), Err(e)),
@@ -359,7 +362,10 @@ impl FunctionService {
         credentials: &HashMap<String, String>,
         provider: &str,
         response: crate::model::ModelResponse,
-    ) -> (Option<ItemIds>, Result<super::records::InferenceRecord, FunctionError>) {
+    ) -> (
+        Option<ItemIds>,
+        Result<crate::ports::inference_records::InferenceRecord, FunctionError>,
+    ) {
         match stored_item_call(line, credentials) {
             Ok((ids, call)) => (
                 Some(ids),

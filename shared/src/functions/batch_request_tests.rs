@@ -1,5 +1,5 @@
 use super::*;
-use crate::functions::records::InferenceRecord;
+use crate::ports::inference_records::InferenceRecord;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

@@ -2,9 +2,11 @@
 //! `demonstration`, given on one inference or one episode of the caller's project, checked and
 //! stored as a [`FeedbackRecord`].
 
-use super::records::{rfc3339, FeedbackKind, FeedbackRecord, FeedbackTarget, FunctionType, InferenceRecord};
 use super::CompiledSchema;
 use crate::config::{MetricConfig, MetricKind, MetricLevel};
+use crate::ports::inference_records::{
+    rfc3339, FeedbackKind, FeedbackRecord, FeedbackTarget, FunctionType, InferenceRecord,
+};
 use crate::ports::{Clock, FeedbackStore, IdSource, InferenceStore, StorageError};
 use crate::user_text::excerpt;
 use serde::{Deserialize, Serialize};

@@ -2,7 +2,7 @@ use super::*;
 use crate::adapters::embedded::{FileBlobStore, SqliteStateStore};
 use crate::adapters::records::{StateFeedbackStore, StateInferenceStore};
 use crate::config::MetricOptimize;
-use crate::functions::records::TokenUsage;
+use crate::ports::inference_records::TokenUsage;
 use crate::ports::{SystemClock, UuidV7Ids};
 use serde_json::json;
 

@@ -1,12 +1,11 @@
 //! The TensorZero-style function layer's compiled configuration: functions with their schemas
 //! and variants, tools, templates, and the variant sampler. Built once at start-up by
-//! [`crate::config::load_config`]; the `/inference` endpoint reads it.
+//! [`crate::app::load_config`]; the `/inference` endpoint reads it.
 
 pub mod batch_request;
 pub mod feedback;
 pub mod inference;
 pub mod openai_compat;
-pub mod records;
 mod sampler;
 mod schemas;
 mod templates;

@@ -1,5 +1,6 @@
 use super::*;
-use crate::config::{load_config, load_local_config, LocalConfigFiles};
+use crate::app::{load_config, load_local_config};
+use crate::config::LocalConfigFiles;
 use serde_json::json;
 use std::path::Path;
 
@@ -65,7 +66,7 @@ fn files(overrides: &[(&str, &str)]) -> tempfile::TempDir {
     dir
 }
 
-async fn load(dir: &tempfile::TempDir) -> Result<crate::config::LoadedConfig, ConfigError> {
+async fn load(dir: &tempfile::TempDir) -> Result<crate::app::LoadedConfig, ConfigError> {
     load_config(&LocalConfigFiles::new(dir.path()), "nimbus.toml").await
 }
 

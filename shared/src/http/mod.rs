@@ -18,6 +18,7 @@ pub mod lmi_error;
 pub mod lmi_routes;
 mod middleware;
 mod multipart_stream;
+mod openai_error;
 pub mod public_url;
 mod request_metrics;
 mod revocable_stream;

@@ -7,8 +7,8 @@ use super::json_body::JsonBody;
 use crate::batches::BatchInferenceError;
 use crate::functions::feedback::FeedbackError;
 use crate::functions::inference::FunctionError;
-use crate::openai::error::function_error_status;
 use crate::ports::StorageError;
+use crate::surface_errors::openai::function_error_status;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -164,7 +164,7 @@ mod tests {
             (FeedbackError::UnknownMetric("m".into()), StatusCode::NOT_FOUND),
             (
                 FeedbackError::TargetNotFound {
-                    target: crate::functions::records::FeedbackTarget::Inference,
+                    target: crate::ports::inference_records::FeedbackTarget::Inference,
                     id,
                 },
                 StatusCode::NOT_FOUND,

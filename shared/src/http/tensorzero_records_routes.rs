@@ -8,7 +8,7 @@ use super::tensorzero_error::{TensorZeroError, TensorZeroJson};
 use super::AppState;
 use crate::auth::Principal;
 use crate::functions::feedback::{FeedbackId, FeedbackRequest};
-use crate::functions::records::InferenceRecord;
+use crate::ports::inference_records::InferenceRecord;
 use crate::user_text::excerpt;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};

@@ -4,8 +4,8 @@ use super::*;
 use crate::app::{app_state, Adapters, AuthSettings};
 use crate::auth::AuthMode;
 use crate::config::Config;
-use crate::functions::records::{rfc3339, FunctionType, ModelCallRecord, TokenUsage};
 use crate::http::{inference_router, local_router, HttpSettings};
+use crate::ports::inference_records::{rfc3339, FunctionType, ModelCallRecord, TokenUsage};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
@@ -38,7 +38,7 @@ fn stack() -> Stack {
     let adapters = crate::http::tests::adapters(dir.path()).with_record_retention_days(0);
     let config = Config::from_toml(CONFIG).unwrap();
     let state = app_state(
-        &crate::config::LoadedConfig::without_files(config.clone()).unwrap(),
+        &crate::app::LoadedConfig::without_files(config.clone()).unwrap(),
         &adapters,
         AuthSettings {
             mode: AuthMode::Required,

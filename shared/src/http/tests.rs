@@ -61,7 +61,7 @@ pub(super) fn state_with(adapters: &Adapters, mode: AuthMode) -> AppState {
 pub(super) fn state_for(config_text: &str, adapters: &Adapters, mode: AuthMode) -> AppState {
     let config = Config::from_toml(config_text).unwrap();
     app_state(
-        &crate::config::LoadedConfig::without_files(config.clone()).unwrap(),
+        &crate::app::LoadedConfig::without_files(config.clone()).unwrap(),
         adapters,
         AuthSettings {
             mode,

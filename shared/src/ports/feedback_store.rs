@@ -1,7 +1,7 @@
 //! Stored feedback (`POST /feedback`), per project.
 
 use super::StorageError;
-use crate::functions::records::FeedbackRecord;
+use crate::ports::inference_records::FeedbackRecord;
 use async_trait::async_trait;
 use uuid::Uuid;
 

@@ -1,7 +1,7 @@
 //! Stored inferences of the `/inference` endpoint, per project, listed by episode.
 
 use super::StorageError;
-use crate::functions::records::InferenceRecord;
+use crate::ports::inference_records::InferenceRecord;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;

@@ -1,8 +1,8 @@
 //! Sending one webhook request. The adapter guards against server-side request forgery: it refuses
-//! to connect when the host resolves to an address its [`UrlPolicy`](crate::webhooks::UrlPolicy)
+//! to connect when the host resolves to an address its [`UrlPolicy`](crate::ports::webhook_url::UrlPolicy)
 //! forbids.
 
-use crate::webhooks::WebhookUrl;
+use crate::ports::webhook_url::WebhookUrl;
 use async_trait::async_trait;
 use bytes::Bytes;
 use std::time::Duration;

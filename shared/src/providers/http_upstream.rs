@@ -6,6 +6,7 @@ use super::extras::ConfiguredExtras;
 use super::retry::retry_after_from_headers;
 use super::{CallContext, ProviderError};
 use crate::model::ExtraHeaderEntry;
+pub use crate::ports::provider_call::upstream_error_message;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -129,36 +130,5 @@ async fn error_from_response(response: reqwest::Response) -> ProviderError {
         message,
         retry_after,
         body: parsed.filter(|_| text.len() <= MAX_KEPT_ERROR_BODY),
-    }
-}
-
-/// The message of an error body: a string `error`, `error.message` (OpenAI's envelope), or a
-/// top-level `message` (LMI's dynamic-batch errors).
-pub fn upstream_error_message(body: &Value) -> Option<String> {
-    let error = body.get("error");
-    error
-        .and_then(Value::as_str)
-        .or_else(|| error.and_then(|e| e.get("message")).and_then(Value::as_str))
-        .or_else(|| body.get("message").and_then(Value::as_str))
-        .map(str::to_owned)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn error_messages_are_read_from_every_shape() {
-        assert_eq!(upstream_error_message(&json!({"error": "bad"})).as_deref(), Some("bad"));
-        assert_eq!(
-            upstream_error_message(&json!({"error": {"message": "nested"}})).as_deref(),
-            Some("nested")
-        );
-        assert_eq!(
-            upstream_error_message(&json!({"message": "top"})).as_deref(),
-            Some("top")
-        );
-        assert_eq!(upstream_error_message(&json!({"generated_text": "x"})), None);
     }
 }

@@ -7,7 +7,6 @@
 mod api_key;
 pub mod choices;
 pub mod dummy;
-mod error;
 mod extras;
 pub mod http_upstream;
 pub mod lmi;
@@ -17,14 +16,13 @@ pub mod retry;
 pub mod router;
 pub mod synthetic_stream;
 
-pub use error::ProviderError;
+pub use crate::ports::provider_call::{CallContext, ProviderError};
 
 use crate::model::{ModelChunk, ModelRequest, ModelResponse};
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use native_batch::NativeBatchApi;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Chunks of a streamed answer; an `Err` item ends the stream.
@@ -63,13 +61,6 @@ impl std::fmt::Debug for ModelStream {
             .field("raw_request", &self.raw_request)
             .finish_non_exhaustive()
     }
-}
-
-/// Per-call inputs that are not part of the model request.
-#[derive(Debug, Clone, Copy)]
-pub struct CallContext<'a> {
-    /// `dynamic::NAME` credentials supplied with this request.
-    pub credentials: &'a HashMap<String, String>,
 }
 
 /// Non-streamed chat.

@@ -6,7 +6,7 @@
 
 use super::dummy::DummyProvider;
 use super::http_upstream::http_client;
-use super::lmi::{LmiProvider, SageMakerConnector};
+use super::lmi::{sagemaker_endpoint, LmiProvider};
 use super::native_batch::NativeBatchApi;
 use super::openai::OpenAiProvider;
 use super::retry::{RetryDecision, RetryPolicy};
@@ -17,6 +17,7 @@ use super::{
 use crate::config::{shorthand_model, Config, ModelConfig, ProviderConfig};
 use crate::model::{ModelRequest, ModelResponse};
 use crate::openai::embeddings::EmbeddingRequest;
+use crate::ports::lmi_transport::SageMakerConnector;
 use crate::ports::{MetricUnit, MetricsSink, NoMetrics, NoProviderSecrets, ProviderSecrets};
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -440,7 +441,7 @@ fn routed_model(name: &str, model: &ModelConfig, deps: ProviderDeps<'_>) -> Resu
                 let Some(connector) = sagemaker else {
                     return Err(error("no SageMaker connector was given to the router".to_owned()));
                 };
-                let transport = connector.connect(provider_name, c);
+                let transport = connector.connect(provider_name, &sagemaker_endpoint(c));
                 LmiProvider::over_sagemaker(provider_name.clone(), c, transport)
                     .map_err(|e| error(e.to_string()))?
                     .handle()

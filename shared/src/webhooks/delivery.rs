@@ -7,23 +7,16 @@
 //! included) fails the delivery at once.
 
 use super::signing::{baseten_signature, standard_signature, SigningSecret};
-use super::url_policy::WebhookUrl;
 use crate::backoff::Jitter;
+use crate::ports::webhook_url::WebhookUrl;
 use crate::ports::{PostOutcome, WebhookTransport};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
-/// The wait after failed attempt n (1-based) before attempt n + 1; after the last, the delivery fails.
-pub const RETRY_DELAYS: [Duration; 7] = [
-    Duration::from_secs(10),
-    Duration::from_secs(5 * 60),
-    Duration::from_secs(30 * 60),
-    Duration::from_secs(2 * 3600),
-    Duration::from_secs(5 * 3600),
-    Duration::from_secs(10 * 3600),
-    Duration::from_secs(10 * 3600),
-];
+/// The wait after failed attempt n (1-based) before attempt n + 1 (`[webhooks] retry_delays_s`
+/// by default); after the last, the delivery fails.
+pub use crate::config::DEFAULT_WEBHOOK_RETRY_DELAYS as RETRY_DELAYS;
 /// Attempts before a delivery fails for good: the first and one per [`RETRY_DELAYS`] entry.
 pub const MAX_ATTEMPTS: usize = RETRY_DELAYS.len() + 1;
 /// The longest `Retry-After` honoured; a receiver asking for more gets this.

@@ -9,7 +9,7 @@
 use super::errors::WebhooksError;
 use super::sealed_secret::{context, StoredSigningSecret};
 use super::signing::SigningSecret;
-use super::url_policy::{UrlPolicy, WebhookUrl};
+use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
 use crate::ports::{Clock, CredentialSealer, IdSource, Record, SealError, StateStore, StorageError};
 use crate::records::{decode, encode, list_all, Loaded};
 use crate::user_text::excerpt;

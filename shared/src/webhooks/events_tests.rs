@@ -1,11 +1,11 @@
 use super::*;
 use crate::jobs::JobRunner;
+use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
 use crate::ports::{JobOutcome, PostOutcome, QueueMessage, UuidV7Ids};
 use crate::scheduler::ScheduledTask;
 use crate::webhooks::endpoints::{CreateEndpointRequest, CreatedEndpoint};
 use crate::webhooks::signing::{standard_signature, SigningSecret};
 use crate::webhooks::test_support::{memory_state, test_sealer, ManualClock};
-use crate::webhooks::url_policy::{UrlPolicy, WebhookUrl};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::Mutex;

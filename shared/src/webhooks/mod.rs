@@ -1,7 +1,7 @@
-//! Outgoing webhooks: signing secrets and signatures (Standard Webhooks, Baseten), the URL policy
-//! that keeps webhooks off internal addresses, and one delivery with its retry schedule; a
-//! project's webhook secrets (`secrets`), its batch event endpoints (`endpoints`) and the batch
-//! events delivered to them (`events`, `event_delivery_jobs`).
+//! Outgoing webhooks: signing secrets and signatures (Standard Webhooks, Baseten) and one delivery
+//! with its retry schedule; a project's webhook secrets (`secrets`), its batch event endpoints
+//! (`endpoints`) and the batch events delivered to them (`events`, `event_delivery_jobs`). The URL
+//! policy that keeps webhooks off internal addresses is the transport port's (`ports::webhook_url`).
 
 pub mod delivery;
 pub mod endpoints;
@@ -13,8 +13,8 @@ pub mod secrets;
 pub mod signing;
 #[cfg(test)]
 mod test_support;
-pub mod url_policy;
 
+pub use crate::ports::webhook_url::{forbidden_address, UrlPolicy, WebhookUrl, WebhookUrlError};
 pub use delivery::{Delivery, DeliveryAttempt, DeliveryState, SignatureStyle};
 pub use endpoints::{
     BatchEventType, CreateEndpointRequest, CreatedEndpoint, DeletedEndpoint, EndpointList, WebhookEndpoint,
@@ -24,4 +24,3 @@ pub use errors::WebhooksError;
 pub use events::{BatchWebhooks, BatchWebhooksDeps, DeliveryList, DeliveryView};
 pub use secrets::{CreatedSecret, RevokedSecret, SecretSource, SecretSummary, WebhookSecrets};
 pub use signing::{baseten_signature, standard_signature, SecretFormatError, SigningSecret};
-pub use url_policy::{forbidden_address, UrlPolicy, WebhookUrl, WebhookUrlError};

@@ -4,8 +4,8 @@
 //! index and one page, and a poll of `n` items reads only the pages that hold them.
 
 use super::retention::RecordRetention;
-use crate::functions::records::InferenceRecord;
 use crate::ports::clock::uuid_unix_ms;
+use crate::ports::inference_records::InferenceRecord;
 use crate::ports::{BatchItemId, BatchPage, BlobStore, ItemIdKind, StorageError};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};

@@ -2,8 +2,8 @@
 
 use super::payload::{body_str, stash, unstash};
 use super::retention::RecordRetention;
-use crate::functions::records::FeedbackRecord;
 use crate::ports::clock::uuid_unix_ms as uuid_ms;
+use crate::ports::inference_records::FeedbackRecord;
 use crate::ports::{BlobStore, FeedbackStore, Record, StateStore, StorageError};
 use async_trait::async_trait;
 use serde_json::{Map, Value};

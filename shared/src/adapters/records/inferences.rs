@@ -3,8 +3,8 @@
 use super::batch_pages::BatchPages;
 use super::payload::{body_str, stash, unstash};
 use super::retention::RecordRetention;
-use crate::functions::records::InferenceRecord;
 use crate::ports::clock::uuid_unix_ms as uuid_ms;
+use crate::ports::inference_records::InferenceRecord;
 use crate::ports::{
     BatchItemId, BatchPage, BlobStore, InferencePage, InferenceStore, ItemIdKind, ListOrder, ListQuery, Record,
     SortCursor, StateStore, StorageError,

@@ -13,9 +13,9 @@
 //!   that cannot be built (no region, no credentials): a misconfiguration.
 
 use crate::adapters::aws::describe_sdk_error;
-use crate::providers::http_upstream::upstream_error_message;
-use crate::providers::lmi::MODEL_ERROR_STATUS;
-use crate::providers::ProviderError;
+use crate::ports::lmi_transport::MODEL_ERROR_STATUS;
+use crate::ports::provider_call::upstream_error_message;
+use crate::ports::provider_call::ProviderError;
 use aws_sdk_sagemakerruntime::config::http::HttpResponse;
 use aws_sdk_sagemakerruntime::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sagemakerruntime::operation::invoke_endpoint::InvokeEndpointError;

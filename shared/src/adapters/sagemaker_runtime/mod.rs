@@ -15,10 +15,9 @@ mod errors;
 mod stream;
 
 use crate::adapters::aws::load_sdk_config;
-use crate::config::{LmiSchema, SageMakerProviderConfig};
 use crate::model::{entries_for, ExtraHeaderEntry, ExtraPlacement};
-use crate::providers::lmi::{ByteStream, LmiTransport, SageMakerConnector};
-use crate::providers::{CallContext, ProviderError};
+use crate::ports::lmi_transport::{LmiByteStream, LmiTransport, SageMakerConnector, SageMakerEndpoint};
+use crate::ports::provider_call::{CallContext, ProviderError};
 use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_sagemakerruntime::config::retry::RetryConfig;
@@ -35,14 +34,6 @@ use tokio::time::Instant;
 
 /// The content type of LMI bodies, both ways.
 const JSON: &str = "application/json";
-
-/// What a stream of `schema` is asked for: LMI's JSON lines, or TGI's server-sent events.
-fn stream_accept(schema: LmiSchema) -> &'static str {
-    match schema {
-        LmiSchema::TgiCompat => "text/event-stream",
-        _ => "application/jsonlines",
-    }
-}
 
 /// A client made on first use.
 type LazyClient = Arc<OnceCell<Client>>;
@@ -72,26 +63,26 @@ impl SageMakerRuntime {
 }
 
 impl SageMakerConnector for SageMakerRuntime {
-    fn connect(&self, provider: &str, config: &SageMakerProviderConfig) -> Arc<dyn LmiTransport> {
-        Arc::new(SageMakerEndpoint {
+    fn connect(&self, provider: &str, endpoint: &SageMakerEndpoint) -> Arc<dyn LmiTransport> {
+        Arc::new(EndpointTransport {
             provider: provider.to_owned(),
-            config: config.clone(),
+            endpoint: endpoint.clone(),
             sdk_config: Arc::clone(&self.sdk_config),
-            client: self.client_for(config.region.as_deref()),
+            client: self.client_for(endpoint.region.as_deref()),
         })
     }
 }
 
-/// One SageMaker endpoint.
+/// The transport to one SageMaker endpoint.
 #[derive(Debug)]
-pub struct SageMakerEndpoint {
+pub struct EndpointTransport {
     provider: String,
-    config: SageMakerProviderConfig,
+    endpoint: SageMakerEndpoint,
     sdk_config: Arc<OnceCell<SdkConfig>>,
     client: LazyClient,
 }
 
-impl SageMakerEndpoint {
+impl EndpointTransport {
     async fn client(&self) -> &Client {
         self.client
             .get_or_init(|| async {
@@ -99,17 +90,17 @@ impl SageMakerEndpoint {
                 let mut builder = aws_sdk_sagemakerruntime::config::Builder::from(base)
                     .retry_config(RetryConfig::disabled())
                     .stalled_stream_protection(StalledStreamProtectionConfig::disabled());
-                if let Some(region) = &self.config.region {
+                if let Some(region) = &self.endpoint.region {
                     builder = builder.region(Region::new(region.clone()));
                 }
-                tracing::debug!(provider = %self.provider, region = ?self.config.region, "SageMaker runtime client made");
+                tracing::debug!(provider = %self.provider, region = ?self.endpoint.region, "SageMaker runtime client made");
                 Client::from_conf(builder.build())
             })
             .await
     }
 
     fn timeout(&self) -> Duration {
-        Duration::from_millis(self.config.timeout_ms)
+        self.endpoint.timeout
     }
 
     /// SageMaker sends no free-form headers: refuse a request's extra headers for this provider.
@@ -144,7 +135,7 @@ async fn send_within<T, E>(
 }
 
 #[async_trait]
-impl LmiTransport for SageMakerEndpoint {
+impl LmiTransport for EndpointTransport {
     async fn invoke(
         &self,
         body: Bytes,
@@ -158,11 +149,11 @@ impl LmiTransport for SageMakerEndpoint {
             .client()
             .await
             .invoke_endpoint()
-            .endpoint_name(&self.config.endpoint_name)
+            .endpoint_name(&self.endpoint.endpoint_name)
             .content_type(JSON)
             .accept(JSON)
-            .set_target_variant(self.config.target_variant.clone())
-            .set_inference_component_name(self.config.inference_component.clone())
+            .set_target_variant(self.endpoint.target_variant.clone())
+            .set_inference_component_name(self.endpoint.inference_component.clone())
             .body(Blob::new(Vec::from(body)));
         let output = send_within(started, timeout, request.send(), errors::invoke_error).await?;
         Ok(output
@@ -176,7 +167,7 @@ impl LmiTransport for SageMakerEndpoint {
         body: Bytes,
         headers: &[ExtraHeaderEntry],
         _ctx: CallContext<'_>,
-    ) -> Result<ByteStream, ProviderError> {
+    ) -> Result<LmiByteStream, ProviderError> {
         self.refuse_headers(headers)?;
         let started = Instant::now();
         let timeout = self.timeout();
@@ -184,11 +175,11 @@ impl LmiTransport for SageMakerEndpoint {
             .client()
             .await
             .invoke_endpoint_with_response_stream()
-            .endpoint_name(&self.config.endpoint_name)
+            .endpoint_name(&self.endpoint.endpoint_name)
             .content_type(JSON)
-            .accept(stream_accept(self.config.schema))
-            .set_target_variant(self.config.target_variant.clone())
-            .set_inference_component_name(self.config.inference_component.clone())
+            .accept(self.endpoint.stream_accept)
+            .set_target_variant(self.endpoint.target_variant.clone())
+            .set_inference_component_name(self.endpoint.inference_component.clone())
             .body(Blob::new(Vec::from(body)));
         let output = send_within(started, timeout, request.send(), errors::stream_open_error).await?;
         let events = stream::SdkStreamEvents {
@@ -204,19 +195,17 @@ impl LmiTransport for SageMakerEndpoint {
 mod tests {
     use super::*;
 
-    #[test]
-    fn streams_ask_for_json_lines_or_tgi_server_sent_events() {
-        assert_eq!(stream_accept(LmiSchema::RollingBatch), "application/jsonlines");
-        assert_eq!(stream_accept(LmiSchema::Chat), "application/jsonlines");
-        assert_eq!(stream_accept(LmiSchema::TgiCompat), "text/event-stream");
-    }
-
-    fn endpoint() -> SageMakerEndpoint {
-        let config: SageMakerProviderConfig =
-            toml::from_str("endpoint_name = \"rolling-batch\"").expect("a valid provider config");
-        SageMakerEndpoint {
+    fn endpoint() -> EndpointTransport {
+        EndpointTransport {
             provider: "sm".into(),
-            config,
+            endpoint: SageMakerEndpoint {
+                endpoint_name: "rolling-batch".into(),
+                region: None,
+                target_variant: None,
+                inference_component: None,
+                stream_accept: "application/jsonlines",
+                timeout: Duration::from_secs(120),
+            },
             sdk_config: Arc::default(),
             client: Arc::default(),
         }

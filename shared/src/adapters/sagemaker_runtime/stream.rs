@@ -2,8 +2,8 @@
 //! come, not reassembled (parts split lines anywhere; the LMI provider rebuilds the lines).
 
 use super::errors::stream_event_error;
-use crate::providers::lmi::ByteStream;
-use crate::providers::ProviderError;
+use crate::ports::lmi_transport::LmiByteStream;
+use crate::ports::provider_call::ProviderError;
 use async_trait::async_trait;
 use aws_sdk_sagemakerruntime::primitives::event_stream::EventReceiver;
 use aws_sdk_sagemakerruntime::types::error::ResponseStreamError;
@@ -40,7 +40,7 @@ impl StreamEvents for SdkStreamEvents {
 
 /// The payload bytes of `events`. A failure, or no event within `idle_timeout`, is the last item.
 /// Empty parts and event kinds this SDK does not know are skipped.
-pub(super) fn payload_bytes(events: impl StreamEvents, idle_timeout: Duration) -> ByteStream {
+pub(super) fn payload_bytes(events: impl StreamEvents, idle_timeout: Duration) -> LmiByteStream {
     futures::stream::unfold(Some(events), move |state| async move {
         let mut events = state?;
         loop {

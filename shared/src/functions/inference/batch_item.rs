@@ -4,13 +4,14 @@
 //! handed back rather than written after a response: the worker stores it before the item counts.
 
 use super::error::{FunctionError, VariantFailure};
+use super::model_call::ModelCall;
 use super::output::function_output;
 use super::persist::Finished;
 use super::prepare::{prepare, PreparedCall, VariantPlan};
-use super::service::{FunctionService, ModelCall};
+use super::service::FunctionService;
 use super::validate::{InferenceCall, InferenceTarget};
-use crate::functions::records::InferenceRecord;
 use crate::model::{ModelRequest, ModelResponse};
+use crate::ports::inference_records::InferenceRecord;
 use crate::user_text::excerpt;
 use std::collections::BTreeSet;
 use std::time::Instant;

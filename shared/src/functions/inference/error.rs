@@ -1,5 +1,5 @@
 //! Why a function inference produced no answer. The TensorZero surface maps each kind to its
-//! status in one place (`openai::error::function_error_status`).
+//! status in one place (`surface_errors::openai::function_error_status`).
 
 use crate::providers::router::RoutingError;
 use crate::user_text::excerpt;

@@ -2,14 +2,14 @@
 //! inference record. Neither ever fails or delays an inference: a cache error is a miss, a
 //! failed write is logged.
 
+use super::model_call::ModelCall;
 use super::output::FunctionOutput;
 use super::prepare::PreparedCall;
-use super::service::ModelCall;
 use super::validate::InferenceCall;
 use crate::config::functions::FunctionKind;
 use crate::config::{CacheConfig, CacheMode};
-use crate::functions::records::{rfc3339, FunctionType, InferenceRecord, ModelCallRecord, TokenUsage};
 use crate::model::{FinishReason, ModelResponse, ModelUsage};
+use crate::ports::inference_records::{rfc3339, FunctionType, InferenceRecord, ModelCallRecord, TokenUsage};
 use crate::ports::{
     AfterResponse, CacheKey, CachedModelResponse, Clock, InferenceStore, MetricUnit, MetricsSink, ModelCache,
 };

@@ -3,6 +3,7 @@
 //! timeouts, and turn the answer into the function's output. Mints the inference id.
 
 use super::error::{FailureKind, FunctionError, VariantFailure};
+use super::model_call::ModelCall;
 use super::output::{function_output, FunctionOutput};
 use super::persist::{Finished, InferencePersistence};
 use super::prepare::{prepare, PreparedCall, VariantPlan, DEFAULT_FUNCTION};
@@ -13,7 +14,7 @@ use crate::backoff::{Backoff, Jitter};
 use crate::config::functions::{ChatCompletionConfig, FunctionKind};
 use crate::functions::{Function, FunctionSet};
 use crate::inference::{InferenceError, InferenceService};
-use crate::model::{FinishReason, ModelResponse, ModelUsage};
+use crate::model::{FinishReason, ModelUsage};
 use crate::ports::{CacheKey, IdSource};
 use crate::providers::router::RoutingError;
 use crate::providers::ProviderError;
@@ -26,19 +27,6 @@ use uuid::Uuid;
 
 /// First wait between attempts of one variant; doubled per retry up to `max_delay_s`.
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
-
-/// One model call that produced the answer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelCall {
-    pub id: Uuid,
-    pub model: String,
-    pub provider: String,
-    pub response: ModelResponse,
-    pub latency: Duration,
-    pub ttft: Option<Duration>,
-    /// Served from the model cache.
-    pub cached: bool,
-}
 
 /// A finished (non-streamed) function inference.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,10 +2,10 @@
 //! it has ended — its cache entry and record written after the response.
 
 use super::error::FunctionError;
+use super::model_call::ModelCall;
 use super::output::function_output;
 use super::persist::{Finished, InferencePersistence};
 use super::prepare::PreparedCall;
-use super::service::ModelCall;
 use super::stream::{ChunkTranslator, InferenceChunk};
 use super::validate::InferenceCall;
 use crate::config::functions::FunctionKind;

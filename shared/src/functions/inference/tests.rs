@@ -1,5 +1,6 @@
 use super::*;
-use crate::config::{Config, LoadedConfig};
+use crate::app::LoadedConfig;
+use crate::config::Config;
 use crate::functions::inference::request::InferenceRequest as Request;
 use futures::StreamExt;
 use serde_json::{json, Value};
@@ -228,7 +229,7 @@ async fn a_stream_falls_back_before_it_starts_and_ends_with_usage() {
 async fn stored(
     records: &Arc<dyn crate::ports::InferenceStore>,
     id: Uuid,
-) -> crate::functions::records::InferenceRecord {
+) -> crate::ports::inference_records::InferenceRecord {
     for _ in 0..200 {
         if let Some(record) = records.get("p", id).await.unwrap() {
             return record;
@@ -313,7 +314,7 @@ async fn a_reply_rebuilt_from_its_record_is_the_reply_inference_gave() {
 
 #[test]
 fn from_record_reads_usage_and_finish_reason_and_refuses_a_record_that_does_not_fit() {
-    use crate::functions::records::{FunctionType, InferenceRecord, TokenUsage};
+    use crate::ports::inference_records::{FunctionType, InferenceRecord, TokenUsage};
     let record = InferenceRecord {
         project: "p".into(),
         inference_id: Uuid::now_v7(),

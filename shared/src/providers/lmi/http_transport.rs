@@ -1,8 +1,8 @@
 //! `type = "lmi"`: LMI bodies POSTed over HTTP to a DJL Serving / LMI container.
 
-use super::transport::{ByteStream, LmiTransport};
 use crate::config::LmiProviderConfig;
 use crate::model::ExtraHeaderEntry;
+use crate::ports::lmi_transport::{LmiByteStream, LmiTransport};
 use crate::ports::ProviderSecrets;
 use crate::providers::api_key::ApiKeySource;
 use crate::providers::extras::ConfiguredExtras;
@@ -79,7 +79,7 @@ impl LmiTransport for HttpLmiTransport {
         body: Bytes,
         headers: &[ExtraHeaderEntry],
         ctx: CallContext<'_>,
-    ) -> Result<ByteStream, ProviderError> {
+    ) -> Result<LmiByteStream, ProviderError> {
         let response = self.send(body, true, headers, ctx).await?;
         let upstream = Arc::clone(&self.upstream);
         Ok(response

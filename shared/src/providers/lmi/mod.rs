@@ -1,7 +1,7 @@
 //! Models served by DJL Serving / LMI containers (`type = "lmi"` over HTTP, `type = "sagemaker"`
 //! through a SageMaker endpoint). One protocol, two transports: the provider maps the neutral
 //! [`crate::model::ModelRequest`] to an LMI body in the configured schema and reads the answer back;
-//! an [`LmiTransport`] only carries bytes.
+//! an [`crate::ports::lmi_transport::LmiTransport`] only carries bytes.
 
 mod chat_template;
 mod http_transport;
@@ -9,8 +9,8 @@ mod protocol;
 mod provider;
 mod request;
 mod response;
+mod sagemaker_endpoint;
 mod stream;
-mod transport;
 
 pub use chat_template::{ChatTemplate, ChatTemplateError};
 pub use http_transport::HttpLmiTransport;
@@ -20,7 +20,7 @@ pub use protocol::{
     OPENAI_FORWARDED_MODELLED_PARAMETERS, PASS_THROUGH_PARAMETERS,
 };
 pub use provider::{LmiBuildError, LmiProvider};
-pub use transport::{ByteStream, LmiTransport, SageMakerConnector};
+pub use sagemaker_endpoint::sagemaker_endpoint;
 
 #[cfg(test)]
 mod tests;

@@ -61,9 +61,7 @@ pub fn is_generation_parameter(name: &str) -> bool {
     PASS_THROUGH_PARAMETERS.contains(&name) || MODELLED_PARAMETERS.contains(&name)
 }
 
-/// The status reported for a generation LMI ended with `finish_reason: "error"` (on a 200), and for
-/// an error object without a usable `code`: LMI's own status for a failed invocation.
-pub const MODEL_ERROR_STATUS: u16 = 424;
+pub use crate::ports::lmi_transport::MODEL_ERROR_STATUS;
 
 /// LMI's finish reason (also the OpenAI names its chat schema uses) as the gateway's. No reason is
 /// a finished answer; `error` never gets here (it is an error).

@@ -6,10 +6,10 @@ use super::http_transport::HttpLmiTransport;
 use super::request::{chat_body, embedding_body};
 use super::response::{chat_answer, embedding_vectors};
 use super::stream::chunk_stream;
-use super::transport::{ByteStream, LmiTransport};
 use crate::config::{ExtraBodyEntry, LmiProviderConfig, LmiSchema, SageMakerProviderConfig};
 use crate::model::{ExtraHeaderEntry, ModelRequest, ModelResponse};
 use crate::openai::embeddings::{EmbeddingInput, EmbeddingRequest, EmbeddingUsage};
+use crate::ports::lmi_transport::{LmiByteStream, LmiTransport};
 use crate::ports::ProviderSecrets;
 use crate::providers::extras::ConfiguredExtras;
 use crate::providers::http_upstream::HttpClientError;
@@ -159,7 +159,7 @@ impl LmiProvider {
         body: String,
         headers: &[ExtraHeaderEntry],
         ctx: CallContext<'_>,
-    ) -> Result<ByteStream, ProviderError> {
+    ) -> Result<LmiByteStream, ProviderError> {
         let start = self.transport.invoke_stream(Bytes::from(body), headers, ctx);
         tokio::time::timeout(self.timeout, start)
             .await

@@ -6,11 +6,11 @@
 
 use super::protocol::{finish_reason_from_lmi, is_error_line, reported_error};
 use super::response::{lmi_finish_reasons, model_reported_error, Details};
-use super::transport::ByteStream;
 use crate::config::LmiSchema;
 use crate::model::{ChunkBlock, ChunkChoice, FinishReason, ModelChunk, ModelUsage};
 use crate::openai::chat::ChatCompletionChunk;
 use crate::openai::from_model::chunk_to_model;
+use crate::ports::lmi_transport::LmiByteStream;
 use crate::providers::{ChunkStream, ProviderError};
 use futures::StreamExt;
 use serde::Deserialize;
@@ -23,7 +23,7 @@ const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
 
 /// Whole lines out of bytes that arrive split anywhere.
 pub struct LineReader {
-    bytes: ByteStream,
+    bytes: LmiByteStream,
     buffer: Vec<u8>,
     /// Where the search for the next `\n` resumes.
     scanned: usize,
@@ -32,7 +32,7 @@ pub struct LineReader {
 }
 
 impl LineReader {
-    pub fn new(bytes: ByteStream, idle_timeout: Duration) -> Self {
+    pub fn new(bytes: LmiByteStream, idle_timeout: Duration) -> Self {
         Self {
             bytes,
             buffer: Vec::new(),
@@ -328,7 +328,7 @@ fn error_object(value: &Value) -> Option<ProviderError> {
 }
 
 /// Chunks from a streamed answer on `schema`; an `Err` item ends it.
-pub fn chunk_stream(bytes: ByteStream, schema: LmiSchema, idle_timeout: Duration) -> ChunkStream {
+pub fn chunk_stream(bytes: LmiByteStream, schema: LmiSchema, idle_timeout: Duration) -> ChunkStream {
     struct State {
         reader: LineReader,
         mapper: ChunkMapper,

@@ -2,8 +2,9 @@
 
 use crate::config::LmiSchema;
 use crate::model::{ContentBlock, ExtraHeaderEntry, Message, ModelRequest, Role};
+use crate::ports::lmi_transport::{LmiByteStream, LmiTransport};
 use crate::providers::lmi::provider::BodySettings;
-use crate::providers::lmi::{ByteStream, LmiProvider, LmiTransport};
+use crate::providers::lmi::LmiProvider;
 use crate::providers::{CallContext, ProviderError};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -61,7 +62,7 @@ impl LmiTransport for FakeTransport {
         body: Bytes,
         _headers: &[ExtraHeaderEntry],
         _ctx: CallContext<'_>,
-    ) -> Result<ByteStream, ProviderError> {
+    ) -> Result<LmiByteStream, ProviderError> {
         self.record(&body);
         Ok(futures::stream::iter(self.answer.clone().into_iter().map(Ok)).boxed())
     }

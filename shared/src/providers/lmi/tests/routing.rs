@@ -1,9 +1,9 @@
 //! The router builds `type = "lmi"` and `type = "sagemaker"` models as LMI providers.
 
 use super::fake::{ctx, user, FakeTransport};
-use crate::config::{Config, SageMakerProviderConfig};
+use crate::config::Config;
 use crate::model::ContentBlock;
-use crate::providers::lmi::{LmiTransport, SageMakerConnector};
+use crate::ports::lmi_transport::{LmiTransport, SageMakerConnector, SageMakerEndpoint};
 use crate::providers::router::{ModelRouter, RoutingError};
 use std::sync::{Arc, Mutex};
 
@@ -14,11 +14,11 @@ struct Connector {
 }
 
 impl SageMakerConnector for Connector {
-    fn connect(&self, provider: &str, config: &SageMakerProviderConfig) -> Arc<dyn LmiTransport> {
+    fn connect(&self, provider: &str, endpoint: &SageMakerEndpoint) -> Arc<dyn LmiTransport> {
         self.connected
             .lock()
             .unwrap()
-            .push((provider.to_owned(), config.endpoint_name.clone()));
+            .push((provider.to_owned(), endpoint.endpoint_name.clone()));
         self.transport.clone()
     }
 }

@@ -1,7 +1,17 @@
-//! What can go wrong when calling a provider.
+//! What a call to a model provider carries besides the model request, and how it fails: the
+//! vocabulary shared by the providers and the transports adapters give them (`lmi_transport`).
 
 use crate::model::{ExtraBodyError, ExtraHeaderError};
+use serde_json::Value;
+use std::collections::HashMap;
 use std::time::Duration;
+
+/// Per-call inputs that are not part of the model request.
+#[derive(Debug, Clone, Copy)]
+pub struct CallContext<'a> {
+    /// `dynamic::NAME` credentials supplied with this request.
+    pub credentials: &'a HashMap<String, String>,
+}
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum ProviderError {
@@ -69,5 +79,36 @@ impl ProviderError {
             Self::Http { retry_after, .. } => *retry_after,
             _ => None,
         }
+    }
+}
+
+/// The message of an error body: a string `error`, `error.message` (OpenAI's envelope), or a
+/// top-level `message` (LMI's dynamic-batch errors).
+pub fn upstream_error_message(body: &Value) -> Option<String> {
+    let error = body.get("error");
+    error
+        .and_then(Value::as_str)
+        .or_else(|| error.and_then(|e| e.get("message")).and_then(Value::as_str))
+        .or_else(|| body.get("message").and_then(Value::as_str))
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn error_messages_are_read_from_every_shape() {
+        assert_eq!(upstream_error_message(&json!({"error": "bad"})).as_deref(), Some("bad"));
+        assert_eq!(
+            upstream_error_message(&json!({"error": {"message": "nested"}})).as_deref(),
+            Some("nested")
+        );
+        assert_eq!(
+            upstream_error_message(&json!({"message": "top"})).as_deref(),
+            Some("top")
+        );
+        assert_eq!(upstream_error_message(&json!({"generated_text": "x"})), None);
     }
 }

@@ -287,5 +287,5 @@ fn prefix_matches_v6(bits: u128, net: u128, len: u8) -> bool {
 }
 
 #[cfg(test)]
-#[path = "url_policy_tests.rs"]
+#[path = "webhook_url_tests.rs"]
 mod tests;

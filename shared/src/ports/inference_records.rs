@@ -1,6 +1,7 @@
 //! What the `/inference` endpoint stores about each inference, and the feedback given on it: the
-//! JSON the records routes answer (`GET /inferences/{id}`, `GET /episodes/{id}/inferences`).
-//! The project is stored beside a record but is no part of its JSON.
+//! types the `InferenceStore` and `FeedbackStore` ports carry, and the JSON the records routes
+//! answer (`GET /inferences/{id}`, `GET /episodes/{id}/inferences`). The project is stored beside
+//! a record but is no part of its JSON.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
