@@ -1,11 +1,13 @@
-//! Why a run failed, in Baseten's error codes, and whether it is worth another attempt: only
-//! 500/502/503/504, timeouts and connection errors are retried (and 429, after the wait the
-//! provider asked for); every other failure is final at once.
+//! Why a run failed, in Baseten's error codes, and whether it is worth another attempt: a model's
+//! failure is retried unless [`Recovery`] calls it final (5xx but 501 and 505, 408, 409, 429 after
+//! the wait the provider asked for, timeouts and connection errors are retried); every other
+//! failure is final at once.
 
 use super::records::ErrorEntry;
 use crate::functions::inference::{FailureKind, FunctionError};
 use crate::inference::InferenceError;
 use crate::openai::error::ApiError;
+use crate::ports::provider_call::Recovery;
 use crate::providers::router::RoutingError;
 use crate::providers::ProviderError;
 use std::time::Duration;
@@ -44,17 +46,25 @@ impl RunFailure {
     }
 }
 
-/// The code and retry decision for an HTTP status a model answered.
-fn by_status(status: u16) -> (&'static str, bool) {
+/// Baseten's code for an HTTP status a model answered.
+fn code_of_status(status: u16) -> &'static str {
     match status {
-        404 => (MODEL_DOES_NOT_EXIST, false),
-        429 => (MODEL_UNAVAILABLE, true),
-        500 => (MODEL_PREDICT_ERROR, true),
-        502 | 503 => (MODEL_UNAVAILABLE, true),
-        504 => (MODEL_PREDICT_TIMEOUT, true),
-        408 => (MODEL_PREDICT_TIMEOUT, false),
-        400..=499 => (MODEL_INVALID_INPUT, false),
-        _ => (MODEL_PREDICT_ERROR, false),
+        404 => MODEL_DOES_NOT_EXIST,
+        409 | 429 | 502 | 503 => MODEL_UNAVAILABLE,
+        408 | 504 => MODEL_PREDICT_TIMEOUT,
+        400..=499 => MODEL_INVALID_INPUT,
+        _ => MODEL_PREDICT_ERROR,
+    }
+}
+
+/// Baseten's code for the last provider failure of a run.
+fn code_of_provider_error(error: &ProviderError) -> &'static str {
+    match error {
+        ProviderError::Http { status, .. } => code_of_status(*status),
+        ProviderError::Timeout { .. } => MODEL_PREDICT_TIMEOUT,
+        ProviderError::Connection(_) | ProviderError::KeyUnavailable(_) => MODEL_UNAVAILABLE,
+        ProviderError::InvalidResponse(_) => MODEL_PREDICT_ERROR,
+        _ => MODEL_INVALID_INPUT,
     }
 }
 
@@ -64,17 +74,15 @@ pub(crate) fn inference_failure(error: InferenceError) -> RunFailure {
         InferenceError::InvalidRequest { .. } => (MODEL_INVALID_INPUT, false, None),
         InferenceError::Routing(RoutingError::ModelNotFound(_)) => (MODEL_DOES_NOT_EXIST, false, None),
         InferenceError::Routing(RoutingError::Unsupported { .. }) => (MODEL_INVALID_INPUT, false, None),
+        // Retried unless the last failure is final (the one rule of `Recovery`): a timeout too,
+        // since the next run has the time again.
         InferenceError::Routing(RoutingError::AllFailed { failures, .. }) => match failures.last().map(|f| &f.error) {
-            Some(ProviderError::Http {
-                status, retry_after, ..
-            }) => {
-                let (code, retryable) = by_status(*status);
-                (code, retryable, *retry_after)
-            }
-            Some(ProviderError::Timeout { .. }) => (MODEL_PREDICT_TIMEOUT, true, None),
-            Some(ProviderError::Connection(_) | ProviderError::KeyUnavailable(_)) => (MODEL_UNAVAILABLE, true, None),
-            Some(ProviderError::InvalidResponse(_)) | None => (MODEL_PREDICT_ERROR, false, None),
-            Some(_) => (MODEL_INVALID_INPUT, false, None),
+            Some(last) => (
+                code_of_provider_error(last),
+                last.recovery() != Recovery::Final,
+                last.retry_after(),
+            ),
+            None => (MODEL_PREDICT_ERROR, false, None),
         },
     };
     RunFailure {
@@ -106,8 +114,7 @@ pub(crate) fn function_failure(error: &FunctionError) -> RunFailure {
 
 /// A request the gateway refused before any model ran (its `model_input` no longer parses).
 pub(crate) fn refused(error: ApiError) -> RunFailure {
-    let (code, _) = by_status(error.status.as_u16());
-    RunFailure::new(code, error.message, false)
+    RunFailure::new(code_of_status(error.status.as_u16()), error.message, false)
 }
 
 #[cfg(test)]
@@ -133,6 +140,27 @@ mod tests {
             retry_after: Some(Duration::from_secs(7)),
             body: None,
         }
+    }
+
+    #[test]
+    fn the_router_and_async_runs_share_one_rule() {
+        // 408 and 409 are retried by the router; a run that ends on one is retried later too.
+        for (status, code) in [
+            (408, MODEL_PREDICT_TIMEOUT),
+            (409, MODEL_UNAVAILABLE),
+            (530, MODEL_PREDICT_ERROR),
+        ] {
+            let failure = failed(http(status));
+            assert!(http(status).is_retryable(), "{status}");
+            assert_eq!(
+                (failure.error.code.as_str(), failure.retryable),
+                (code, true),
+                "{status}"
+            );
+        }
+        // 501 is final for both.
+        assert!(!http(501).is_retryable());
+        assert!(!failed(http(501)).retryable);
     }
 
     #[test]

@@ -57,21 +57,54 @@ pub enum ProviderError {
     UnsupportedParameter { param: String, message: String },
 }
 
+/// What a failure says about trying again: the one classification behind every retry of a model
+/// call, the router's (the same request, at once, at the same provider) and an async request's (a
+/// new run, later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// Another attempt may succeed at once: throttling (429), 408, 409, a server error (5xx but
+    /// 501 and 505, which say the request can never work there), a broken connection, a key the
+    /// parameter store could not give just now.
+    Transient,
+    /// The call ran out of the time it was given: another attempt may succeed with the time again,
+    /// so not within the budget the first one used up (the router does not retry it; an async
+    /// request's next run does).
+    TimedOut,
+    /// The same request fails again: the client's to fix, or the gateway's configuration.
+    Final,
+}
+
+impl Recovery {
+    /// An upstream's HTTP error status.
+    pub fn of_status(status: u16) -> Self {
+        match status {
+            408 | 409 | 429 => Self::Transient,
+            501 | 505 => Self::Final,
+            500..=599 => Self::Transient,
+            _ => Self::Final,
+        }
+    }
+}
+
 impl ProviderError {
-    /// Worth another attempt at the same provider: 408, 409, 429, 5xx, connection failures and a
-    /// key the parameter store could not give just now.
-    pub fn is_retryable(&self) -> bool {
+    /// Whether, and when, another attempt may succeed.
+    pub fn recovery(&self) -> Recovery {
         match self {
-            Self::Http { status, .. } => matches!(status, 408 | 409 | 429) || *status >= 500,
-            Self::Connection(_) | Self::KeyUnavailable(_) => true,
-            Self::Timeout { .. }
-            | Self::InvalidResponse(_)
+            Self::Http { status, .. } => Recovery::of_status(*status),
+            Self::Connection(_) | Self::KeyUnavailable(_) => Recovery::Transient,
+            Self::Timeout { .. } => Recovery::TimedOut,
+            Self::InvalidResponse(_)
             | Self::MissingCredential(_)
             | Self::Misconfigured(_)
             | Self::InvalidExtraBody(_)
             | Self::InvalidExtraHeader(_)
-            | Self::UnsupportedParameter { .. } => false,
+            | Self::UnsupportedParameter { .. } => Recovery::Final,
         }
+    }
+
+    /// Worth another attempt at the same provider within the same request: [`Recovery::Transient`].
+    pub fn is_retryable(&self) -> bool {
+        self.recovery() == Recovery::Transient
     }
 
     pub fn retry_after(&self) -> Option<Duration> {
@@ -97,6 +130,45 @@ pub fn upstream_error_message(body: &Value) -> Option<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn http(status: u16) -> ProviderError {
+        ProviderError::Http {
+            status,
+            message: String::new(),
+            retry_after: None,
+            body: None,
+        }
+    }
+
+    #[test]
+    fn statuses_are_transient_or_final() {
+        for status in [408, 409, 429, 500, 502, 503, 504, 530, 599] {
+            assert_eq!(http(status).recovery(), Recovery::Transient, "{status}");
+            assert!(http(status).is_retryable(), "{status}");
+        }
+        for status in [400, 401, 403, 404, 413, 422, 424, 501, 505] {
+            assert_eq!(http(status).recovery(), Recovery::Final, "{status}");
+            assert!(!http(status).is_retryable(), "{status}");
+        }
+    }
+
+    #[test]
+    fn a_timeout_is_retried_later_never_within_the_request() {
+        let timeout = ProviderError::Timeout {
+            after: Duration::from_secs(1),
+        };
+        assert_eq!(timeout.recovery(), Recovery::TimedOut);
+        assert!(!timeout.is_retryable());
+        assert_eq!(
+            ProviderError::Connection("reset".into()).recovery(),
+            Recovery::Transient
+        );
+        assert_eq!(
+            ProviderError::KeyUnavailable("throttled".into()).recovery(),
+            Recovery::Transient
+        );
+        assert_eq!(ProviderError::InvalidResponse("x".into()).recovery(), Recovery::Final);
+    }
 
     #[test]
     fn error_messages_are_read_from_every_shape() {

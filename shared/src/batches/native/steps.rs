@@ -9,6 +9,7 @@ use super::{Stopping, STOP_GRACE_MS};
 use crate::batches::chunk_run::request_lines;
 use crate::batches::records::{Loaded, StoredBatch};
 use crate::batches::{BatchService, BatchesError};
+use crate::ports::provider_call::Recovery;
 use crate::providers::native_batch::{ProviderBatch, ProviderBatchStatus};
 use crate::providers::router::NativeBatchTarget;
 use crate::providers::{CallContext, ProviderError};
@@ -18,9 +19,10 @@ use tokio::time::Instant;
 /// Look for a half-created provider batch this long before its intent was recorded (clocks).
 const RECONCILE_SLACK_S: i64 = 600;
 
-/// Whether the provider refused the request itself (as opposed to being unreachable or busy).
+/// Whether the provider refused the request itself (as opposed to being unreachable or busy): an
+/// HTTP answer that [`Recovery`] calls final.
 fn refused(error: &ProviderError) -> bool {
-    matches!(error, ProviderError::Http { status, .. } if (400..500).contains(status) && !matches!(status, 408 | 409 | 429))
+    matches!(error, ProviderError::Http { .. }) && error.recovery() == Recovery::Final
 }
 
 /// How a part ends when its provider batch ended with `batch`'s status.
