@@ -110,6 +110,8 @@ check-format:
 lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy -p nimbus-local --no-default-features --all-targets -- -D warnings
+	# The functions alone, as `cargo lambda` may build one: nimbus-shared with the `aws` feature only.
+	cargo clippy -p nimbus-inference -p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller -- -D warnings
 
 # The binaries first: integration tests start the mocks and the server from the target directory.
 test-rust: test-deps

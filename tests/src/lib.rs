@@ -9,6 +9,8 @@ pub mod batch_inference_harness;
 pub mod contract;
 pub mod due_index_contract;
 pub mod lmi_mock;
+pub mod local_gateway;
+pub mod log_capture;
 pub mod moto;
 pub mod native_fake;
 pub mod records_contract;

@@ -4,10 +4,11 @@
 //! beside this one could hide the span.
 
 use async_trait::async_trait;
+use nimbus_integration_tests::log_capture::Lines;
 use nimbus_shared::adapters::embedded::MemoryQueue;
 use nimbus_shared::jobs::{JobDispatcher, JobFamily, JobMessage, JobRunner};
 use nimbus_shared::ports::JobOutcome;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -21,31 +22,9 @@ impl JobRunner for Logging {
     }
 }
 
-/// Log lines written to a buffer.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Lines {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_jobs_log_lines_carry_its_kind_and_resource_id() {
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_current_span(true)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (lines, _guard) = Lines::capture(tracing::Level::INFO);
     let dispatcher = JobDispatcher::new(Arc::new(MemoryQueue::new()), Duration::from_secs(60))
         .with_runner(JobFamily::AsyncRequest, Arc::new(Logging));
     let job = JobMessage::AsyncRun {
@@ -54,12 +33,8 @@ async fn a_jobs_log_lines_carry_its_kind_and_resource_id() {
     dispatcher
         .handle_until(&job.to_body(), Instant::now() + Duration::from_secs(60))
         .await;
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-    let line: serde_json::Value = text
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
-        .find(|line| line["fields"]["message"] == "running")
-        .unwrap();
+    let line = lines.with_message("running");
+    let text = lines.text();
     assert_eq!(line["span"]["name"], "job", "{text}");
     assert_eq!(line["span"]["kind"], "async_run");
     assert_eq!(line["span"]["resource_id"], "areq_42");

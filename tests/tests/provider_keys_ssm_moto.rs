@@ -10,19 +10,17 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::{Json, Router};
+use nimbus_integration_tests::local_gateway::open_state;
 use nimbus_integration_tests::moto::MotoServer;
 use nimbus_shared::adapters::aws::SsmParameters;
+use nimbus_shared::app::embedded;
 use nimbus_shared::app::LoadedConfig;
-use nimbus_shared::app::{app_state, embedded, AuthSettings};
-use nimbus_shared::auth::AuthMode;
-use nimbus_shared::batches::BatchSettings;
 use nimbus_shared::config::Config;
-use nimbus_shared::http::{inference_router, HttpSettings};
+use nimbus_shared::http::inference_router;
 use nimbus_shared::ports::{ProviderSecrets, SecretError, SecretValue};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 const KEY_PARAMETER: &str = "/nimbus/openai-api-key";
 const KEY: &str = "sk-from-ssm-123";
@@ -67,20 +65,7 @@ impl ProviderSecrets for CountingStore {
 async fn gateway(config: &str, store: Arc<dyn ProviderSecrets>, data_dir: &std::path::Path) -> String {
     let loaded = LoadedConfig::without_files(Config::from_toml(config).unwrap()).unwrap();
     let adapters = embedded::adapters(data_dir).unwrap().with_provider_secrets(store);
-    let state = app_state(
-        &loaded,
-        &adapters,
-        AuthSettings {
-            mode: AuthMode::OpenWhenNoKeys,
-            cache_ttl: Duration::from_secs(1),
-        },
-        HttpSettings {
-            inline_content_limit: 1024 * 1024,
-            public_url: None,
-        },
-        BatchSettings::from_config(&loaded.config),
-    )
-    .unwrap();
+    let state = open_state(&loaded, &adapters);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let router = inference_router(state);

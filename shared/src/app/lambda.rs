@@ -58,8 +58,10 @@ fn lambda_batch_settings(config: &Config) -> BatchSettings {
 /// read provider keys under; set on the functions that call providers.
 pub const PROVIDER_KEY_PREFIX_ENV: &str = "NIMBUS_PROVIDER_KEY_PREFIX";
 
-/// The AWS stack of `function`: its state store reaches only the records its role allows.
-async fn lambda_stack(function: LambdaFunction) -> Result<(LoadedConfig, Adapters), String> {
+/// The AWS stack of `function`: its state store reaches only the records its role allows. The SDK
+/// configuration it was built from is returned for the clients a function adds (the poller's
+/// schedule switch), so that it is loaded once.
+async fn lambda_stack(function: LambdaFunction) -> Result<(LoadedConfig, Adapters, aws_config::SdkConfig), String> {
     let sdk_config = load_sdk_config().await;
     let config = ConfigSource::from_env()?.load(&sdk_config).await?;
     if let Some(prefix) = std::env::var(PROVIDER_KEY_PREFIX_ENV).ok().filter(|p| !p.is_empty()) {
@@ -82,7 +84,7 @@ async fn lambda_stack(function: LambdaFunction) -> Result<(LoadedConfig, Adapter
         }
     }
     let adapters = adapters.with_untagged_keys(UntaggedKeys::from_env().map_err(|e| e.to_string())?);
-    Ok((config, adapters))
+    Ok((config, adapters, sdk_config))
 }
 
 /// `NIMBUS_PUBLIC_URL` when set (e.g. a custom domain in front of API Gateway), checked.
@@ -125,15 +127,11 @@ fn with_request_public_url(router: Router) -> Router {
 
 /// What the worker and the poller are built from (see [`super::job_dispatcher`] and
 /// [`super::scheduler`], shared with the local server).
-async fn lambda_worker_parts(function: LambdaFunction) -> Result<WorkerParts, String> {
-    let (loaded, adapters) = lambda_stack(function).await?;
+async fn lambda_worker_parts(function: LambdaFunction) -> Result<(WorkerParts, aws_config::SdkConfig), String> {
+    let (loaded, adapters, sdk_config) = lambda_stack(function).await?;
     let inference = inference_service(&loaded.config, &adapters)?;
-    Ok(WorkerParts::new(
-        &loaded,
-        &adapters,
-        inference,
-        lambda_batch_settings(&loaded.config),
-    ))
+    let parts = WorkerParts::new(&loaded, &adapters, inference, lambda_batch_settings(&loaded.config));
+    Ok((parts, sdk_config))
 }
 
 /// An HTTP function ready to run: its router and the work its handlers defer.
@@ -155,7 +153,7 @@ async fn http_function(
     function: LambdaFunction,
     routes: impl FnOnce(AppState) -> Router,
 ) -> Result<HttpFunction, String> {
-    let (loaded, mut adapters) = lambda_stack(function).await?;
+    let (loaded, mut adapters, _) = lambda_stack(function).await?;
     let deferred = Arc::new(DeferredTasks::new());
     adapters.after_response = Arc::clone(&deferred) as _;
     let state = app_state(
@@ -200,17 +198,16 @@ pub async fn batches_function() -> Result<HttpFunction, String> {
 
 /// The SQS-triggered worker: every job family's runner (see [`super::job_dispatcher`]).
 pub async fn worker() -> Result<JobDispatcher, String> {
-    Ok(super::job_dispatcher(
-        &lambda_worker_parts(LambdaFunction::Worker).await?,
-    ))
+    let (parts, _) = lambda_worker_parts(LambdaFunction::Worker).await?;
+    Ok(super::job_dispatcher(&parts))
 }
 
 /// The scheduled poller: every scheduled task (see [`super::scheduler`]), each pass ending by
 /// arming or disarming its every-minute schedule when the stack names it ([`POLLER_RULE_ENV`]).
 pub async fn scheduler() -> Result<Scheduler, String> {
-    let parts = lambda_worker_parts(LambdaFunction::Poller).await?;
+    let (parts, sdk_config) = lambda_worker_parts(LambdaFunction::Poller).await?;
     let scheduler = super::scheduler(&parts);
-    Ok(match poller_switch(&load_sdk_config().await) {
+    Ok(match poller_switch(&sdk_config) {
         Some(switch) => scheduler.with_arming(Arming::new(Arc::clone(&parts.adapters.state), switch)),
         None => scheduler,
     })

@@ -5,10 +5,11 @@ use super::revocable_stream::{end_on_revocation, CHECK_EVERY};
 use super::AppState;
 use crate::auth::Principal;
 use crate::user_text::excerpt;
-use axum::extract::{Request, State};
+use axum::extract::{RawPathParams, Request, State};
 use axum::http::{header, HeaderName, Method, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum::RequestExt as _;
 use std::sync::Arc;
 use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
@@ -61,10 +62,27 @@ pub fn add_request_id_layers(router: axum::Router) -> axum::Router {
                 path = %request.uri().path(),
                 request_id,
                 trace_id = %trace_id(request),
-                project = tracing::field::Empty
+                project = tracing::field::Empty,
+                resource_id = tracing::field::Empty
             )
         }))
         .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuidV7))
+}
+
+/// The longest resource id written into a request's span; a longer path parameter is cut.
+const MAX_LOGGED_RESOURCE_ID: usize = 128;
+
+/// Name the resource a request is about in its span: the last parameter of its route
+/// (`/v1/batches/{batch_id}/cancel` → the batch's id), so that one batch's or request's lines can
+/// be filtered, from its HTTP requests to its jobs (whose spans carry the same `resource_id`).
+pub async fn record_resource_id(mut request: Request, next: Next) -> Response {
+    if let Ok(params) = request.extract_parts::<RawPathParams>().await {
+        if let Some((_, value)) = params.iter().last() {
+            let value: String = value.chars().take(MAX_LOGGED_RESOURCE_ID).collect();
+            tracing::Span::current().record("resource_id", value.as_str());
+        }
+    }
+    next.run(request).await
 }
 
 /// Authenticate, then hand the [`Principal`] to the handler as an extension.

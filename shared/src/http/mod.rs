@@ -195,10 +195,12 @@ fn with_wildcard_route(
 
 /// `routes` behind authentication, `open` and the always-open routes without.
 fn host_router(state: AppState, routes: OpenApiRouter<AppState>, open: OpenApiRouter<AppState>) -> Router {
-    let authenticated = Router::from(routes).route_layer(axum::middleware::from_fn_with_state(
-        state.clone(),
-        middleware::require_auth,
-    ));
+    let authenticated = Router::from(routes)
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::require_auth,
+        ))
+        .route_layer(axum::middleware::from_fn(middleware::record_resource_id));
     let metrics = Arc::clone(&state.metrics);
     let router = Router::new()
         .merge(authenticated)
