@@ -20,6 +20,7 @@ mod mac;
 pub mod model;
 pub mod model_slots;
 pub mod openai;
+pub mod paging;
 pub mod ports;
 pub mod providers;
 pub mod records;

@@ -12,7 +12,7 @@ use nimbus_shared::app::{
     async_service, batch_service, function_service, job_dispatcher, scheduler, Adapters, WorkerParts,
 };
 use nimbus_shared::batches::{BatchRecovery, BatchService, BatchSettings, RecoveryReport};
-use nimbus_shared::files::{FileContent, FilesService, ListFiles, NewFile};
+use nimbus_shared::files::{FileContent, FilesService, ListFiles, NewFile, FILE_PAGE};
 use nimbus_shared::inference::InferenceService;
 use nimbus_shared::jobs::JobDispatcher;
 use nimbus_shared::openai::batches::{BatchObject, CreateBatchRequest};
@@ -518,7 +518,7 @@ impl Harness {
                 PROJECT,
                 ListFiles {
                     after: None,
-                    limit: 10_000,
+                    limit: FILE_PAGE.default_limit(),
                     order: ListOrder::Asc,
                     purpose: Some(FilePurpose::BatchOutput),
                 },

@@ -8,7 +8,7 @@ use nimbus_integration_tests::batch_assertions::{assert_counts_and_usage, each_c
 use nimbus_integration_tests::batch_harness::{
     custom_ids, lines_for, settings, Harness, ScriptedProvider, MODEL, PROJECT, VISIBILITY,
 };
-use nimbus_shared::batches::{BatchesError, ListBatches};
+use nimbus_shared::batches::{BatchesError, ListBatches, BATCH_PAGE};
 use nimbus_shared::openai::batches::BatchStatus;
 use nimbus_shared::ports::{JobOutcome, JobQueue};
 use std::collections::{BTreeMap, HashMap};
@@ -168,7 +168,7 @@ async fn creating_with_an_idempotency_key_creates_one_batch() {
             PROJECT,
             ListBatches {
                 after: None,
-                limit: 100,
+                limit: BATCH_PAGE.check(100).unwrap(),
             },
         )
         .await

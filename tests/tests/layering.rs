@@ -29,7 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("records", &["records"]),
     ("ports", &["ports"]),
     ("model", &["model"]),
-    ("limits", &["schema_limits"]),
+    ("limits", &["schema_limits", "paging"]),
     ("mechanisms", &["backoff", "user_text", "json_size", "mac", "telemetry"]),
 ];
 

@@ -36,7 +36,7 @@ pub use error::AsyncError;
 pub use execute::AsyncExecutor;
 pub use records::{AsyncStatus, WebhookStatus};
 pub use runner::AsyncRunner;
-pub use service::{AsyncDeps, AsyncService, AsyncSettings, CancelOutcome, ListAsyncRequests};
+pub use service::{AsyncDeps, AsyncService, AsyncSettings, CancelOutcome, ListAsyncRequests, ASYNC_PAGE};
 pub use submit::{AsyncEndpoint, AsyncPredictDoc, RetryConfig};
 pub use wire::{AsyncRequestPage, AsyncRequestView};
 

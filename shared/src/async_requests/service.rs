@@ -9,6 +9,7 @@ use super::DUE_LANE;
 use crate::auth::RevokedKeys;
 use crate::config::Config;
 use crate::jobs::JobMessage;
+use crate::paging::{PageBounds, PageLimit};
 use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
 use crate::ports::{
     BlobStore, Clock, IdSource, JobQueue, ListOrder, ListQuery, MetricUnit, MetricsSink, NoMetrics, Record, StateStore,
@@ -98,12 +99,25 @@ pub struct AsyncService {
     metrics: Arc<dyn MetricsSink>,
 }
 
+/// How many requests a page of `GET /async_requests` lists: 1 to 100, 20 by default.
+pub const ASYNC_PAGE: PageBounds = PageBounds::new(20, 100);
+
 /// `GET /async_requests`' query.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListAsyncRequests {
-    pub limit: Option<usize>,
+    pub limit: PageLimit,
     pub after: Option<String>,
     pub status: Option<String>,
+}
+
+impl Default for ListAsyncRequests {
+    fn default() -> Self {
+        Self {
+            limit: ASYNC_PAGE.default_limit(),
+            after: None,
+            status: None,
+        }
+    }
 }
 
 /// What `DELETE /async_request/{id}` did.
@@ -318,10 +332,7 @@ impl AsyncService {
 
     /// A page of the project's requests, newest first, optionally of one status.
     pub async fn list(&self, project: &str, query: &ListAsyncRequests) -> Result<AsyncRequestPage, AsyncError> {
-        let limit = query.limit.unwrap_or(20);
-        if !(1..=100).contains(&limit) {
-            return Err(AsyncError::invalid("limit", "`limit` must be from 1 to 100."));
-        }
+        let limit = query.limit.get();
         let status = match query.status.as_deref() {
             None | Some("") => None,
             Some(text) => Some(AsyncStatus::parse(text).ok_or_else(|| {

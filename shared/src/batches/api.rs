@@ -6,15 +6,19 @@ use super::{BatchService, BatchesError, JobMessage};
 use crate::files::FilesError;
 use crate::idempotency::{fingerprint, Reservation};
 use crate::openai::batches::{BatchList, BatchObject, BatchStatus, CreateBatchRequest};
+use crate::paging::{PageBounds, PageLimit};
 use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
 use crate::user_text::excerpt;
 use uuid::Uuid;
 
-/// Listing parameters (`after`, `limit` 1..=100).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// How many batches a page lists: 1 to 100, 20 by default.
+pub const BATCH_PAGE: PageBounds = PageBounds::new(20, 100);
+
+/// Listing parameters (`after`, `limit` within [`BATCH_PAGE`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListBatches {
     pub after: Option<String>,
-    pub limit: usize,
+    pub limit: PageLimit,
 }
 
 fn batch_not_found(id: &str) -> BatchesError {
@@ -197,13 +201,6 @@ impl BatchService {
 
     /// The project's batches, newest first.
     pub async fn list_batches(&self, project: &str, query: ListBatches) -> Result<BatchList, BatchesError> {
-        if !(1..=100).contains(&query.limit) {
-            return Err(BatchesError::invalid(
-                format!("Invalid 'limit': {}. Expected a value between 1 and 100.", query.limit),
-                "limit",
-                "invalid_value",
-            ));
-        }
         let after = match &query.after {
             None => None,
             Some(id) => Some(
@@ -227,7 +224,7 @@ impl BatchService {
                 kind: BATCH_KIND.to_owned(),
                 owner: project.to_owned(),
                 after,
-                limit: query.limit,
+                limit: query.limit.get(),
                 order: ListOrder::Desc,
             })
             .await?;

@@ -36,7 +36,7 @@ mod validate_job;
 mod worker;
 
 pub use crate::jobs::JobMessage;
-pub use api::ListBatches;
+pub use api::{ListBatches, BATCH_PAGE};
 pub use create_checks::{check_create_request, CheckedCreate};
 pub use input_validation::{BatchEndpoint, ChunkRange, MAX_REQUESTS};
 pub use lines::tensorzero::ItemResult;

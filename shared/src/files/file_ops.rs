@@ -6,6 +6,7 @@ use super::sweep::{Janitor, JanitorTask, Marker};
 use super::{cursor_for_id, decode, encode, project_prefix, FilesError, FilesService, StoredFile, FILE_KIND};
 use crate::idempotency::{IdempotencyKeys, Reservation};
 use crate::openai::files::{ExpiresAfter, FileDeleted, FileList, FileObject, FilePurpose};
+use crate::paging::{PageBounds, PageLimit};
 use crate::ports::{ByteStream, ListOrder, ListQuery, Record};
 use crate::user_text::excerpt;
 use std::sync::Arc;
@@ -22,13 +23,27 @@ pub struct NewFile {
     pub expires_after: Option<ExpiresAfter>,
 }
 
-/// Listing parameters (`after`, `limit` 1..=10000, `order`, `purpose`).
-#[derive(Debug, Clone, PartialEq, Default)]
+/// How many files a page lists: 1 to 10,000, all of them by default.
+pub const FILE_PAGE: PageBounds = PageBounds::new(10_000, 10_000);
+
+/// Listing parameters (`after`, `limit` within [`FILE_PAGE`], `order`, `purpose`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct ListFiles {
     pub after: Option<String>,
-    pub limit: usize,
+    pub limit: PageLimit,
     pub order: ListOrder,
     pub purpose: Option<FilePurpose>,
+}
+
+impl Default for ListFiles {
+    fn default() -> Self {
+        Self {
+            after: None,
+            limit: FILE_PAGE.default_limit(),
+            order: ListOrder::default(),
+            purpose: None,
+        }
+    }
 }
 
 /// A file being created: id and blob reserved, bytes maybe written, no record yet.
@@ -286,15 +301,7 @@ impl FilesService {
     }
 
     pub async fn list_files(&self, project: &str, query: ListFiles) -> Result<FileList, FilesError> {
-        if !(1..=10_000).contains(&query.limit) {
-            return Err(FilesError::Invalid {
-                message: format!(
-                    "Invalid 'limit': {}. Expected a value between 1 and 10000.",
-                    query.limit
-                ),
-                param: Some("limit".to_owned()),
-            });
-        }
+        let limit = query.limit.get();
         let mut after = match &query.after {
             None => None,
             Some(id) => Some(cursor_for_id("file-", id).ok_or_else(|| {
@@ -311,7 +318,7 @@ impl FilesService {
                     kind: FILE_KIND.to_owned(),
                     owner: project.to_owned(),
                     after: after.take(),
-                    limit: (query.limit + 1).min(1000),
+                    limit: (limit + 1).min(1000),
                     order: query.order,
                 })
                 .await?;
@@ -323,7 +330,7 @@ impl FilesService {
                 if expired || !wanted {
                     continue;
                 }
-                if data.len() == query.limit {
+                if data.len() == limit {
                     has_more = true;
                     break 'pages;
                 }

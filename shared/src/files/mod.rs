@@ -16,7 +16,7 @@ pub mod sweep;
 mod upload_ops;
 
 pub use direct::{DeclaredBytes, DirectUploadTarget, DIRECT_UPLOAD_TTL};
-pub use file_ops::{FileContent, FileDraft, FileReservation, ListFiles, NewFile, DOWNLOAD_URL_TTL};
+pub use file_ops::{FileContent, FileDraft, FileReservation, ListFiles, NewFile, DOWNLOAD_URL_TTL, FILE_PAGE};
 pub use holds::HOLD_BACKSTOP_MS;
 pub use limits::{check_expires_after, check_new_file, max_bytes_for, ExpiryField, MAX_FILE_BYTES, MAX_PART_BYTES};
 pub use streams::{md5_tapped, Md5Tap};

@@ -131,7 +131,7 @@ async fn listing_pages_exactly_in_both_orders_with_a_purpose_filter() {
                     "p",
                     ListFiles {
                         after: after.clone(),
-                        limit: 2,
+                        limit: crate::files::FILE_PAGE.check(2).unwrap(),
                         order,
                         purpose: None,
                     },
@@ -156,7 +156,7 @@ async fn listing_pages_exactly_in_both_orders_with_a_purpose_filter() {
             "p",
             ListFiles {
                 after: None,
-                limit: 3,
+                limit: crate::files::FILE_PAGE.check(3).unwrap(),
                 order: ListOrder::Asc,
                 purpose: Some(FilePurpose::Vision),
             },
@@ -171,7 +171,7 @@ async fn listing_pages_exactly_in_both_orders_with_a_purpose_filter() {
             "p",
             ListFiles {
                 after: Some("nope".into()),
-                limit: 2,
+                limit: crate::files::FILE_PAGE.check(2).unwrap(),
                 ..Default::default()
             },
         )
@@ -267,7 +267,7 @@ async fn uploads_assemble_parts_in_the_given_order_and_check_md5() {
             .list_files(
                 "p",
                 ListFiles {
-                    limit: 10,
+                    limit: crate::files::FILE_PAGE.check(10).unwrap(),
                     ..Default::default()
                 }
             )

@@ -9,7 +9,7 @@ use super::extract::{ApiExtension, ApiPath};
 use super::json_body::JsonBody;
 use super::AppState;
 use crate::async_requests::{
-    AsyncError, AsyncPredictDoc, AsyncRequestPage, AsyncRequestView, CancelOutcome, ListAsyncRequests,
+    AsyncError, AsyncPredictDoc, AsyncRequestPage, AsyncRequestView, CancelOutcome, ListAsyncRequests, ASYNC_PAGE,
 };
 use crate::auth::Principal;
 use axum::extract::rejection::QueryRejection;
@@ -222,7 +222,7 @@ async fn output(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ListParams {
-    limit: Option<usize>,
+    limit: Option<String>,
     after: Option<String>,
     status: Option<String>,
 }
@@ -249,7 +249,9 @@ async fn list(
         BasetenError::from_status(error.status, error.message)
     })?;
     let query = ListAsyncRequests {
-        limit: params.limit,
+        limit: ASYNC_PAGE
+            .parse(params.limit.as_deref())
+            .map_err(|e| AsyncError::invalid("limit", e.to_string()))?,
         after: params.after,
         status: params.status,
     };

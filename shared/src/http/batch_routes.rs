@@ -5,7 +5,7 @@ use super::extract::{ApiExtension, ApiPath, ApiQuery};
 use super::json_body::JsonBody;
 use super::AppState;
 use crate::auth::Principal;
-use crate::batches::ListBatches;
+use crate::batches::{ListBatches, BATCH_PAGE};
 use crate::openai::batches::{BatchList, BatchObject, CreateBatchRequest};
 use crate::user_text::excerpt;
 use axum::extract::State;
@@ -88,13 +88,7 @@ async fn list_batches(
     ApiExtension(principal): ApiExtension<Principal>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Response, ApiError> {
-    let limit = match params.limit.as_deref() {
-        None => 20,
-        Some(text) => text.trim().parse::<usize>().map_err(|_| {
-            ApiError::invalid_request(format!("Invalid 'limit': '{}' is not an integer.", excerpt(text)))
-                .with_param("limit")
-        })?,
-    };
+    let limit = BATCH_PAGE.parse(params.limit.as_deref())?;
     let list = state
         .batches
         .list_batches(

@@ -6,7 +6,7 @@ use super::json_body::JsonBody;
 use super::multipart_stream::{multipart_error, multipart_rejection, read_text_field, skip_field, stream_field};
 use super::{AppState, PublicBaseUrl};
 use crate::auth::Principal;
-use crate::files::{DeclaredBytes, FileContent, FileReservation, ListFiles, NewFile, MAX_FILE_BYTES};
+use crate::files::{DeclaredBytes, FileContent, FileReservation, ListFiles, NewFile, FILE_PAGE, MAX_FILE_BYTES};
 use crate::openai::files::{
     CreateDirectUploadRequest, DirectUpload, ExpiresAfter, FileDeleted, FileList, FileObject, FilePurpose,
 };
@@ -194,31 +194,6 @@ struct ListParams {
     purpose: Option<String>,
 }
 
-fn parse_limit(text: Option<&str>, max: usize, default: usize) -> Result<usize, ApiError> {
-    let Some(text) = text else { return Ok(default) };
-    let limit: i64 = text.trim().parse().map_err(|_| {
-        ApiError::invalid_request(format!("Invalid 'limit': '{}' is not an integer.", excerpt(text)))
-            .with_param("limit")
-            .with_code("invalid_type")
-    })?;
-    if limit < 1 {
-        return Err(ApiError::invalid_request(format!(
-            "Invalid 'limit': integer below minimum value. Expected a value >= 1, but got {limit} instead."
-        ))
-        .with_param("limit")
-        .with_code("integer_below_min_value"));
-    }
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    if limit > max {
-        return Err(ApiError::invalid_request(format!(
-            "Invalid 'limit': integer above maximum value. Expected a value <= {max}, but got {limit} instead."
-        ))
-        .with_param("limit")
-        .with_code("integer_above_max_value"));
-    }
-    Ok(limit)
-}
-
 pub(super) fn parse_order(text: Option<&str>) -> Result<ListOrder, ApiError> {
     match text {
         None | Some("desc") => Ok(ListOrder::Desc),
@@ -252,7 +227,7 @@ async fn list_files(
 ) -> Result<Response, ApiError> {
     let query = ListFiles {
         after: params.after.filter(|a| !a.is_empty()),
-        limit: parse_limit(params.limit.as_deref(), 10_000, 10_000)?,
+        limit: FILE_PAGE.parse(params.limit.as_deref())?,
         order: parse_order(params.order.as_deref())?,
         purpose: match params.purpose.as_deref() {
             None | Some("") => None,

@@ -3,6 +3,7 @@
 use crate::batches::BatchesError;
 use crate::files::FilesError;
 use crate::openai::error::ApiError;
+use crate::paging::LimitError;
 use crate::webhooks::WebhooksError;
 use http::StatusCode;
 
@@ -57,5 +58,13 @@ impl From<WebhooksError> for ApiError {
             WebhooksError::LimitReached { message } => Self::invalid_request(message).with_code("limit_exceeded"),
             WebhooksError::Storage(storage) => FilesError::Storage(storage).into(),
         }
+    }
+}
+
+impl From<LimitError> for ApiError {
+    fn from(err: LimitError) -> Self {
+        Self::invalid_request(err.to_string())
+            .with_param("limit")
+            .with_code(err.code())
     }
 }

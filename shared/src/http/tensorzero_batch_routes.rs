@@ -9,6 +9,7 @@ use super::AppState;
 use crate::auth::Principal;
 use crate::batches::{BatchInferenceCreated, PollQuery};
 use crate::functions::batch_request::BatchInferenceRequest;
+use crate::paging::PageBounds;
 use crate::user_text::excerpt;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -50,6 +51,9 @@ async fn submit(
     Ok(Json(created))
 }
 
+/// A poll's `limit`: any positive number of inferences (all of them when absent).
+const BATCH_POLL_PAGE: PageBounds = PageBounds::new(usize::MAX, usize::MAX);
+
 /// `limit` (≥ 1), `after` (an inference id of the batch), `include_failures` (true/false).
 fn poll_query(pairs: Vec<(String, String)>) -> Result<PollQuery, TensorZeroError> {
     let mut query = PollQuery::default();
@@ -63,13 +67,13 @@ fn poll_query(pairs: Vec<(String, String)>) -> Result<PollQuery, TensorZeroError
         }
         match name.as_str() {
             "limit" => {
-                let limit = value.parse::<usize>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                let limit = BATCH_POLL_PAGE.parse(Some(&value)).map_err(|_| {
                     TensorZeroError::bad_request(format!(
                         "Invalid `limit` `{}`: it must be a positive integer.",
                         excerpt(&value)
                     ))
                 })?;
-                query.limit = Some(limit);
+                query.limit = Some(limit.get());
             }
             "after" => query.after = Some(parse_uuid("after", &value)?),
             "include_failures" => {

@@ -8,6 +8,7 @@ use super::tensorzero_error::{TensorZeroError, TensorZeroJson};
 use super::AppState;
 use crate::auth::Principal;
 use crate::functions::feedback::{FeedbackId, FeedbackRequest};
+use crate::paging::PageBounds;
 use crate::ports::inference_records::InferenceRecord;
 use crate::user_text::excerpt;
 use axum::extract::rejection::QueryRejection;
@@ -18,9 +19,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-/// Page sizes of `GET /episodes/{episode_id}/inferences`.
-pub const DEFAULT_EPISODE_PAGE: usize = 20;
-pub const MAX_EPISODE_PAGE: usize = 100;
+/// Page sizes of `GET /episodes/{episode_id}/inferences`: 1 to 100, 20 by default.
+pub const EPISODE_PAGE: PageBounds = PageBounds::new(20, 100);
 
 pub(super) fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::default()
@@ -71,17 +71,14 @@ fn episode_page_query(pairs: Vec<(String, String)>) -> Result<EpisodePageQuery, 
     for (name, value) in pairs {
         let duplicate = match name.as_str() {
             "limit" => {
-                let parsed = value
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=MAX_EPISODE_PAGE).contains(n))
-                    .ok_or_else(|| {
-                        TensorZeroError::bad_request(format!(
-                            "Invalid `limit` `{}`: it must be an integer from 1 to {MAX_EPISODE_PAGE}.",
-                            excerpt(&value)
-                        ))
-                    })?;
-                limit.replace(parsed).is_some()
+                let parsed = EPISODE_PAGE.parse(Some(&value)).map_err(|_| {
+                    TensorZeroError::bad_request(format!(
+                        "Invalid `limit` `{}`: it must be an integer from 1 to {}.",
+                        excerpt(&value),
+                        EPISODE_PAGE.max
+                    ))
+                })?;
+                limit.replace(parsed.get()).is_some()
             }
             "after" => after.replace(parse_uuid("after", &value)?).is_some(),
             _ => {
@@ -98,7 +95,7 @@ fn episode_page_query(pairs: Vec<(String, String)>) -> Result<EpisodePageQuery, 
         }
     }
     Ok(EpisodePageQuery {
-        limit: limit.unwrap_or(DEFAULT_EPISODE_PAGE),
+        limit: limit.unwrap_or(EPISODE_PAGE.default),
         after,
     })
 }

@@ -372,7 +372,7 @@ fn episode_page_queries() {
     assert_eq!(
         episode_page_query(pairs(&[])).unwrap(),
         EpisodePageQuery {
-            limit: DEFAULT_EPISODE_PAGE,
+            limit: EPISODE_PAGE.default,
             after: None
         }
     );

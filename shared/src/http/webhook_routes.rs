@@ -7,10 +7,9 @@ use super::json_body::JsonBody;
 use super::AppState;
 use crate::auth::Principal;
 use crate::openai::json_body::parse_json_body;
-use crate::user_text::excerpt;
 use crate::webhooks::{
     CreateEndpointRequest, CreatedEndpoint, CreatedSecret, DeletedEndpoint, DeliveryList, EndpointList, RevokedSecret,
-    SecretSummary, WebhookEndpoint,
+    SecretSummary, WebhookEndpoint, WEBHOOK_PAGE,
 };
 use axum::body::Bytes;
 use axum::extract::State;
@@ -28,17 +27,6 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(get_endpoint, delete_endpoint))
         .routes(routes!(rotate_endpoint_secret))
         .routes(routes!(list_deliveries))
-}
-
-/// `?limit=N` read as an integer, `default` when absent.
-fn limit_param(limit: Option<&str>, default: usize) -> Result<usize, ApiError> {
-    match limit {
-        None => Ok(default),
-        Some(text) => text.trim().parse::<usize>().map_err(|_| {
-            ApiError::invalid_request(format!("Invalid 'limit': '{}' is not an integer.", excerpt(text)))
-                .with_param("limit")
-        }),
-    }
 }
 
 /// `POST /v1/webhook_secrets`: a new secret signing this project's async-request webhooks; its
@@ -136,7 +124,7 @@ async fn list_endpoints(
     ApiExtension(principal): ApiExtension<Principal>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Response, ApiError> {
-    let limit = limit_param(params.limit.as_deref(), 20)?;
+    let limit = WEBHOOK_PAGE.parse(params.limit.as_deref())?;
     let after = params.after.as_deref().filter(|a| !a.is_empty());
     Ok(Json(state.webhook_endpoints.list(&principal.project, after, limit).await?).into_response())
 }
@@ -229,7 +217,7 @@ async fn list_deliveries(
     ApiPath(id): ApiPath<String>,
     ApiQuery(params): ApiQuery<DeliveryParams>,
 ) -> Result<Response, ApiError> {
-    let limit = limit_param(params.limit.as_deref(), 20)?;
+    let limit = WEBHOOK_PAGE.parse(params.limit.as_deref())?;
     let list = state
         .batch_webhooks
         .list_deliveries(&principal.project, &id, limit)

@@ -9,12 +9,16 @@
 use super::errors::WebhooksError;
 use super::sealed_secret::{context, StoredSigningSecret};
 use super::signing::SigningSecret;
+use crate::paging::{PageBounds, PageLimit};
 use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
 use crate::ports::{Clock, CredentialSealer, IdSource, Record, SealError, StateStore, StorageError};
 use crate::records::{decode, encode, list_all, Loaded};
 use crate::user_text::excerpt;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+
+/// How many endpoints, or deliveries of one, a page lists: 1 to 100, 20 by default.
+pub const WEBHOOK_PAGE: PageBounds = PageBounds::new(20, 100);
 
 pub const ENDPOINT_KIND: &str = "webhook_endpoint";
 const ID_PREFIX: &str = "whep_";
@@ -324,14 +328,15 @@ impl WebhookEndpoints {
         })
     }
 
-    /// The project's endpoints, newest first, `limit` (1..=100) after the endpoint `after`.
-    pub async fn list(&self, project: &str, after: Option<&str>, limit: usize) -> Result<EndpointList, WebhooksError> {
-        if !(1..=100).contains(&limit) {
-            return Err(WebhooksError::invalid(
-                format!("Invalid 'limit': {limit}. Expected a value between 1 and 100."),
-                "limit",
-            ));
-        }
+    /// The project's endpoints, newest first, `limit` (within [`WEBHOOK_PAGE`]) after the endpoint
+    /// `after`.
+    pub async fn list(
+        &self,
+        project: &str,
+        after: Option<&str>,
+        limit: PageLimit,
+    ) -> Result<EndpointList, WebhooksError> {
+        let limit = limit.get();
         let now_ms = self.clock.now_unix_ms();
         let mut all = self.of_project(project).await?;
         for (record, stored) in all.iter().filter(|(_, stored)| stored.has_plain_secrets()) {

@@ -166,15 +166,27 @@ async fn lists_page_newest_first() {
         clock.advance_ms(10);
     }
     ids.reverse();
-    let first = endpoints.list("p1", None, 2).await.unwrap();
+    let first = endpoints
+        .list("p1", None, WEBHOOK_PAGE.check(2).unwrap())
+        .await
+        .unwrap();
     assert_eq!(first.data.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), ids[..2]);
     assert!(first.has_more);
-    let rest = endpoints.list("p1", first.last_id.as_deref(), 2).await.unwrap();
+    let rest = endpoints
+        .list("p1", first.last_id.as_deref(), WEBHOOK_PAGE.check(2).unwrap())
+        .await
+        .unwrap();
     assert_eq!(rest.data.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), ids[2..]);
     assert!(!rest.has_more);
-    assert_eq!(param_of(endpoints.list("p1", None, 0).await.unwrap_err()), "limit");
+    // A page of none cannot be asked for: `limit` is refused where it is read.
+    assert!(WEBHOOK_PAGE.check(0).is_err());
     assert_eq!(
-        param_of(endpoints.list("p1", Some("whep_x"), 2).await.unwrap_err()),
+        param_of(
+            endpoints
+                .list("p1", Some("whep_x"), WEBHOOK_PAGE.check(2).unwrap())
+                .await
+                .unwrap_err()
+        ),
         "after"
     );
 }
@@ -187,7 +199,12 @@ async fn another_projects_endpoint_is_not_found() {
         .await
         .unwrap();
     let id = &created.endpoint.id;
-    assert!(endpoints.list("p2", None, 20).await.unwrap().data.is_empty());
+    assert!(endpoints
+        .list("p2", None, WEBHOOK_PAGE.check(20).unwrap())
+        .await
+        .unwrap()
+        .data
+        .is_empty());
     for err in [
         endpoints.get("p2", id).await.unwrap_err(),
         endpoints.delete("p2", id).await.unwrap_err(),
@@ -290,7 +307,10 @@ async fn an_endpoint_stored_before_sealing_signs_and_is_sealed_when_listed() {
         endpoints.get("p1", id).await.unwrap().signing_secret_hint,
         created.endpoint.signing_secret_hint
     );
-    endpoints.list("p1", None, 10).await.unwrap();
+    endpoints
+        .list("p1", None, WEBHOOK_PAGE.check(10).unwrap())
+        .await
+        .unwrap();
     let stored = endpoints
         .state
         .get(ENDPOINT_KIND, id)

@@ -14,6 +14,7 @@ use super::delivery::{Delivery, DeliveryAttempt, DeliveryState, SignatureStyle};
 use super::endpoints::{BatchEventType, WebhookEndpoints};
 use super::errors::WebhooksError;
 use crate::jobs::JobMessage;
+use crate::paging::PageLimit;
 use crate::ports::{
     BatchEventSink, Clock, IdSource, JobQueue, ListOrder, ListQuery, Priority, Record, StateStore, StorageError,
     WebhookTransport,
@@ -235,14 +236,9 @@ impl BatchWebhooks {
         &self,
         project: &str,
         endpoint_id: &str,
-        limit: usize,
+        limit: PageLimit,
     ) -> Result<DeliveryList, WebhooksError> {
-        if !(1..=100).contains(&limit) {
-            return Err(WebhooksError::invalid(
-                format!("Invalid 'limit': {limit}. Expected a value between 1 and 100."),
-                "limit",
-            ));
-        }
+        let limit = limit.get();
         if self.endpoints.load(project, endpoint_id).await?.is_none() {
             return Err(WebhooksError::NotFound {
                 what: "webhook endpoint",

@@ -352,14 +352,26 @@ async fn deliveries_are_listed_under_their_endpoint_for_its_project_only() {
     f.hooks.batch_ended("p1", "batch_1", "completed", 0).await.unwrap();
     let id = delivery_id(&endpoint.endpoint.id, "batch_1", BatchEventType::Completed);
     f.run(&id, 1).await;
-    let list = f.hooks.list_deliveries("p1", &endpoint.endpoint.id, 20).await.unwrap();
+    let list = f
+        .hooks
+        .list_deliveries(
+            "p1",
+            &endpoint.endpoint.id,
+            crate::webhooks::WEBHOOK_PAGE.check(20).unwrap(),
+        )
+        .await
+        .unwrap();
     assert_eq!(list.data.len(), 1);
     assert_eq!(list.data[0].id, id);
     assert_eq!(list.data[0].state, DeliveryState::Succeeded);
     assert_eq!(list.data[0].attempts.len(), 1);
     let err = f
         .hooks
-        .list_deliveries("p2", &endpoint.endpoint.id, 20)
+        .list_deliveries(
+            "p2",
+            &endpoint.endpoint.id,
+            crate::webhooks::WEBHOOK_PAGE.check(20).unwrap(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, WebhooksError::NotFound { .. }), "{err:?}");

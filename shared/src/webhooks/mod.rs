@@ -18,7 +18,7 @@ pub use crate::ports::webhook_url::{forbidden_address, UrlPolicy, WebhookUrl, We
 pub use delivery::{Delivery, DeliveryAttempt, DeliveryState, SignatureStyle};
 pub use endpoints::{
     BatchEventType, CreateEndpointRequest, CreatedEndpoint, DeletedEndpoint, EndpointList, WebhookEndpoint,
-    WebhookEndpoints,
+    WebhookEndpoints, WEBHOOK_PAGE,
 };
 pub use errors::WebhooksError;
 pub use events::{BatchWebhooks, BatchWebhooksDeps, DeliveryList, DeliveryView};
