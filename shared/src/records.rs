@@ -34,6 +34,22 @@ impl<T: Serialize + DeserializeOwned> Loaded<T> {
         }
     }
 
+    /// The record of `kind`/`id` when `owner` owns it (see [`get_owned`]).
+    pub async fn get_owned(
+        state: &dyn StateStore,
+        kind: &str,
+        id: &str,
+        owner: &str,
+    ) -> Result<Option<Self>, StorageError> {
+        match get_owned(state, kind, id, owner).await? {
+            None => Ok(None),
+            Some(record) => Ok(Some(Self {
+                body: decode(&record)?,
+                record,
+            })),
+        }
+    }
+
     /// The record carrying the (changed) body at the next version, and the version it replaces.
     pub fn next(&self) -> Result<(Record, u64), StorageError> {
         Ok((
@@ -54,6 +70,18 @@ impl<T: Serialize + DeserializeOwned> Loaded<T> {
         self.record = record;
         Ok(())
     }
+}
+
+/// The record of `kind`/`id` when `owner` owns it: `None` when it is missing or another's. The one
+/// check that scopes a client's read to its project (a project's records are owned by it), so
+/// another project's id answers exactly like an unknown one.
+pub async fn get_owned(
+    state: &dyn StateStore,
+    kind: &str,
+    id: &str,
+    owner: &str,
+) -> Result<Option<Record>, StorageError> {
+    Ok(state.get(kind, id).await?.filter(|record| record.owner == owner))
 }
 
 /// Every record of `kind` owned by `owner`, in ascending order (all pages).
@@ -112,4 +140,38 @@ where
         }
     }
     Err(StorageError::Conflict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::embedded::SqliteStateStore;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn another_owners_record_reads_like_a_missing_one() {
+        let state = SqliteStateStore::in_memory().unwrap();
+        let record = Record {
+            kind: "thing".into(),
+            id: "t1".into(),
+            owner: "p1".into(),
+            created_at_ms: 1,
+            version: 1,
+            expires_at: None,
+            body: json!({"n": 1}),
+        };
+        state.create(&record).await.unwrap();
+        assert_eq!(get_owned(&state, "thing", "t1", "p1").await.unwrap(), Some(record));
+        assert_eq!(get_owned(&state, "thing", "t1", "p2").await.unwrap(), None);
+        assert_eq!(get_owned(&state, "thing", "t2", "p1").await.unwrap(), None);
+        let loaded = Loaded::<serde_json::Value>::get_owned(&state, "thing", "t1", "p1")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(loaded.body["n"], 1);
+        assert!(Loaded::<serde_json::Value>::get_owned(&state, "thing", "t1", "p2")
+            .await
+            .unwrap()
+            .is_none());
+    }
 }

@@ -277,8 +277,8 @@ impl AsyncService {
     }
 
     async fn load_owned(&self, project: &str, request_id: &str) -> Result<Loaded<StoredRequest>, AsyncError> {
-        match Loaded::<StoredRequest>::get(self.deps.state.as_ref(), KIND, request_id).await? {
-            Some(loaded) if loaded.record.owner == project && !self.is_past_retention(&loaded.record) => Ok(loaded),
+        match Loaded::<StoredRequest>::get_owned(self.deps.state.as_ref(), KIND, request_id, project).await? {
+            Some(loaded) if !self.is_past_retention(&loaded.record) => Ok(loaded),
             _ => Err(AsyncError::NotFound(request_id.to_owned())),
         }
     }

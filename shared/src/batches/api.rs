@@ -179,8 +179,8 @@ impl BatchService {
 
     /// The project's batch record, or 404.
     pub(crate) async fn owned_batch(&self, project: &str, id: &str) -> Result<Loaded<StoredBatch>, BatchesError> {
-        match Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, id).await? {
-            Some(loaded) if loaded.record.owner == project => Ok(loaded),
+        match Loaded::<StoredBatch>::get_owned(self.state.as_ref(), BATCH_KIND, id, project).await? {
+            Some(loaded) => Ok(loaded),
             _ => Err(batch_not_found(id)),
         }
     }

@@ -29,15 +29,14 @@ impl BatchService {
         query: PollQuery,
     ) -> Result<BatchInferencePoll, BatchInferenceError> {
         let not_found = || BatchInferenceError::BatchNotFound(batch_id);
-        let Some(loaded) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, &batch_id.to_string()).await?
+        let owner = owner_of(project);
+        let Some(loaded) =
+            Loaded::<StoredBatch>::get_owned(self.state.as_ref(), BATCH_KIND, &batch_id.to_string(), &owner).await?
         else {
             return Err(not_found());
         };
         let stored = loaded.body;
-        if !matches!(stored.format, BatchFormat::TensorZero(_)) {
-            return Err(not_found());
-        }
-        if stored.project != project || loaded.record.owner != owner_of(project) {
+        if !matches!(stored.format, BatchFormat::TensorZero(_)) || stored.project != project {
             return Err(not_found());
         }
         let status = stored.batch.status;

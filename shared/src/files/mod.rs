@@ -143,7 +143,7 @@ impl FilesService {
 
     /// The project's record of `kind`/`id`, or `None` if it is missing or belongs to another project.
     pub(crate) async fn owned_record(&self, kind: &str, id: &str, project: &str) -> Result<Option<Record>, FilesError> {
-        Ok(self.state.get(kind, id).await?.filter(|r| r.owner == project))
+        Ok(crate::records::get_owned(self.state.as_ref(), kind, id, project).await?)
     }
 }
 

@@ -472,7 +472,7 @@ impl WebhookEndpoints {
 
     /// An endpoint of `project` (`None` for another project's).
     pub(crate) async fn load(&self, project: &str, id: &str) -> Result<Option<Loaded<StoredEndpoint>>, StorageError> {
-        Ok(self.by_id(id).await?.filter(|loaded| loaded.record.owner == project))
+        Loaded::get_owned(self.state.as_ref(), ENDPOINT_KIND, id, project).await
     }
 
     async fn of_project(&self, project: &str) -> Result<Vec<(Record, StoredEndpoint)>, StorageError> {

@@ -17,7 +17,7 @@ use super::sealed_secret::{context, StoredSigningSecret};
 use super::signing::SigningSecret;
 use crate::auth::{valid_project, Revocations};
 use crate::ports::{Clock, CredentialSealer, IdSource, Record, StateStore, StorageError};
-use crate::records::{decode, encode, list_all};
+use crate::records::{decode, encode, get_owned, list_all};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -301,10 +301,10 @@ impl WebhookSecrets {
             id: id.to_owned(),
         };
         let now_ms = self.clock.now_unix_ms();
-        let Some(record) = self.state.get(SECRET_KIND, id).await? else {
-            return Err(not_found());
-        };
-        if record.owner != project {
+        if get_owned(self.state.as_ref(), SECRET_KIND, id, project)
+            .await?
+            .is_none()
+        {
             return Err(not_found());
         }
         // Revoked records are of no use: the store may remove them at once (TTL now).
