@@ -81,7 +81,8 @@ async fn the_config_directory_loads_from_an_s3_prefix() {
         .unwrap()
         .load(&sdk_config)
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("`functions.extract_contact.variants.strict.templates.document.path`"),
         "{err}"

@@ -1,7 +1,8 @@
-//! Dependencies point down. `docs/architecture.md` ("Layers") writes the order of the top-level
-//! modules of `shared/src`; this test reads every `crate::…` path in their code (tests aside) and
-//! fails on an import of a module in the same or a higher layer, on a loop between files, and on a
-//! module the order does not place. A new import that breaks the order fails here at once.
+//! Dependencies point down, and errors are typed. `docs/architecture.md` ("Layers") writes the
+//! order of the top-level modules of `shared/src`; this test reads every `crate::…` path in their
+//! code (tests aside) and fails on an import of a module in the same or a higher layer, on a loop
+//! between files, and on a module the order does not place. A new import that breaks the order
+//! fails here at once. It also fails on a `Result<_, String>` in any crate's code.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -528,4 +529,75 @@ fn the_scanner_reads_what_it_should() {
         .map(|p| p.join("::"))
         .collect();
     assert_eq!(relative, ["m::n::x::Y", "m::n::k::z"].map(String::from));
+}
+
+/// The error type of every `Result<T, E>` the code names (tests aside): the text after the last
+/// top-level comma of its arguments.
+fn result_error_types(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("Result<") {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + "Result<".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let mut depth = 1;
+        let mut last_comma = None;
+        let mut end = None;
+        for (i, c) in rest.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' | ')' | ']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(i);
+                        break;
+                    }
+                }
+                ',' if depth == 1 => last_comma = Some(i),
+                _ => {}
+            }
+        }
+        if let (Some(comma), Some(end)) = (last_comma, end) {
+            found.push(rest[comma + 1..end].trim().to_owned());
+        }
+    }
+    found
+}
+
+/// Errors are typed: no `Result<_, String>` in the crates' code (the guide's rule).
+#[test]
+fn no_result_has_a_string_error() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut offending = Vec::new();
+    for dir in ["shared/src", "functions", "infra/local/src", "infra/bench/src"] {
+        let mut files = Vec::new();
+        collect_rs(&root.join(dir), &mut files);
+        for file in files {
+            let code = without_test_items(&code_only(&fs::read_to_string(&file).unwrap()));
+            if result_error_types(&code).iter().any(|error| error == "String") {
+                offending.push(file.strip_prefix(&root).unwrap().display().to_string());
+            }
+        }
+    }
+    assert!(offending.is_empty(), "Result<_, String> in: {offending:?}");
+    assert_eq!(
+        result_error_types("fn f() -> Result<HashMap<String, String>, Error> {} fn g() -> Result<(), String>"),
+        ["Error", "String"]
+    );
+}
+
+fn collect_rs(dir: &Path, into: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if name != "tests" && name != "target" {
+                collect_rs(&path, into);
+            }
+        } else if name.ends_with(".rs") && !is_test_file(&name) {
+            into.push(path);
+        }
+    }
 }

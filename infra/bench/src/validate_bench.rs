@@ -53,8 +53,9 @@ fn proc_status_kb(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-async fn run(args: Args) -> Result<serde_json::Value, String> {
-    let endpoint = BatchEndpoint::parse(&args.endpoint).ok_or_else(|| format!("unknown endpoint {}", args.endpoint))?;
+async fn run(args: Args) -> anyhow::Result<serde_json::Value> {
+    let endpoint =
+        BatchEndpoint::parse(&args.endpoint).ok_or_else(|| anyhow::anyhow!("unknown endpoint {}", args.endpoint))?;
     let models: Vec<String> = args.models.split(',').map(|m| m.trim().to_owned()).collect();
     let model_exists = |model: &str| models.iter().any(|m| m == model);
     let limits = ChunkLimits {
@@ -62,16 +63,14 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
         bytes: args.max_chunk_bytes,
     };
     let bytes = std::fs::metadata(args.store.join("objects").join(&args.key))
-        .map_err(|e| format!("{}: {e}", args.key))?
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.key))?
         .len();
-    let store = FileBlobStore::open(&args.store).map_err(|e| e.to_string())?;
+    let store = FileBlobStore::open(&args.store)?;
     let rss_before_kb = proc_status_kb("VmRSS:");
 
     let start = Instant::now();
-    let stream = store.get_stream(&args.key).await.map_err(|e| e.to_string())?;
-    let report = validate_input(stream, endpoint, &model_exists, limits)
-        .await
-        .map_err(|e| e.to_string())?;
+    let stream = store.get_stream(&args.key).await?;
+    let report = validate_input(stream, endpoint, &model_exists, limits).await?;
     let seconds = start.elapsed().as_secs_f64();
 
     Ok(json!({

@@ -83,9 +83,9 @@ impl WebhookTransport for HttpWebhookTransport {
         }
         let headers = match header_map(headers) {
             Ok(headers) => headers,
-            Err(reason) => {
+            Err(bad) => {
                 return PostOutcome::Failed {
-                    reason,
+                    reason: bad.to_string(),
                     timed_out: false,
                 }
             }
@@ -115,13 +115,21 @@ impl WebhookTransport for HttpWebhookTransport {
     }
 }
 
-fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, String> {
+/// A header a delivery cannot send.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadHeader {
+    #[error("'{0}' is not a valid header name")]
+    Name(String),
+    #[error("the value of header '{0}' is not valid")]
+    Value(String),
+}
+
+fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, BadHeader> {
     let mut map = HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
-        let header_name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("'{}' is not a valid header name", excerpt(name)))?;
-        let header_value = HeaderValue::from_str(value)
-            .map_err(|_| format!("the value of header '{}' is not valid", excerpt(name)))?;
+        let header_name =
+            HeaderName::from_bytes(name.as_bytes()).map_err(|_| BadHeader::Name(excerpt(name).into_owned()))?;
+        let header_value = HeaderValue::from_str(value).map_err(|_| BadHeader::Value(excerpt(name).into_owned()))?;
         map.append(header_name, header_value);
     }
     Ok(map)

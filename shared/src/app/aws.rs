@@ -7,6 +7,7 @@
 //! (the default: no billed key). Without either, sealing and opening fail naming the variable.
 
 use super::Adapters;
+use super::InitError;
 use crate::adapters::aws::{
     load_sdk_config, DynamoDbStateStore, EmfMetrics, KmsSealer, ParameterKeySealer, S3BlobStore, SqsJobQueue,
     SsmParameters, SEALING_KEY_ENV,
@@ -19,8 +20,8 @@ fn optional_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-fn required_env(name: &str) -> Result<String, String> {
-    optional_env(name).ok_or_else(|| format!("environment variable {name} is not set"))
+fn required_env(name: &'static str) -> Result<String, InitError> {
+    optional_env(name).ok_or(InitError::MissingEnv(name))
 }
 
 /// The environment variable holding the URL of `priority`'s queue.
@@ -49,7 +50,7 @@ fn sealer_of(sdk_config: &aws_config::SdkConfig, parameters: &SsmParameters) -> 
     }
 }
 
-pub async fn state_store() -> Result<DynamoDbStateStore, String> {
+pub async fn state_store() -> Result<DynamoDbStateStore, InitError> {
     let table = required_env("NIMBUS_TABLE")?;
     Ok(DynamoDbStateStore::new(&load_sdk_config().await, table))
 }
@@ -62,7 +63,7 @@ pub async fn sealer() -> Arc<dyn CredentialSealer> {
     sealer_of(&sdk_config, &SsmParameters::new(&sdk_config))
 }
 
-pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, String> {
+pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, InitError> {
     let table = required_env("NIMBUS_TABLE")?;
     let bucket = required_env("NIMBUS_BUCKET")?;
     let queue_url = required_env("NIMBUS_JOBS_QUEUE_URL")?;
@@ -75,6 +76,6 @@ pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, St
     .with_sealer(sealer_of(sdk_config, &parameters))
     .with_provider_secrets(Arc::new(parameters))
     .with_metrics(EmfMetrics::for_lambda())
-    .with_record_retention_days(super::limits::record_retention_days_from_env().map_err(|e| e.to_string())?)
-    .with_due_index_shards(super::limits::due_index_shards_from_env().map_err(|e| e.to_string())?))
+    .with_record_retention_days(super::limits::record_retention_days_from_env()?)
+    .with_due_index_shards(super::limits::due_index_shards_from_env()?))
 }

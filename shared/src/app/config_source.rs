@@ -4,6 +4,7 @@
 //! references are read from the same directory (or key prefix).
 
 use crate::adapters::aws::S3BlobStore;
+use crate::app::InitError;
 use crate::app::{load_bundled_config, load_config, load_local_config, LoadedConfig};
 use crate::config::BlobConfigFiles;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ pub enum ConfigSource {
 }
 
 impl ConfigSource {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, InitError> {
         let text = text.trim();
         if text.is_empty() || text == "bundled" {
             return Ok(Self::Bundled);
@@ -27,18 +28,18 @@ impl ConfigSource {
                     bucket: bucket.to_owned(),
                     key: key.to_owned(),
                 }),
-                _ => Err(format!("invalid config source `{text}`: expected s3://bucket/key")),
+                _ => Err(InitError::ConfigSource(text.to_owned())),
             };
         }
         Ok(Self::File(text.to_owned()))
     }
 
-    pub fn from_env() -> Result<Self, String> {
+    pub fn from_env() -> Result<Self, InitError> {
         Self::parse(&std::env::var("NIMBUS_CONFIG_SOURCE").unwrap_or_default())
     }
 
     /// Read and validate the configuration and compile its functions.
-    pub async fn load(&self, sdk_config: &aws_config::SdkConfig) -> Result<LoadedConfig, String> {
+    pub async fn load(&self, sdk_config: &aws_config::SdkConfig) -> Result<LoadedConfig, InitError> {
         let loaded = match self {
             Self::Bundled => load_bundled_config().await,
             Self::File(path) => load_local_config(std::path::Path::new(path)).await,
@@ -52,7 +53,7 @@ impl ConfigSource {
                 load_config(&files, name).await
             }
         };
-        loaded.map_err(|e| e.to_string())
+        Ok(loaded?)
     }
 }
 

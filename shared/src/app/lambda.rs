@@ -5,7 +5,7 @@ use super::arming_state::ArmingState;
 use super::config_source::ConfigSource;
 use super::http_api_deadline::{http_api_answer_deadline_from_env, with_http_api_deadline};
 use super::table_access::{LambdaFunction, ScopedState};
-use super::{app_state, inference_service, lambda_host, Adapters, AuthSettings, WorkerParts};
+use super::{app_state, inference_service, lambda_host, Adapters, AuthSettings, InitError, WorkerParts};
 use crate::adapters::aws::{load_sdk_config, EventBridgeSwitch, POLLER_RULE_ENV};
 use crate::adapters::DeferredTasks;
 use crate::app::LoadedConfig;
@@ -61,14 +61,11 @@ pub const PROVIDER_KEY_PREFIX_ENV: &str = "NIMBUS_PROVIDER_KEY_PREFIX";
 /// The AWS stack of `function`: its state store reaches only the records its role allows. The SDK
 /// configuration it was built from is returned for the clients a function adds (the poller's
 /// schedule switch), so that it is loaded once.
-async fn lambda_stack(function: LambdaFunction) -> Result<(LoadedConfig, Adapters, aws_config::SdkConfig), String> {
+async fn lambda_stack(function: LambdaFunction) -> Result<(LoadedConfig, Adapters, aws_config::SdkConfig), InitError> {
     let sdk_config = load_sdk_config().await;
     let config = ConfigSource::from_env()?.load(&sdk_config).await?;
     if let Some(prefix) = std::env::var(PROVIDER_KEY_PREFIX_ENV).ok().filter(|p| !p.is_empty()) {
-        config
-            .config
-            .check_key_parameter_prefix(&prefix)
-            .map_err(|e| e.to_string())?;
+        config.config.check_key_parameter_prefix(&prefix)?;
     }
     let mut adapters = super::aws::adapters(&sdk_config).await?;
     // Scoped first: everything built on the store after this (the key tags too) goes through it.
@@ -83,16 +80,14 @@ async fn lambda_stack(function: LambdaFunction) -> Result<(LoadedConfig, Adapter
             adapters.state = Arc::new(ArmingState::new(adapters.state, arming, Arc::clone(&adapters.clock)));
         }
     }
-    let adapters = adapters.with_untagged_keys(UntaggedKeys::from_env().map_err(|e| e.to_string())?);
+    let adapters = adapters.with_untagged_keys(UntaggedKeys::from_env()?);
     Ok((config, adapters, sdk_config))
 }
 
 /// `NIMBUS_PUBLIC_URL` when set (e.g. a custom domain in front of API Gateway), checked.
-pub fn public_url_from_env() -> Result<Option<PublicBaseUrl>, String> {
+pub fn public_url_from_env() -> Result<Option<PublicBaseUrl>, InitError> {
     match std::env::var("NIMBUS_PUBLIC_URL") {
-        Ok(url) if !url.trim().is_empty() => PublicBaseUrl::parse(url.trim())
-            .map(Some)
-            .map_err(|e| format!("NIMBUS_PUBLIC_URL: {e}")),
+        Ok(url) if !url.trim().is_empty() => Ok(Some(PublicBaseUrl::parse(url.trim())?)),
         _ => Ok(None),
     }
 }
@@ -127,7 +122,7 @@ fn with_request_public_url(router: Router) -> Router {
 
 /// What the worker and the poller are built from (see [`super::job_dispatcher`] and
 /// [`super::scheduler`], shared with the local server).
-async fn lambda_worker_parts(function: LambdaFunction) -> Result<(WorkerParts, aws_config::SdkConfig), String> {
+async fn lambda_worker_parts(function: LambdaFunction) -> Result<(WorkerParts, aws_config::SdkConfig), InitError> {
     let (loaded, adapters, sdk_config) = lambda_stack(function).await?;
     let inference = inference_service(&loaded.config, &adapters)?;
     let parts = WorkerParts::new(&loaded, &adapters, inference, lambda_batch_settings(&loaded.config));
@@ -152,7 +147,7 @@ impl HttpFunction {
 async fn http_function(
     function: LambdaFunction,
     routes: impl FnOnce(AppState) -> Router,
-) -> Result<HttpFunction, String> {
+) -> Result<HttpFunction, InitError> {
     let (loaded, mut adapters, _) = lambda_stack(function).await?;
     let deferred = Arc::new(DeferredTasks::new());
     adapters.after_response = Arc::clone(&deferred) as _;
@@ -170,21 +165,18 @@ async fn http_function(
         lambda_batch_settings(&loaded.config),
     )?;
     Ok(HttpFunction {
-        router: with_http_api_deadline(
-            routes(state),
-            http_api_answer_deadline_from_env().map_err(|e| e.to_string())?,
-        ),
+        router: with_http_api_deadline(routes(state), http_api_answer_deadline_from_env()?),
         deferred,
     })
 }
 
 /// The inference function (behind the HTTP API, and streaming behind the streaming REST API).
-pub async fn inference_function() -> Result<HttpFunction, String> {
+pub async fn inference_function() -> Result<HttpFunction, InitError> {
     http_function(LambdaFunction::Inference, crate::http::inference_router).await
 }
 
 /// The files function (the only one that builds absolute URLs: direct uploads).
-pub async fn files_function() -> Result<HttpFunction, String> {
+pub async fn files_function() -> Result<HttpFunction, InitError> {
     http_function(LambdaFunction::Files, |state| {
         with_request_public_url(crate::http::files_router(state))
     })
@@ -192,19 +184,19 @@ pub async fn files_function() -> Result<HttpFunction, String> {
 }
 
 /// The batches function.
-pub async fn batches_function() -> Result<HttpFunction, String> {
+pub async fn batches_function() -> Result<HttpFunction, InitError> {
     http_function(LambdaFunction::Batches, crate::http::batches_router).await
 }
 
 /// The SQS-triggered worker: every job family's runner (see [`super::job_dispatcher`]).
-pub async fn worker() -> Result<JobDispatcher, String> {
+pub async fn worker() -> Result<JobDispatcher, InitError> {
     let (parts, _) = lambda_worker_parts(LambdaFunction::Worker).await?;
     Ok(super::job_dispatcher(&parts))
 }
 
 /// The scheduled poller: every scheduled task (see [`super::scheduler`]), each pass ending by
 /// arming or disarming its every-minute schedule when the stack names it ([`POLLER_RULE_ENV`]).
-pub async fn scheduler() -> Result<Scheduler, String> {
+pub async fn scheduler() -> Result<Scheduler, InitError> {
     let (parts, sdk_config) = lambda_worker_parts(LambdaFunction::Poller).await?;
     let scheduler = super::scheduler(&parts);
     Ok(match poller_switch(&sdk_config) {

@@ -10,7 +10,7 @@ use std::ops::RangeInclusive;
 /// A setting that is not a whole number in its range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{name}: a whole number of {unit} from {min} to {max}, not {value:?}")]
-pub(crate) struct LimitSettingError {
+pub struct LimitSettingError {
     name: &'static str,
     unit: &'static str,
     min: u32,

@@ -10,6 +10,7 @@ pub mod config_source;
 pub mod embedded;
 #[cfg(feature = "aws")]
 mod http_api_deadline;
+mod init_error;
 #[cfg(feature = "aws")]
 pub mod lambda;
 #[cfg(feature = "aws")]
@@ -19,6 +20,7 @@ mod loaded_config;
 pub mod table_access;
 pub mod webhooks;
 
+pub use init_error::InitError;
 pub use loaded_config::{load_bundled_config, load_config, load_local_config, LoadedConfig};
 
 use crate::adapters::records::{
@@ -248,10 +250,9 @@ pub fn batch_service(
 }
 
 /// The inference layer for a validated configuration.
-pub fn inference_service(config: &Config, adapters: &Adapters) -> Result<Arc<InferenceService>, String> {
+pub fn inference_service(config: &Config, adapters: &Adapters) -> Result<Arc<InferenceService>, InitError> {
     let sagemaker = Arc::new(crate::adapters::sagemaker_runtime::SageMakerRuntime::default());
-    let router = ModelRouter::from_config(config, sagemaker, Arc::clone(&adapters.provider_secrets))
-        .map_err(|e| e.to_string())?
+    let router = ModelRouter::from_config(config, sagemaker, Arc::clone(&adapters.provider_secrets))?
         .with_metrics(Arc::clone(&adapters.metrics));
     Ok(Arc::new(InferenceService::new(
         router,
@@ -314,7 +315,7 @@ pub fn app_state(
     auth: AuthSettings,
     http: HttpSettings,
     batches: BatchSettings,
-) -> Result<AppState, String> {
+) -> Result<AppState, InitError> {
     let config = &loaded.config;
     let inference = inference_service(config, adapters)?;
     let records = adapters.inference_records();

@@ -2,7 +2,7 @@
 //! adapters, and the HTTP transport (built on first use) of a URL policy.
 
 use super::Adapters;
-use crate::adapters::webhook_http::HttpWebhookTransport;
+use crate::adapters::webhook_http::{HttpWebhookTransport, WebhookClientError};
 use crate::ports::metrics::status_class;
 use crate::ports::{MetricsSink, PostOutcome, WebhookTransport};
 use crate::webhooks::{BatchWebhooks, BatchWebhooksDeps, UrlPolicy, WebhookEndpoints, WebhookSecrets, WebhookUrl};
@@ -60,21 +60,19 @@ pub fn webhook_transport(policy: UrlPolicy) -> Arc<dyn WebhookTransport> {
 
 struct LazyHttpTransport {
     policy: UrlPolicy,
-    client: OnceLock<Result<HttpWebhookTransport, String>>,
+    client: OnceLock<Result<HttpWebhookTransport, WebhookClientError>>,
 }
 
 #[async_trait]
 impl WebhookTransport for LazyHttpTransport {
     async fn post(&self, url: &WebhookUrl, headers: &[(String, String)], body: Bytes) -> PostOutcome {
-        let client = self
-            .client
-            .get_or_init(|| HttpWebhookTransport::new(self.policy).map_err(|err| err.to_string()));
+        let client = self.client.get_or_init(|| HttpWebhookTransport::new(self.policy));
         match client {
             Ok(transport) => transport.post(url, headers, body).await,
             Err(reason) => {
                 tracing::error!(%reason, "the webhook HTTP client could not be built");
                 PostOutcome::Failed {
-                    reason: format!("the webhook HTTP client could not be built: {reason}"),
+                    reason: reason.to_string(),
                     timed_out: false,
                 }
             }

@@ -15,8 +15,20 @@ pub enum CredentialLocation {
     None,
 }
 
+/// A credential location that names no place a key can be read from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid credential location `{text}`: {problem}")]
+pub struct InvalidCredentialLocation {
+    text: String,
+    problem: String,
+}
+
 impl CredentialLocation {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, InvalidCredentialLocation> {
+        let invalid = |problem: String| InvalidCredentialLocation {
+            text: text.to_owned(),
+            problem,
+        };
         let valid_name =
             |name: &str| !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if text == "none" {
@@ -30,16 +42,15 @@ impl CredentialLocation {
         if let Some(name) = text.strip_prefix("ssm::") {
             return crate::ports::check_parameter_name(name)
                 .map(|()| Self::Ssm(name.to_owned()))
-                .map_err(|problem| format!("invalid credential location `{text}`: {problem}"));
+                .map_err(|problem| invalid(problem.to_string()));
         }
         if let Some(name) = text.strip_prefix("dynamic::") {
             if valid_name(name) {
                 return Ok(Self::Dynamic(name.to_owned()));
             }
         }
-        Err(format!(
-            "invalid credential location `{text}`: expected `env::VARIABLE`, `ssm::/PARAMETER/NAME`, \
-             `dynamic::NAME` or `none`"
+        Err(invalid(
+            "expected `env::VARIABLE`, `ssm::/PARAMETER/NAME`, `dynamic::NAME` or `none`".to_owned(),
         ))
     }
 

@@ -52,12 +52,23 @@ impl Default for TemplateSet {
     }
 }
 
+/// A template that does not compile: minijinja's description, with its line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct TemplateSyntaxError(String);
+
 impl TemplateSet {
     /// Compile `source`; a syntax error is reported with its line.
-    pub(crate) fn add(&mut self, function: &str, variant: &str, template: &str, source: String) -> Result<(), String> {
+    pub(crate) fn add(
+        &mut self,
+        function: &str,
+        variant: &str,
+        template: &str,
+        source: String,
+    ) -> Result<(), TemplateSyntaxError> {
         self.environment
             .add_template_owned(template_key(function, variant, template), source)
-            .map_err(|e| describe(&e))
+            .map_err(|e| TemplateSyntaxError(describe(&e)))
     }
 
     pub fn contains(&self, function: &str, variant: &str, template: &str) -> bool {

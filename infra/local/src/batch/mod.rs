@@ -120,7 +120,20 @@ struct ResultsArgs {
 /// The smallest part worth a request, and the Uploads API's largest.
 const MIN_PART_BYTES: u64 = 64 * 1024;
 
-fn parse_part_size(text: &str) -> Result<u64, String> {
+/// A command-line value `nimbus batch` cannot use; clap prints it beside the flag.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+enum ArgError {
+    #[error("unknown unit '{0}': use bytes, KiB or MiB")]
+    Unit(String),
+    #[error("'{0}' is not a size")]
+    Size(String),
+    #[error("a part is 64KiB to {0}MiB")]
+    PartSize(u64),
+    #[error("'{0}' is not a number of seconds from 0.05 to 3600")]
+    Interval(String),
+}
+
+fn parse_part_size(text: &str) -> Result<u64, ArgError> {
     let text = text.trim();
     let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(at) => text.split_at(at),
@@ -130,27 +143,27 @@ fn parse_part_size(text: &str) -> Result<u64, String> {
         "" | "b" => 1,
         "k" | "kib" => 1024,
         "m" | "mib" => 1024 * 1024,
-        other => return Err(format!("unknown unit '{other}': use bytes, KiB or MiB")),
+        other => return Err(ArgError::Unit(other.to_owned())),
     };
     let bytes = digits
         .parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(scale))
-        .ok_or_else(|| format!("'{text}' is not a size"))?;
+        .ok_or_else(|| ArgError::Size(text.to_owned()))?;
     let max = nimbus_shared::files::MAX_PART_BYTES;
     if (MIN_PART_BYTES..=max).contains(&bytes) {
         Ok(bytes)
     } else {
-        Err(format!("a part is 64KiB to {}MiB", max / 1024 / 1024))
+        Err(ArgError::PartSize(max / 1024 / 1024))
     }
 }
 
-fn parse_interval(text: &str) -> Result<Duration, String> {
+fn parse_interval(text: &str) -> Result<Duration, ArgError> {
     text.parse::<f64>()
         .ok()
         .filter(|seconds| (0.05..=3600.0).contains(seconds))
         .map(Duration::from_secs_f64)
-        .ok_or_else(|| format!("'{text}' is not a number of seconds from 0.05 to 3600"))
+        .ok_or_else(|| ArgError::Interval(text.to_owned()))
 }
 
 pub async fn run(args: BatchArgs) -> ExitCode {

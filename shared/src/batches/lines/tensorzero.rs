@@ -10,7 +10,7 @@ use crate::batches::BatchEndpoint;
 use crate::batches::BatchesError;
 use crate::functions::batch_request::item_ids;
 use crate::functions::batch_request::ItemIds;
-use crate::functions::inference::FunctionService;
+use crate::functions::inference::{FunctionError, FunctionService};
 use crate::inference::InferenceService;
 use crate::openai::batches::BatchUsage;
 use crate::ports::inference_records::InferenceRecord;
@@ -70,7 +70,7 @@ impl LineKind for TensorZeroLines {
             .functions
             .run_batch_line(&self.project, line, &self.credentials)
             .await;
-        Self::keep(ids, outcome.map_err(|error| error.to_string()))
+        Self::keep(ids, outcome.map_err(ItemFailure::Function))
     }
 
     fn not_run(&self, _ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String {
@@ -112,7 +112,13 @@ impl LineKind for TensorZeroLines {
                     usage: BatchUsage::default(),
                 })
             }
-            NativeAnswer::Failed(error) => (item_ids(line), Err(format!("provider `{provider}`: {error}"))),
+            NativeAnswer::Failed(error) => (
+                item_ids(line),
+                Err(ItemFailure::Provider {
+                    provider: provider.clone(),
+                    message: error.to_string(),
+                }),
+            ),
             NativeAnswer::Answered(body) => match target.map(|t| t.api.chat_answer(&body)) {
                 Some(Ok(response)) => {
                     let (ids, record) = self.functions.native_batch_line_record(
@@ -122,17 +128,31 @@ impl LineKind for TensorZeroLines {
                         &provider,
                         response,
                     );
-                    (ids, record.map_err(|error| error.to_string()))
+                    (ids, record.map_err(ItemFailure::Function))
                 }
-                Some(Err(error)) => (item_ids(line), Err(format!("provider `{provider}`: {error}"))),
-                None => (
+                Some(Err(error)) => (
                     item_ids(line),
-                    Err("the variant's model is no longer served by a native batch provider".to_owned()),
+                    Err(ItemFailure::Provider {
+                        provider,
+                        message: error.to_string(),
+                    }),
                 ),
+                None => (item_ids(line), Err(ItemFailure::NotServed)),
             },
         };
         Self::keep(outcome.0, outcome.1)
     }
+}
+
+/// Why an item has no inference: the `error` of its result line.
+#[derive(Debug, thiserror::Error)]
+enum ItemFailure {
+    #[error("{0}")]
+    Function(FunctionError),
+    #[error("provider `{provider}`: {message}")]
+    Provider { provider: String, message: String },
+    #[error("the variant's model is no longer served by a native batch provider")]
+    NotServed,
 }
 
 impl TensorZeroLines {
@@ -140,7 +160,7 @@ impl TensorZeroLines {
     /// results (the segment protocol counts it exactly once: a line run again after a crash
     /// replaces an unsaved result, never adds one); the batch's pages are written from these when
     /// it ends. A failed item's line says why.
-    fn keep(ids: Option<ItemIds>, outcome: Result<InferenceRecord, String>) -> Result<LineResult, BatchesError> {
+    fn keep(ids: Option<ItemIds>, outcome: Result<InferenceRecord, ItemFailure>) -> Result<LineResult, BatchesError> {
         match outcome {
             Ok(record) => {
                 let line = serde_json::to_string(&record)
@@ -153,7 +173,7 @@ impl TensorZeroLines {
                 line: ItemResult {
                     inference_id: ids.map(|i| i.inference_id),
                     episode_id: ids.map(|i| i.episode_id),
-                    error: Some(error),
+                    error: Some(error.to_string()),
                     code: None,
                 }
                 .line(),
