@@ -15,6 +15,7 @@ pub mod idempotency;
 pub mod inference;
 pub mod jobs;
 pub(crate) mod json_size;
+pub(crate) mod jsonl;
 pub mod lmi_api;
 mod mac;
 pub mod model;

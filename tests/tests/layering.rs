@@ -31,7 +31,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("ports", &["ports"]),
     ("model", &["model"]),
     ("limits", &["schema_limits", "paging"]),
-    ("mechanisms", &["backoff", "user_text", "json_size", "mac", "telemetry"]),
+    (
+        "mechanisms",
+        &["backoff", "user_text", "json_size", "jsonl", "mac", "telemetry"],
+    ),
 ];
 
 /// Imports against the order that are still to be removed (issue #29). The list only shrinks: an

@@ -52,25 +52,11 @@ fn credentials_sealable(credentials: &HashMap<String, String>) -> bool {
         || serde_json::to_vec(credentials).is_ok_and(|json| crate::ports::check_sealable(&json).is_ok())
 }
 
-/// The request lines of `bytes` (blank lines are not requests).
+/// The request lines of `bytes` (blank lines are not requests), sharing its buffer.
 pub(crate) fn request_lines(bytes: &Bytes) -> Vec<Bytes> {
-    let mut lines = Vec::new();
-    let mut start = 0;
-    for (position, byte) in bytes.iter().enumerate() {
-        if *byte == b'\n' {
-            push_line(bytes, start, position, &mut lines);
-            start = position + 1;
-        }
-    }
-    push_line(bytes, start, bytes.len(), &mut lines);
-    lines
-}
-
-fn push_line(bytes: &Bytes, start: usize, end: usize, lines: &mut Vec<Bytes>) {
-    let line = bytes.slice(start..end);
-    if !line.trim_ascii().is_empty() {
-        lines.push(line);
-    }
+    crate::jsonl::line_ranges(bytes)
+        .map(|range| bytes.slice(range))
+        .collect()
 }
 
 /// Whether a run with `pending` unsaved results, `since` its last save, saves a segment now:

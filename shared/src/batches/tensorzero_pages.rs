@@ -47,7 +47,7 @@ impl BatchService {
         let bytes = self.blobs.get(key).await?;
         let mut paged = Vec::new();
         let mut singles = Vec::new();
-        for line in bytes.split(|b| *b == b'\n').filter(|l| !l.trim_ascii().is_empty()) {
+        for line in crate::jsonl::lines(&bytes) {
             let Ok(mut record) = serde_json::from_slice::<InferenceRecord>(line) else {
                 // A result line of an item stored as it ran (a batch from before pages).
                 continue;

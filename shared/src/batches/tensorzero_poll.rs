@@ -92,11 +92,7 @@ impl BatchService {
     /// The batch's items, in input order, from its stored input.
     async fn batch_items(&self, stored: &StoredBatch) -> Result<Vec<ItemIds>, BatchInferenceError> {
         let bytes = self.blobs.get(&stored.input_blob_key).await?;
-        Ok(bytes
-            .split(|b| *b == b'\n')
-            .filter(|line| !line.trim_ascii().is_empty())
-            .filter_map(item_ids)
-            .collect())
+        Ok(crate::jsonl::lines(&bytes).filter_map(item_ids).collect())
     }
 
     /// What failed or never ran, by inference id (empty when nothing did).
@@ -109,8 +105,7 @@ impl BatchService {
             Err(StorageError::NotFound) => return Ok(HashMap::new()),
             Err(err) => return Err(err.into()),
         };
-        Ok(bytes
-            .split(|b| *b == b'\n')
+        Ok(crate::jsonl::lines(&bytes)
             .filter_map(|line| serde_json::from_slice::<ItemResult>(line).ok())
             .filter_map(|result| result.inference_id.map(|id| (id, result)))
             .collect())

@@ -116,9 +116,7 @@ impl BatchPages<'_> {
                 }
                 other => other,
             })?;
-        bytes
-            .split(|b| *b == b'\n')
-            .filter(|line| !line.trim_ascii().is_empty())
+        crate::jsonl::lines(&bytes)
             .map(|line| {
                 let mut record: InferenceRecord = serde_json::from_slice(line).map_err(|e| corrupt("page", e))?;
                 record.project = project.to_owned();
