@@ -142,6 +142,67 @@ where
     Err(StorageError::Conflict)
 }
 
+/// What a [`put`] decided about the record stored now (`None` when there is none).
+pub enum PutDecision {
+    /// It says what it should: leave it.
+    Keep,
+    /// Store this one instead (its `version` is set by [`put`]).
+    Write(Record),
+}
+
+/// What a [`put`] did: whether it wrote, and the version stored now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PutOutcome {
+    pub wrote: bool,
+    pub version: u64,
+}
+
+/// Create or replace one record until the write wins: `decide` sees what is stored now (after a
+/// lost write, the fresh record) and says whether to keep it or what to write in its place, a
+/// create when there is none and a conditional update on the version it saw otherwise.
+pub async fn put(
+    state: &dyn StateStore,
+    kind: &str,
+    id: &str,
+    attempts: u32,
+    mut decide: impl FnMut(Option<&Record>) -> Result<PutDecision, StorageError>,
+) -> Result<PutOutcome, StorageError> {
+    for _ in 0..attempts {
+        let current = state.get(kind, id).await?;
+        let mut record = match decide(current.as_ref())? {
+            PutDecision::Keep => {
+                return Ok(PutOutcome {
+                    wrote: false,
+                    version: current.map_or(0, |record| record.version),
+                })
+            }
+            PutDecision::Write(record) => record,
+        };
+        let written = match &current {
+            None => {
+                record.version = 1;
+                state.create(&record).await
+            }
+            Some(current) => {
+                record.version = current.version + 1;
+                state.update(&record, current.version).await
+            }
+        };
+        match written {
+            Ok(()) => {
+                return Ok(PutOutcome {
+                    wrote: true,
+                    version: record.version,
+                })
+            }
+            // Someone else wrote it meanwhile: look again.
+            Err(StorageError::Conflict) => continue,
+            Err(err) => return Err(err),
+        }
+    }
+    Err(StorageError::Conflict)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,6 +20,7 @@
 
 use super::Scheduler;
 use crate::ports::{Record, ScheduleSwitch, StateStore, StorageError, SwitchError};
+use crate::records::{put, PutDecision, PutOutcome};
 use serde::Serialize;
 use serde_json::json;
 use std::sync::Arc;
@@ -57,12 +58,6 @@ pub enum ScheduleState {
     OnAgain,
 }
 
-/// What [`Arming::record`] left: whether it wrote, and the record's version now.
-struct RecordWrite {
-    changed: bool,
-    version: u64,
-}
-
 /// Arms and disarms the poller's schedule through the arm record and the switch.
 #[derive(Clone)]
 pub struct Arming {
@@ -80,13 +75,14 @@ fn is_armed(record: &Record) -> bool {
         .unwrap_or(false)
 }
 
-fn arm_record(armed: bool, version: u64) -> Record {
+/// The arm record saying `armed` (its version is set when it is written).
+fn arm_record(armed: bool) -> Record {
     Record {
         kind: ARM_KIND.to_owned(),
         id: ARM_ID.to_owned(),
         owner: ARM_ID.to_owned(),
         created_at_ms: 0,
-        version,
+        version: 0,
         expires_at: None,
         body: json!({ "armed": armed }),
     }
@@ -109,7 +105,7 @@ impl Arming {
 
     /// Due work was just written: make sure the schedule runs. One read while armed.
     pub async fn arm(&self) -> Result<(), ArmError> {
-        if self.record(true).await?.changed {
+        if self.record(true).await?.wrote {
             self.switch.set_enabled(true).await?;
         }
         Ok(())
@@ -144,30 +140,13 @@ impl Arming {
     }
 
     /// Make the record say `armed`.
-    async fn record(&self, armed: bool) -> Result<RecordWrite, StorageError> {
-        for _ in 0..WRITE_ATTEMPTS {
-            let (written, version) = match self.state.get(ARM_KIND, ARM_ID).await? {
-                Some(current) if is_armed(&current) == armed => {
-                    return Ok(RecordWrite {
-                        changed: false,
-                        version: current.version,
-                    })
-                }
-                Some(current) => (
-                    self.state
-                        .update(&arm_record(armed, current.version + 1), current.version)
-                        .await,
-                    current.version + 1,
-                ),
-                None => (self.state.create(&arm_record(armed, 1)).await, 1),
-            };
-            match written {
-                Ok(()) => return Ok(RecordWrite { changed: true, version }),
-                // Another writer changed it meanwhile: look again.
-                Err(StorageError::Conflict) => continue,
-                Err(err) => return Err(err),
-            }
-        }
-        Err(StorageError::Conflict)
+    async fn record(&self, armed: bool) -> Result<PutOutcome, StorageError> {
+        put(self.state.as_ref(), ARM_KIND, ARM_ID, WRITE_ATTEMPTS, |current| {
+            Ok(match current {
+                Some(current) if is_armed(current) == armed => PutDecision::Keep,
+                _ => PutDecision::Write(arm_record(armed)),
+            })
+        })
+        .await
     }
 }

@@ -2,6 +2,7 @@
 
 use crate::ports::state::earliest_created_at;
 use crate::ports::{ListOrder, ListQuery, Record, StateStore, StorageError};
+use crate::records::{put, PutDecision};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -98,26 +99,15 @@ impl DueIndex {
     /// Create, or move to `due_at_ms` (idempotent).
     pub async fn set(&self, lane: &str, target: &str, due_at_ms: i64) -> Result<(), StorageError> {
         let id = record_id(lane, target)?;
-        for _ in 0..SET_ATTEMPTS {
-            let written = match self.state.get(KIND, &id).await? {
-                None => self.state.create(&self.entry(lane, target, due_at_ms, 1)?).await,
-                Some(record) if record.created_at_ms == due_at_ms && record.owner == self.entry_owner(lane, target) => {
-                    return Ok(())
-                }
-                Some(record) => {
-                    // Written anew, so an entry of another shard count moves to its shard.
-                    let expected = record.version;
-                    let moved = self.entry(lane, target, due_at_ms, expected + 1)?;
-                    self.state.update(&moved, expected).await
-                }
-            };
-            match written {
-                // Someone else wrote it meanwhile: look again.
-                Err(StorageError::Conflict) => continue,
-                other => return other,
-            }
-        }
-        Err(StorageError::Conflict)
+        let owner = self.entry_owner(lane, target);
+        put(self.state.as_ref(), KIND, &id, SET_ATTEMPTS, |current| match current {
+            Some(record) if record.created_at_ms == due_at_ms && record.owner == owner => Ok(PutDecision::Keep),
+            // Written anew, so an entry of another shard count moves to its shard.
+            // (`put` sets the version.)
+            _ => Ok(PutDecision::Write(self.entry(lane, target, due_at_ms, 0)?)),
+        })
+        .await
+        .map(drop)
     }
 
     /// Add a target that is new (one write); falls back to [`DueIndex::set`] when it exists.
