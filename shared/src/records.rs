@@ -25,13 +25,15 @@ pub struct Loaded<T> {
 
 impl<T: Serialize + DeserializeOwned> Loaded<T> {
     pub async fn get(state: &dyn StateStore, kind: &str, id: &str) -> Result<Option<Self>, StorageError> {
-        match state.get(kind, id).await? {
-            None => Ok(None),
-            Some(record) => Ok(Some(Self {
-                body: decode(&record)?,
-                record,
-            })),
-        }
+        state.get(kind, id).await?.map(Self::decoded).transpose()
+    }
+
+    /// A stored record with its body read.
+    fn decoded(record: Record) -> Result<Self, StorageError> {
+        Ok(Self {
+            body: decode(&record)?,
+            record,
+        })
     }
 
     /// The record of `kind`/`id` when `owner` owns it (see [`get_owned`]).
@@ -41,13 +43,7 @@ impl<T: Serialize + DeserializeOwned> Loaded<T> {
         id: &str,
         owner: &str,
     ) -> Result<Option<Self>, StorageError> {
-        match get_owned(state, kind, id, owner).await? {
-            None => Ok(None),
-            Some(record) => Ok(Some(Self {
-                body: decode(&record)?,
-                record,
-            })),
-        }
+        get_owned(state, kind, id, owner).await?.map(Self::decoded).transpose()
     }
 
     /// The record carrying the (changed) body at the next version, and the version it replaces.
