@@ -68,7 +68,7 @@ async fn gateway(config: &str, store: Arc<dyn ProviderSecrets>, data_dir: &std::
     let state = open_state(&loaded, &adapters);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let router = inference_router(state);
+    let router = inference_router(state.host, state.inference);
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     format!("http://{address}")
 }

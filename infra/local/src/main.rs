@@ -79,7 +79,7 @@ async fn admin(command: Command) -> anyhow::Result<()> {
         Command::Sweep(args) => serve::sweep_once(args).await,
         Command::Poll(args) => serve::poll_once(args).await,
         Command::Openapi => {
-            println!("{}", nimbus_shared::http::api_doc::document_json());
+            println!("{}", nimbus_shared::http::openapi_document::document_json());
             Ok(())
         }
         Command::CheckConfig { config } => {

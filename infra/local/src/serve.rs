@@ -284,15 +284,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let keys_created = adapters.api_keys().any_created().await?;
     // Async webhooks of the open project are signed out of the box.
     let webhook_note = if mode == AuthMode::OpenWhenNoKeys {
-        dev_webhook_secret::ensure(&state.webhook_secrets, &args.data_dir).await?
+        dev_webhook_secret::ensure(&state.batches.webhook_secrets, &args.data_dir).await?
     } else {
         String::new()
     };
     let parts = WorkerParts {
         adapters: adapters.clone(),
-        inference: Arc::clone(&state.inference),
-        batches: Arc::clone(&state.batches),
-        async_requests: Arc::clone(&state.async_requests),
+        inference: Arc::clone(&state.inference.inference),
+        batches: Arc::clone(&state.batches.batches),
+        async_requests: Arc::clone(&state.batches.async_requests),
         max_run: LOCAL_MAX_RUN,
     };
     // Before any worker starts: what a previous process left leased or queued resumes at once.
@@ -304,7 +304,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if requeued > 0 {
         tracing::info!(requeued, "queued unfinished async requests (and their webhooks) again");
     }
-    let deliveries = state.batch_webhooks.take_over(&lock).await?;
+    let deliveries = state.batches.batch_webhooks.take_over(&lock).await?;
     if deliveries > 0 {
         tracing::info!(deliveries, "queued pending batch event webhooks again");
     }

@@ -12,8 +12,7 @@ use crate::adapters::aws::{
     load_sdk_config, DynamoDbStateStore, EmfMetrics, KmsSealer, ParameterKeySealer, S3BlobStore, SqsJobQueue,
     SsmParameters, SEALING_KEY_ENV,
 };
-use crate::ports::CredentialSealer;
-use crate::ports::Priority;
+use crate::ports::{CredentialSealer, NoJobQueue, Priority};
 use std::sync::Arc;
 
 fn optional_env(name: &str) -> Option<String> {
@@ -42,7 +41,7 @@ fn job_queue(sdk_config: &aws_config::SdkConfig, jobs_url: String) -> SqsJobQueu
 
 /// The sealer the environment chooses: KMS when it names a KMS key, else the Parameter Store key.
 /// The Parameter Store key is read through `parameters`, the process's one SSM adapter.
-fn sealer_of(sdk_config: &aws_config::SdkConfig, parameters: &SsmParameters) -> Arc<dyn CredentialSealer> {
+pub fn sealer_of(sdk_config: &aws_config::SdkConfig, parameters: &SsmParameters) -> Arc<dyn CredentialSealer> {
     if optional_env(SEALING_KEY_ENV).is_some() {
         Arc::new(KmsSealer::from_env(sdk_config))
     } else {
@@ -63,19 +62,24 @@ pub async fn sealer() -> Arc<dyn CredentialSealer> {
     sealer_of(&sdk_config, &SsmParameters::new(&sdk_config))
 }
 
+/// The state table (`NIMBUS_TABLE`), the bucket (`NIMBUS_BUCKET`) and EMF metrics: what every
+/// function is built on. No job queue, sealer or provider keys: a function adds those its role
+/// reaches ([`job_queues`], [`sealer_of`], [`SsmParameters`]); one left out fails naming what is
+/// missing, as the role would refuse the call.
 pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, InitError> {
     let table = required_env("NIMBUS_TABLE")?;
     let bucket = required_env("NIMBUS_BUCKET")?;
-    let queue_url = required_env("NIMBUS_JOBS_QUEUE_URL")?;
-    let parameters = SsmParameters::new(sdk_config);
     Ok(Adapters::new(
         Arc::new(DynamoDbStateStore::new(sdk_config, table)),
         Arc::new(S3BlobStore::new(sdk_config, bucket)),
-        Arc::new(job_queue(sdk_config, queue_url)),
+        Arc::new(NoJobQueue),
     )
-    .with_sealer(sealer_of(sdk_config, &parameters))
-    .with_provider_secrets(Arc::new(parameters))
     .with_metrics(EmfMetrics::for_lambda())
     .with_record_retention_days(super::limits::record_retention_days_from_env()?)
     .with_due_index_shards(super::limits::due_index_shards_from_env()?))
+}
+
+/// The jobs queue (`NIMBUS_JOBS_QUEUE_URL`) with the priority queues the environment names.
+pub fn job_queues(sdk_config: &aws_config::SdkConfig) -> Result<SqsJobQueue, InitError> {
+    Ok(job_queue(sdk_config, required_env("NIMBUS_JOBS_QUEUE_URL")?))
 }

@@ -98,7 +98,7 @@ fn slow_function(dir: &std::path::Path) -> Router {
         crate::batches::BatchSettings::from_config(&config),
     )
     .unwrap();
-    with_http_api_deadline(crate::http::inference_router(state), SHORT_LIMIT)
+    with_http_api_deadline(crate::http::inference_router(state.host, state.inference), SHORT_LIMIT)
 }
 
 /// POST `body` to `path` through `context` (none: the local server); the status, the

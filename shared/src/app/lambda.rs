@@ -2,17 +2,21 @@
 //! keys always required, the public URL from `NIMBUS_PUBLIC_URL` or API Gateway's request context.
 
 use super::arming_state::ArmingState;
+use super::aws;
 use super::config_source::ConfigSource;
 use super::http_api_deadline::{http_api_answer_deadline_from_env, with_http_api_deadline};
 use super::table_access::{LambdaFunction, ScopedState};
-use super::{app_state, inference_service, lambda_host, Adapters, AuthSettings, InitError, WorkerParts};
-use crate::adapters::aws::{load_sdk_config, EventBridgeSwitch, POLLER_RULE_ENV};
+use super::{
+    batches_state, files_state, host_state, inference_service, inference_state, lambda_host, Adapters, AuthSettings,
+    InitError, ModelLayers, WorkerParts,
+};
+use crate::adapters::aws::{load_sdk_config, EventBridgeSwitch, SsmParameters, POLLER_RULE_ENV};
 use crate::adapters::DeferredTasks;
 use crate::app::LoadedConfig;
 use crate::auth::{AuthMode, UntaggedKeys};
 use crate::batches::BatchSettings;
 use crate::config::Config;
-use crate::http::{AppState, HttpSettings, PublicBaseUrl};
+use crate::http::{HostState, HttpSettings, PublicBaseUrl};
 use crate::jobs::JobDispatcher;
 use crate::ports::ScheduleSwitch;
 use crate::scheduler::Arming;
@@ -58,30 +62,72 @@ fn lambda_batch_settings(config: &Config) -> BatchSettings {
 /// read provider keys under; set on the functions that call providers.
 pub const PROVIDER_KEY_PREFIX_ENV: &str = "NIMBUS_PROVIDER_KEY_PREFIX";
 
-/// The AWS stack of `function`: its state store reaches only the records its role allows. The SDK
-/// configuration it was built from is returned for the clients a function adds (the poller's
-/// schedule switch), so that it is loaded once.
-async fn lambda_stack(function: LambdaFunction) -> Result<(LoadedConfig, Adapters, aws_config::SdkConfig), InitError> {
+/// Adds to a function's adapters the clients its role reaches beyond the state table and the
+/// bucket (`template.yaml`). Each function names its own, so it links only those.
+type Reach = fn(Adapters, &aws_config::SdkConfig) -> Result<Adapters, InitError>;
+
+/// The inference function's: provider keys.
+fn calling_providers(adapters: Adapters, sdk_config: &aws_config::SdkConfig) -> Result<Adapters, InitError> {
+    Ok(adapters.with_provider_secrets(Arc::new(SsmParameters::new(sdk_config))))
+}
+
+/// The files function's: the poller's schedule, armed after due work is written.
+fn writing_due_work(adapters: Adapters, sdk_config: &aws_config::SdkConfig) -> Result<Adapters, InitError> {
+    Ok(match poller_switch(sdk_config) {
+        Some(switch) => {
+            let arming = Arming::new(Arc::clone(&adapters.state), switch);
+            let state = Arc::new(ArmingState::new(
+                Arc::clone(&adapters.state),
+                arming,
+                Arc::clone(&adapters.clock),
+            ));
+            Adapters { state, ..adapters }
+        }
+        None => adapters,
+    })
+}
+
+/// The poller's: the job queues, the sealing key and provider keys (one SSM client for both).
+fn running_jobs(adapters: Adapters, sdk_config: &aws_config::SdkConfig) -> Result<Adapters, InitError> {
+    let parameters = SsmParameters::new(sdk_config);
+    Ok(adapters
+        .with_queue(Arc::new(aws::job_queues(sdk_config)?))
+        .with_sealer(aws::sealer_of(sdk_config, &parameters))
+        .with_provider_secrets(Arc::new(parameters)))
+}
+
+/// The batches function's and the worker's: [`running_jobs`], and they write due work.
+fn running_jobs_writing_due_work(
+    adapters: Adapters,
+    sdk_config: &aws_config::SdkConfig,
+) -> Result<Adapters, InitError> {
+    writing_due_work(running_jobs(adapters, sdk_config)?, sdk_config)
+}
+
+/// The AWS adapters of `function`: its state store reaches only the records its role allows, and
+/// `reach` adds the clients its role reaches. The SDK configuration they were built from is
+/// returned for the clients a function adds (the poller's schedule switch) and the configuration's
+/// source, so that it is loaded once.
+async fn lambda_adapters(
+    function: LambdaFunction,
+    reach: Reach,
+) -> Result<(Adapters, aws_config::SdkConfig), InitError> {
     let sdk_config = load_sdk_config().await;
-    let config = ConfigSource::from_env()?.load(&sdk_config).await?;
-    if let Some(prefix) = std::env::var(PROVIDER_KEY_PREFIX_ENV).ok().filter(|p| !p.is_empty()) {
-        config.config.check_key_parameter_prefix(&prefix)?;
-    }
-    let mut adapters = super::aws::adapters(&sdk_config).await?;
+    let mut adapters = aws::adapters(&sdk_config).await?;
     // Scoped first: everything built on the store after this (the key tags too) goes through it.
     adapters.state = Arc::new(ScopedState::new(adapters.state, function));
-    // Functions that write due work arm the poller's schedule after writing it.
-    if matches!(
-        function,
-        LambdaFunction::Files | LambdaFunction::Batches | LambdaFunction::Worker
-    ) {
-        if let Some(switch) = poller_switch(&sdk_config) {
-            let arming = Arming::new(Arc::clone(&adapters.state), switch);
-            adapters.state = Arc::new(ArmingState::new(adapters.state, arming, Arc::clone(&adapters.clock)));
-        }
+    let adapters = reach(adapters, &sdk_config)?.with_untagged_keys(UntaggedKeys::from_env()?);
+    Ok((adapters, sdk_config))
+}
+
+/// The configuration `NIMBUS_CONFIG_SOURCE` names, its provider keys checked against the prefix
+/// the function's role may read ([`PROVIDER_KEY_PREFIX_ENV`]).
+async fn lambda_config(sdk_config: &aws_config::SdkConfig) -> Result<LoadedConfig, InitError> {
+    let loaded = ConfigSource::from_env()?.load(sdk_config).await?;
+    if let Some(prefix) = std::env::var(PROVIDER_KEY_PREFIX_ENV).ok().filter(|p| !p.is_empty()) {
+        loaded.config.check_key_parameter_prefix(&prefix)?;
     }
-    let adapters = adapters.with_untagged_keys(UntaggedKeys::from_env()?);
-    Ok((config, adapters, sdk_config))
+    Ok(loaded)
 }
 
 /// `NIMBUS_PUBLIC_URL` when set (e.g. a custom domain in front of API Gateway), checked.
@@ -122,8 +168,12 @@ fn with_request_public_url(router: Router) -> Router {
 
 /// What the worker and the poller are built from (see [`super::job_dispatcher`] and
 /// [`super::scheduler`], shared with the local server).
-async fn lambda_worker_parts(function: LambdaFunction) -> Result<(WorkerParts, aws_config::SdkConfig), InitError> {
-    let (loaded, adapters, sdk_config) = lambda_stack(function).await?;
+async fn lambda_worker_parts(
+    function: LambdaFunction,
+    reach: Reach,
+) -> Result<(WorkerParts, aws_config::SdkConfig), InitError> {
+    let (adapters, sdk_config) = lambda_adapters(function, reach).await?;
+    let loaded = lambda_config(&sdk_config).await?;
     let inference = inference_service(&loaded.config, &adapters)?;
     let parts = WorkerParts::new(&loaded, &adapters, inference, lambda_batch_settings(&loaded.config));
     Ok((parts, sdk_config))
@@ -142,62 +192,88 @@ impl HttpFunction {
     }
 }
 
-/// The function serving `routes` over the AWS stack. Its handlers defer work to a
-/// [`DeferredTasks`] the Lambda host finishes after each invocation.
-async fn http_function(
-    function: LambdaFunction,
-    routes: impl FnOnce(AppState) -> Router,
-) -> Result<HttpFunction, InitError> {
-    let (loaded, mut adapters, _) = lambda_stack(function).await?;
-    let deferred = Arc::new(DeferredTasks::new());
-    adapters.after_response = Arc::clone(&deferred) as _;
-    let state = app_state(
-        &loaded,
-        &adapters,
-        AuthSettings {
+/// What an HTTP function's router is built on: its adapters, the state every route shares, the
+/// host's settings, and where its handlers defer work (the Lambda host finishes it after each
+/// invocation).
+struct HttpStack {
+    adapters: Adapters,
+    sdk_config: aws_config::SdkConfig,
+    host: HostState,
+    http: HttpSettings,
+    deferred: Arc<DeferredTasks>,
+}
+
+impl HttpStack {
+    async fn new(function: LambdaFunction, reach: Reach) -> Result<Self, InitError> {
+        let (mut adapters, sdk_config) = lambda_adapters(function, reach).await?;
+        let deferred = Arc::new(DeferredTasks::new());
+        adapters.after_response = Arc::clone(&deferred) as _;
+        let auth = AuthSettings {
             mode: AuthMode::Required,
             cache_ttl: LAMBDA_AUTH_CACHE_TTL,
-        },
-        HttpSettings {
-            inline_content_limit: LAMBDA_INLINE_CONTENT_LIMIT,
-            public_url: public_url_from_env()?,
-        },
-        lambda_batch_settings(&loaded.config),
-    )?;
-    Ok(HttpFunction {
-        router: with_http_api_deadline(routes(state), http_api_answer_deadline_from_env()?),
-        deferred,
-    })
+        };
+        Ok(Self {
+            host: host_state(&adapters, auth),
+            http: HttpSettings {
+                inline_content_limit: LAMBDA_INLINE_CONTENT_LIMIT,
+                public_url: public_url_from_env()?,
+            },
+            adapters,
+            sdk_config,
+            deferred,
+        })
+    }
+
+    /// The function serving `router`.
+    fn serve(self, router: Router) -> Result<HttpFunction, InitError> {
+        Ok(HttpFunction {
+            router: with_http_api_deadline(router, http_api_answer_deadline_from_env()?),
+            deferred: self.deferred,
+        })
+    }
 }
 
-/// The inference function (behind the HTTP API, and streaming behind the streaming REST API).
+/// The inference function (behind the HTTP API, and streaming behind the streaming REST API):
+/// the model and function layers, no batch engine, files or webhooks.
 pub async fn inference_function() -> Result<HttpFunction, InitError> {
-    http_function(LambdaFunction::Inference, crate::http::inference_router).await
+    let stack = HttpStack::new(LambdaFunction::Inference, calling_providers).await?;
+    let loaded = lambda_config(&stack.sdk_config).await?;
+    let layers = ModelLayers::new(&loaded, &stack.adapters)?;
+    let state = inference_state(&loaded, &stack.adapters, &layers);
+    let router = crate::http::inference_router(stack.host.clone(), state);
+    stack.serve(router)
 }
 
-/// The files function (the only one that builds absolute URLs: direct uploads).
+/// The files function (the only one that builds absolute URLs: direct uploads): files alone, no
+/// configuration (it calls no model).
 pub async fn files_function() -> Result<HttpFunction, InitError> {
-    http_function(LambdaFunction::Files, |state| {
-        with_request_public_url(crate::http::files_router(state))
-    })
-    .await
+    let stack = HttpStack::new(LambdaFunction::Files, writing_due_work).await?;
+    let state = files_state(&stack.adapters, stack.http.clone());
+    let router = with_request_public_url(crate::http::files_router(stack.host.clone(), state));
+    stack.serve(router)
 }
 
-/// The batches function.
+/// The batches function: the batch engine, async requests and webhooks over the model layers.
 pub async fn batches_function() -> Result<HttpFunction, InitError> {
-    http_function(LambdaFunction::Batches, crate::http::batches_router).await
+    let stack = HttpStack::new(LambdaFunction::Batches, running_jobs_writing_due_work).await?;
+    let loaded = lambda_config(&stack.sdk_config).await?;
+    let layers = ModelLayers::new(&loaded, &stack.adapters)?;
+    let settings = lambda_batch_settings(&loaded.config);
+    let state = batches_state(&loaded, &stack.adapters, &layers, stack.http.clone(), settings);
+    let router = crate::http::batches_router(stack.host.clone(), state);
+    stack.serve(router)
 }
 
 /// The SQS-triggered worker: every job family's runner (see [`super::job_dispatcher`]).
 pub async fn worker() -> Result<JobDispatcher, InitError> {
-    let (parts, _) = lambda_worker_parts(LambdaFunction::Worker).await?;
+    let (parts, _) = lambda_worker_parts(LambdaFunction::Worker, running_jobs_writing_due_work).await?;
     Ok(super::job_dispatcher(&parts))
 }
 
 /// The scheduled poller: every scheduled task (see [`super::scheduler`]), each pass ending by
 /// arming or disarming its every-minute schedule when the stack names it ([`POLLER_RULE_ENV`]).
 pub async fn scheduler() -> Result<Scheduler, InitError> {
-    let (parts, sdk_config) = lambda_worker_parts(LambdaFunction::Poller).await?;
+    let (parts, sdk_config) = lambda_worker_parts(LambdaFunction::Poller, running_jobs).await?;
     let scheduler = super::scheduler(&parts);
     Ok(match poller_switch(&sdk_config) {
         Some(switch) => scheduler.with_arming(Arming::new(Arc::clone(&parts.adapters.state), switch)),

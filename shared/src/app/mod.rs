@@ -35,7 +35,7 @@ use crate::files::sweep::FilesSweep;
 use crate::files::FilesService;
 use crate::functions::feedback::FeedbackService;
 use crate::functions::inference::{FunctionService, InferencePersistence};
-use crate::http::{AppState, HttpSettings};
+use crate::http::{AppState, BatchesState, FilesState, HostState, HttpSettings, InferenceState};
 use crate::inference::InferenceService;
 use crate::jobs::{JobDispatcher, JobFamily};
 use crate::lmi_api::LmiApi;
@@ -101,6 +101,12 @@ impl Adapters {
             record_retention_days: DEFAULT_RECORD_RETENTION_DAYS,
             due_index_shards: DEFAULT_DUE_INDEX_SHARDS,
         }
+    }
+
+    /// Send and receive jobs through `queue`.
+    pub fn with_queue(mut self, queue: Arc<dyn JobQueue>) -> Self {
+        self.queue = queue;
+        self
     }
 
     /// Verify keys minted before keys carried a tag as `untagged` says.
@@ -308,7 +314,84 @@ pub fn async_service(
     )
 }
 
-/// Build the handler state from a validated configuration and adapters.
+/// The state every host's routes share: authentication and request metrics.
+pub fn host_state(adapters: &Adapters, auth: AuthSettings) -> HostState {
+    HostState {
+        auth: Arc::new(Authenticator::new(adapters.api_keys(), auth.mode, auth.cache_ttl)),
+        metrics: Arc::clone(&adapters.metrics),
+    }
+}
+
+/// The inference layer, the function layer over it, and the store of the function layer's
+/// records: what the inference and batches functions build their handlers' state on.
+#[derive(Clone)]
+pub struct ModelLayers {
+    pub inference: Arc<InferenceService>,
+    pub functions: Arc<FunctionService>,
+    pub records: Arc<dyn InferenceStore>,
+}
+
+impl ModelLayers {
+    pub fn new(loaded: &LoadedConfig, adapters: &Adapters) -> Result<Self, InitError> {
+        let inference = inference_service(&loaded.config, adapters)?;
+        let records = adapters.inference_records();
+        let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
+        Ok(Self {
+            inference,
+            functions,
+            records,
+        })
+    }
+}
+
+/// The inference function's handlers' state.
+pub fn inference_state(loaded: &LoadedConfig, adapters: &Adapters, layers: &ModelLayers) -> InferenceState {
+    InferenceState {
+        feedback: feedback_service(&loaded.config, adapters, Arc::clone(&layers.records)),
+        lmi_api: Arc::new(LmiApi::new(
+            Arc::clone(&layers.inference),
+            loaded.config.lmi_api.clone(),
+        )),
+        records: Arc::clone(&layers.records),
+        functions: Arc::clone(&layers.functions),
+        inference: Arc::clone(&layers.inference),
+    }
+}
+
+/// The files function's handlers' state.
+pub fn files_state(adapters: &Adapters, http: HttpSettings) -> FilesState {
+    FilesState {
+        files: Arc::new(adapters.files()),
+        settings: http,
+    }
+}
+
+/// The batches function's handlers' state: the batch engine and async requests, calling models
+/// through `layers`.
+pub fn batches_state(
+    loaded: &LoadedConfig,
+    adapters: &Adapters,
+    layers: &ModelLayers,
+    http: HttpSettings,
+    batches: BatchSettings,
+) -> BatchesState {
+    let ModelLayers {
+        inference,
+        functions,
+        records,
+    } = layers.clone();
+    BatchesState {
+        async_requests: async_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&functions)),
+        batches: batch_service(adapters, inference, functions, records, batches),
+        webhook_secrets: webhooks::webhook_secrets(adapters),
+        webhook_endpoints: webhooks::webhook_endpoints(adapters),
+        batch_webhooks: webhooks::batch_webhooks(adapters),
+        settings: http,
+    }
+}
+
+/// Every function's handlers' state from a validated configuration and adapters: what the local
+/// server serves.
 pub fn app_state(
     loaded: &LoadedConfig,
     adapters: &Adapters,
@@ -316,32 +399,12 @@ pub fn app_state(
     http: HttpSettings,
     batches: BatchSettings,
 ) -> Result<AppState, InitError> {
-    let config = &loaded.config;
-    let inference = inference_service(config, adapters)?;
-    let records = adapters.inference_records();
-    let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
-    let batches = batch_service(
-        adapters,
-        Arc::clone(&inference),
-        Arc::clone(&functions),
-        Arc::clone(&records),
-        batches,
-    );
+    let layers = ModelLayers::new(loaded, adapters)?;
     Ok(AppState {
-        async_requests: async_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&functions)),
-        functions,
-        batches,
-        inference: Arc::clone(&inference),
-        files: Arc::new(adapters.files()),
-        auth: Arc::new(Authenticator::new(adapters.api_keys(), auth.mode, auth.cache_ttl)),
-        settings: http,
-        feedback: feedback_service(config, adapters, Arc::clone(&records)),
-        records,
-        webhook_secrets: webhooks::webhook_secrets(adapters),
-        webhook_endpoints: webhooks::webhook_endpoints(adapters),
-        batch_webhooks: webhooks::batch_webhooks(adapters),
-        lmi_api: Arc::new(LmiApi::new(inference, config.lmi_api.clone())),
-        metrics: Arc::clone(&adapters.metrics),
+        host: host_state(adapters, auth),
+        inference: inference_state(loaded, adapters, &layers),
+        files: files_state(adapters, http.clone()),
+        batches: batches_state(loaded, adapters, &layers, http, batches),
     })
 }
 

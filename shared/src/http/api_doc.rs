@@ -1,7 +1,8 @@
-//! The OpenAPI 3.1 document of the whole HTTP surface. Each handler carries its own operation
-//! (`#[utoipa::path]`, registered with its route by `utoipa_axum::routes!`), so the document is
-//! built from the same route lists the hosts serve; schemas are derived from the handlers' types.
-//! Served at `GET /openapi.json`; `docs/openapi.json` is the checked-in copy.
+//! The OpenAPI 3.1 document of the whole HTTP surface, served at `GET /openapi.json`, and the
+//! error responses each surface's operations declare. Each handler carries its own operation
+//! (`#[utoipa::path]`, registered with its route by `routes!`), so the document is built from the
+//! same route lists the hosts serve (`super::openapi_document`); `docs/openapi.json` is the
+//! checked-in copy.
 
 use super::baseten_error::BasetenErrorBody;
 use super::lmi_error::LmiErrorBody;
@@ -11,47 +12,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::OnceLock;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, OpenApi as Document, Ref, RefOr, Response, ResponseBuilder, ResponsesBuilder};
-use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
-
-/// The document's fixed parts: what Nimbus is, the API key scheme, the tags.
-#[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "Nimbus",
-        description = "A serverless LLM inference gateway: OpenAI-compatible chat, embeddings, files, \
-            uploads and batches; TensorZero-style functions, batch inference and records; Baseten-style \
-            async inference with webhooks; the DJL Serving (LMI) API.",
-        license(name = "Apache-2.0", identifier = "Apache-2.0"),
-    ),
-    modifiers(&ApiKeyAuth),
-    security(("api_key" = [])),
-    tags(
-        (name = "openai", description = "OpenAI-compatible chat completions, embeddings and models"),
-        (name = "files", description = "OpenAI-compatible files, uploads and direct uploads"),
-        (name = "batches", description = "OpenAI-compatible batches"),
-        (name = "tensorzero", description = "TensorZero-style functions, batch inference, records and feedback"),
-        (name = "async", description = "Baseten-style async inference"),
-        (name = "webhooks", description = "Webhook signing secrets and endpoints"),
-        (name = "lmi", description = "The DJL Serving (LMI) API"),
-        (name = "operations", description = "Health, metrics and this document"),
-    ),
-    components(schemas(ErrorEnvelope, TensorZeroErrorBody, BasetenErrorBody, LmiErrorBody)),
-)]
-struct Fixed;
-
-/// `Authorization: Bearer <key>` (a gateway API key; a local server without keys accepts any).
-struct ApiKeyAuth;
-
-impl Modify for ApiKeyAuth {
-    fn modify(&self, openapi: &mut Document) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        let scheme = HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build();
-        components.add_security_scheme("api_key", SecurityScheme::Http(scheme));
-    }
-}
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder, ResponsesBuilder};
+use utoipa::{IntoResponses, ToSchema};
 
 /// A surface's error responses: any 4XX or 5XX, its body that surface's error shape `T`.
 pub struct ErrorResponses<T>(PhantomData<T>);
@@ -87,19 +49,9 @@ pub type BasetenErrors = ErrorResponses<BasetenErrorBody>;
 /// The LMI API's errors (bad input is a 424, as DJL Serving answers it).
 pub type LmiErrors = ErrorResponses<LmiErrorBody>;
 
-/// The whole document: the fixed parts and every route's operation.
-pub fn document() -> Document {
-    let mut document = Fixed::openapi();
-    document.merge(super::every_route().into_openapi());
-    document.info.version = env!("CARGO_PKG_VERSION").to_owned();
-    document
-}
-
-/// The document as pretty-printed JSON, built once.
-pub fn document_json() -> &'static str {
-    static JSON: OnceLock<String> = OnceLock::new();
-    JSON.get_or_init(|| document().to_pretty_json().unwrap_or_else(|_| "{}".to_owned()))
-}
+/// The checked-in document (`docs/openapi.json`, kept current by `make openapi` and checked by
+/// `the_checked_in_document_is_current`): what `GET /openapi.json` serves.
+const CHECKED_IN: &str = include_str!("../../../docs/openapi.json");
 
 /// `GET /openapi.json`.
 #[utoipa::path(
@@ -110,5 +62,5 @@ pub fn document_json() -> &'static str {
     responses((status = 200, description = "This document (OpenAPI 3.1)", content_type = "application/json", body = Object))
 )]
 pub(super) async fn openapi_json() -> axum::response::Response {
-    ([(header::CONTENT_TYPE, "application/json")], document_json()).into_response()
+    ([(header::CONTENT_TYPE, "application/json")], CHECKED_IN).into_response()
 }

@@ -1,7 +1,7 @@
 //! The OpenAPI document: the checked-in copy is current, and it names exactly the routes the
 //! local server serves.
 
-use super::api_doc::{document, document_json};
+use super::openapi_document::{document, document_json};
 use super::tests::local_in;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

@@ -3,11 +3,12 @@
 //! and the same under a per-model base URL `/models/{model}` (`/async_predict`,
 //! `/production/async_predict`, `/async_request/{id}`). Parse, call the async service, render.
 
+use super::api_routes::routes;
 use super::baseten_error::BasetenError;
 use super::error::ApiError;
 use super::extract::{ApiExtension, ApiPath};
 use super::json_body::JsonBody;
-use super::AppState;
+use super::BatchesState;
 use crate::async_requests::{
     AsyncError, AsyncPredictDoc, AsyncRequestPage, AsyncRequestView, CancelOutcome, ListAsyncRequests, ASYNC_PAGE,
 };
@@ -20,12 +21,11 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
 /// Baseten's limit on an `/async_predict` body.
 pub const MAX_ASYNC_BODY_BYTES: usize = 256 * 1024;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(super) fn routes() -> OpenApiRouter<BatchesState> {
     OpenApiRouter::default()
         .routes(routes!(submit))
         .routes(routes!(submit_for_model))
@@ -53,7 +53,7 @@ struct AsyncAccepted {
     responses((status = 200, body = AsyncAccepted), super::api_doc::BasetenErrors)
 )]
 async fn submit(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     body: Result<JsonBody<Map<String, Value>>, ApiError>,
 ) -> Result<Json<AsyncAccepted>, BasetenError> {
@@ -70,7 +70,7 @@ async fn submit(
     responses((status = 200, body = AsyncAccepted), super::api_doc::BasetenErrors)
 )]
 async fn submit_for_model(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(model): ApiPath<String>,
     body: Result<JsonBody<Map<String, Value>>, ApiError>,
@@ -88,7 +88,7 @@ async fn submit_for_model(
     responses((status = 200, body = AsyncAccepted), super::api_doc::BasetenErrors)
 )]
 async fn submit_for_production_model(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(model): ApiPath<String>,
     body: Result<JsonBody<Map<String, Value>>, ApiError>,
@@ -98,7 +98,7 @@ async fn submit_for_production_model(
 
 /// Queue a submission (for the model of a per-model URL, when there is one).
 async fn accept(
-    state: &AppState,
+    state: &BatchesState,
     principal: &Principal,
     body: Result<JsonBody<Map<String, Value>>, ApiError>,
     path_model: Option<&str>,
@@ -134,7 +134,7 @@ fn unreadable_body(error: ApiError) -> BasetenError {
     responses((status = 200, body = AsyncRequestView), super::api_doc::BasetenErrors)
 )]
 async fn status(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(request_id): ApiPath<String>,
 ) -> Result<Json<AsyncRequestView>, BasetenError> {
@@ -150,7 +150,7 @@ async fn status(
     responses((status = 200, body = AsyncRequestView), super::api_doc::BasetenErrors)
 )]
 async fn status_for_model(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath((model, request_id)): ApiPath<(String, String)>,
 ) -> Result<Json<AsyncRequestView>, BasetenError> {
@@ -170,7 +170,7 @@ async fn status_for_model(
     responses((status = 200, body = CancelOutcome), super::api_doc::BasetenErrors)
 )]
 async fn cancel(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(request_id): ApiPath<String>,
 ) -> Result<Json<CancelOutcome>, BasetenError> {
@@ -188,7 +188,7 @@ async fn cancel(
     responses((status = 200, body = CancelOutcome), super::api_doc::BasetenErrors)
 )]
 async fn cancel_for_model(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath((model, request_id)): ApiPath<(String, String)>,
 ) -> Result<Json<CancelOutcome>, BasetenError> {
@@ -211,7 +211,7 @@ async fn cancel_for_model(
     responses((status = 200, description = "The endpoint's answer", body = Object), super::api_doc::BasetenErrors)
 )]
 async fn output(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(request_id): ApiPath<String>,
 ) -> Result<Response, BasetenError> {
@@ -240,7 +240,7 @@ struct ListParams {
     responses((status = 200, body = AsyncRequestPage), super::api_doc::BasetenErrors)
 )]
 async fn list(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     query: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<AsyncRequestPage>, BasetenError> {

@@ -1,9 +1,10 @@
 //! `/v1/batches`.
 
+use super::api_routes::routes;
 use super::error::ApiError;
 use super::extract::{ApiExtension, ApiPath, ApiQuery};
 use super::json_body::JsonBody;
-use super::AppState;
+use super::BatchesState;
 use crate::auth::Principal;
 use crate::batches::{ListBatches, BATCH_PAGE};
 use crate::openai::batches::{BatchList, BatchObject, CreateBatchRequest};
@@ -14,9 +15,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(super) fn routes() -> OpenApiRouter<BatchesState> {
     OpenApiRouter::default()
         .routes(routes!(create_batch, list_batches))
         .routes(routes!(get_batch))
@@ -48,7 +48,7 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Api
     responses((status = 200, body = BatchObject), super::api_doc::OpenAiErrors)
 )]
 async fn create_batch(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     headers: HeaderMap,
     body: JsonBody<CreateBatchRequest>,
@@ -84,7 +84,7 @@ struct ListParams {
     responses((status = 200, body = BatchList), super::api_doc::OpenAiErrors)
 )]
 async fn list_batches(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Response, ApiError> {
@@ -114,7 +114,7 @@ async fn list_batches(
     responses((status = 200, body = BatchObject), super::api_doc::OpenAiErrors)
 )]
 async fn get_batch(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
     ApiQuery(params): ApiQuery<GetParams>,
@@ -147,7 +147,7 @@ struct GetParams {
     responses((status = 200, body = BatchObject), super::api_doc::OpenAiErrors)
 )]
 async fn cancel_batch(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {

@@ -4,7 +4,7 @@ use super::error::ApiError;
 use super::extract::{ApiExtension, ApiPath, ApiQuery};
 use super::json_body::JsonBody;
 use super::multipart_stream::{multipart_error, multipart_rejection, read_text_field, skip_field, stream_field};
-use super::{AppState, PublicBaseUrl};
+use super::{FilesState, PublicBaseUrl};
 use crate::auth::Principal;
 use crate::files::{DeclaredBytes, FileContent, FileReservation, ListFiles, NewFile, FILE_PAGE, MAX_FILE_BYTES};
 use crate::openai::files::{
@@ -21,10 +21,10 @@ use axum::{Extension, Json};
 use futures::StreamExt;
 use serde::Deserialize;
 
+use super::api_routes::routes;
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(super) fn routes() -> OpenApiRouter<FilesState> {
     OpenApiRouter::default()
         .routes(routes!(create_file, list_files))
         .routes(routes!(get_file, delete_file))
@@ -80,7 +80,7 @@ fn parse_seconds(text: &str) -> Result<i64, ApiError> {
     responses((status = 200, body = FileObject), super::api_doc::OpenAiErrors)
 )]
 async fn create_file(
-    State(state): State<AppState>,
+    State(state): State<FilesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     headers: HeaderMap,
     multipart: Result<Multipart, MultipartRejection>,
@@ -221,7 +221,7 @@ pub(super) fn parse_order(text: Option<&str>) -> Result<ListOrder, ApiError> {
     responses((status = 200, body = FileList), super::api_doc::OpenAiErrors)
 )]
 async fn list_files(
-    State(state): State<AppState>,
+    State(state): State<FilesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Response, ApiError> {
@@ -247,7 +247,7 @@ async fn list_files(
     responses((status = 200, body = FileObject), super::api_doc::OpenAiErrors)
 )]
 async fn get_file(
-    State(state): State<AppState>,
+    State(state): State<FilesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
@@ -263,7 +263,7 @@ async fn get_file(
     responses((status = 200, body = FileDeleted), super::api_doc::OpenAiErrors)
 )]
 async fn delete_file(
-    State(state): State<AppState>,
+    State(state): State<FilesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
@@ -284,7 +284,7 @@ async fn delete_file(
     )
 )]
 async fn file_content(
-    State(state): State<AppState>,
+    State(state): State<FilesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
@@ -322,7 +322,7 @@ async fn file_content(
     responses((status = 200, body = FileObject), super::api_doc::OpenAiErrors)
 )]
 async fn put_direct_content(
-    State(state): State<AppState>,
+    State(state): State<FilesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
     request: Request,
@@ -345,7 +345,7 @@ async fn put_direct_content(
     responses((status = 200, body = DirectUpload), super::api_doc::OpenAiErrors)
 )]
 async fn create_direct_upload(
-    State(state): State<AppState>,
+    State(state): State<FilesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     request_base_url: Option<Extension<PublicBaseUrl>>,
     body: JsonBody<CreateDirectUploadRequest>,

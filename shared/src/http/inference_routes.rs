@@ -2,11 +2,12 @@
 
 use super::answer_deadline::StreamAnswer;
 use super::api_doc::OpenAiErrors;
+use super::api_routes::routes;
 use super::error::ApiError;
 use super::extract::ApiPath;
 use super::json_body::JsonBody;
 use super::sse::sse_response;
-use super::AppState;
+use super::InferenceState;
 use crate::openai::chat::{ChatCompletion, ChatCompletionChunk, ChatCompletionRequest};
 use crate::openai::credentials::take_credentials;
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingResponse};
@@ -17,9 +18,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(super) fn routes() -> OpenApiRouter<InferenceState> {
     let router = OpenApiRouter::default()
         .routes(routes!(chat_completions))
         .routes(routes!(embeddings))
@@ -54,7 +54,7 @@ pub(super) async fn health() -> Json<Health> {
     )
 )]
 async fn chat_completions(
-    State(state): State<AppState>,
+    State(state): State<InferenceState>,
     stream_answer: StreamAnswer,
     body: JsonBody<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
@@ -79,7 +79,10 @@ async fn chat_completions(
     request_body = EmbeddingRequest,
     responses((status = 200, body = EmbeddingResponse), OpenAiErrors)
 )]
-async fn embeddings(State(state): State<AppState>, body: JsonBody<EmbeddingRequest>) -> Result<Response, ApiError> {
+async fn embeddings(
+    State(state): State<InferenceState>,
+    body: JsonBody<EmbeddingRequest>,
+) -> Result<Response, ApiError> {
     let JsonBody { typed, mut raw, .. } = body;
     let credentials = take_credentials(&mut raw)?;
     let response = state.inference.embed(&typed, &credentials).await?;
@@ -88,7 +91,7 @@ async fn embeddings(State(state): State<AppState>, body: JsonBody<EmbeddingReque
 
 /// `GET /v1/models`: every configured model.
 #[utoipa::path(get, path = "/v1/models", tag = "openai", responses((status = 200, body = ModelList), OpenAiErrors))]
-async fn list_models(State(state): State<AppState>) -> Response {
+async fn list_models(State(state): State<InferenceState>) -> Response {
     Json(state.inference.list_models()).into_response()
 }
 
@@ -100,6 +103,6 @@ async fn list_models(State(state): State<AppState>) -> Response {
     params(("model" = String, Path, description = "The model's id; it may contain `/`")),
     responses((status = 200, body = ModelObject), OpenAiErrors)
 )]
-async fn get_model(State(state): State<AppState>, ApiPath(model): ApiPath<String>) -> Result<Response, ApiError> {
+async fn get_model(State(state): State<InferenceState>, ApiPath(model): ApiPath<String>) -> Result<Response, ApiError> {
     Ok(Json(state.inference.get_model(&model)?).into_response())
 }

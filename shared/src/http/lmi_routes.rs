@@ -3,10 +3,11 @@
 //! LMI domain (`crate::lmi_api`), frame; errors in LMI's shapes (`lmi_error`).
 
 use super::answer_deadline::StreamAnswer;
+use super::api_routes::routes;
 use super::extract::ApiPath;
 use super::json_body::JsonBody;
 use super::lmi_error::LmiError;
-use super::AppState;
+use super::InferenceState;
 use crate::lmi_api::{LineFraming, LmiAnswer, ModelTarget, TARGET_MODEL_HEADER};
 use axum::body::Body;
 use axum::extract::State;
@@ -19,21 +20,20 @@ use serde::de::IgnoredAny;
 use serde::Serialize;
 use serde_json::Value;
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
 /// The paths of this surface (errors on them are rendered in LMI's shapes).
 pub fn is_lmi_path(path: &str) -> bool {
     matches!(path, "/invocations" | "/ping") || path.starts_with("/predictions/")
 }
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(super) fn routes() -> OpenApiRouter<InferenceState> {
     let router = OpenApiRouter::default().routes(routes!(invocations));
     // A model name may hold slashes.
     super::with_wildcard_route(router, "/predictions/{*model}", routes!(predictions))
 }
 
 /// Routes without authentication.
-pub(super) fn open_routes() -> OpenApiRouter<AppState> {
+pub(super) fn open_routes() -> OpenApiRouter<super::HostState> {
     OpenApiRouter::default().routes(routes!(ping))
 }
 
@@ -66,7 +66,7 @@ async fn ping() -> Json<Ping> {
     )
 )]
 async fn invocations(
-    State(state): State<AppState>,
+    State(state): State<InferenceState>,
     stream_answer: StreamAnswer,
     headers: HeaderMap,
     body: JsonBody<IgnoredAny>,
@@ -97,7 +97,7 @@ async fn invocations(
     )
 )]
 async fn predictions(
-    State(state): State<AppState>,
+    State(state): State<InferenceState>,
     ApiPath(model): ApiPath<String>,
     stream_answer: StreamAnswer,
     headers: HeaderMap,
@@ -107,7 +107,7 @@ async fn predictions(
 }
 
 async fn answer(
-    state: &AppState,
+    state: &InferenceState,
     target: ModelTarget,
     headers: &HeaderMap,
     body: JsonBody<IgnoredAny>,

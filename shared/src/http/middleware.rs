@@ -2,7 +2,7 @@
 
 use super::error::ApiError;
 use super::revocable_stream::{end_on_revocation, CHECK_EVERY};
-use super::AppState;
+use super::HostState;
 use crate::auth::Principal;
 use crate::user_text::excerpt;
 use axum::extract::{RawPathParams, Request, State};
@@ -87,7 +87,7 @@ pub async fn record_resource_id(mut request: Request, next: Next) -> Response {
 
 /// Authenticate, then hand the [`Principal`] to the handler as an extension.
 pub async fn require_auth(
-    State(state): State<AppState>,
+    State(state): State<HostState>,
     mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {

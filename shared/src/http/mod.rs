@@ -3,6 +3,7 @@
 
 pub mod answer_deadline;
 pub mod api_doc;
+mod api_routes;
 mod async_routes;
 pub mod baseten_error;
 mod batch_routes;
@@ -19,10 +20,13 @@ pub mod lmi_routes;
 mod middleware;
 mod multipart_stream;
 mod openai_error;
+#[cfg(feature = "openapi")]
+pub mod openapi_document;
 pub mod public_url;
 mod request_metrics;
 mod revocable_stream;
 pub mod sse;
+mod state;
 mod tensorzero_batch_routes;
 pub mod tensorzero_error;
 mod tensorzero_openai_routes;
@@ -34,72 +38,26 @@ mod webhook_routes;
 
 pub use error::ApiError;
 pub use public_url::PublicBaseUrl;
+pub use state::{AppState, BatchesState, FilesState, HostState, HttpSettings, InferenceState};
 pub use tensorzero_error::{TensorZeroError, TensorZeroJson};
 
-use crate::async_requests::AsyncService;
-use crate::auth::Authenticator;
-use crate::batches::BatchService;
-use crate::files::FilesService;
-use crate::functions::feedback::FeedbackService;
-use crate::functions::inference::FunctionService;
-use crate::inference::InferenceService;
-use crate::lmi_api::LmiApi;
-use crate::ports::{InferenceStore, MetricsSink};
-use crate::webhooks::{BatchWebhooks, WebhookEndpoints, WebhookSecrets};
+use api_routes::routes;
 use axum::extract::DefaultBodyLimit;
 use axum::Router;
 use std::sync::Arc;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
-use utoipa_axum::routes;
-
-/// Everything the handlers need.
-#[derive(Clone)]
-pub struct AppState {
-    pub inference: Arc<InferenceService>,
-    pub functions: Arc<FunctionService>,
-    pub files: Arc<FilesService>,
-    pub batches: Arc<BatchService>,
-    pub auth: Arc<Authenticator>,
-    pub settings: HttpSettings,
-    /// The stored inferences of `/inference` (read by the records routes).
-    pub records: Arc<dyn InferenceStore>,
-    /// `POST /feedback`.
-    pub feedback: Arc<FeedbackService>,
-    pub async_requests: Arc<AsyncService>,
-    /// `/v1/webhook_secrets`.
-    pub webhook_secrets: Arc<WebhookSecrets>,
-    /// `/v1/webhook_endpoints`.
-    pub webhook_endpoints: Arc<WebhookEndpoints>,
-    /// `/v1/webhook_endpoints/{id}/deliveries`.
-    pub batch_webhooks: Arc<BatchWebhooks>,
-    /// `/invocations`, `/predictions/{model}`: the LMI API.
-    pub lmi_api: Arc<LmiApi>,
-    /// Requests are measured here; `GET /metrics` reads it back where it keeps them.
-    pub metrics: Arc<dyn MetricsSink>,
-}
-
-/// Host-specific choices.
-#[derive(Debug, Clone)]
-pub struct HttpSettings {
-    /// File content larger than this is answered with a redirect to a presigned URL when the blob
-    /// store offers one (a Lambda response must stay under 6 MB); smaller content streams through.
-    pub inline_content_limit: u64,
-    /// Where clients reach the gateway, for absolute URLs in responses (a direct upload's
-    /// `upload_url` when the blob store cannot presign). `None` in Lambda unless configured: the
-    /// Lambda host then supplies it per request from API Gateway's request context.
-    pub public_url: Option<PublicBaseUrl>,
-}
 
 /// Largest JSON body accepted (API Gateway's own limit is 10 MB).
 pub const MAX_JSON_BODY_BYTES: usize = 10 * 1024 * 1024;
 
 /// The inference function's routes: chat completions, embeddings, models, `/inference`, the
 /// TensorZero-style records and feedback routes, the LMI API, health.
-pub fn inference_router(state: AppState) -> Router {
-    host_router(state, inference_function_routes(), lmi_routes::open_routes())
+pub fn inference_router(host: HostState, state: InferenceState) -> Router {
+    let routes = Router::from(inference_function_routes()).with_state(state);
+    host_router(host, routes, lmi_routes::open_routes())
 }
 
-fn inference_function_routes() -> OpenApiRouter<AppState> {
+fn inference_function_routes() -> OpenApiRouter<InferenceState> {
     inference_routes::routes()
         .merge(tensorzero_routes::routes())
         .merge(tensorzero_openai_routes::routes())
@@ -109,20 +67,25 @@ fn inference_function_routes() -> OpenApiRouter<AppState> {
 }
 
 /// The files function's routes: `/v1/files`, `/v1/uploads`, `/v1/direct_uploads`, health.
-pub fn files_router(state: AppState) -> Router {
-    host_router(state, file_api_routes(), OpenApiRouter::default())
+pub fn files_router(host: HostState, state: FilesState) -> Router {
+    host_router(
+        host,
+        Router::from(file_api_routes()).with_state(state),
+        OpenApiRouter::default(),
+    )
 }
 
-/// The batches function's routes: `/v1/batches`, `/batch_inference`, `/v1/webhook_secrets`,
-/// `/v1/webhook_endpoints`, health.
-pub fn batches_router(state: AppState) -> Router {
-    host_router(state, batches_function_routes(), OpenApiRouter::default())
+/// The batches function's routes: `/v1/batches`, `/batch_inference`, `/async_predict`,
+/// `/v1/webhook_secrets`, `/v1/webhook_endpoints`, health.
+pub fn batches_router(host: HostState, state: BatchesState) -> Router {
+    let routes = Router::from(batches_function_routes()).with_state(state);
+    host_router(host, routes, OpenApiRouter::default())
 }
 
 /// Request bodies may be gzip-encoded (`Content-Encoding: gzip`): a large `/batch_inference`
 /// submission then fits the 6 MB a Lambda request may carry; the body limit applies to the
 /// decoded JSON.
-fn batches_function_routes() -> OpenApiRouter<AppState> {
+fn batches_function_routes() -> OpenApiRouter<BatchesState> {
     batch_routes::routes()
         .merge(tensorzero_batch_routes::routes())
         .merge(async_routes::routes())
@@ -131,18 +94,14 @@ fn batches_function_routes() -> OpenApiRouter<AppState> {
         .layer(tower_http::decompression::RequestDecompressionLayer::new())
 }
 
-/// Every function's authenticated routes: what the local server serves.
-fn every_function_route() -> OpenApiRouter<AppState> {
-    inference_function_routes()
-        .merge(batches_function_routes())
-        .merge(file_api_routes())
-}
-
 /// Every route of every host, authenticated or not: what the OpenAPI document describes.
-fn every_route() -> OpenApiRouter<AppState> {
-    every_function_route()
-        .merge(lmi_routes::open_routes())
-        .merge(open_routes())
+#[cfg(feature = "openapi")]
+fn every_route() -> utoipa::openapi::OpenApi {
+    let mut document = inference_function_routes().into_openapi();
+    document.merge(batches_function_routes().into_openapi());
+    document.merge(file_api_routes().into_openapi());
+    document.merge(open_routes().merge(lmi_routes::open_routes()).into_openapi());
+    document
 }
 
 /// Every function's routes on one router: what the local server serves. Its clients keep
@@ -154,20 +113,24 @@ pub fn local_router(state: AppState) -> Router {
 
 /// [`local_router`] with request bodies read under `body_timeouts`.
 pub fn local_router_with(state: AppState, body_timeouts: body_deadline::BodyTimeouts) -> Router {
-    host_router(state, every_function_route(), lmi_routes::open_routes())
+    let every_function = Router::from(inference_function_routes())
+        .with_state(state.inference)
+        .merge(Router::from(batches_function_routes()).with_state(state.batches))
+        .merge(Router::from(file_api_routes()).with_state(state.files));
+    host_router(state.host, every_function, lmi_routes::open_routes())
         .layer(axum::middleware::from_fn(body_drain::drain_unread_body))
         .layer(axum::Extension(body_timeouts))
 }
 
 /// Streamed bodies: sizes are enforced while streaming, per purpose, not by a body limit.
-fn file_api_routes() -> OpenApiRouter<AppState> {
+fn file_api_routes() -> OpenApiRouter<FilesState> {
     files_routes::routes()
         .merge(upload_routes::routes())
         .layer(DefaultBodyLimit::disable())
 }
 
 /// What every host answers without authentication: health, metrics, this API's document.
-fn open_routes() -> OpenApiRouter<AppState> {
+fn open_routes() -> OpenApiRouter<HostState> {
     OpenApiRouter::default()
         .routes(routes!(inference_routes::health))
         .routes(routes!(request_metrics::prometheus_text))
@@ -176,11 +139,11 @@ fn open_routes() -> OpenApiRouter<AppState> {
 
 /// `router` with `operation` served at `axum_path`, a path whose last parameter holds slashes
 /// (`/v1/models/{*model}`); the document keeps the operation's own path (`/v1/models/{model}`).
-fn with_wildcard_route(
-    router: OpenApiRouter<AppState>,
+fn with_wildcard_route<S: Clone + Send + Sync + 'static>(
+    router: OpenApiRouter<S>,
     axum_path: &str,
-    operation: UtoipaMethodRouter<AppState>,
-) -> OpenApiRouter<AppState> {
+    operation: UtoipaMethodRouter<S>,
+) -> OpenApiRouter<S> {
     let (schemas, paths, method_router) = operation;
     let mut router = router.route(axum_path, method_router);
     let document = router.get_openapi_mut();
@@ -193,19 +156,18 @@ fn with_wildcard_route(
     router
 }
 
-/// `routes` behind authentication, `open` and the always-open routes without.
-fn host_router(state: AppState, routes: OpenApiRouter<AppState>, open: OpenApiRouter<AppState>) -> Router {
-    let authenticated = Router::from(routes)
+/// `routes` behind authentication; `open` and the routes every host answers without it.
+fn host_router(host: HostState, routes: Router, open: OpenApiRouter<HostState>) -> Router {
+    let authenticated = routes
         .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            host.clone(),
             middleware::require_auth,
         ))
         .route_layer(axum::middleware::from_fn(middleware::record_resource_id));
-    let metrics = Arc::clone(&state.metrics);
+    let metrics = Arc::clone(&host.metrics);
     let router = Router::new()
         .merge(authenticated)
-        .merge(Router::from(open.merge(open_routes())))
-        .with_state(state);
+        .merge(Router::from(open.merge(open_routes())).with_state(host));
     with_common_layers(router).layer(axum::middleware::from_fn_with_state(metrics, request_metrics::measure))
 }
 
@@ -223,7 +185,7 @@ pub fn with_common_layers(router: Router) -> Router {
     middleware::add_request_id_layers(router)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "openapi"))]
 mod api_doc_tests;
 #[cfg(test)]
 mod hostile_schema_tests;

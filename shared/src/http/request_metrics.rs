@@ -3,7 +3,7 @@
 //! status class; and `GET /metrics`, the measurements in Prometheus text format where the host
 //! keeps them (the local server).
 
-use super::AppState;
+use super::HostState;
 use crate::openai::error::ApiError;
 use crate::ports::metrics::status_class;
 use crate::ports::MetricsSink;
@@ -60,7 +60,7 @@ pub(super) async fn measure(State(metrics): State<Arc<dyn MetricsSink>>, request
         super::api_doc::OpenAiErrors,
     )
 )]
-pub(super) async fn prometheus_text(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub(super) async fn prometheus_text(State(state): State<HostState>) -> Result<Response, ApiError> {
     let text = state
         .metrics
         .prometheus_text()

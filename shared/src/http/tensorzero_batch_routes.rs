@@ -2,10 +2,11 @@
 //! `GET /batch_inference/{batch_id}` and `GET /batch_inference/{batch_id}/inference/{inference_id}`.
 //! Parse, call the batch engine, render; errors in TensorZero's `{"error": "…"}`.
 
+use super::api_routes::routes;
 use super::error::ApiError;
 use super::extract::{ApiExtension, ApiPath};
 use super::tensorzero_error::{TensorZeroError, TensorZeroJson};
-use super::AppState;
+use super::BatchesState;
 use crate::auth::Principal;
 use crate::batches::{BatchInferenceCreated, PollQuery};
 use crate::functions::batch_request::BatchInferenceRequest;
@@ -16,10 +17,9 @@ use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 use uuid::Uuid;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(super) fn routes() -> OpenApiRouter<BatchesState> {
     OpenApiRouter::default()
         .routes(routes!(submit))
         .routes(routes!(poll_batch))
@@ -40,7 +40,7 @@ fn parse_uuid(name: &str, value: &str) -> Result<Uuid, TensorZeroError> {
     responses((status = 200, body = BatchInferenceCreated), super::api_doc::TensorZeroErrors)
 )]
 async fn submit(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     TensorZeroJson(request): TensorZeroJson<BatchInferenceRequest>,
 ) -> Result<Json<BatchInferenceCreated>, TensorZeroError> {
@@ -114,7 +114,7 @@ fn poll_query(pairs: Vec<(String, String)>) -> Result<PollQuery, TensorZeroError
     responses((status = 200, body = crate::batches::BatchInferencePoll), super::api_doc::TensorZeroErrors)
 )]
 async fn poll_batch(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     principal: Result<ApiExtension<Principal>, ApiError>,
     path: Result<ApiPath<String>, ApiError>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
@@ -139,7 +139,7 @@ async fn poll_batch(
     responses((status = 200, body = crate::batches::BatchInferencePoll), super::api_doc::TensorZeroErrors)
 )]
 async fn poll_inference(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     principal: Result<ApiExtension<Principal>, ApiError>,
     path: Result<ApiPath<(String, String)>, ApiError>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
@@ -161,7 +161,12 @@ async fn poll_inference(
 
 /// The poll's reply, unless it is larger than one response may be (a Lambda response stays under
 /// 6 MB): then a 400 that says how to page.
-async fn poll(state: &AppState, project: &str, batch_id: Uuid, query: PollQuery) -> Result<Response, TensorZeroError> {
+async fn poll(
+    state: &BatchesState,
+    project: &str,
+    batch_id: Uuid,
+    query: PollQuery,
+) -> Result<Response, TensorZeroError> {
     let reply = state.batches.poll_batch_inference(project, batch_id, query).await?;
     let body = serde_json::to_vec(&reply)
         .map_err(|e| TensorZeroError::internal(format!("could not encode the batch's results: {e}")))?;

@@ -3,11 +3,12 @@
 //! `/openai/v1/embeddings`. Errors use OpenAI's envelope.
 
 use super::answer_deadline::StreamAnswer;
+use super::api_routes::routes;
 use super::error::ApiError;
 use super::extract::ApiExtension;
 use super::json_body::JsonBody;
 use super::sse::{sse_body_response, sse_frames_with};
-use super::AppState;
+use super::InferenceState;
 use crate::auth::Principal;
 use crate::functions::inference::FunctionError;
 use crate::functions::openai_compat::{
@@ -20,9 +21,8 @@ use axum::Json;
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(super) fn routes() -> OpenApiRouter<InferenceState> {
     OpenApiRouter::default()
         .routes(routes!(chat_completions))
         .routes(routes!(embeddings))
@@ -44,7 +44,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
     )
 )]
 async fn chat_completions(
-    State(state): State<AppState>,
+    State(state): State<InferenceState>,
     ApiExtension(principal): ApiExtension<Principal>,
     stream_answer: StreamAnswer,
     body: JsonBody<Map<String, Value>>,
@@ -91,7 +91,10 @@ async fn chat_completions(
     request_body = EmbeddingRequest,
     responses((status = 200, body = crate::openai::embeddings::EmbeddingResponse), super::api_doc::OpenAiErrors)
 )]
-async fn embeddings(State(state): State<AppState>, body: JsonBody<EmbeddingRequest>) -> Result<Response, ApiError> {
+async fn embeddings(
+    State(state): State<InferenceState>,
+    body: JsonBody<EmbeddingRequest>,
+) -> Result<Response, ApiError> {
     let JsonBody { mut typed, mut raw, .. } = body;
     let credentials = crate::openai::credentials::take_credentials(&mut raw)?;
     let asked = typed.model.clone();

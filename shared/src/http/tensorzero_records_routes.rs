@@ -2,10 +2,11 @@
 //! of the `/inference` endpoint, an extension over TensorZero, which keeps them behind its UI) and
 //! `POST /feedback` (TensorZero's). Errors are TensorZero's `{"error": "…"}`.
 
+use super::api_routes::routes;
 use super::error::ApiError;
 use super::extract::{ApiExtension, ApiPath};
 use super::tensorzero_error::{TensorZeroError, TensorZeroJson};
-use super::AppState;
+use super::InferenceState;
 use crate::auth::Principal;
 use crate::functions::feedback::{FeedbackId, FeedbackRequest};
 use crate::paging::PageBounds;
@@ -16,13 +17,12 @@ use axum::extract::{Query, State};
 use axum::Json;
 use serde::Serialize;
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 use uuid::Uuid;
 
 /// Page sizes of `GET /episodes/{episode_id}/inferences`: 1 to 100, 20 by default.
 pub const EPISODE_PAGE: PageBounds = PageBounds::new(20, 100);
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(super) fn routes() -> OpenApiRouter<InferenceState> {
     OpenApiRouter::default()
         .routes(routes!(get_inference))
         .routes(routes!(list_episode_inferences))
@@ -43,7 +43,7 @@ fn parse_uuid(name: &str, value: &str) -> Result<Uuid, TensorZeroError> {
     responses((status = 200, body = InferenceRecord), super::api_doc::TensorZeroErrors)
 )]
 async fn get_inference(
-    State(state): State<AppState>,
+    State(state): State<InferenceState>,
     principal: Result<ApiExtension<Principal>, ApiError>,
     path: Result<ApiPath<String>, ApiError>,
 ) -> Result<Json<InferenceRecord>, TensorZeroError> {
@@ -113,7 +113,7 @@ fn episode_page_query(pairs: Vec<(String, String)>) -> Result<EpisodePageQuery, 
     responses((status = 200, body = EpisodeInferences), super::api_doc::TensorZeroErrors)
 )]
 async fn list_episode_inferences(
-    State(state): State<AppState>,
+    State(state): State<InferenceState>,
     principal: Result<ApiExtension<Principal>, ApiError>,
     path: Result<ApiPath<String>, ApiError>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
@@ -164,7 +164,7 @@ struct FeedbackAccepted {
     responses((status = 200, body = FeedbackAccepted), super::api_doc::TensorZeroErrors)
 )]
 async fn feedback(
-    State(state): State<AppState>,
+    State(state): State<InferenceState>,
     principal: Result<ApiExtension<Principal>, ApiError>,
     TensorZeroJson(request): TensorZeroJson<FeedbackRequest>,
 ) -> Result<Json<FeedbackAccepted>, TensorZeroError> {

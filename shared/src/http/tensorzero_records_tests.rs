@@ -4,7 +4,7 @@ use super::*;
 use crate::app::{app_state, Adapters, AuthSettings};
 use crate::auth::AuthMode;
 use crate::config::Config;
-use crate::http::{inference_router, local_router, HttpSettings};
+use crate::http::{inference_router, local_router, AppState, HttpSettings};
 use crate::ports::inference_records::{rfc3339, FunctionType, ModelCallRecord, TokenUsage};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -151,10 +151,10 @@ fn record(project: &str, episode_id: Uuid, at_ms: u64) -> InferenceRecord {
 #[tokio::test]
 async fn an_inference_is_served_to_its_project_only() {
     let stack = stack();
-    let router = inference_router(stack.state.clone());
+    let router = inference_router(stack.state.host.clone(), stack.state.inference.clone());
     let (mine, theirs) = (key(&stack.adapters, "p1").await, key(&stack.adapters, "p2").await);
     let stored = record("p1", Uuid::now_v7(), 1_777_000_000_000);
-    stack.state.records.put(&stored).await.unwrap();
+    stack.state.inference.records.put(&stored).await.unwrap();
 
     let path = format!("/inferences/{}", stored.inference_id);
     let (status, _, body) = call(&router, "GET", &path, None, &mine).await;
@@ -187,10 +187,11 @@ async fn an_episode_lists_oldest_first_in_pages() {
         .map(|i| record("p1", episode, 1_777_000_000_000 + i * 1000))
         .collect();
     for stored in records.iter().rev() {
-        stack.state.records.put(stored).await.unwrap();
+        stack.state.inference.records.put(stored).await.unwrap();
     }
     stack
         .state
+        .inference
         .records
         .put(&record("p1", Uuid::now_v7(), 1_777_000_000_500))
         .await
@@ -253,10 +254,10 @@ async fn an_episode_lists_oldest_first_in_pages() {
 #[tokio::test]
 async fn feedback_is_checked_stored_and_answered_with_its_id() {
     let stack = stack();
-    let router = inference_router(stack.state.clone());
+    let router = inference_router(stack.state.host.clone(), stack.state.inference.clone());
     let mine = key(&stack.adapters, "p1").await;
     let stored = record("p1", Uuid::now_v7(), 1_777_000_000_000);
-    stack.state.records.put(&stored).await.unwrap();
+    stack.state.inference.records.put(&stored).await.unwrap();
 
     // What the TensorZero client sends: every field, unset ones as null.
     let body = json!({"metric_name": "accepted", "value": true, "inference_id": stored.inference_id,
@@ -342,10 +343,10 @@ async fn feedback_is_checked_stored_and_answered_with_its_id() {
 #[tokio::test]
 async fn feedback_on_another_projects_inference_is_404_after_a_short_wait() {
     let stack = stack();
-    let router = inference_router(stack.state.clone());
+    let router = inference_router(stack.state.host.clone(), stack.state.inference.clone());
     let theirs = key(&stack.adapters, "p2").await;
     let stored = record("p1", Uuid::now_v7(), 1_777_000_000_000);
-    stack.state.records.put(&stored).await.unwrap();
+    stack.state.inference.records.put(&stored).await.unwrap();
     let started = std::time::Instant::now();
     let message = tensorzero_error(
         call(

@@ -1,19 +1,19 @@
 //! `POST /inference` (TensorZero's gateway API): parse, call the function layer, render.
 
 use super::answer_deadline::StreamAnswer;
+use super::api_routes::routes;
 use super::extract::ApiExtension;
 use super::sse::{sse_body_response, sse_frames_with};
 use super::tensorzero_error::{TensorZeroError, TensorZeroJson};
-use super::AppState;
+use super::InferenceState;
 use crate::auth::Principal;
 use crate::functions::inference::{FunctionError, InferenceRequest};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(super) fn routes() -> OpenApiRouter<InferenceState> {
     OpenApiRouter::default().routes(routes!(inference))
 }
 
@@ -32,7 +32,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
     )
 )]
 async fn inference(
-    State(state): State<AppState>,
+    State(state): State<InferenceState>,
     ApiExtension(principal): ApiExtension<Principal>,
     stream_answer: StreamAnswer,
     TensorZeroJson(request): TensorZeroJson<InferenceRequest>,

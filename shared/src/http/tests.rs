@@ -49,7 +49,8 @@ pub(super) fn local_in(dir: &std::path::Path) -> Router {
 }
 
 fn router_with(adapters: &Adapters, mode: AuthMode) -> Router {
-    inference_router(state_with(adapters, mode))
+    let state = state_with(adapters, mode);
+    inference_router(state.host, state.inference)
 }
 
 /// The handlers' state for [`CONFIG`] on `adapters`, public at `http://gateway.test:3000`.
@@ -213,7 +214,8 @@ type = "dummy"
 "#
     );
     let dir = tempfile::tempdir().unwrap();
-    let router = inference_router(state_for(&config, &adapters(dir.path()), AuthMode::OpenWhenNoKeys));
+    let state = state_for(&config, &adapters(dir.path()), AuthMode::OpenWhenNoKeys);
+    let router = inference_router(state.host, state.inference);
     assert_eq!(listed_model_ids(&router).await, vec!["broken", "dummy", "half"]);
     let (status, _, _) = call(&router, "GET", "/v1/models/keyless", None, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
@@ -327,7 +329,8 @@ async fn a_gzip_encoded_batch_inference_submission_is_decoded() {
         "{CONFIG}\n[functions.echo]\ntype = \"chat\"\n[functions.echo.variants.only]\ntype = \"chat_completion\"\nmodel = \"dummy\"\n"
     );
     let dir = tempfile::tempdir().unwrap();
-    let router = batches_router(state_for(&config, &adapters(dir.path()), AuthMode::OpenWhenNoKeys));
+    let state = state_for(&config, &adapters(dir.path()), AuthMode::OpenWhenNoKeys);
+    let router = batches_router(state.host, state.batches);
     let inputs: Vec<Value> = (0..500)
         .map(
             |i| json!({"messages": [{"role": "user", "content": format!("item {i}: the same words again and again")}]}),

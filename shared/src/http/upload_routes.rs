@@ -1,11 +1,12 @@
 //! `/v1/uploads`: create, add parts (multipart field `data`), complete, cancel.
 
+use super::api_routes::routes;
 use super::batch_routes::idempotency_key;
 use super::error::ApiError;
 use super::extract::{ApiExtension, ApiPath};
 use super::json_body::JsonBody;
 use super::multipart_stream::{multipart_error, multipart_rejection, skip_field, stream_field};
-use super::AppState;
+use super::FilesState;
 use crate::auth::Principal;
 use crate::openai::files::{CompleteUploadRequest, CreateUploadRequest, UploadObject, UploadPart};
 use axum::extract::multipart::MultipartRejection;
@@ -14,9 +15,8 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(super) fn routes() -> OpenApiRouter<FilesState> {
     OpenApiRouter::default()
         .routes(routes!(create_upload))
         .routes(routes!(add_part))
@@ -43,7 +43,7 @@ struct UploadPartForm {
     responses((status = 200, body = UploadObject), super::api_doc::OpenAiErrors)
 )]
 async fn create_upload(
-    State(state): State<AppState>,
+    State(state): State<FilesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     headers: HeaderMap,
     body: JsonBody<CreateUploadRequest>,
@@ -66,7 +66,7 @@ async fn create_upload(
     responses((status = 200, body = UploadPart), super::api_doc::OpenAiErrors)
 )]
 async fn add_part(
-    State(state): State<AppState>,
+    State(state): State<FilesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
     multipart: Result<Multipart, MultipartRejection>,
@@ -97,7 +97,7 @@ async fn add_part(
     responses((status = 200, body = UploadObject), super::api_doc::OpenAiErrors)
 )]
 async fn complete_upload(
-    State(state): State<AppState>,
+    State(state): State<FilesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
@@ -127,7 +127,7 @@ async fn complete_upload(
     responses((status = 200, body = UploadObject), super::api_doc::OpenAiErrors)
 )]
 async fn cancel_upload(
-    State(state): State<AppState>,
+    State(state): State<FilesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {

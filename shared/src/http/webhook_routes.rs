@@ -1,10 +1,11 @@
 //! `/v1/webhook_secrets` (a project's secrets signing its async-request webhooks) and
 //! `/v1/webhook_endpoints` (batch event webhooks, the OpenAI SDK's `client.webhooks`).
 
+use super::api_routes::routes;
 use super::error::ApiError;
 use super::extract::{ApiExtension, ApiPath, ApiQuery};
 use super::json_body::JsonBody;
-use super::AppState;
+use super::BatchesState;
 use crate::auth::Principal;
 use crate::openai::json_body::parse_json_body;
 use crate::webhooks::{
@@ -17,9 +18,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 
-pub(super) fn routes() -> OpenApiRouter<AppState> {
+pub(super) fn routes() -> OpenApiRouter<BatchesState> {
     OpenApiRouter::default()
         .routes(routes!(create_secret, list_secrets))
         .routes(routes!(revoke_secret))
@@ -33,7 +33,7 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
 /// value is shown only here.
 #[utoipa::path(post, path = "/v1/webhook_secrets", tag = "webhooks", responses((status = 200, body = CreatedSecret), super::api_doc::OpenAiErrors))]
 async fn create_secret(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
 ) -> Result<Response, ApiError> {
     let created = state.webhook_secrets.create(&principal.project).await?;
@@ -56,7 +56,7 @@ struct SecretList {
 /// `GET /v1/webhook_secrets`.
 #[utoipa::path(get, path = "/v1/webhook_secrets", tag = "webhooks", responses((status = 200, body = SecretList), super::api_doc::OpenAiErrors))]
 async fn list_secrets(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
 ) -> Result<Response, ApiError> {
     let data = state.webhook_secrets.list(&principal.project).await?;
@@ -77,7 +77,7 @@ async fn list_secrets(
     responses((status = 200, body = RevokedSecret), super::api_doc::OpenAiErrors)
 )]
 async fn revoke_secret(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
@@ -94,7 +94,7 @@ async fn revoke_secret(
     responses((status = 200, body = CreatedEndpoint), super::api_doc::OpenAiErrors)
 )]
 async fn create_endpoint(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     body: JsonBody<CreateEndpointRequest>,
 ) -> Result<Response, ApiError> {
@@ -120,7 +120,7 @@ struct ListParams {
     responses((status = 200, body = EndpointList), super::api_doc::OpenAiErrors)
 )]
 async fn list_endpoints(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Response, ApiError> {
@@ -138,7 +138,7 @@ async fn list_endpoints(
     responses((status = 200, body = WebhookEndpoint), super::api_doc::OpenAiErrors)
 )]
 async fn get_endpoint(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
@@ -154,7 +154,7 @@ async fn get_endpoint(
     responses((status = 200, body = DeletedEndpoint), super::api_doc::OpenAiErrors)
 )]
 async fn delete_endpoint(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
@@ -178,7 +178,7 @@ struct RotateSecretRequest {
     responses((status = 200, body = CreatedEndpoint), super::api_doc::OpenAiErrors)
 )]
 async fn rotate_endpoint_secret(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
     body: Bytes,
@@ -212,7 +212,7 @@ struct DeliveryParams {
     responses((status = 200, body = DeliveryList), super::api_doc::OpenAiErrors)
 )]
 async fn list_deliveries(
-    State(state): State<AppState>,
+    State(state): State<BatchesState>,
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
     ApiQuery(params): ApiQuery<DeliveryParams>,

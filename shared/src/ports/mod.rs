@@ -37,7 +37,7 @@ pub use metrics::{MetricUnit, MetricsSink, NoMetrics};
 pub use model_cache::{CacheKey, CachedModelResponse, ModelCache};
 pub(crate) use provider_secrets::check_parameter_name;
 pub use provider_secrets::{CachedProviderSecrets, NoProviderSecrets, ProviderSecrets, SecretError, SecretValue};
-pub use queue::{JobQueue, Priority, QueueMessage, UnknownPriority};
+pub use queue::{JobQueue, NoJobQueue, Priority, QueueMessage, UnknownPriority};
 pub use schedule_switch::{ScheduleSwitch, SwitchError};
 pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore, MAX_UPDATE_ALL};
 pub use webhook::{PostOutcome, WebhookTransport};

@@ -102,6 +102,42 @@ pub trait JobQueue: Send + Sync {
     async fn change_visibility(&self, receipt: &str, timeout: Duration) -> Result<(), StorageError>;
 }
 
+/// The queue of a host that sends and receives no jobs (a Lambda function whose role reaches no
+/// queue): every call fails naming that.
+pub struct NoJobQueue;
+
+fn no_queue() -> StorageError {
+    StorageError::Backend("this host has no job queue (its role reaches none)".into())
+}
+
+#[async_trait]
+impl JobQueue for NoJobQueue {
+    async fn send(&self, _body: &str, _delay: Duration) -> Result<String, StorageError> {
+        Err(no_queue())
+    }
+
+    async fn send_priority(&self, _body: &str, _priority: Priority, _delay: Duration) -> Result<String, StorageError> {
+        Err(no_queue())
+    }
+
+    async fn receive(
+        &self,
+        _max: usize,
+        _wait: Duration,
+        _visibility: Duration,
+    ) -> Result<Vec<QueueMessage>, StorageError> {
+        Err(no_queue())
+    }
+
+    async fn delete(&self, _receipt: &str) -> Result<(), StorageError> {
+        Err(no_queue())
+    }
+
+    async fn change_visibility(&self, _receipt: &str, _timeout: Duration) -> Result<(), StorageError> {
+        Err(no_queue())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Priority;
