@@ -40,14 +40,17 @@ BENCH_COLD_RUNS="${BENCH_COLD_RUNS:-10}"
 BENCH_OUT="${BENCH_OUT:-$ROOT/docs/benchmarks.md}"
 
 # --- build -------------------------------------------------------------------------------------
-BUILD_PACKAGES=(-p nimbus-local -p nimbus-inference -p nimbus-bench)
+# The functions are built on their own, as `sam build` builds them (the workspace's default
+# members): built with the local server, they would carry its features (the OpenAPI document).
+FUNCTION_PACKAGES=(-p nimbus-inference)
 if [[ "${BENCH_SKIP_BATCHES:-0}" != 1 ]]; then
   # The batch benchmark runs the batch path's Lambda functions too.
-  BUILD_PACKAGES+=(-p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller)
+  FUNCTION_PACKAGES+=(-p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller)
 fi
 if [[ "${BENCH_SKIP_BUILD:-0}" != 1 ]]; then
-  log "release build (${BUILD_PACKAGES[*]})"
-  cargo build --release "${BUILD_PACKAGES[@]}"
+  log "release build (${FUNCTION_PACKAGES[*]}; then nimbus-local, nimbus-bench)"
+  cargo build --release "${FUNCTION_PACKAGES[@]}"
+  cargo build --release -p nimbus-local -p nimbus-bench
 fi
 REL="$CARGO_TARGET_DIR/release"
 GATEWAY="$REL/nimbus"
