@@ -120,6 +120,9 @@ test-rust: test-deps
 
 test-python: test-deps
 	cargo build --workspace --bins
+	# The functions again as `sam build` builds them (their own features: no OpenAPI document, no
+	# SQLite), so the Lambda tests run the routes and wiring that deploy.
+	cargo build -p nimbus-inference -p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller
 	$(VENV)/bin/python -m pytest tests/python -q
 
 sam-validate: test-deps
@@ -137,7 +140,8 @@ bench: test-deps
 # Batch benchmarks only: validation throughput, a 50,000-line batch locally, AWS requests per batch,
 # 10,000-input /batch_inference beside /v1/batches (locally and on the AWS path).
 bench-batches: test-deps
-	cargo build --release -p nimbus-local -p nimbus-inference -p nimbus-bench -p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller
+	cargo build --release -p nimbus-inference -p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller
+	cargo build --release -p nimbus-local -p nimbus-bench
 	$(VENV)/bin/python infra/bench/batch_bench.py --bin-dir $(CARGO_TARGET_DIR)/release
 
 # The local server's memory across repeated hostile runs (the debug build `make run` starts).
@@ -162,7 +166,8 @@ bench-lmi:
 
 # Provider-native batch: AWS and provider requests of a 50,000-line native batch (section 9).
 bench-native: test-deps
-	cargo build --release -p nimbus-local -p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller
+	cargo build --release -p nimbus-files -p nimbus-batches -p nimbus-worker -p nimbus-poller
+	cargo build --release -p nimbus-local
 	$(VENV)/bin/python infra/bench/native_batch_bench.py --bin-dir $(CARGO_TARGET_DIR)/release
 
 # Metrics overhead (section 10): p99 with metrics dropped, kept (Prometheus) and written as EMF.
@@ -175,7 +180,8 @@ bench-bootstrap:
 
 # The checked-in OpenAPI document, regenerated from the handlers (a test fails while it is stale).
 openapi:
-	cargo run --quiet -p nimbus-local -- openapi > docs/openapi.json
+	cargo run --quiet -p nimbus-local -- openapi > docs/openapi.json.new
+	mv docs/openapi.json.new docs/openapi.json
 
 fmt:
 	cargo fmt --all

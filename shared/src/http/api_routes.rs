@@ -3,8 +3,8 @@
 //! With the `openapi` feature (the local server, the tests) this is `utoipa_axum::routes!`: the
 //! route and its documented operation and schemas. Without it (the Lambda functions) only the path
 //! and the methods are read: no operation or schema is built at start-up, so none of the code that
-//! builds them is linked. The routes served are the same either way (`routes_match_the_documented`
-//! below); `/openapi.json` serves the checked-in document in both.
+//! builds them is linked. The routes served are the same either way (`lean_routes_serve_what_the_documented_routes_serve`
+//! below, and the Lambda tests, which run the functions built without the feature); `/openapi.json` serves the checked-in document in both.
 
 /// `(schemas, paths, method router)` of one or more handlers, for `OpenApiRouter::routes`: the
 /// paths and methods of each handler's `#[utoipa::path]`, with no operation or schema.
