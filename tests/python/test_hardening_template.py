@@ -220,7 +220,11 @@ def test_the_config_bucket_is_read_under_the_prefix_parameter_only() -> None:
         assert pattern.fullmatch(good), good
     for bad in ("*", "config", "config/*", "a*/", "/", "../"):
         assert not pattern.fullmatch(bad), bad
-    for function in FUNCTIONS:
+    # The files function reads no configuration (it calls no model): no grant on the config bucket.
+    files = function_statements(doc, "NimbusFilesFunction")
+    assert "ConfigBucket" not in json.dumps(files)
+    assert not [s for s in files if s.get("Sid") == "ReadConfigObject"]
+    for function in (f for f in FUNCTIONS if f != "NimbusFilesFunction"):
         reads = [s for s in function_statements(doc, function) if s.get("Sid") == "ReadConfigObject"]
         assert len(reads) == 1, function
         (read,) = reads
