@@ -333,14 +333,22 @@ pub struct ModelLayers {
 
 impl ModelLayers {
     pub fn new(loaded: &LoadedConfig, adapters: &Adapters) -> Result<Self, InitError> {
-        let inference = inference_service(&loaded.config, adapters)?;
+        Ok(Self::over(
+            loaded,
+            adapters,
+            inference_service(&loaded.config, adapters)?,
+        ))
+    }
+
+    /// The function layer and its records over an inference layer already built.
+    pub fn over(loaded: &LoadedConfig, adapters: &Adapters, inference: Arc<InferenceService>) -> Self {
         let records = adapters.inference_records();
         let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
-        Ok(Self {
+        Self {
             inference,
             functions,
             records,
-        })
+        }
     }
 }
 
@@ -429,8 +437,11 @@ impl WorkerParts {
         batch_settings: BatchSettings,
     ) -> Self {
         let max_run = batch_settings.max_run;
-        let records = adapters.inference_records();
-        let functions = function_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&records));
+        let ModelLayers {
+            inference,
+            functions,
+            records,
+        } = ModelLayers::over(loaded, adapters, inference);
         Self {
             async_requests: async_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&functions)),
             batches: batch_service(adapters, Arc::clone(&inference), functions, records, batch_settings),
