@@ -32,6 +32,11 @@ pub fn lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> + '_ {
     line_ranges(bytes).map(move |range| &bytes[range])
 }
 
+/// The non-blank lines of `bytes`, without their `\n`, in order, as slices sharing its buffer.
+pub fn line_bytes(bytes: &bytes::Bytes) -> Vec<bytes::Bytes> {
+    line_ranges(bytes).map(|range| bytes.slice(range)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +51,16 @@ mod tests {
         assert_eq!(lines(b"x\n").count(), 1);
         let ranges: Vec<Range<usize>> = line_ranges(b"ab\n\ncd\n").collect();
         assert_eq!(ranges, [0..2, 4..6]);
+    }
+
+    #[test]
+    fn line_bytes_skip_blank_lines_and_keep_a_last_line_without_newline() {
+        let input = bytes::Bytes::from_static(b"{\"a\":1}\n\n  \r\n{\"b\":2}\r\n{\"c\":3}");
+        let lines: Vec<_> = line_bytes(&input).iter().map(|l| l.trim_ascii().to_vec()).collect();
+        assert_eq!(
+            lines,
+            vec![b"{\"a\":1}".to_vec(), b"{\"b\":2}".to_vec(), b"{\"c\":3}".to_vec()]
+        );
+        assert!(line_bytes(&bytes::Bytes::from_static(b"\n\n")).is_empty());
     }
 }

@@ -9,9 +9,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use nimbus_shared::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
 use nimbus_shared::app::{
-    async_service, batch_service, function_service, job_dispatcher, scheduler, Adapters, WorkerParts,
+    async_service, batch_engine, function_service, job_dispatcher, scheduler, Adapters, ModelLayers, WorkerParts,
 };
-use nimbus_shared::batches::{BatchRecovery, BatchService, BatchSettings, RecoveryReport};
+use nimbus_shared::batches::{BatchApi, BatchRecovery, BatchSettings, RecoveryReport};
 use nimbus_shared::files::{FileContent, FilesService, ListFiles, NewFile, FILE_PAGE};
 use nimbus_shared::inference::InferenceService;
 use nimbus_shared::jobs::JobDispatcher;
@@ -255,7 +255,7 @@ pub struct Harness {
     pub blobs: Arc<FileBlobStore>,
     pub queue: Arc<MemoryQueue>,
     pub files: FilesService,
-    pub service: Arc<BatchService>,
+    pub api: Arc<BatchApi>,
     /// The queue's jobs, dispatched as the app wires them (`app::job_dispatcher`).
     pub worker: JobDispatcher,
     /// The poller's pass, as the app wires it (`app::scheduler`); see [`Harness::schedule_pass`].
@@ -312,18 +312,17 @@ impl Harness {
         let loaded = crate::batch_inference_harness::config_for(&names);
         let records = adapters.inference_records();
         let functions = function_service(&loaded, &adapters, Arc::clone(&inference), Arc::clone(&records));
-        let service = batch_service(
-            &adapters,
-            Arc::clone(&inference),
-            Arc::clone(&functions),
-            Arc::clone(&records),
-            settings.clone(),
-        );
+        let layers = ModelLayers {
+            inference: Arc::clone(&inference),
+            functions: Arc::clone(&functions),
+            records: Arc::clone(&records),
+        };
+        let engine = batch_engine(&adapters, &layers, settings.clone());
         let parts = WorkerParts {
             adapters: adapters.clone(),
             async_requests: async_service(&loaded, &adapters, Arc::clone(&inference), functions),
             inference,
-            batches: Arc::clone(&service),
+            batches: engine.clone(),
             max_run: settings.max_run,
         };
         Self {
@@ -335,8 +334,8 @@ impl Harness {
             files: adapters.files(),
             worker: job_dispatcher(&parts),
             scheduler: scheduler(&parts),
-            recovery: BatchRecovery::new(Arc::clone(&service)),
-            service,
+            recovery: engine.recovery(),
+            api: Arc::new(engine.api()),
             settings,
             records,
         }
@@ -390,14 +389,14 @@ impl Harness {
     /// Upload `lines` and create a batch of them (still `validating`; its validation is queued).
     pub async fn create_batch(&self, lines: &[String]) -> BatchObject {
         let file = self.upload(lines).await;
-        self.service
+        self.api
             .create_batch(PROJECT, Self::create_request(&file.id), None)
             .await
             .unwrap()
     }
 
     pub async fn batch(&self, id: &str) -> BatchObject {
-        self.service.get_batch(PROJECT, id, false).await.unwrap()
+        self.api.get_batch(PROJECT, id, false).await.unwrap()
     }
 
     /// The next visible message, if any (hidden for [`VISIBILITY`] once received).

@@ -1,5 +1,5 @@
 //! `/batch_inference` batches on the [`Harness`]: the configuration giving each scripted model a
-//! chat function, submitting and polling through the batch service, and the exactly-once checks on
+//! chat function, submitting and polling through the batch API, and the exactly-once checks on
 //! a finished batch (every inference stored once, answered once in the polls, counted once).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -127,7 +127,7 @@ impl Harness {
             episode_ids: episode.map(|e| vec![Some(e.to_string()); contents.len()]),
             ..BatchInferenceRequest::default()
         };
-        let created = self.service.submit_batch_inference(PROJECT, request).await.unwrap();
+        let created = self.api.submit_batch_inference(PROJECT, request).await.unwrap();
         assert_eq!(created.inference_ids.len(), contents.len());
         SubmittedBatch {
             created,
@@ -137,10 +137,7 @@ impl Harness {
     }
 
     pub async fn poll(&self, batch_id: Uuid, query: PollQuery) -> BatchInferencePoll {
-        self.service
-            .poll_batch_inference(PROJECT, batch_id, query)
-            .await
-            .unwrap()
+        self.api.poll_batch_inference(PROJECT, batch_id, query).await.unwrap()
     }
 
     /// The batch object of a `/batch_inference` batch, as stored (it is not a `/v1/batches` one).

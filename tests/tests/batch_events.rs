@@ -116,7 +116,7 @@ async fn a_batch_that_fails_validation_or_is_cancelled_is_told_with_its_status()
 
     let invalid = h.create_batch(&["not json".to_owned()]).await;
     let cancelled = h.create_batch(&lines_for(MODEL, &custom_ids(5, None))).await;
-    h.service.cancel_batch(PROJECT, &cancelled.id).await.unwrap();
+    h.api.cancel_batch(PROJECT, &cancelled.id).await.unwrap();
     let webhook_jobs = run_batch_jobs(&h).await;
     assert_eq!(h.batch(&invalid.id).await.status, BatchStatus::Failed);
     assert_eq!(h.batch(&cancelled.id).await.status, BatchStatus::Cancelled);

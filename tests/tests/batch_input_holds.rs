@@ -75,12 +75,12 @@ async fn bytes_held_by_two_batches_go_when_the_second_ends() {
     let ids = custom_ids(15, None);
     let file = h.upload(&lines_for(MODEL, &ids)).await;
     let first = h
-        .service
+        .api
         .create_batch(PROJECT, Harness::create_request(&file.id), None)
         .await
         .unwrap();
     let second = h
-        .service
+        .api
         .create_batch(PROJECT, Harness::create_request(&file.id), None)
         .await
         .unwrap();
@@ -128,7 +128,7 @@ async fn a_batch_cannot_be_created_from_a_deleted_file_and_holds_nothing() {
     let file = h.upload(&lines_for(MODEL, &custom_ids(3, None))).await;
     h.files.delete_file(PROJECT, &file.id).await.unwrap();
     let err = h
-        .service
+        .api
         .create_batch(PROJECT, Harness::create_request(&file.id), None)
         .await
         .unwrap_err();

@@ -116,12 +116,12 @@ async fn creating_with_an_idempotency_key_creates_one_batch() {
     let request = Harness::create_request(&file.id);
 
     let first = h
-        .service
+        .api
         .create_batch(PROJECT, request.clone(), Some("key-1"))
         .await
         .unwrap();
     let again = h
-        .service
+        .api
         .create_batch(PROJECT, request.clone(), Some("key-1"))
         .await
         .unwrap();
@@ -130,15 +130,15 @@ async fn creating_with_an_idempotency_key_creates_one_batch() {
 
     let mut other = request.clone();
     other.metadata = Some(BTreeMap::from([("k".to_owned(), serde_json::json!("v"))]));
-    match h.service.create_batch(PROJECT, other, Some("key-1")).await {
+    match h.api.create_batch(PROJECT, other, Some("key-1")).await {
         Err(BatchesError::Invalid { code, .. }) => assert_eq!(code, Some("idempotency_key_reused")),
         other => panic!("expected idempotency_key_reused, got {other:?}"),
     }
 
     // Two retries at once.
     let (a, b) = tokio::join!(
-        h.service.create_batch(PROJECT, request.clone(), Some("key-2")),
-        h.service.create_batch(PROJECT, request.clone(), Some("key-2"))
+        h.api.create_batch(PROJECT, request.clone(), Some("key-2")),
+        h.api.create_batch(PROJECT, request.clone(), Some("key-2"))
     );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.id, b.id);
@@ -148,22 +148,22 @@ async fn creating_with_an_idempotency_key_creates_one_batch() {
     // The first attempt died between reserving the key and writing the batch; the retry creates
     // it under the reserved id.
     h.state.fail_writes(1, |r| r.kind == "batch");
-    let failed = h.service.create_batch(PROJECT, request.clone(), Some("key-3")).await;
+    let failed = h.api.create_batch(PROJECT, request.clone(), Some("key-3")).await;
     assert!(matches!(failed, Err(BatchesError::Storage(_))), "{failed:?}");
     let retried = h
-        .service
+        .api
         .create_batch(PROJECT, request.clone(), Some("key-3"))
         .await
         .unwrap();
     let again = h
-        .service
+        .api
         .create_batch(PROJECT, request.clone(), Some("key-3"))
         .await
         .unwrap();
     assert_eq!(retried.id, again.id);
 
     let listed = h
-        .service
+        .api
         .list_batches(
             PROJECT,
             ListBatches {

@@ -410,7 +410,7 @@ async fn cancel_cancels_the_provider_batches_and_keeps_what_ran() {
     let n = native();
     let (native_ids, local_ids) = mixed_ids();
     let created = n.submit(&mixed_lines(&native_ids, &local_ids)).await;
-    let cancelling = n.h.service.cancel_batch(PROJECT, &created.id).await.unwrap();
+    let cancelling = n.h.api.cancel_batch(PROJECT, &created.id).await.unwrap();
     assert_eq!(cancelling.status, BatchStatus::Cancelling);
     n.pass(Duration::from_secs(1)).await;
     n.pass(Duration::from_secs(1)).await;
@@ -531,7 +531,7 @@ async fn revoking_the_batchs_key_stops_its_provider_batches_like_a_cancel() {
     let (native_ids, local_ids) = mixed_ids();
     let file = n.h.upload(&mixed_lines(&native_ids, &local_ids)).await;
     let created =
-        n.h.service
+        n.h.api
             .create_batch_by(PROJECT, Some(&key), Harness::create_request(&file.id), None)
             .await
             .unwrap();

@@ -16,7 +16,7 @@ async fn run_batch(h: &Harness, policy: Option<ExpiresAfter>) -> BatchObject {
     let file = h.upload(&lines_for(MODEL, &custom_ids(6, Some(3)))).await;
     let mut request = Harness::create_request(&file.id);
     request.output_expires_after = policy;
-    let created = h.service.create_batch(PROJECT, request, None).await.unwrap();
+    let created = h.api.create_batch(PROJECT, request, None).await.unwrap();
     let batch = h.run_to_end(&created.id).await;
     assert_eq!(batch.status, BatchStatus::Completed, "{batch:?}");
     assert_eq!((batch.request_counts.completed, batch.request_counts.failed), (4, 2));
@@ -101,7 +101,7 @@ async fn an_out_of_range_policy_is_refused_before_the_batch_exists() {
             anchor: anchor.to_owned(),
             seconds,
         });
-        let err = h.service.create_batch(PROJECT, request, None).await.unwrap_err();
+        let err = h.api.create_batch(PROJECT, request, None).await.unwrap_err();
         let nimbus_shared::batches::BatchesError::Invalid { param: got, .. } = &err else {
             panic!("{err:?}");
         };

@@ -137,10 +137,10 @@ async fn a_batch_of_a_revoked_key_fails_its_unrun_lines_with_api_key_revoked_onc
     let ids = custom_ids(25, None);
     let create = |key: String| {
         let lines = lines_for(MODEL, &ids);
-        let (h, service) = (&h, std::sync::Arc::clone(&h.service));
+        let (h, batches) = (&h, std::sync::Arc::clone(&h.api));
         async move {
             let file = h.upload(&lines).await;
-            service
+            batches
                 .create_batch_by(PROJECT, Some(&key), Harness::create_request(&file.id), None)
                 .await
                 .unwrap()

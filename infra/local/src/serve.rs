@@ -5,10 +5,11 @@ use anyhow::Context;
 use nimbus_shared::adapters::embedded::{spawn_queue_workers, DataDirLock, FileBlobStore};
 use nimbus_shared::adapters::DeferredTasks;
 use nimbus_shared::app::{
-    app_state, embedded, inference_service, job_dispatcher, scheduler, Adapters, AuthSettings, WorkerParts,
+    app_state, batch_engine, embedded, inference_service, job_dispatcher, scheduler, Adapters, AuthSettings,
+    ModelLayers, WorkerParts,
 };
 use nimbus_shared::auth::{AuthMode, UntaggedKeys};
-use nimbus_shared::batches::{BatchRecovery, BatchSettings};
+use nimbus_shared::batches::BatchSettings;
 use nimbus_shared::config::Config;
 use nimbus_shared::http::body_deadline::{BodyTimeouts, DEFAULT_IDLE_TIMEOUT, DEFAULT_TOTAL_TIMEOUT};
 use nimbus_shared::http::{HttpSettings, PublicBaseUrl};
@@ -267,6 +268,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(url) => PublicBaseUrl::parse(url).context("NIMBUS_PUBLIC_URL")?,
         None => PublicBaseUrl::for_listener(address),
     };
+    let batch_settings = local_batch_settings(config, args.allow_short_completion_windows);
     let state = app_state(
         &loaded,
         &adapters,
@@ -278,7 +280,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             inline_content_limit: u64::MAX,
             public_url: Some(public_url),
         },
-        local_batch_settings(config, args.allow_short_completion_windows),
+        batch_settings.clone(),
     )
     .map_err(anyhow::Error::msg)?;
     let keys_created = adapters.api_keys().any_created().await?;
@@ -291,12 +293,21 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let parts = WorkerParts {
         adapters: adapters.clone(),
         inference: Arc::clone(&state.inference.inference),
-        batches: Arc::clone(&state.batches.batches),
+        // The workers' engine over the same layers and storage as the API's.
+        batches: batch_engine(
+            &adapters,
+            &ModelLayers {
+                inference: Arc::clone(&state.inference.inference),
+                functions: Arc::clone(&state.inference.functions),
+                records: Arc::clone(&state.inference.records),
+            },
+            batch_settings,
+        ),
         async_requests: Arc::clone(&state.batches.async_requests),
         max_run: LOCAL_MAX_RUN,
     };
     // Before any worker starts: what a previous process left leased or queued resumes at once.
-    let takeover = BatchRecovery::new(Arc::clone(&parts.batches)).take_over(&lock).await?;
+    let takeover = parts.batches.recovery().take_over(&lock).await?;
     if takeover.batches > 0 {
         tracing::info!(?takeover, "took over unfinished batches");
     }

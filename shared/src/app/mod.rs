@@ -29,7 +29,7 @@ use crate::adapters::records::{
 use crate::adapters::DeferredTasks;
 use crate::async_requests::{AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRunner, AsyncService, AsyncSettings};
 use crate::auth::{ApiKeyService, AuthMode, Authenticator, KeyTags, UntaggedKeys};
-use crate::batches::{BatchDeps, BatchRecovery, BatchService, BatchSettings, BatchWorker};
+use crate::batches::{BatchDeps, BatchEngine, BatchSettings};
 use crate::config::Config;
 use crate::files::sweep::FilesSweep;
 use crate::files::FilesService;
@@ -225,34 +225,25 @@ pub fn feedback_service(
     ))
 }
 
-/// The batch engine over `adapters`, calling models through `inference` (and `/batch_inference`
-/// items through `functions`, their inferences stored in `records`).
-pub fn batch_service(
-    adapters: &Adapters,
-    inference: Arc<InferenceService>,
-    functions: Arc<FunctionService>,
-    records: Arc<dyn InferenceStore>,
-    settings: BatchSettings,
-) -> Arc<BatchService> {
-    Arc::new(
-        BatchService::new(
-            BatchDeps {
-                state: Arc::clone(&adapters.state),
-                blobs: Arc::clone(&adapters.blobs),
-                queue: Arc::clone(&adapters.queue),
-                clock: Arc::clone(&adapters.clock),
-                ids: Arc::clone(&adapters.ids),
-                files: adapters.files(),
-                inference,
-                functions,
-                records,
-            },
-            settings,
-        )
-        .with_events(webhooks::batch_webhooks(adapters))
-        .with_sealer(Arc::clone(&adapters.sealer))
-        .with_metrics(Arc::clone(&adapters.metrics)),
-    )
+/// The batch engine over `adapters`, calling models through `layers` (`/v1/batches` lines through
+/// the inference layer, `/batch_inference` items through the function layer, their inferences
+/// stored in its records); ended batches are told to the batch event webhooks.
+pub fn batch_engine(adapters: &Adapters, layers: &ModelLayers, settings: BatchSettings) -> BatchEngine {
+    let deps = BatchDeps {
+        state: Arc::clone(&adapters.state),
+        blobs: Arc::clone(&adapters.blobs),
+        queue: Arc::clone(&adapters.queue),
+        clock: Arc::clone(&adapters.clock),
+        ids: Arc::clone(&adapters.ids),
+        files: adapters.files(),
+        inference: Arc::clone(&layers.inference),
+        functions: Arc::clone(&layers.functions),
+        records: Arc::clone(&layers.records),
+        events: webhooks::batch_webhooks(adapters),
+        sealer: Arc::clone(&adapters.sealer),
+        metrics: Arc::clone(&adapters.metrics),
+    };
+    BatchEngine::new(deps, settings)
 }
 
 /// The inference layer for a validated configuration.
@@ -383,14 +374,14 @@ pub fn batches_state(
     http: HttpSettings,
     batches: BatchSettings,
 ) -> BatchesState {
-    let ModelLayers {
-        inference,
-        functions,
-        records,
-    } = layers.clone();
     BatchesState {
-        async_requests: async_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&functions)),
-        batches: batch_service(adapters, inference, functions, records, batches),
+        async_requests: async_service(
+            loaded,
+            adapters,
+            Arc::clone(&layers.inference),
+            Arc::clone(&layers.functions),
+        ),
+        batches: Arc::new(batch_engine(adapters, layers, batches).api()),
         webhook_secrets: webhooks::webhook_secrets(adapters),
         webhook_endpoints: webhooks::webhook_endpoints(adapters),
         batch_webhooks: webhooks::batch_webhooks(adapters),
@@ -422,7 +413,7 @@ pub fn app_state(
 pub struct WorkerParts {
     pub adapters: Adapters,
     pub inference: Arc<InferenceService>,
-    pub batches: Arc<BatchService>,
+    pub batches: BatchEngine,
     pub async_requests: Arc<AsyncService>,
     /// The longest a job runs when its host gives no deadline of its own.
     pub max_run: Duration,
@@ -437,15 +428,16 @@ impl WorkerParts {
         batch_settings: BatchSettings,
     ) -> Self {
         let max_run = batch_settings.max_run;
-        let ModelLayers {
-            inference,
-            functions,
-            records,
-        } = ModelLayers::over(loaded, adapters, inference);
+        let layers = ModelLayers::over(loaded, adapters, inference);
         Self {
-            async_requests: async_service(loaded, adapters, Arc::clone(&inference), Arc::clone(&functions)),
-            batches: batch_service(adapters, Arc::clone(&inference), functions, records, batch_settings),
-            inference,
+            async_requests: async_service(
+                loaded,
+                adapters,
+                Arc::clone(&layers.inference),
+                Arc::clone(&layers.functions),
+            ),
+            batches: batch_engine(adapters, &layers, batch_settings),
+            inference: layers.inference,
             adapters: adapters.clone(),
             max_run,
         }
@@ -456,7 +448,7 @@ impl WorkerParts {
 pub fn job_dispatcher(parts: &WorkerParts) -> JobDispatcher {
     JobDispatcher::new(Arc::clone(&parts.adapters.queue), parts.max_run)
         .with_metrics(Arc::clone(&parts.adapters.metrics))
-        .with_runner(JobFamily::Batch, Arc::new(BatchWorker::new(Arc::clone(&parts.batches))))
+        .with_runner(JobFamily::Batch, Arc::new(parts.batches.worker()))
         .with_runner(JobFamily::Webhook, webhooks::batch_webhooks(&parts.adapters))
         .with_runner(
             JobFamily::AsyncRequest,
@@ -472,7 +464,7 @@ pub fn job_dispatcher(parts: &WorkerParts) -> JobDispatcher {
 pub fn scheduler(parts: &WorkerParts) -> Scheduler {
     Scheduler::new(Arc::clone(&parts.adapters.clock))
         .with_task(Arc::new(FilesSweep::new(parts.adapters.files())))
-        .with_task(Arc::new(BatchRecovery::new(Arc::clone(&parts.batches))))
+        .with_task(Arc::new(parts.batches.recovery()))
         .with_task(Arc::new(AsyncDueWork::new(Arc::clone(&parts.async_requests))))
         .with_task(webhooks::batch_webhooks(&parts.adapters))
 }

@@ -1,14 +1,21 @@
 //! The Batch API's calls: create, get, list, cancel.
 
 use super::create_checks::{check_create_request, CheckedCreate};
+use super::finalize::release_input;
+use super::live::Live;
 use super::records::{active_marker, decode, edit, encode, BatchFormat, Edit, Loaded, StoredBatch, BATCH_KIND};
-use super::{BatchService, BatchesError, JobMessage};
+use super::{enqueue, BatchSettings, BatchesError, JobMessage};
 use crate::files::FilesError;
+use crate::files::FilesService;
+use crate::functions::inference::FunctionService;
+use crate::idempotency::IdempotencyKeys;
 use crate::idempotency::{fingerprint, Reservation};
 use crate::openai::batches::{BatchList, BatchObject, BatchStatus, CreateBatchRequest};
 use crate::paging::{PageBounds, PageLimit};
+use crate::ports::{BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, StateStore};
 use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
 use crate::user_text::excerpt;
+use std::sync::Arc;
 use uuid::Uuid;
 
 /// How many batches a page lists: 1 to 100, 20 by default.
@@ -29,7 +36,28 @@ fn batch_not_found(id: &str) -> BatchesError {
     }
 }
 
-impl BatchService {
+/// The batch API: create, get, list and cancel batches (`/v1/batches`), submit and poll
+/// `/batch_inference`. It mints every batch id and timestamp.
+pub struct BatchApi {
+    pub(super) state: Arc<dyn StateStore>,
+    pub(super) blobs: Arc<dyn BlobStore>,
+    pub(super) queue: Arc<dyn JobQueue>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) ids: Arc<dyn IdSource>,
+    /// Input files: checked and held at create.
+    pub(super) files: FilesService,
+    pub(super) idempotency: IdempotencyKeys,
+    /// Plans `/batch_inference` submissions.
+    pub(super) functions: Arc<FunctionService>,
+    /// Seals a submission's dynamic credentials.
+    pub(super) sealer: Arc<dyn CredentialSealer>,
+    /// `/batch_inference` polls read the items' inference records.
+    pub(super) records: Arc<dyn InferenceStore>,
+    pub(super) live: Live,
+    pub(super) settings: Arc<BatchSettings>,
+}
+
+impl BatchApi {
     /// Create a batch in `validating` and enqueue its validation. With an idempotency key, a retry
     /// returns the batch the first request created.
     pub async fn create_batch(
@@ -95,7 +123,7 @@ impl BatchService {
             .hold_batch_input(project, &request.input_file_id, &id)
             .await
             .map_err(input_file_error)?;
-        let created_ms = id_time_ms(&id).unwrap_or_else(|| self.now_ms());
+        let created_ms = id_time_ms(&id).unwrap_or_else(|| self.clock.now_unix_ms());
         let created_at = created_ms.div_euclid(1000);
         let output_expires_after = request.output_expires_after.clone();
         let mut batch = BatchObject::validating(
@@ -113,7 +141,7 @@ impl BatchService {
             input_blob_key,
             chunks: 0,
             chunks_done: 0,
-            enqueued_at_ms: self.now_ms(),
+            enqueued_at_ms: self.clock.now_unix_ms(),
             reserved_output_file_id: None,
             reserved_error_file_id: None,
             finalize_lease_until_ms: 0,
@@ -150,7 +178,7 @@ impl BatchService {
             Err(err) => return Err(self.abandon_input(&stored, err).await),
         }
         // If this send is lost, the poller enqueues the validation again.
-        if let Err(err) = self.enqueue(&JobMessage::Validate { batch_id: id.clone() }).await {
+        if let Err(err) = enqueue(self.queue.as_ref(), &JobMessage::Validate { batch_id: id.clone() }).await {
             tracing::warn!(batch = %id, error = %err, "could not enqueue validation; the poller will");
         }
         Ok(batch)
@@ -158,23 +186,10 @@ impl BatchService {
 
     /// A batch that could not be created lets go of its input; the error to answer with.
     async fn abandon_input(&self, stored: &StoredBatch, err: StorageError) -> BatchesError {
-        if let Err(release) = self.release_input(stored).await {
+        if let Err(release) = release_input(&self.files, stored).await {
             tracing::warn!(batch = %stored.batch.id, file = %stored.batch.input_file_id, error = %release, "could not release the input of a batch not created");
         }
         err.into()
-    }
-
-    /// The batch no longer reads its input: its hold on the bytes goes, and the bytes with it if
-    /// the file was deleted meanwhile. Idempotent.
-    pub(crate) async fn release_input(&self, stored: &StoredBatch) -> Result<(), BatchesError> {
-        if !matches!(stored.format, BatchFormat::OpenAiJsonl) {
-            // A `/batch_inference` input is the batch's own object, kept: polls read its ids.
-            return Ok(());
-        }
-        self.files
-            .release_hold(&stored.input_blob_key, &stored.batch.input_file_id, &stored.batch.id)
-            .await?;
-        Ok(())
     }
 
     /// The project's batch record, or 404.
@@ -190,11 +205,11 @@ impl BatchService {
     pub async fn get_batch(&self, project: &str, id: &str, live: bool) -> Result<BatchObject, BatchesError> {
         let loaded = self.owned_batch(project, id).await?;
         if live {
-            self.keep_live(&loaded).await?;
+            self.live.keep_live(&loaded).await?;
         }
         let mut stored = loaded.body;
         if live || self.settings.live_progress_always {
-            self.with_live_counts(&mut stored).await?;
+            self.live.with_live_counts(&mut stored).await?;
         }
         Ok(stored.batch)
     }
@@ -245,7 +260,7 @@ impl BatchService {
     /// Start cancelling: `cancelling` at once; workers stop starting lines and the batch ends
     /// `cancelled` once they have saved what they finished.
     pub async fn cancel_batch(&self, project: &str, id: &str) -> Result<BatchObject, BatchesError> {
-        let now = self.now_s();
+        let now = self.clock.now_unix_s();
         let edited = edit(self.state.as_ref(), BATCH_KIND, id, |stored: &mut StoredBatch| {
             if stored.project != project || stored.format != BatchFormat::OpenAiJsonl {
                 return Edit::Keep(Err(batch_not_found(id)));
@@ -274,7 +289,7 @@ impl BatchService {
             let job = JobMessage::Finalize {
                 batch_id: id.to_owned(),
             };
-            if let Err(err) = self.enqueue(&job).await {
+            if let Err(err) = enqueue(self.queue.as_ref(), &job).await {
                 tracing::warn!(batch = %id, error = %err, "cancel: finalizing left to the poller");
             }
         }

@@ -2,12 +2,18 @@
 //! bounded concurrency (and the models' slot limits), save progress in segments, stop starting
 //! lines on cancel, expiry or the run's deadline.
 
+use super::finalize::Finalizer;
 use super::lines::LineKind;
-use super::progress::{ChunkRun, LeaseOutcome, PendingSegment};
+use super::lines::LineKinds;
+use super::live::Live;
 use super::records::{Loaded, StoredBatch, StoredChunk, BATCH_KIND};
-use super::{BatchService, BatchesError};
+use super::segment::PendingSegment;
+use super::{BatchSettings, BatchesError};
+use crate::auth::RevokedKeys;
 use crate::openai::batches::BatchStatus;
-use crate::ports::{JobOutcome, StorageError};
+use crate::ports::{
+    BlobStore, Clock, CredentialSealer, IdSource, JobOutcome, JobQueue, MetricsSink, StateStore, StorageError,
+};
 use bytes::Bytes;
 use futures::StreamExt;
 use std::collections::{BTreeSet, HashMap};
@@ -52,13 +58,6 @@ fn credentials_sealable(credentials: &HashMap<String, String>) -> bool {
         || serde_json::to_vec(credentials).is_ok_and(|json| crate::ports::check_sealable(&json).is_ok())
 }
 
-/// The request lines of `bytes` (blank lines are not requests), sharing its buffer.
-pub(crate) fn request_lines(bytes: &Bytes) -> Vec<Bytes> {
-    crate::jsonl::line_ranges(bytes)
-        .map(|range| bytes.slice(range))
-        .collect()
-}
-
 /// Whether a run with `pending` unsaved results, `since` its last save, saves a segment now:
 /// once `checkpoint_lines` are pending (so a batch's saves grow with its lines, whatever its
 /// model's latency), no sooner than `checkpoint_interval` after the last save, and at the latest
@@ -75,7 +74,52 @@ fn until(deadline: Instant, before: Duration) -> Instant {
     deadline.checked_sub(before).unwrap_or(deadline)
 }
 
-impl BatchService {
+/// One run of one chunk: who it is (`token`), until when it holds the chunk, and what its lines are.
+pub(crate) struct ChunkRun<'a> {
+    pub batch: &'a StoredBatch,
+    pub lines: Arc<dyn LineKind>,
+    pub index: u32,
+    pub token: String,
+    pub lease_until_ms: i64,
+    /// Publishes the run's unsaved counts (see `live.rs`).
+    pub live: super::live::LivePublisher,
+    /// The key that created the batch was revoked: every line of the run fails unrun.
+    pub key_revoked: bool,
+}
+
+/// Whether a chunk could be taken.
+pub(crate) enum LeaseOutcome {
+    /// Taken: the chunk as this run wrote it.
+    Taken(Box<Loaded<StoredChunk>>),
+    /// Finished already.
+    Done,
+    /// Another run holds it until then.
+    HeldUntil(i64),
+    Missing,
+}
+
+/// Runs the `chunk` job: leases a chunk, runs its lines under the models' slot limits, saves
+/// their results in segments (`progress.rs`), and stops on cancel, expiry or the deadline.
+#[derive(Clone)]
+pub(crate) struct ChunkRunner {
+    pub(super) state: Arc<dyn StateStore>,
+    pub(super) blobs: Arc<dyn BlobStore>,
+    /// Releasing model slots wakes the async requests waiting for them.
+    pub(super) queue: Arc<dyn JobQueue>,
+    pub(super) clock: Arc<dyn Clock>,
+    /// Lease tokens.
+    pub(super) ids: Arc<dyn IdSource>,
+    pub(super) settings: Arc<BatchSettings>,
+    pub(super) metrics: Arc<dyn MetricsSink>,
+    pub(super) revoked_keys: Arc<RevokedKeys>,
+    /// Seals the credentials of lines staged for provider batches.
+    pub(super) sealer: Arc<dyn CredentialSealer>,
+    pub(super) kinds: LineKinds,
+    pub(super) live: Live,
+    pub(super) finalizer: Arc<Finalizer>,
+}
+
+impl ChunkRunner {
     /// Run chunk `index` of `batch_id` until it is done, stopped, or `deadline` nears.
     pub(crate) async fn run_chunk(
         &self,
@@ -87,18 +131,19 @@ impl BatchService {
             return Ok(JobOutcome::Done);
         };
         let batch = batch.body;
-        if batch.batch.status != BatchStatus::InProgress || self.is_overdue(&batch) {
-            self.finalize_quietly(batch_id).await;
+        if batch.batch.status != BatchStatus::InProgress || batch.is_overdue(self.clock.as_ref()) {
+            self.finalizer.finalize_quietly(batch_id).await;
             return Ok(JobOutcome::Done);
         }
         let token = self.ids.new_uuid().simple().to_string();
         let run_for = deadline.saturating_duration_since(Instant::now());
-        let lease_until_ms = self.now_ms() + i64::try_from((run_for + LEASE_MARGIN).as_millis()).unwrap_or(i64::MAX);
+        let lease_until_ms =
+            self.clock.now_unix_ms() + i64::try_from((run_for + LEASE_MARGIN).as_millis()).unwrap_or(i64::MAX);
         let chunk = match self.lease_chunk(batch_id, index, &token, lease_until_ms).await? {
             LeaseOutcome::Taken(chunk) => *chunk,
             LeaseOutcome::Done | LeaseOutcome::Missing => return Ok(JobOutcome::Done),
             LeaseOutcome::HeldUntil(until_ms) => {
-                let wait_ms = u64::try_from((until_ms - self.now_ms()).max(1000)).unwrap_or(1000);
+                let wait_ms = u64::try_from((until_ms - self.clock.now_unix_ms()).max(1000)).unwrap_or(1000);
                 return Ok(JobOutcome::Retry {
                     retry_after: Duration::from_millis(wait_ms),
                 });
@@ -120,7 +165,7 @@ impl BatchService {
         let run = ChunkRun {
             key_revoked,
             batch: &batch,
-            lines: self.running_line_kind(&batch).await?,
+            lines: self.kinds.running(&batch).await?,
             index,
             token: token.clone(),
             lease_until_ms,
@@ -140,7 +185,7 @@ impl BatchService {
             }
             Err(err) => return Err(self.give_back(&run, err.into()).await),
         };
-        let lines = request_lines(&input);
+        let lines = crate::jsonl::line_bytes(&input);
         let total = lines.len() as u64;
         let skip = usize::try_from(chunk.body.lines_done).unwrap_or(usize::MAX);
         let pending: Vec<Bytes> = lines.into_iter().skip(skip).collect();
@@ -160,7 +205,7 @@ impl BatchService {
         };
         let signal = Arc::new(StopSignal {
             stop: AtomicBool::new(false),
-            status_seen_ms: AtomicI64::new(self.now_ms()),
+            status_seen_ms: AtomicI64::new(self.clock.now_unix_ms()),
             live_until_ms: AtomicI64::new(batch.live_until_ms),
         });
         let watcher = tokio::spawn(self.clone().watch_for_stop(batch_id.to_owned(), Arc::clone(&signal)));
@@ -194,7 +239,7 @@ impl BatchService {
         }
         let all_done = outcome.batch.as_ref().is_some_and(StoredBatch::all_chunks_done);
         if all_done || signal.stop.load(Ordering::SeqCst) {
-            self.finalize_quietly(batch_id).await;
+            self.finalizer.finalize_quietly(batch_id).await;
             return Ok(JobOutcome::Done);
         }
         if outcome.finished || outcome.lease_lost {
@@ -263,7 +308,7 @@ impl BatchService {
         let interval_ms = i64::try_from(interval.as_millis()).unwrap_or(i64::MAX);
         loop {
             tokio::time::sleep(interval).await;
-            if self.now_ms() - signal.status_seen_ms.load(Ordering::SeqCst) < interval_ms {
+            if self.clock.now_unix_ms() - signal.status_seen_ms.load(Ordering::SeqCst) < interval_ms {
                 continue;
             }
             match Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, &batch_id).await {
@@ -283,17 +328,13 @@ impl BatchService {
 
     /// Note a fresh view of the batch; true (and the stop flag set) when lines must stop starting.
     fn observe(&self, signal: &StopSignal, batch: &StoredBatch) -> bool {
-        signal.status_seen_ms.store(self.now_ms(), Ordering::SeqCst);
+        signal.status_seen_ms.store(self.clock.now_unix_ms(), Ordering::SeqCst);
         signal.live_until_ms.store(batch.live_until_ms, Ordering::SeqCst);
-        let stop = batch.batch.status != BatchStatus::InProgress || self.is_overdue(batch);
+        let stop = batch.batch.status != BatchStatus::InProgress || batch.is_overdue(self.clock.as_ref());
         if stop {
             signal.stop.store(true, Ordering::SeqCst);
         }
         stop
-    }
-
-    pub(crate) fn is_overdue(&self, batch: &StoredBatch) -> bool {
-        batch.batch.expires_at.is_some_and(|at| self.now_s() >= at)
     }
 
     async fn run_lines(
@@ -365,7 +406,7 @@ impl BatchService {
         let mut last_save = Instant::now();
         let mut interrupted = false;
         loop {
-            let live = self.live_now(signal.live_until_ms.load(Ordering::SeqCst));
+            let live = self.live.live_now(signal.live_until_ms.load(Ordering::SeqCst));
             let pending_counts = (segment.completed, segment.failed);
             let wake = match run.live.wake_at(pending_counts).filter(|_| live) {
                 Some(at) => at.min(hard_stop),
@@ -375,7 +416,7 @@ impl BatchService {
             if next.is_err() && Instant::now() < hard_stop {
                 // Woken to publish: no line finished meanwhile.
                 if run.live.due(pending_counts, Instant::now()) {
-                    self.publish_live(&run.live, pending_counts).await;
+                    self.live.publish_live(&run.live, pending_counts).await;
                 }
                 continue;
             }
@@ -392,11 +433,11 @@ impl BatchService {
                     break;
                 }
             }
-            let live = self.live_now(signal.live_until_ms.load(Ordering::SeqCst));
+            let live = self.live.live_now(signal.live_until_ms.load(Ordering::SeqCst));
             let pending_counts = (segment.completed, segment.failed);
             if live && !checkpoint_due(&self.settings, segment.lines, last_save.elapsed()) {
                 if run.live.due(pending_counts, Instant::now()) {
-                    self.publish_live(&run.live, pending_counts).await;
+                    self.live.publish_live(&run.live, pending_counts).await;
                 }
                 continue;
             }
@@ -486,8 +527,7 @@ struct RunOutcome {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{checkpoint_due, request_lines};
-    use bytes::Bytes;
+    use super::checkpoint_due;
     use std::time::Duration;
 
     #[test]
@@ -535,16 +575,5 @@ mod tests {
         // In Lambda a chunk's run reads its batch once a minute (a cancel is noticed within it).
         assert_eq!(small_chunks.status_poll_interval, Duration::from_secs(60));
         assert!(crate::config::Config::from_toml("[batches]\ncheckpoint_lines = 0\n").is_err());
-    }
-
-    #[test]
-    fn request_lines_skip_blank_lines_and_keep_a_last_line_without_newline() {
-        let input = Bytes::from_static(b"{\"a\":1}\n\n  \r\n{\"b\":2}\r\n{\"c\":3}");
-        let lines: Vec<_> = request_lines(&input).iter().map(|l| l.trim_ascii().to_vec()).collect();
-        assert_eq!(
-            lines,
-            vec![b"{\"a\":1}".to_vec(), b"{\"b\":2}".to_vec(), b"{\"c\":3}".to_vec()]
-        );
-        assert!(request_lines(&Bytes::from_static(b"\n\n")).is_empty());
     }
 }

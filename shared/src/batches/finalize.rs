@@ -4,19 +4,24 @@
 //! the saved segments into files under ids reserved beforehand, so an interrupted finalization
 //! that runs again writes the same files. Safe to run twice at once.
 
-use super::chunk_run::request_lines;
+use super::lines::missing_input_lines;
 use super::lines::LineKind;
-use super::missing_input::missing_input_lines;
+use super::lines::LineKinds;
+use super::live::Live;
 use super::native::records::PART_KIND;
+use super::native::{close_staging, parts_expired, parts_of};
+use super::records::chunks_of;
 use super::records::{
-    decode, edit, list_all, BatchFormat, Edit, Loaded, Segment, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND,
-    CHUNK_KIND,
+    edit, list_all, BatchFormat, Edit, Loaded, Segment, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND, CHUNK_KIND,
 };
-use super::{BatchService, BatchesError};
-use crate::files::NewFile;
+use super::BatchesError;
+use crate::files::{FilesService, NewFile};
 use crate::openai::batches::BatchStatus;
 use crate::openai::files::FilePurpose;
-use crate::ports::{BlobStore, ByteStream, IdSource, JobOutcome, StorageError};
+use crate::ports::{
+    BatchEventSink, BlobStore, ByteStream, Clock, IdSource, InferenceStore, JobOutcome, JobQueue, StateStore,
+    StorageError,
+};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use std::sync::Arc;
@@ -53,8 +58,40 @@ fn concat_blobs(blobs: Arc<dyn BlobStore>, keys: Vec<String>) -> ByteStream {
         .boxed()
 }
 
-impl BatchService {
-    /// [`BatchService::try_finalize`], logging instead of failing: the poller tries again.
+/// The batch's input is no longer read: its hold on the bytes goes, and the bytes with it if the
+/// file was deleted meanwhile. Idempotent.
+pub(crate) async fn release_input(files: &FilesService, stored: &StoredBatch) -> Result<(), BatchesError> {
+    if !matches!(stored.format, BatchFormat::OpenAiJsonl) {
+        // A `/batch_inference` input is the batch's own object, kept: polls read its ids.
+        return Ok(());
+    }
+    files
+        .release_hold(&stored.input_blob_key, &stored.batch.input_file_id, &stored.batch.id)
+        .await?;
+    Ok(())
+}
+
+/// Ends batches: seals them, writes their result files (or keeps `/batch_inference` items'
+/// inference pages), moves them to their terminal status, cleans up and tells their event.
+pub(crate) struct Finalizer {
+    pub(super) state: Arc<dyn StateStore>,
+    pub(super) blobs: Arc<dyn BlobStore>,
+    /// Hands batches with provider-native work open to the `native` job.
+    pub(super) queue: Arc<dyn JobQueue>,
+    pub(super) clock: Arc<dyn Clock>,
+    /// Ids of the error lines of lines that never ran.
+    pub(super) ids: Arc<dyn IdSource>,
+    /// Result files are created here, and the input's hold released.
+    pub(super) files: FilesService,
+    /// Where `/batch_inference` items' inference pages go.
+    pub(super) records: Arc<dyn InferenceStore>,
+    pub(super) events: Arc<dyn BatchEventSink>,
+    pub(super) kinds: LineKinds,
+    pub(super) live: Live,
+}
+
+impl Finalizer {
+    /// [`Finalizer::try_finalize`], logging instead of failing: the poller tries again.
     pub(crate) async fn finalize_quietly(&self, batch_id: &str) {
         if let Err(err) = self.try_finalize(batch_id).await {
             tracing::warn!(batch = %batch_id, error = %err, "finalizing failed; the poller will retry");
@@ -65,7 +102,7 @@ impl BatchService {
     pub(crate) async fn finalize_job(&self, batch_id: &str) -> Result<JobOutcome, BatchesError> {
         Ok(match self.finalize_step(batch_id).await? {
             FinalizeStep::WaitUntil(until_ms) => {
-                let wait_ms = u64::try_from(until_ms - self.now_ms()).unwrap_or(0).max(100);
+                let wait_ms = u64::try_from(until_ms - self.clock.now_unix_ms()).unwrap_or(0).max(100);
                 JobOutcome::Retry {
                     retry_after: std::time::Duration::from_millis(wait_ms),
                 }
@@ -92,11 +129,13 @@ impl BatchService {
             }
             let all_done = batch.body.all_chunks_done();
             let native_open = batch.body.native.open();
-            let overdue = self.is_overdue(&batch.body);
+            let overdue = batch.body.is_overdue(self.clock.as_ref());
             // Provider-native lines cut short by the window: the batch expired, even though
             // every part is counted now.
-            let native_expired =
-                overdue && !native_open && batch.body.native.staged > 0 && self.parts_expired(batch_id).await?;
+            let native_expired = overdue
+                && !native_open
+                && batch.body.native.staged > 0
+                && parts_expired(self.state.as_ref(), batch_id).await?;
             let target = match status {
                 BatchStatus::Cancelling => BatchStatus::Cancelled,
                 BatchStatus::Finalizing => BatchStatus::Completed,
@@ -106,7 +145,7 @@ impl BatchService {
                 BatchStatus::InProgress if overdue => BatchStatus::Expired,
                 _ => return Ok(FinalizeStep::NotReady),
             };
-            let now_ms = self.now_ms();
+            let now_ms = self.clock.now_unix_ms();
             if batch.body.finalize_lease_until_ms > now_ms {
                 return Ok(FinalizeStep::NotReady);
             }
@@ -114,7 +153,7 @@ impl BatchService {
                 // Let running chunks save what they finished first; a cancel waits only a few
                 // seconds (a chunk may be held by a run that died, or be stuck): after the seal,
                 // what a late run saves is not counted and its lines are listed as never run.
-                let chunks = self.chunks_of(batch_id).await?;
+                let chunks = chunks_of(self.state.as_ref(), batch_id).await?;
                 let held_until = chunks
                     .iter()
                     .filter(|c| !c.done)
@@ -135,7 +174,7 @@ impl BatchService {
             if native_open {
                 // Staged lines wait for their provider batches: the `native` job finalizes
                 // once every part is counted.
-                if !self.close_staging(&mut batch).await? {
+                if !close_staging(self.state.as_ref(), self.queue.as_ref(), &mut batch).await? {
                     continue;
                 }
                 return Ok(FinalizeStep::NotReady);
@@ -148,7 +187,7 @@ impl BatchService {
             }
             if target == BatchStatus::Completed && status == BatchStatus::InProgress {
                 batch.body.batch.status = BatchStatus::Finalizing;
-                batch.body.batch.finalizing_at = Some(self.now_s());
+                batch.body.batch.finalizing_at = Some(self.clock.now_unix_s());
             }
             match batch.save(self.state.as_ref()).await {
                 Ok(()) => {}
@@ -179,23 +218,13 @@ impl BatchService {
         }
     }
 
-    pub(crate) async fn chunks_of(&self, batch_id: &str) -> Result<Vec<StoredChunk>, BatchesError> {
-        list_all(self.state.as_ref(), CHUNK_KIND, batch_id)
-            .await?
-            .iter()
-            .map(decode::<StoredChunk>)
-            .collect::<Result<_, _>>()
-            .map_err(Into::into)
-    }
-
     /// Write the result files of a sealed batch and move it to its terminal status.
     async fn assemble_and_finish(&self, stored: &StoredBatch, target: BatchStatus) -> Result<(), BatchesError> {
         let batch_id = stored.batch.id.clone();
         // Only the chunks of a finished validation count: a cancel can land while validation is
         // still writing chunk records, and then the batch has no requests yet (`total` 0).
         let planned = stored.chunks;
-        let chunks: Vec<StoredChunk> = self
-            .chunks_of(&batch_id)
+        let chunks: Vec<StoredChunk> = chunks_of(self.state.as_ref(), &batch_id)
             .await?
             .into_iter()
             .filter(|chunk| chunk.index < planned)
@@ -204,7 +233,7 @@ impl BatchService {
         let completed = stored.batch.request_counts.completed;
         let failed = stored.batch.request_counts.failed;
         // Results of provider-native parts follow the workers'.
-        let parts = self.parts_of(&batch_id).await?;
+        let parts = parts_of(self.state.as_ref(), &batch_id).await?;
         let segments: Vec<&Segment> = chunks
             .iter()
             .flat_map(|c| c.segments.iter())
@@ -218,7 +247,7 @@ impl BatchService {
         } else {
             ("batch_cancelled", CANCELLED_MESSAGE)
         };
-        let kind = self.line_kind(stored);
+        let kind = self.kinds.of(stored);
         let (output_file_id, error_file_id) = match &stored.format {
             BatchFormat::OpenAiJsonl => {
                 let output_file_id = match (&stored.reserved_output_file_id, completed > 0) {
@@ -251,7 +280,7 @@ impl BatchService {
             }
         };
 
-        let now = self.now_s();
+        let now = self.clock.now_unix_s();
         // The sealed batch only moves by a cancel: the edit sees it fresh after a lost write.
         let edited = edit(self.state.as_ref(), BATCH_KIND, &batch_id, |batch: &mut StoredBatch| {
             let current_status = batch.batch.status;
@@ -344,7 +373,7 @@ impl BatchService {
                     };
                     let skip = usize::try_from(chunk.lines_done).unwrap_or(usize::MAX);
                     let mut out = Vec::new();
-                    for line in request_lines(&bytes).iter().skip(skip) {
+                    for line in crate::jsonl::line_bytes(&bytes).iter().skip(skip) {
                         out.extend_from_slice(kind.not_run(ids.as_ref(), line, code, message).as_bytes());
                         out.push(b'\n');
                     }
@@ -366,8 +395,8 @@ impl BatchService {
         for record in list_all(self.state.as_ref(), PART_KIND, &stored.batch.id).await? {
             self.state.delete(PART_KIND, &record.id, None).await?;
         }
-        self.delete_live(&stored.batch.id).await?;
-        self.release_input(stored).await?;
+        self.live.delete_live(&stored.batch.id).await?;
+        release_input(&self.files, stored).await?;
         if self.state.get(ACTIVE_KIND, &stored.batch.id).await?.is_some() {
             self.tell_ended(stored).await?;
         }
@@ -388,7 +417,7 @@ impl BatchService {
             BatchStatus::Expired => batch.expired_at,
             _ => None,
         };
-        let at_ms = ended_at_s.map_or_else(|| self.now_ms(), |s| s.saturating_mul(1000));
+        let at_ms = ended_at_s.map_or_else(|| self.clock.now_unix_ms(), |s| s.saturating_mul(1000));
         self.events
             .batch_ended(&stored.project, &batch.id, batch.status.as_str(), at_ms)
             .await?;

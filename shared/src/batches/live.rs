@@ -10,9 +10,10 @@
 //! run left is ignored once it is [`LIVE_STALE_MS`] old.
 
 use super::records::{encode, list_all, Loaded, StoredBatch};
-use super::{BatchService, BatchesError};
-use crate::ports::{Record, StorageError};
+use super::BatchesError;
+use crate::ports::{Clock, Record, StateStore, StorageError};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -125,16 +126,25 @@ impl LivePublisher {
     }
 }
 
-impl BatchService {
+/// Running chunks' unsaved counts: published by runs, added by status reads, deleted at clean-up.
+#[derive(Clone)]
+pub(crate) struct Live {
+    pub(super) state: Arc<dyn StateStore>,
+    pub(super) clock: Arc<dyn Clock>,
+    /// Runs publish for every batch (`BatchSettings::live_progress_always`).
+    pub(super) always: bool,
+}
+
+impl Live {
     /// Whether the run of a batch last seen live until `live_until_ms` publishes.
     pub(crate) fn live_now(&self, live_until_ms: i64) -> bool {
-        self.settings.live_progress_always || live_until_ms > self.now_ms()
+        self.always || live_until_ms > self.clock.now_unix_ms()
     }
 
     /// Publish a run's unsaved counts (best effort: a failed write is logged; the saved
     /// counts stay right).
     pub(crate) async fn publish_live(&self, publisher: &LivePublisher, pending: (u64, u64)) {
-        let now_ms = self.now_ms();
+        let now_ms = self.clock.now_unix_ms();
         let body = LiveCounts {
             completed: pending.0,
             failed: pending.1,
@@ -208,7 +218,7 @@ impl BatchService {
         if !matches!(stored.batch.status, BatchStatus::InProgress | BatchStatus::Cancelling) {
             return Ok(());
         }
-        let now_ms = self.now_ms();
+        let now_ms = self.clock.now_unix_ms();
         let (mut completed, mut failed) = (0u64, 0u64);
         for record in list_all(self.state.as_ref(), LIVE_KIND, &stored.batch.id).await? {
             let Ok(live) = serde_json::from_value::<LiveCounts>(record.body) else {
@@ -231,11 +241,8 @@ impl BatchService {
     /// A client asks for live progress: keep the batch live for the next minute (written only
     /// when less than half of it is left).
     pub(crate) async fn keep_live(&self, batch: &Loaded<StoredBatch>) -> Result<(), BatchesError> {
-        let now_ms = self.now_ms();
-        if self.settings.live_progress_always
-            || batch.body.batch.status.is_terminal()
-            || batch.body.live_until_ms - now_ms >= LIVE_RENEW_MS
-        {
+        let now_ms = self.clock.now_unix_ms();
+        if self.always || batch.body.batch.status.is_terminal() || batch.body.live_until_ms - now_ms >= LIVE_RENEW_MS {
             return Ok(());
         }
         let edited = super::records::edit(

@@ -3,40 +3,15 @@
 //! each becomes one error line with code `input_file_missing`, so the batch ends with every request
 //! accounted for instead of retrying a read that can never succeed.
 
-use super::input_validation::ChunkRange;
-use super::progress::{ChunkRun, PendingSegment};
+use super::chunk_run::ChunkRun;
+use super::chunk_run::ChunkRunner;
+use super::lines::{missing_input_lines, INPUT_MISSING_CODE};
 use super::records::{Loaded, StoredChunk};
-use super::{BatchService, BatchesError};
-use crate::ports::{IdSource, JobOutcome};
-use serde_json::json;
+use super::segment::PendingSegment;
+use super::BatchesError;
+use crate::ports::JobOutcome;
 
-pub(crate) const INPUT_MISSING_CODE: &str = "input_file_missing";
-
-/// One error line per request of `range` from request `from` (0-based within the chunk) on.
-pub(crate) fn missing_input_lines(ids: &dyn IdSource, input_file_id: &str, range: &ChunkRange, from: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    for request in from..range.lines {
-        let line = json!({
-            "id": ids.prefixed("batch_req_"),
-            "custom_id": null,
-            "response": null,
-            "error": {
-                "code": INPUT_MISSING_CODE,
-                "message": format!(
-                    "The batch's input file {input_file_id} no longer exists: request {} of the {} starting at input line {} could not be read.",
-                    request + 1,
-                    range.lines,
-                    range.first_line
-                ),
-            },
-        });
-        out.extend_from_slice(line.to_string().as_bytes());
-        out.push(b'\n');
-    }
-    out
-}
-
-impl BatchService {
+impl ChunkRunner {
     /// The chunk's input could not be read because the object is gone: save its unrun requests as
     /// failed (`input_file_missing`) and finish the chunk.
     pub(crate) async fn fail_chunk_for_missing_input(
@@ -73,7 +48,7 @@ impl BatchService {
             .await?;
         match saved {
             Some(after) if after.all_chunks_done() => {
-                self.finalize_quietly(&batch.batch.id).await;
+                self.finalizer.finalize_quietly(&batch.batch.id).await;
             }
             Some(_) => {}
             // Lease lost or batch sealed: whoever holds it now accounts for these requests.

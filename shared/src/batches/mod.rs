@@ -1,7 +1,7 @@
 //! The batch engine: OpenAI-compatible batches run by Nimbus itself on queue workers, against any
 //! configured model.
 //!
-//! - [`BatchService`] (`api.rs`): create (validates parameters; the input is validated by a job),
+//! - [`BatchApi`] (`api.rs`): create (validates parameters; the input is validated by a job),
 //!   get, list, cancel. It mints every id and timestamp.
 //! - Jobs on the queue ([`JobMessage`], run by [`BatchWorker`], the batch family's
 //!   [`crate::jobs::JobRunner`]): `validate` streams the input file, plans chunks (byte
@@ -16,6 +16,7 @@
 mod api;
 mod chunk_run;
 mod create_checks;
+mod engine;
 mod finalize;
 pub mod input_validation;
 mod lines;
@@ -26,6 +27,7 @@ mod progress;
 mod records;
 pub(crate) use records::ACTIVE_KIND as ACTIVE_BATCH_KIND;
 mod recovery;
+mod segment;
 mod slots;
 #[cfg(feature = "embedded")]
 mod takeover;
@@ -36,8 +38,10 @@ mod validate_job;
 mod worker;
 
 pub use crate::jobs::JobMessage;
+pub use api::BatchApi;
 pub use api::{ListBatches, BATCH_PAGE};
 pub use create_checks::{check_create_request, CheckedCreate};
+pub use engine::{BatchDeps, BatchEngine};
 pub use input_validation::{BatchEndpoint, ChunkRange, MAX_REQUESTS};
 pub use lines::tensorzero::ItemResult;
 pub use recovery::{BatchRecovery, RecoveryReport};
@@ -46,17 +50,9 @@ pub use takeover::TakeoverReport;
 pub use tensorzero_api::{BatchInferenceCreated, BatchInferenceError, BatchInferencePoll, PollQuery, PollStatus};
 pub use worker::BatchWorker;
 
-use crate::auth::RevokedKeys;
-use crate::files::{FilesError, FilesService};
-use crate::functions::inference::FunctionService;
-use crate::idempotency::IdempotencyKeys;
-use crate::inference::InferenceService;
-use crate::ports::{
-    BatchEventSink, BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, MetricUnit, MetricsSink,
-    NoBatchEvents, NoCredentialSealer, NoMetrics, StateStore, StorageError,
-};
+use crate::files::FilesError;
+use crate::ports::{JobQueue, MetricUnit, MetricsSink, StorageError};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Why a batch call failed.
@@ -176,110 +172,18 @@ impl BatchSettings {
     }
 }
 
-/// The batch business layer. It mints every id and timestamp; storage writes what it is given.
-#[derive(Clone)]
-pub struct BatchService {
-    pub(crate) state: Arc<dyn StateStore>,
-    pub(crate) blobs: Arc<dyn BlobStore>,
-    pub(crate) queue: Arc<dyn JobQueue>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) ids: Arc<dyn IdSource>,
-    pub(crate) files: FilesService,
-    pub(crate) inference: Arc<InferenceService>,
-    /// Runs `/batch_inference` items.
-    pub(crate) functions: Arc<FunctionService>,
-    /// Where `/batch_inference` items' inference records go.
-    pub(crate) records: Arc<dyn InferenceStore>,
-    pub(crate) idempotency: IdempotencyKeys,
-    pub(crate) settings: Arc<BatchSettings>,
-    /// Told when a batch ends (batch event webhooks).
-    pub(crate) events: Arc<dyn BatchEventSink>,
-    /// Seals dynamic credentials kept while provider batches poll.
-    pub(crate) sealer: Arc<dyn CredentialSealer>,
-    /// Lines and chunk runs are measured here.
-    pub(crate) metrics: Arc<dyn MetricsSink>,
-    /// Whether the key that created a batch was revoked since.
-    pub(crate) revoked_keys: Arc<RevokedKeys>,
-}
-
-/// The adapters and services a [`BatchService`] works with.
-pub struct BatchDeps {
-    pub state: Arc<dyn StateStore>,
-    pub blobs: Arc<dyn BlobStore>,
-    pub queue: Arc<dyn JobQueue>,
-    pub clock: Arc<dyn Clock>,
-    pub ids: Arc<dyn IdSource>,
-    pub files: FilesService,
-    pub inference: Arc<InferenceService>,
-    pub functions: Arc<FunctionService>,
-    pub records: Arc<dyn InferenceStore>,
-}
-
-impl BatchService {
-    pub fn new(deps: BatchDeps, settings: BatchSettings) -> Self {
-        Self {
-            idempotency: IdempotencyKeys::new(Arc::clone(&deps.state), Arc::clone(&deps.clock)),
-            revoked_keys: Arc::new(RevokedKeys::new(
-                Arc::clone(&deps.state),
-                Arc::clone(&deps.clock),
-                Arc::clone(&deps.ids),
-            )),
-            state: deps.state,
-            blobs: deps.blobs,
-            queue: deps.queue,
-            clock: deps.clock,
-            ids: deps.ids,
-            files: deps.files,
-            inference: deps.inference,
-            functions: deps.functions,
-            records: deps.records,
-            settings: Arc::new(settings),
-            events: Arc::new(NoBatchEvents),
-            sealer: Arc::new(NoCredentialSealer),
-            metrics: Arc::new(NoMetrics),
+/// Lines counted into a batch (`batch_lines`, by who ran them and how they ended).
+pub(crate) fn count_lines(metrics: &dyn MetricsSink, runner: &'static str, completed: u64, failed: u64, staged: u64) {
+    for (outcome, lines) in [("completed", completed), ("failed", failed), ("staged", staged)] {
+        if lines > 0 {
+            let dimensions = [("runner", runner), ("outcome", outcome)];
+            metrics.record("batch_lines", MetricUnit::Count, lines as f64, &dimensions);
         }
     }
+}
 
-    /// Seal the dynamic credentials of provider-native batches with `sealer`.
-    pub fn with_sealer(mut self, sealer: Arc<dyn CredentialSealer>) -> Self {
-        self.sealer = sealer;
-        self
-    }
-
-    /// Measure lines and chunk runs into `metrics`.
-    pub fn with_metrics(mut self, metrics: Arc<dyn MetricsSink>) -> Self {
-        self.metrics = metrics;
-        self
-    }
-
-    /// Lines counted into a batch (`batch_lines`, by who ran them and how they ended).
-    pub(crate) fn count_lines(&self, runner: &'static str, completed: u64, failed: u64, staged: u64) {
-        for (outcome, lines) in [("completed", completed), ("failed", failed), ("staged", staged)] {
-            if lines > 0 {
-                let dimensions = [("runner", runner), ("outcome", outcome)];
-                self.metrics
-                    .record("batch_lines", MetricUnit::Count, lines as f64, &dimensions);
-            }
-        }
-    }
-
-    /// Tell `events` about every batch that ends (none are told by default).
-    pub fn with_events(mut self, events: Arc<dyn BatchEventSink>) -> Self {
-        self.events = events;
-        self
-    }
-
-    pub(crate) fn now_ms(&self) -> i64 {
-        self.clock.now_unix_ms()
-    }
-
-    pub(crate) fn now_s(&self) -> i64 {
-        self.clock.now_unix_s()
-    }
-
-    /// Put a job on the queue (the batch lane).
-    pub(crate) async fn enqueue(&self, job: &JobMessage) -> Result<(), StorageError> {
-        self.queue.send(&job.to_body(), Duration::ZERO).await?;
-        Ok(())
-    }
+/// Put a job on the queue (the batch lane).
+pub(crate) async fn enqueue(queue: &dyn JobQueue, job: &JobMessage) -> Result<(), StorageError> {
+    queue.send(&job.to_body(), Duration::ZERO).await?;
+    Ok(())
 }

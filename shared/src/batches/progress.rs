@@ -2,17 +2,16 @@
 //! (under a key no other run uses), then the chunk record and the batch's counters move together
 //! in one conditional write: a segment is counted exactly once, or not at all and run again.
 
-use super::lines::NativeRequest;
+use super::chunk_run::{ChunkRun, ChunkRunner, LeaseOutcome};
 use super::records::{
-    chunk_id, edit, Edit, Lease, Loaded, NativeGroup, Segment, StagedBlob, StoredBatch, StoredChunk, BATCH_KIND,
-    CHUNK_KIND,
+    chunk_id, edit, Edit, Lease, Loaded, Segment, StagedBlob, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND,
 };
-use super::{BatchService, BatchesError};
-use crate::openai::batches::BatchUsage;
+use super::segment::{put_results, PendingSegment};
+use super::{count_lines, BatchesError};
 use crate::ports::credential_sealer::seal_json;
 use crate::ports::StorageError;
 use bytes::Bytes;
-use std::collections::{BTreeMap, HashMap};
+
 use std::time::Duration;
 
 /// After a segment's write lost on the batch at `tried`: whether the batch now at `version`
@@ -22,109 +21,7 @@ fn batch_moved_since(tried: u64, version: u64, attempt: u32) -> bool {
     version != tried && attempt < 10
 }
 
-/// Results of consecutive lines, not yet saved.
-#[derive(Debug, Default)]
-pub(crate) struct PendingSegment {
-    pub lines: u64,
-    pub completed: u64,
-    pub failed: u64,
-    pub output: Vec<u8>,
-    pub errors: Vec<u8>,
-    pub usage: BatchUsage,
-    /// Lines staged for providers' own batch APIs, by group.
-    pub native: BTreeMap<NativeGroup, StagedLines>,
-}
-
-/// Staged request lines of one group, not yet saved.
-#[derive(Debug, Default)]
-pub(crate) struct StagedLines {
-    pub lines: u64,
-    pub jsonl: Vec<u8>,
-    pub credentials: HashMap<String, String>,
-}
-
-impl PendingSegment {
-    /// Stage a line for its provider's batch API under `custom_id` (unique within the batch).
-    pub fn stage(&mut self, batch_id: &str, custom_id: &str, request: NativeRequest) {
-        self.lines += 1;
-        let group = NativeGroup {
-            model: request.model,
-            provider: request.provider,
-            url: request.url.to_owned(),
-            credentials_digest: credentials_digest(batch_id, &request.credentials),
-        };
-        let line = serde_json::json!({
-            "custom_id": custom_id,
-            "method": "POST",
-            "url": group.url,
-            "body": request.body,
-        });
-        let staged = self.native.entry(group).or_default();
-        staged.lines += 1;
-        staged.jsonl.extend_from_slice(line.to_string().as_bytes());
-        staged.jsonl.push(b'\n');
-        staged.credentials = request.credentials;
-    }
-
-    pub fn push(&mut self, result: super::lines::LineResult) {
-        self.lines += 1;
-        let target = if result.ok {
-            self.completed += 1;
-            &mut self.output
-        } else {
-            self.failed += 1;
-            &mut self.errors
-        };
-        target.extend_from_slice(result.line.as_bytes());
-        target.push(b'\n');
-        self.usage.add_usage(&result.usage);
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.lines == 0
-    }
-}
-
-/// A digest telling lines with different dynamic credentials apart (salted with the batch id,
-/// so it says nothing across batches); empty without credentials.
-fn credentials_digest(batch_id: &str, credentials: &HashMap<String, String>) -> String {
-    use sha2::{Digest, Sha256};
-    if credentials.is_empty() {
-        return String::new();
-    }
-    let sorted: BTreeMap<&String, &String> = credentials.iter().collect();
-    let mut hasher = Sha256::new();
-    hasher.update(batch_id.as_bytes());
-    hasher.update([0]);
-    hasher.update(serde_json::to_vec(&sorted).unwrap_or_default());
-    hex::encode(&hasher.finalize()[..8])
-}
-
-/// One run of one chunk: who it is (`token`), until when it holds the chunk, and what its lines are.
-pub(crate) struct ChunkRun<'a> {
-    pub batch: &'a StoredBatch,
-    pub lines: std::sync::Arc<dyn super::lines::LineKind>,
-    pub index: u32,
-    pub token: String,
-    pub lease_until_ms: i64,
-    /// Publishes the run's unsaved counts (see `live.rs`).
-    pub live: super::live::LivePublisher,
-    /// The key that created the batch was revoked: every line of the run fails unrun.
-    pub key_revoked: bool,
-}
-
-/// Whether a chunk could be taken.
-pub(crate) enum LeaseOutcome {
-    /// Taken: the chunk as this run wrote it.
-    Taken(Box<Loaded<StoredChunk>>),
-    /// Finished already.
-    Done,
-    /// Another run holds it until then.
-    HeldUntil(i64),
-    Missing,
-}
-
-impl BatchService {
+impl ChunkRunner {
     /// Take the chunk for a run with `token` until `until_ms`.
     pub(crate) async fn lease_chunk(
         &self,
@@ -133,7 +30,7 @@ impl BatchService {
         token: &str,
         until_ms: i64,
     ) -> Result<LeaseOutcome, BatchesError> {
-        let now_ms = self.now_ms();
+        let now_ms = self.clock.now_unix_ms();
         let edited = edit(
             self.state.as_ref(),
             CHUNK_KIND,
@@ -202,7 +99,7 @@ impl BatchService {
             batch.results_prefix()
         );
         let mut pending = pending;
-        let mut segment = self.put_results(&prefix, &mut pending).await?;
+        let mut segment = put_results(self.blobs.as_ref(), &prefix, &mut pending).await?;
         let batch_id = &batch.batch.id;
         let mut staged_lines = 0;
         for (number, (group, staged)) in std::mem::take(&mut pending.native).into_iter().enumerate() {
@@ -278,12 +175,18 @@ impl BatchService {
             let (chunk_record, chunk_version) = chunk.next()?;
             let mut writes = vec![(chunk_record.clone(), chunk_version), current.next()?];
             // What the run published of these lines goes to zero as they are counted.
-            let live_reset = run.live.reset(self.now_ms())?;
+            let live_reset = run.live.reset(self.clock.now_unix_ms())?;
             writes.extend(live_reset.clone());
             match self.state.update_all(&writes).await {
                 Ok(()) => {
                     run.live.was_reset(live_reset.map(|(record, _)| record));
-                    self.count_lines("workers", segment.completed, segment.failed, staged_lines);
+                    count_lines(
+                        self.metrics.as_ref(),
+                        "workers",
+                        segment.completed,
+                        segment.failed,
+                        staged_lines,
+                    );
                     chunk.record = chunk_record;
                     *known_chunk = Some(chunk);
                     return Ok(Some(current.body));
@@ -302,39 +205,6 @@ impl BatchService {
             }
         }
         Err(StorageError::Conflict.into())
-    }
-
-    /// The segment of `pending`'s results, its output and error lines written as blobs under
-    /// `prefix` (staged lines are the caller's).
-    pub(crate) async fn put_results(
-        &self,
-        prefix: &str,
-        pending: &mut PendingSegment,
-    ) -> Result<Segment, StorageError> {
-        let mut segment = Segment {
-            lines: pending.lines,
-            completed: pending.completed,
-            failed: pending.failed,
-            output_key: None,
-            error_key: None,
-            usage: pending.usage,
-            staged: Vec::new(),
-        };
-        if !pending.output.is_empty() {
-            let key = format!("{prefix}.out.jsonl");
-            self.blobs
-                .put(&key, Bytes::from(std::mem::take(&mut pending.output)))
-                .await?;
-            segment.output_key = Some(key);
-        }
-        if !pending.errors.is_empty() {
-            let key = format!("{prefix}.err.jsonl");
-            self.blobs
-                .put(&key, Bytes::from(std::mem::take(&mut pending.errors)))
-                .await?;
-            segment.error_key = Some(key);
-        }
-        Ok(segment)
     }
 
     /// A segment that was not counted (the run lost its lease, or the batch was sealed or is

@@ -9,7 +9,7 @@
 use super::input_validation::ChunkRange;
 use crate::openai::batches::{BatchObject, BatchUsage};
 use crate::openai::files::ExpiresAfter;
-use crate::ports::Record;
+use crate::ports::{Clock, Record, StateStore, StorageError};
 use serde::{Deserialize, Serialize};
 
 pub(crate) const BATCH_KIND: &str = "batch";
@@ -138,6 +138,11 @@ impl StoredBatch {
         self.chunks > 0 && self.chunks_done >= self.chunks
     }
 
+    /// Past its completion window by `clock`.
+    pub(crate) fn is_overdue(&self, clock: &dyn Clock) -> bool {
+        self.batch.expires_at.is_some_and(|at| clock.now_unix_s() >= at)
+    }
+
     /// Where this batch keeps its per-segment results.
     pub fn results_prefix(&self) -> String {
         format!("batches/{}/{}", self.project, self.batch.id)
@@ -213,3 +218,12 @@ pub(crate) fn chunk_id(batch_id: &str, index: u32) -> String {
 }
 
 pub(crate) use crate::records::{decode, edit, encode, list_all, Edit, Loaded};
+
+/// The batch's chunk records, in chunk order.
+pub(crate) async fn chunks_of(state: &dyn StateStore, batch_id: &str) -> Result<Vec<StoredChunk>, StorageError> {
+    list_all(state, CHUNK_KIND, batch_id)
+        .await?
+        .iter()
+        .map(decode::<StoredChunk>)
+        .collect()
+}

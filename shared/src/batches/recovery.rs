@@ -3,12 +3,14 @@
 //! lost or went to the dead-letter queue), tidy up what ended. Every step is idempotent, so two
 //! passes at once, or one that crashed half-way, are harmless.
 
+use super::finalize::Finalizer;
+use super::native::NativeParts;
 use super::records::StoredChunk;
 use super::records::{list_all, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND, CHUNK_KIND};
-use super::{BatchService, BatchesError, JobMessage};
+use super::{enqueue, BatchSettings, BatchesError, JobMessage};
 use crate::openai::batches::BatchStatus;
 use crate::ports::state::earliest_created_at;
-use crate::ports::StorageError;
+use crate::ports::{Clock, JobQueue, StateStore, StorageError};
 use crate::scheduler::{ScheduleError, ScheduledTask};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -30,21 +32,23 @@ pub struct RecoveryReport {
 /// Walks the active batches; the scheduled task of the batch engine.
 #[derive(Clone)]
 pub struct BatchRecovery {
-    pub(super) service: Arc<BatchService>,
+    pub(super) state: Arc<dyn StateStore>,
+    pub(super) queue: Arc<dyn JobQueue>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) settings: Arc<BatchSettings>,
+    pub(super) finalizer: Arc<Finalizer>,
+    /// Polls submitted provider batches.
+    pub(super) native: Arc<NativeParts>,
 }
 
 impl BatchRecovery {
-    pub fn new(service: Arc<BatchService>) -> Self {
-        Self { service }
-    }
-
     /// One pass over every active batch (times from the service's clock).
     pub async fn run_pass(&self) -> Result<RecoveryReport, BatchesError> {
         let mut report = RecoveryReport::default();
-        let markers = list_all(self.service.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER).await?;
+        let markers = list_all(self.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER).await?;
         report.active_batches = markers.len() as u64;
         for marker in markers {
-            if let Err(err) = self.service.recover(&marker.id, &mut report).await {
+            if let Err(err) = self.recover(&marker.id, &mut report).await {
                 tracing::warn!(batch = %marker.id, error = %err, "could not recover a batch");
                 report.errors += 1;
             }
@@ -69,7 +73,7 @@ impl ScheduledTask for BatchRecovery {
 
     /// An unfinished batch is work every pass (its marker's time, in the past: at once).
     async fn next_due(&self) -> Result<Option<i64>, ScheduleError> {
-        Ok(earliest_created_at(self.service.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER).await?)
+        Ok(earliest_created_at(self.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER).await?)
     }
 }
 
@@ -85,13 +89,13 @@ fn chunks_may_be_stuck(batch: &StoredBatch, now_ms: i64, requeue_ms: i64) -> boo
         .is_none_or(|at_s| at_s.saturating_mul(1000).saturating_add(requeue_ms) <= now_ms)
 }
 
-impl BatchService {
+impl BatchRecovery {
     async fn recover(&self, batch_id: &str, report: &mut RecoveryReport) -> Result<(), BatchesError> {
         let Some(mut batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
             self.state.delete(ACTIVE_KIND, batch_id, None).await?;
             return Ok(());
         };
-        let now_ms = self.now_ms();
+        let now_ms = self.clock.now_unix_ms();
         let requeue_ms = i64::try_from(self.settings.requeue_after.as_millis()).unwrap_or(i64::MAX);
         match batch.body.batch.status {
             BatchStatus::Validating => {
@@ -99,9 +103,12 @@ impl BatchService {
                     batch.body.enqueued_at_ms = now_ms;
                     match batch.save(self.state.as_ref()).await {
                         Ok(()) => {
-                            self.enqueue(&JobMessage::Validate {
-                                batch_id: batch_id.to_owned(),
-                            })
+                            enqueue(
+                                self.queue.as_ref(),
+                                &JobMessage::Validate {
+                                    batch_id: batch_id.to_owned(),
+                                },
+                            )
                             .await?;
                             report.validations_requeued += 1;
                         }
@@ -111,12 +118,12 @@ impl BatchService {
                 }
             }
             BatchStatus::InProgress | BatchStatus::Cancelling if batch.body.native.awaiting_provider() => {
-                report.provider_batches_polled += self.poll_native(&batch.body).await?;
+                report.provider_batches_polled += self.native.poll_native(&batch.body).await?;
             }
             BatchStatus::InProgress => {
                 let all_done = batch.body.all_chunks_done();
-                if all_done || self.is_overdue(&batch.body) {
-                    if self.try_finalize(batch_id).await? {
+                if all_done || batch.body.is_overdue(self.clock.as_ref()) {
+                    if self.finalizer.try_finalize(batch_id).await? {
                         report.finalized += 1;
                     }
                 } else if chunks_may_be_stuck(&batch.body, now_ms, requeue_ms) {
@@ -124,12 +131,12 @@ impl BatchService {
                 }
             }
             BatchStatus::Finalizing | BatchStatus::Cancelling => {
-                if self.try_finalize(batch_id).await? {
+                if self.finalizer.try_finalize(batch_id).await? {
                     report.finalized += 1;
                 }
             }
             BatchStatus::Completed | BatchStatus::Failed | BatchStatus::Expired | BatchStatus::Cancelled => {
-                self.clean_up(&batch.body).await?;
+                self.finalizer.clean_up(&batch.body).await?;
             }
         }
         Ok(())
@@ -152,10 +159,13 @@ impl BatchService {
             match loaded.save(self.state.as_ref()).await {
                 // Whoever wins the write enqueues; a second poller sees the fresh time and skips.
                 Ok(()) => {
-                    self.enqueue(&JobMessage::Chunk {
-                        batch_id: batch_id.to_owned(),
-                        chunk: index,
-                    })
+                    enqueue(
+                        self.queue.as_ref(),
+                        &JobMessage::Chunk {
+                            batch_id: batch_id.to_owned(),
+                            chunk: index,
+                        },
+                    )
                     .await?;
                     requeued += 1;
                 }

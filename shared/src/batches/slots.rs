@@ -1,10 +1,11 @@
 //! The batch engine's use of per-model concurrency slots (`crate::model_slots`, shared with
 //! async requests): a chunk run takes a share of the model's free slots for its lease's lifetime.
 
-use super::{BatchService, BatchesError};
+use super::chunk_run::ChunkRunner;
+use super::BatchesError;
 use crate::model_slots::{self, SlotRequest};
 
-impl BatchService {
+impl ChunkRunner {
     /// The model's limit, if it has one.
     pub(crate) fn model_limit(&self, model: &str) -> Option<u32> {
         self.settings.model_limits.get(model).copied()
@@ -25,7 +26,7 @@ impl BatchService {
             limit,
             want,
             token,
-            now_ms: self.now_ms(),
+            now_ms: self.clock.now_unix_ms(),
             until_ms,
             waiting: None,
         };
@@ -34,13 +35,13 @@ impl BatchService {
 
     /// Hand back the run's slots (waking the async requests owed them).
     pub(crate) async fn release_slots(&self, model: &str, token: &str) -> Result<(), BatchesError> {
-        Ok(model_slots::release(self.state.as_ref(), self.queue.as_ref(), model, token, self.now_ms()).await?)
-    }
-
-    /// Drop the slot leases of every run, of every model; how many. Only for a worker that knows
-    /// no other run is alive (see `takeover.rs`).
-    #[cfg(feature = "embedded")]
-    pub(crate) async fn clear_slot_leases(&self) -> Result<u64, BatchesError> {
-        Ok(model_slots::clear_all(self.state.as_ref()).await?)
+        Ok(model_slots::release(
+            self.state.as_ref(),
+            self.queue.as_ref(),
+            model,
+            token,
+            self.clock.now_unix_ms(),
+        )
+        .await?)
     }
 }

@@ -11,7 +11,7 @@ use super::native::records::{StoredPart, PART_KIND};
 use super::records::{
     decode, edit, list_all, Edit, StoredBatch, StoredChunk, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND, CHUNK_KIND,
 };
-use super::{BatchRecovery, BatchService, BatchesError, JobMessage};
+use super::{BatchRecovery, BatchesError, JobMessage};
 use crate::openai::batches::BatchStatus;
 use crate::ports::SoleWorkerGuard;
 use serde::Serialize;
@@ -33,21 +33,18 @@ impl BatchRecovery {
     /// Take over every unfinished batch of the storage. `_guard` proves this process is its only
     /// worker; run it before this process starts any job.
     pub async fn take_over(&self, _guard: &dyn SoleWorkerGuard) -> Result<TakeoverReport, BatchesError> {
-        let service = &self.service;
         let mut report = TakeoverReport {
-            slot_leases_broken: service.clear_slot_leases().await?,
+            slot_leases_broken: crate::model_slots::clear_all(self.state.as_ref()).await?,
             ..TakeoverReport::default()
         };
-        for marker in list_all(service.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER).await? {
-            service.take_over_batch(&marker.id, &mut report).await?;
+        for marker in list_all(self.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER).await? {
+            self.take_over_batch(&marker.id, &mut report).await?;
         }
         Ok(report)
     }
-}
 
-impl BatchService {
     async fn take_over_batch(&self, batch_id: &str, report: &mut TakeoverReport) -> Result<(), BatchesError> {
-        let now_ms = self.now_ms();
+        let now_ms = self.clock.now_unix_ms();
         let mut broke_finalize_lease = false;
         let edited = edit(self.state.as_ref(), BATCH_KIND, batch_id, |batch: &mut StoredBatch| {
             if batch.batch.status.is_terminal() {
@@ -109,7 +106,9 @@ impl BatchService {
                 batch_id: batch_id.to_owned(),
             }),
             BatchStatus::InProgress if awaiting_provider => {}
-            BatchStatus::InProgress if batch.all_chunks_done() || self.is_overdue(&batch) => jobs.push(finalize),
+            BatchStatus::InProgress if batch.all_chunks_done() || batch.is_overdue(self.clock.as_ref()) => {
+                jobs.push(finalize)
+            }
             BatchStatus::Cancelling | BatchStatus::Finalizing => jobs.push(finalize),
             _ => {}
         }
@@ -123,7 +122,7 @@ impl BatchService {
     /// Let go of every part lease of a batch (their holder is gone); how many were held.
     async fn break_part_leases(&self, batch_id: &str, now_ms: i64) -> Result<u64, BatchesError> {
         let mut broken = 0;
-        for part in self.parts_of(batch_id).await? {
+        for part in super::native::parts_of(self.state.as_ref(), batch_id).await? {
             if part.body.lease_until_ms <= now_ms {
                 continue;
             }

@@ -9,7 +9,7 @@
 
 use super::lines::tensorzero::ItemResult;
 use super::records::{active_marker, encode, BatchFormat, StoredBatch, TensorZeroPlan, BATCH_KIND};
-use super::{BatchService, BatchesError, JobMessage};
+use super::{enqueue, BatchApi, BatchesError, JobMessage};
 use crate::functions::batch_request::BatchInferenceRequest;
 use crate::functions::inference::{FunctionError, InferenceReply};
 use crate::openai::batches::BatchObject;
@@ -111,7 +111,7 @@ pub(super) fn owner_of(project: &str) -> String {
     format!("{project}/batch_inference")
 }
 
-impl BatchService {
+impl BatchApi {
     /// Check every item, store them as the batch's input, and queue the batch.
     pub async fn submit_batch_inference(
         &self,
@@ -149,7 +149,7 @@ impl BatchService {
                     .map_err(StorageError::from)?,
             )
         };
-        let created_ms = self.now_ms();
+        let created_ms = self.clock.now_unix_ms();
         let created_at = created_ms.div_euclid(1000);
         let total = planned.items.len() as u64;
         let stored = StoredBatch {
@@ -200,12 +200,10 @@ impl BatchService {
         };
         self.state.create(&record).await?;
         // If this send is lost, the poller enqueues the validation again.
-        if let Err(err) = self
-            .enqueue(&JobMessage::Validate {
-                batch_id: batch_id.clone(),
-            })
-            .await
-        {
+        let validate = JobMessage::Validate {
+            batch_id: batch_id.clone(),
+        };
+        if let Err(err) = enqueue(self.queue.as_ref(), &validate).await {
             tracing::warn!(batch = %batch_id, error = %err, "could not enqueue the batch; the poller will");
         }
         Ok(BatchInferenceCreated {

@@ -5,8 +5,9 @@
 //! episode the caller named are also stored one by one, so listing that episode finds them; items
 //! whose ids do not derive from the batch (submitted before pages existed) are stored one by one.
 
+use super::finalize::Finalizer;
 use super::records::StoredBatch;
-use super::{BatchService, BatchesError};
+use super::BatchesError;
 use crate::ports::inference_records::InferenceRecord;
 use crate::ports::{BatchItemId, BatchPage, ItemIdKind, StorageError};
 use futures::{StreamExt, TryStreamExt};
@@ -15,7 +16,7 @@ use uuid::Uuid;
 /// Records stored one by one at once.
 const SINGLE_PUT_CONCURRENCY: usize = 16;
 
-impl BatchService {
+impl Finalizer {
     /// Keep the records in the result blobs `output_keys` as the batch's pages, then its index.
     pub(crate) async fn keep_inference_pages(
         &self,

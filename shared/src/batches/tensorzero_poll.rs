@@ -7,7 +7,7 @@
 use super::lines::tensorzero::ItemResult;
 use super::records::{BatchFormat, Loaded, StoredBatch, BATCH_KIND};
 use super::tensorzero_api::{owner_of, BatchInferenceError, BatchInferencePoll, PollQuery, PollStatus};
-use super::BatchService;
+use super::BatchApi;
 use crate::functions::batch_request::{item_ids, ItemIds};
 use crate::functions::inference::{FunctionError, InferenceReply};
 use crate::openai::batches::BatchStatus;
@@ -20,7 +20,7 @@ use uuid::Uuid;
 /// Records read at once when a poll of an unpaged batch rebuilds inferences.
 const READ_CONCURRENCY: usize = 32;
 
-impl BatchService {
+impl BatchApi {
     /// Poll a batch (or one of its items).
     pub async fn poll_batch_inference(
         &self,

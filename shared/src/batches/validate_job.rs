@@ -2,11 +2,14 @@
 //! every error listed, or write its chunk records, move it to `in_progress` and enqueue the chunks.
 //! Running it twice is harmless: the plan is deterministic and chunk records are create-if-absent.
 
+use super::finalize::Finalizer;
 use super::input_validation::{ChunkLimits, LineError};
+use super::lines::LineKinds;
 use super::records::{chunk_id, edit, encode, Edit, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
-use super::{BatchService, BatchesError, JobMessage};
+use super::{BatchSettings, BatchesError, JobMessage};
 use crate::openai::batches::{BatchError, BatchErrors, BatchStatus};
-use crate::ports::{Record, StorageError};
+use crate::ports::{BlobStore, Clock, JobQueue, Record, StateStore, StorageError};
+use std::sync::Arc;
 
 /// At most this many errors are listed on a failed batch (the record must stay small).
 pub const MAX_LISTED_ERRORS: usize = 500;
@@ -27,13 +30,25 @@ fn batch_errors(errors: Vec<LineError>) -> BatchErrors {
     }
 }
 
-impl BatchService {
+/// Runs the `validate` job: checks a batch's input through its format, writes its chunk records
+/// and enqueues them (or fails the batch with its errors).
+pub(crate) struct Planner {
+    pub(super) state: Arc<dyn StateStore>,
+    pub(super) blobs: Arc<dyn BlobStore>,
+    pub(super) queue: Arc<dyn JobQueue>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) settings: Arc<BatchSettings>,
+    pub(super) kinds: LineKinds,
+    pub(super) finalizer: Arc<Finalizer>,
+}
+
+impl Planner {
     pub(crate) async fn run_validation(&self, batch_id: &str) -> Result<(), BatchesError> {
         let Some(batch) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, batch_id).await? else {
             return Ok(());
         };
         if batch.body.batch.status != BatchStatus::Validating {
-            self.finalize_quietly(batch_id).await;
+            self.finalizer.finalize_quietly(batch_id).await;
             return Ok(());
         }
         let limits = ChunkLimits {
@@ -41,7 +56,8 @@ impl BatchService {
             bytes: self.settings.max_chunk_bytes,
         };
         let report = self
-            .line_kind(&batch.body)
+            .kinds
+            .of(&batch.body)
             .plan(self.blobs.as_ref(), &batch.body.input_blob_key, limits)
             .await;
         let report = match report {
@@ -61,7 +77,7 @@ impl BatchService {
         if !report.is_valid() {
             return self.fail_validation(batch_id, report.errors).await;
         }
-        let now_ms = self.now_ms();
+        let now_ms = self.clock.now_unix_ms();
         for (index, range) in report.chunks.iter().enumerate() {
             let index = u32::try_from(index).map_err(|_| StorageError::Invalid("too many chunks".into()))?;
             let chunk = StoredChunk {
@@ -100,7 +116,7 @@ impl BatchService {
             .await?;
         if !started {
             // Cancelled meanwhile: finish it (and remove the chunk records just written).
-            self.finalize_quietly(batch_id).await;
+            self.finalizer.finalize_quietly(batch_id).await;
             return Ok(());
         }
         let jobs: Vec<String> = (0..chunk_count)
@@ -128,13 +144,13 @@ impl BatchService {
         })
         .await?;
         // Failed, or cancelled meanwhile: either way it is finished; tidy up.
-        self.finalize_quietly(batch_id).await;
+        self.finalizer.finalize_quietly(batch_id).await;
         Ok(())
     }
 
     /// Apply `change` to a batch still `validating`; false when it no longer is.
     async fn transition(&self, batch_id: &str, change: impl Fn(&mut StoredBatch, i64)) -> Result<bool, BatchesError> {
-        let now = self.now_s();
+        let now = self.clock.now_unix_s();
         let edited = edit(self.state.as_ref(), BATCH_KIND, batch_id, |batch: &mut StoredBatch| {
             if batch.batch.status != BatchStatus::Validating {
                 return Edit::Keep(false);

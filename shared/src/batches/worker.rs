@@ -2,7 +2,11 @@
 //! [`crate::jobs::JobDispatcher`] (in the SQS-triggered worker Lambda, or the local server's
 //! in-process worker tasks).
 
-use super::{BatchService, JobMessage};
+use super::chunk_run::ChunkRunner;
+use super::finalize::Finalizer;
+use super::native::NativeParts;
+use super::validate_job::Planner;
+use super::JobMessage;
 use crate::jobs::JobRunner;
 use crate::ports::JobOutcome;
 use async_trait::async_trait;
@@ -16,25 +20,22 @@ const FAILED_JOB_RETRY: Duration = Duration::from_secs(5);
 const FOREIGN_JOB_RETRY: Duration = Duration::from_secs(60);
 
 /// Runs `validate`, `chunk` and `finalize` jobs: the [`JobRunner`] of [`crate::jobs::JobFamily::Batch`].
-#[derive(Clone)]
+/// Each job goes to the role that runs it (see `engine.rs`).
 pub struct BatchWorker {
-    service: Arc<BatchService>,
-}
-
-impl BatchWorker {
-    pub fn new(service: Arc<BatchService>) -> Self {
-        Self { service }
-    }
+    pub(super) planner: Planner,
+    pub(super) chunks: ChunkRunner,
+    pub(super) finalizer: Arc<Finalizer>,
+    pub(super) native: Arc<NativeParts>,
 }
 
 #[async_trait]
 impl JobRunner for BatchWorker {
     async fn run(&self, job: &JobMessage, deadline: Instant) -> JobOutcome {
         let result = match job {
-            JobMessage::Validate { batch_id } => self.service.run_validation(batch_id).await.map(|()| JobOutcome::Done),
-            JobMessage::Chunk { batch_id, chunk } => self.service.run_chunk(batch_id, *chunk, deadline).await,
-            JobMessage::Finalize { batch_id } => self.service.finalize_job(batch_id).await,
-            JobMessage::Native { batch_id } => self.service.native_job(batch_id, deadline).await,
+            JobMessage::Validate { batch_id } => self.planner.run_validation(batch_id).await.map(|()| JobOutcome::Done),
+            JobMessage::Chunk { batch_id, chunk } => self.chunks.run_chunk(batch_id, *chunk, deadline).await,
+            JobMessage::Finalize { batch_id } => self.finalizer.finalize_job(batch_id).await,
+            JobMessage::Native { batch_id } => self.native.native_job(batch_id, deadline).await,
             JobMessage::AsyncRun { .. } | JobMessage::AsyncDeliver { .. } | JobMessage::WebhookDeliver { .. } => {
                 tracing::error!(
                     ?job,

@@ -4,7 +4,7 @@
 use super::PublicBaseUrl;
 use crate::async_requests::AsyncService;
 use crate::auth::Authenticator;
-use crate::batches::BatchService;
+use crate::batches::BatchApi;
 use crate::files::FilesService;
 use crate::functions::feedback::FeedbackService;
 use crate::functions::inference::FunctionService;
@@ -47,7 +47,7 @@ pub struct FilesState {
 /// webhook secrets and endpoints.
 #[derive(Clone)]
 pub struct BatchesState {
-    pub batches: Arc<BatchService>,
+    pub batches: Arc<BatchApi>,
     pub async_requests: Arc<AsyncService>,
     /// `/v1/webhook_secrets`.
     pub webhook_secrets: Arc<WebhookSecrets>,

@@ -12,12 +12,14 @@
 pub(crate) mod openai;
 pub(crate) mod tensorzero;
 
-use super::input_validation::{ChunkLimits, ValidationReport};
+use super::input_validation::{ChunkLimits, ChunkRange, ValidationReport};
 use super::records::{BatchFormat, StoredBatch};
-use super::{BatchEndpoint, BatchService, BatchesError};
+use super::{BatchEndpoint, BatchesError};
+use crate::functions::inference::FunctionService;
+use crate::inference::InferenceService;
 use crate::openai::batches::BatchUsage;
 use crate::ports::credential_sealer::open_json;
-use crate::ports::{BlobStore, IdSource, StorageError};
+use crate::ports::{BlobStore, CredentialSealer, IdSource, StorageError};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -87,16 +89,29 @@ pub(crate) enum NativeAnswer {
     NotRun { code: String, message: String },
 }
 
-impl BatchService {
+/// Makes a batch's [`LineKind`]: the batch engine's one way to the model layers.
+#[derive(Clone)]
+pub(crate) struct LineKinds {
+    /// Runs `/v1/batches` lines.
+    pub(crate) inference: Arc<InferenceService>,
+    /// Runs `/batch_inference` items.
+    pub(crate) functions: Arc<FunctionService>,
+    /// Ids of the lines' responses and error lines.
+    pub(crate) ids: Arc<dyn IdSource>,
+    /// Opens a `/batch_inference` batch's sealed dynamic credentials.
+    pub(crate) sealer: Arc<dyn CredentialSealer>,
+}
+
+impl LineKinds {
     /// The lines of `batch`'s format, to plan and render them: no provider is called, so no
-    /// dynamic credentials are opened (see [`Self::running_line_kind`]).
-    pub(crate) fn line_kind(&self, batch: &StoredBatch) -> Arc<dyn LineKind> {
-        self.line_kind_with(batch, HashMap::new())
+    /// dynamic credentials are opened (see [`Self::running`]).
+    pub(crate) fn of(&self, batch: &StoredBatch) -> Arc<dyn LineKind> {
+        self.kind_with(batch, HashMap::new())
     }
 
     /// The lines of `batch`'s format to run, with the dynamic credentials it was submitted with
     /// (a `/batch_inference` batch keeps them sealed).
-    pub(crate) async fn running_line_kind(&self, batch: &StoredBatch) -> Result<Arc<dyn LineKind>, BatchesError> {
+    pub(crate) async fn running(&self, batch: &StoredBatch) -> Result<Arc<dyn LineKind>, BatchesError> {
         let credentials = match &batch.format {
             BatchFormat::TensorZero(plan) => match &plan.sealed_credentials {
                 Some(sealed) => open_json(self.sealer.as_ref(), &batch.batch.id, sealed)
@@ -106,10 +121,10 @@ impl BatchService {
             },
             BatchFormat::OpenAiJsonl => HashMap::new(),
         };
-        Ok(self.line_kind_with(batch, credentials))
+        Ok(self.kind_with(batch, credentials))
     }
 
-    fn line_kind_with(&self, batch: &StoredBatch, credentials: HashMap<String, String>) -> Arc<dyn LineKind> {
+    fn kind_with(&self, batch: &StoredBatch, credentials: HashMap<String, String>) -> Arc<dyn LineKind> {
         match &batch.format {
             BatchFormat::OpenAiJsonl => Arc::new(openai::OpenAiLines {
                 inference: Arc::clone(&self.inference),
@@ -130,4 +145,31 @@ impl BatchService {
             }),
         }
     }
+}
+
+/// The code of the error lines of requests whose input bytes are gone (`missing_input.rs`).
+pub(crate) const INPUT_MISSING_CODE: &str = "input_file_missing";
+
+/// One error line per request of `range` from request `from` (0-based within the chunk) on.
+pub(crate) fn missing_input_lines(ids: &dyn IdSource, input_file_id: &str, range: &ChunkRange, from: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    for request in from..range.lines {
+        let line = serde_json::json!({
+            "id": ids.prefixed("batch_req_"),
+            "custom_id": null,
+            "response": null,
+            "error": {
+                "code": INPUT_MISSING_CODE,
+                "message": format!(
+                    "The batch's input file {input_file_id} no longer exists: request {} of the {} starting at input line {} could not be read.",
+                    request + 1,
+                    range.lines,
+                    range.first_line
+                ),
+            },
+        });
+        out.extend_from_slice(line.to_string().as_bytes());
+        out.push(b'\n');
+    }
+    out
 }

@@ -4,11 +4,13 @@
 //! and count them, part and batch in one conditional write.
 
 use super::records::{PartState, StoredPart};
-use crate::batches::chunk_run::{parse_native_custom_id, request_lines};
+use super::NativeParts;
+use crate::batches::chunk_run::parse_native_custom_id;
 use crate::batches::lines::{LineKind, NativeAnswer};
-use crate::batches::progress::PendingSegment;
 use crate::batches::records::{chunk_id, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
-use crate::batches::{BatchService, BatchesError};
+use crate::batches::segment::put_results;
+use crate::batches::segment::PendingSegment;
+use crate::batches::{count_lines, BatchesError};
 use crate::ports::StorageError;
 use crate::providers::http_upstream::upstream_error_message;
 use crate::providers::{CallContext, ProviderError};
@@ -60,7 +62,7 @@ struct ChunkLines {
     lines: Vec<Bytes>,
 }
 
-impl BatchService {
+impl NativeParts {
     /// Collect and count an ended part (leased by the caller); it is left `Done`.
     pub(super) async fn collect_part(
         &self,
@@ -84,7 +86,7 @@ impl BatchService {
                 tracing::warn!(part = %part.body.reference(), file = %file_id, "a provider result file is gone; its lines are listed as missing");
                 continue;
             };
-            for line in request_lines(&content) {
+            for line in crate::jsonl::line_bytes(&content) {
                 let Ok(value) = serde_json::from_slice::<Value>(&line) else {
                     continue;
                 };
@@ -94,7 +96,7 @@ impl BatchService {
             }
         }
 
-        let kind = self.line_kind(batch);
+        let kind = self.kinds.of(batch);
         let mut pending = PendingSegment::default();
         let mut not_run = 0;
         let mut chunk = ChunkLines {
@@ -105,7 +107,7 @@ impl BatchService {
             let blob = self.blobs.get(&source.key).await?;
             let skip = usize::try_from(source.skip).unwrap_or(usize::MAX);
             let take = usize::try_from(source.lines).unwrap_or(usize::MAX);
-            for staged in request_lines(&blob).iter().skip(skip).take(take) {
+            for staged in crate::jsonl::line_bytes(&blob).iter().skip(skip).take(take) {
                 let custom_id = crate::batches::lines::openai::custom_id_of(staged).unwrap_or_default();
                 let Some((chunk_index, line)) = parse_native_custom_id(&custom_id) else {
                     continue;
@@ -153,7 +155,7 @@ impl BatchService {
                 .blobs
                 .get_range(&batch.input_blob_key, range.start, range.end)
                 .await?;
-            chunk.lines = request_lines(&bytes);
+            chunk.lines = crate::jsonl::line_bytes(&bytes);
             chunk.index = Some(index);
         }
         let at = usize::try_from(line).unwrap_or(usize::MAX);
@@ -172,7 +174,7 @@ impl BatchService {
         let token = self.ids.new_uuid().simple().to_string();
         let prefix = format!("{}/native/{:04}-{token}", batch.results_prefix(), part.body.index);
         let mut pending = pending;
-        let segment = self.put_results(&prefix, &mut pending).await?;
+        let segment = put_results(self.blobs.as_ref(), &prefix, &mut pending).await?;
         for _ in 0..50 {
             let Some(mut current) =
                 Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, &batch.batch.id).await?
@@ -199,7 +201,7 @@ impl BatchService {
                 .await
             {
                 Ok(()) => {
-                    self.count_lines("native", segment.completed, segment.failed, 0);
+                    count_lines(self.metrics.as_ref(), "native", segment.completed, segment.failed, 0);
                     part.record = part_record;
                     self.forget_provider_files(part).await;
                     return Ok(());

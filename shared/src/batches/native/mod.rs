@@ -18,13 +18,18 @@ mod poll;
 pub(crate) mod records;
 mod steps;
 
-use super::records::{decode, edit, list_all, Edit, Loaded, StoredBatch, BATCH_KIND};
-use super::{BatchService, BatchesError, JobMessage};
+use super::finalize::Finalizer;
+use super::lines::LineKinds;
+use super::records::{chunks_of, decode, edit, list_all, Edit, Loaded, StoredBatch, BATCH_KIND};
+use super::{enqueue, BatchSettings, BatchesError, JobMessage};
+use crate::auth::RevokedKeys;
+use crate::inference::InferenceService;
 use crate::openai::batches::BatchStatus;
 use crate::ports::credential_sealer::open_json;
-use crate::ports::JobOutcome;
+use crate::ports::{BlobStore, Clock, CredentialSealer, IdSource, JobOutcome, JobQueue, MetricsSink, StateStore};
 use records::{StoredPart, PART_KIND};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -51,7 +56,70 @@ pub(crate) struct Stopping {
     pub since_ms: i64,
 }
 
-impl BatchService {
+/// The parts of a batch, in order.
+pub(crate) async fn parts_of(state: &dyn StateStore, batch_id: &str) -> Result<Vec<Loaded<StoredPart>>, BatchesError> {
+    let mut parts = Vec::new();
+    for record in list_all(state, PART_KIND, batch_id).await? {
+        parts.push(Loaded {
+            body: decode::<StoredPart>(&record)?,
+            record,
+        });
+    }
+    Ok(parts)
+}
+
+/// Whether some part of the batch ended because the batch's window ran out.
+pub(crate) async fn parts_expired(state: &dyn StateStore, batch_id: &str) -> Result<bool, BatchesError> {
+    Ok(parts_of(state, batch_id)
+        .await?
+        .iter()
+        .any(|part| part.body.end.as_ref().is_some_and(|end| end.code == EXPIRED_CODE)))
+}
+
+/// The finalizer found provider-native work open: close staging (no segment staging lines counts
+/// after this) and hand the batch to the `native` job. Returns false if the batch moved meanwhile
+/// (the caller reads it again).
+pub(crate) async fn close_staging(
+    state: &dyn StateStore,
+    queue: &dyn JobQueue,
+    batch: &mut Loaded<StoredBatch>,
+) -> Result<bool, BatchesError> {
+    if !batch.body.native.closed {
+        batch.body.native.closed = true;
+        match batch.save(state).await {
+            Ok(()) => {}
+            Err(crate::ports::StorageError::Conflict) => return Ok(false),
+            Err(err) => return Err(err.into()),
+        }
+        let job = JobMessage::Native {
+            batch_id: batch.body.batch.id.clone(),
+        };
+        enqueue(queue, &job).await?;
+    }
+    Ok(true)
+}
+
+/// Runs lines on providers' own batch APIs: the `native` job (plan, upload, create, collect) and
+/// the scheduler's polls of submitted provider batches.
+pub(crate) struct NativeParts {
+    pub(super) state: Arc<dyn StateStore>,
+    pub(super) blobs: Arc<dyn BlobStore>,
+    pub(super) queue: Arc<dyn JobQueue>,
+    pub(super) clock: Arc<dyn Clock>,
+    /// Ids of the error lines of lines a provider did not run.
+    pub(super) ids: Arc<dyn IdSource>,
+    pub(super) settings: Arc<BatchSettings>,
+    /// Reaches the providers' batch APIs.
+    pub(super) inference: Arc<InferenceService>,
+    /// Opens a part's sealed dynamic credentials.
+    pub(super) sealer: Arc<dyn CredentialSealer>,
+    pub(super) revoked_keys: Arc<RevokedKeys>,
+    pub(super) metrics: Arc<dyn MetricsSink>,
+    pub(super) kinds: LineKinds,
+    pub(super) finalizer: Arc<Finalizer>,
+}
+
+impl NativeParts {
     /// Whether (and why) `batch` stops: cancelling, or past its window.
     pub(crate) fn stopping(&self, batch: &StoredBatch) -> Option<Stopping> {
         let object = &batch.batch;
@@ -62,7 +130,7 @@ impl BatchService {
                 since_ms: object.cancelling_at.unwrap_or_default().saturating_mul(1000),
             });
         }
-        if self.is_overdue(batch) {
+        if batch.is_overdue(self.clock.as_ref()) {
             return Some(Stopping {
                 code: EXPIRED_CODE,
                 message: EXPIRED_MESSAGE,
@@ -88,46 +156,6 @@ impl BatchService {
         }))
     }
 
-    /// The parts of a batch, in order.
-    pub(crate) async fn parts_of(&self, batch_id: &str) -> Result<Vec<Loaded<StoredPart>>, BatchesError> {
-        let mut parts = Vec::new();
-        for record in list_all(self.state.as_ref(), PART_KIND, batch_id).await? {
-            parts.push(Loaded {
-                body: decode::<StoredPart>(&record)?,
-                record,
-            });
-        }
-        Ok(parts)
-    }
-
-    /// Whether some part of the batch ended because the batch's window ran out.
-    pub(crate) async fn parts_expired(&self, batch_id: &str) -> Result<bool, BatchesError> {
-        Ok(self
-            .parts_of(batch_id)
-            .await?
-            .iter()
-            .any(|part| part.body.end.as_ref().is_some_and(|end| end.code == EXPIRED_CODE)))
-    }
-
-    /// The finalizer found provider-native work open: close staging (no segment staging lines
-    /// counts after this) and hand the batch to the `native` job. Returns false if the batch
-    /// moved meanwhile (the caller reads it again).
-    pub(crate) async fn close_staging(&self, batch: &mut Loaded<StoredBatch>) -> Result<bool, BatchesError> {
-        if !batch.body.native.closed {
-            batch.body.native.closed = true;
-            match batch.save(self.state.as_ref()).await {
-                Ok(()) => {}
-                Err(crate::ports::StorageError::Conflict) => return Ok(false),
-                Err(err) => return Err(err.into()),
-            }
-            self.enqueue(&JobMessage::Native {
-                batch_id: batch.body.batch.id.clone(),
-            })
-            .await?;
-        }
-        Ok(true)
-    }
-
     /// The `native` job: plan the parts once, move every part on as far as it goes now, collect
     /// what ended, and finish the batch when every part is counted.
     pub(crate) async fn native_job(&self, batch_id: &str, deadline: Instant) -> Result<JobOutcome, BatchesError> {
@@ -138,8 +166,7 @@ impl BatchService {
             return Ok(JobOutcome::Done);
         }
         let batch = if batch.body.native.parts.is_none() {
-            let chunks: Vec<_> = self
-                .chunks_of(batch_id)
+            let chunks: Vec<_> = chunks_of(self.state.as_ref(), batch_id)
                 .await?
                 .into_iter()
                 .filter(|c| c.index < batch.body.chunks)
@@ -162,7 +189,7 @@ impl BatchService {
         };
         let stopping = self.stopping_now(&batch.body).await?;
         let mut failed = false;
-        for part in self.parts_of(batch_id).await? {
+        for part in parts_of(self.state.as_ref(), batch_id).await? {
             if part.body.state == records::PartState::Done {
                 continue;
             }
@@ -171,9 +198,12 @@ impl BatchService {
                 // Too little left of this invocation for a provider call: the rest goes on in
                 // a fresh message at once (retrying this one would count toward its dead-letter
                 // limit, and a large batch may need many invocations).
-                self.enqueue(&JobMessage::Native {
-                    batch_id: batch_id.to_owned(),
-                })
+                enqueue(
+                    self.queue.as_ref(),
+                    &JobMessage::Native {
+                        batch_id: batch_id.to_owned(),
+                    },
+                )
                 .await?;
                 return Ok(JobOutcome::Done);
             }
@@ -186,7 +216,7 @@ impl BatchService {
             .await?
             .is_some_and(|b| !b.body.native.open());
         if all_counted {
-            self.finalize_quietly(batch_id).await;
+            self.finalizer.finalize_quietly(batch_id).await;
             return Ok(JobOutcome::Done);
         }
         Ok(if failed {
@@ -213,7 +243,7 @@ impl BatchService {
         &self,
         part: Loaded<StoredPart>,
     ) -> Result<Option<Loaded<StoredPart>>, BatchesError> {
-        let now_ms = self.now_ms();
+        let now_ms = self.clock.now_unix_ms();
         let mut part = part;
         if part.body.lease_until_ms > now_ms {
             return Ok(None);

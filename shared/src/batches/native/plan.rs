@@ -3,9 +3,9 @@
 //! staged, so a plan that is interrupted and made again creates the same parts.
 
 use super::records::{part_id, PartSource, PartState, Reported, StoredPart, PART_KIND};
-use crate::batches::chunk_run::request_lines;
+use super::{parts_of, NativeParts};
 use crate::batches::records::{encode, NativeGroup, StagedBlob, StoredChunk};
-use crate::batches::{BatchService, BatchesError, NativeSettings};
+use crate::batches::{BatchesError, NativeSettings};
 use crate::ports::{Record, StorageError};
 use std::collections::BTreeMap;
 
@@ -48,7 +48,7 @@ impl OpenPart {
     }
 }
 
-impl BatchService {
+impl NativeParts {
     /// The parts of a batch's staged lines (records written create-if-absent); their count.
     pub(super) async fn plan_parts(&self, batch_id: &str, chunks: &[StoredChunk]) -> Result<u32, BatchesError> {
         let mut groups: BTreeMap<&NativeGroup, Vec<&StagedBlob>> = BTreeMap::new();
@@ -65,7 +65,7 @@ impl BatchService {
             let mut open: Option<OpenPart> = None;
             for blob in blobs {
                 let bytes = self.blobs.get(&blob.key).await?;
-                for (number, line) in request_lines(&bytes).iter().enumerate() {
+                for (number, line) in crate::jsonl::line_bytes(&bytes).iter().enumerate() {
                     let len = line.len() as u64 + 1;
                     let part = open.get_or_insert_with(|| OpenPart::new(blob));
                     // Credentials are part of the group: every blob of it carries the same.
@@ -79,7 +79,7 @@ impl BatchService {
             }
             parts.extend(open);
         }
-        let now_ms = self.now_ms();
+        let now_ms = self.clock.now_unix_ms();
         for (index, part) in parts.into_iter().enumerate() {
             let index = u32::try_from(index).unwrap_or(u32::MAX);
             let body = StoredPart {
@@ -119,7 +119,7 @@ impl BatchService {
                 break;
             }
         }
-        let count = self.parts_of(batch_id).await?.len();
+        let count = parts_of(self.state.as_ref(), batch_id).await?.len();
         Ok(u32::try_from(count).unwrap_or(u32::MAX))
     }
 }

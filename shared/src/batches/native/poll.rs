@@ -5,23 +5,24 @@
 
 use super::records::{PartState, StoredPart};
 use super::steps::{end_of, end_without_results};
+use super::{parts_of, NativeParts};
 use crate::batches::records::{Loaded, StoredBatch, BATCH_KIND};
-use crate::batches::{BatchService, BatchesError, JobMessage};
+use crate::batches::{enqueue, BatchesError, JobMessage};
 use crate::ports::StorageError;
 use crate::providers::CallContext;
 
-impl BatchService {
+impl NativeParts {
     /// Poll the due provider batches of a batch whose staging is closed; send the
     /// `native` job when a part needs a worker. Returns how many provider batches were polled.
     pub(crate) async fn poll_native(&self, batch: &StoredBatch) -> Result<u64, BatchesError> {
         let batch_id = &batch.batch.id;
-        let now_ms = self.now_ms();
+        let now_ms = self.clock.now_unix_ms();
         let stopping = self.stopping_now(batch).await?;
         let mut polled = 0;
         // Parts not planned yet: the `native` job that plans them was lost (its worker died
         // before planning); planning is idempotent, so send it again.
         let mut needs_job = batch.native.parts.is_none();
-        for part in self.parts_of(batch_id).await? {
+        for part in parts_of(self.state.as_ref(), batch_id).await? {
             match part.body.state {
                 PartState::Done => continue,
                 PartState::Submitted if stopping.is_none() || part.body.cancel_requested => {}
@@ -37,9 +38,12 @@ impl BatchService {
             needs_job |= self.poll_part(part, stopping).await?;
         }
         if needs_job || stopping.is_some() {
-            self.enqueue(&JobMessage::Native {
-                batch_id: batch_id.clone(),
-            })
+            enqueue(
+                self.queue.as_ref(),
+                &JobMessage::Native {
+                    batch_id: batch_id.clone(),
+                },
+            )
             .await?;
         }
         Ok(polled)
@@ -59,7 +63,7 @@ impl BatchService {
             credentials: &credentials,
         };
         let id = part.body.provider_batch_id.clone().unwrap_or_default();
-        let now_ms = self.now_ms();
+        let now_ms = self.clock.now_unix_ms();
         let seen = match target.api.batch(&id, ctx).await {
             Ok(seen) => seen,
             Err(error) => {

@@ -5,10 +5,10 @@
 
 use super::deadline::within;
 use super::records::{PartEnd, PartState, StoredPart};
+use super::NativeParts;
 use super::{Stopping, STOP_GRACE_MS};
-use crate::batches::chunk_run::request_lines;
 use crate::batches::records::{Loaded, StoredBatch};
-use crate::batches::{BatchService, BatchesError};
+use crate::batches::BatchesError;
 use crate::ports::provider_call::Recovery;
 use crate::providers::native_batch::{ProviderBatch, ProviderBatchStatus};
 use crate::providers::router::NativeBatchTarget;
@@ -75,7 +75,7 @@ pub(super) fn end_without_results(code: &str, message: impl Into<String>) -> Par
     }
 }
 
-impl BatchService {
+impl NativeParts {
     /// The provider a part runs on, as configured now.
     pub(super) fn part_target(&self, part: &StoredPart) -> Option<NativeBatchTarget> {
         self.inference
@@ -168,7 +168,7 @@ impl BatchService {
             found = target.api.find_file(&filename, ctx).await.map_err(provider_failure)?;
         } else {
             part.body.state = PartState::Uploading;
-            part.body.intent_at_s = self.now_s();
+            part.body.intent_at_s = self.clock.now_unix_s();
             part.save(self.state.as_ref()).await?;
         }
         let file_id = match found {
@@ -225,7 +225,7 @@ impl BatchService {
                 }
                 if part.body.state != PartState::Creating {
                     part.body.state = PartState::Creating;
-                    part.body.intent_at_s = self.now_s();
+                    part.body.intent_at_s = self.clock.now_unix_s();
                     part.save(self.state.as_ref()).await?;
                 }
                 let file_id = part.body.file_id.clone().unwrap_or_default();
@@ -252,7 +252,7 @@ impl BatchService {
         };
         part.body.provider_batch_id = Some(created.id.clone());
         part.body.state = PartState::Submitted;
-        part.body.next_poll_ms = self.now_ms() + self.poll_gap_ms(0);
+        part.body.next_poll_ms = self.clock.now_unix_ms() + self.poll_gap_ms(0);
         part.save(self.state.as_ref()).await?;
         Ok(())
     }
@@ -281,12 +281,12 @@ impl BatchService {
                 }
                 Some(_) => {
                     part.body.cancel_requested = true;
-                    part.body.next_poll_ms = self.now_ms();
+                    part.body.next_poll_ms = self.clock.now_unix_ms();
                     part.save(self.state.as_ref()).await?;
                 }
             }
         }
-        if self.now_ms() > stop.since_ms + STOP_GRACE_MS {
+        if self.clock.now_unix_ms() > stop.since_ms + STOP_GRACE_MS {
             self.end_part(part, end_without_results(stop.code, stop.message))
                 .await?;
             return Ok(true);
@@ -309,7 +309,7 @@ impl BatchService {
             let blob = self.blobs.get(&source.key).await?;
             let skip = usize::try_from(source.skip).unwrap_or(usize::MAX);
             let take = usize::try_from(source.lines).unwrap_or(usize::MAX);
-            for line in request_lines(&blob).iter().skip(skip).take(take) {
+            for line in crate::jsonl::line_bytes(&blob).iter().skip(skip).take(take) {
                 content.extend_from_slice(line);
                 content.push(b'\n');
             }
