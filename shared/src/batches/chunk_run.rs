@@ -3,8 +3,8 @@
 //! lines on cancel, expiry or the run's deadline.
 
 use super::finalize::Finalizer;
-use super::lines::LineKind;
 use super::lines::LineKinds;
+use super::lines::{BatchLine, LineKind};
 use super::live::Live;
 use super::records::{Loaded, StoredBatch, StoredChunk, BATCH_KIND};
 use super::segment::PendingSegment;
@@ -14,7 +14,6 @@ use crate::openai::batches::BatchStatus;
 use crate::ports::{
     BlobStore, Clock, CredentialSealer, IdSource, JobOutcome, JobQueue, MetricsSink, StateStore, StorageError,
 };
-use bytes::Bytes;
 use futures::StreamExt;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -188,7 +187,11 @@ impl ChunkRunner {
         let lines = crate::jsonl::line_bytes(&input);
         let total = lines.len() as u64;
         let skip = usize::try_from(chunk.body.lines_done).unwrap_or(usize::MAX);
-        let pending: Vec<Bytes> = lines.into_iter().skip(skip).collect();
+        let pending: Vec<BatchLine> = lines
+            .into_iter()
+            .skip(skip)
+            .map(|line| BatchLine::read(&line))
+            .collect();
 
         let limits = match self
             .take_model_slots(run.lines.as_ref(), &pending, &token, lease_until_ms)
@@ -267,7 +270,7 @@ impl ChunkRunner {
     async fn take_model_slots(
         &self,
         kind: &dyn LineKind,
-        lines: &[Bytes],
+        lines: &[BatchLine],
         token: &str,
         until_ms: i64,
     ) -> Result<Option<HashMap<String, Arc<Semaphore>>>, BatchesError> {
@@ -341,7 +344,7 @@ impl ChunkRunner {
         &self,
         run: &ChunkRun<'_>,
         progress: Progress,
-        pending: Vec<Bytes>,
+        pending: Vec<BatchLine>,
         limits: &HashMap<String, Arc<Semaphore>>,
         signal: &StopSignal,
         deadline: Instant,
@@ -393,7 +396,7 @@ impl ChunkRunner {
                 if stop.load(Ordering::SeqCst) {
                     return None;
                 }
-                let result = kind.run(&line).await.map(LineOutput::Ran);
+                let result = kind.run(line).await.map(LineOutput::Ran);
                 drop(permit);
                 Some(result)
             })

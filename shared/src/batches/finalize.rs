@@ -5,8 +5,8 @@
 //! that runs again writes the same files. Safe to run twice at once.
 
 use super::lines::missing_input_lines;
-use super::lines::LineKind;
 use super::lines::LineKinds;
+use super::lines::{BatchLine, LineKind};
 use super::live::Live;
 use super::native::records::PART_KIND;
 use super::native::{close_staging, parts_expired, parts_of};
@@ -374,7 +374,8 @@ impl Finalizer {
                     let skip = usize::try_from(chunk.lines_done).unwrap_or(usize::MAX);
                     let mut out = Vec::new();
                     for line in crate::jsonl::line_bytes(&bytes).iter().skip(skip) {
-                        out.extend_from_slice(kind.not_run(ids.as_ref(), line, code, message).as_bytes());
+                        let line = BatchLine::read(line);
+                        out.extend_from_slice(kind.not_run(ids.as_ref(), &line, code, message).as_bytes());
                         out.push(b'\n');
                     }
                     Ok::<Bytes, StorageError>(Bytes::from(out))

@@ -8,7 +8,7 @@ use super::lines::tensorzero::ItemResult;
 use super::records::{BatchFormat, Loaded, StoredBatch, BATCH_KIND};
 use super::tensorzero_api::{owner_of, BatchInferenceError, BatchInferencePoll, PollQuery, PollStatus};
 use super::BatchApi;
-use crate::functions::batch_request::{item_ids, ItemIds};
+use crate::functions::batch_request::{item_ids_in, ItemIds};
 use crate::functions::inference::{FunctionError, InferenceReply};
 use crate::openai::batches::BatchStatus;
 use crate::ports::inference_records::InferenceRecord;
@@ -92,7 +92,7 @@ impl BatchApi {
     /// The batch's items, in input order, from its stored input.
     async fn batch_items(&self, stored: &StoredBatch) -> Result<Vec<ItemIds>, BatchInferenceError> {
         let bytes = self.blobs.get(&stored.input_blob_key).await?;
-        Ok(crate::jsonl::lines(&bytes).filter_map(item_ids).collect())
+        Ok(crate::jsonl::lines(&bytes).filter_map(item_ids_in).collect())
     }
 
     /// What failed or never ran, by inference id (empty when nothing did).

@@ -111,21 +111,36 @@ pub struct ItemIds {
     pub episode_id: Uuid,
 }
 
-/// The ids of an item line, when it is one.
-pub fn item_ids(line: &[u8]) -> Option<ItemIds> {
-    #[derive(Deserialize, utoipa::ToSchema)]
-    struct Episode {
-        episode_id: Uuid,
+/// The head of a stored item line: only its ids are read.
+#[derive(Deserialize)]
+struct IdsLine {
+    inference_id: Uuid,
+    request: IdsRequest,
+}
+
+#[derive(Deserialize)]
+struct IdsRequest {
+    episode_id: Uuid,
+}
+
+impl From<IdsLine> for ItemIds {
+    fn from(line: IdsLine) -> Self {
+        Self {
+            inference_id: line.inference_id,
+            episode_id: line.request.episode_id,
+        }
     }
-    #[derive(Deserialize, utoipa::ToSchema)]
-    struct Line {
-        inference_id: Uuid,
-        request: Episode,
-    }
-    serde_json::from_slice::<Line>(line).ok().map(|line| ItemIds {
-        inference_id: line.inference_id,
-        episode_id: line.request.episode_id,
-    })
+}
+
+/// The ids of a stored item line read by a batch run (its JSON), when it is one.
+pub fn item_ids(item: &Value) -> Option<ItemIds> {
+    IdsLine::deserialize(item).ok().map(ItemIds::from)
+}
+
+/// The ids of a stored item line straight from its bytes, nothing else of it read (a poll reads
+/// the ids of every item of a batch).
+pub fn item_ids_in(line: &[u8]) -> Option<ItemIds> {
+    serde_json::from_slice::<IdsLine>(line).ok().map(ItemIds::from)
 }
 
 /// A per-item list, checked against the number of inputs.
@@ -325,20 +340,21 @@ impl FunctionService {
         })
     }
 
-    /// Run one stored item line with the batch's credentials: its ids (when the line can be read)
-    /// and the record to store, or why the item failed.
+    /// Run one stored item line (its JSON; `None`: it is not JSON) with the batch's credentials:
+    /// its ids (when the line can be read) and the record to store, or why the item failed.
     pub async fn run_batch_line(
         &self,
         project: &str,
-        line: &[u8],
+        item: Option<Value>,
         credentials: &HashMap<String, String>,
     ) -> (
         Option<ItemIds>,
         Result<crate::ports::inference_records::InferenceRecord, FunctionError>,
     ) {
-        match stored_item_call(line, credentials) {
+        let ids = item.as_ref().and_then(item_ids);
+        match stored_item_call(item, credentials) {
             Ok((ids, call)) => (Some(ids), self.infer_batch_item(project, &call, ids.inference_id).await),
-            Err(e) => (item_ids(line), Err(e)),
+            Err(e) => (ids, Err(e)),
         }
     }
 
@@ -346,10 +362,10 @@ impl FunctionService {
     /// or why it cannot be prepared (a worker run then reports it).
     pub fn batch_line_request(
         &self,
-        line: &[u8],
+        item: &Value,
         credentials: &HashMap<String, String>,
     ) -> Result<crate::model::ModelRequest, FunctionError> {
-        let (_, call) = stored_item_call(line, credentials)?;
+        let (_, call) = stored_item_call(Some(item.clone()), credentials)?;
         self.batch_item_request(&call)
     }
 
@@ -358,7 +374,7 @@ impl FunctionService {
     pub fn native_batch_line_record(
         &self,
         project: &str,
-        line: &[u8],
+        item: Option<Value>,
         credentials: &HashMap<String, String>,
         provider: &str,
         response: crate::model::ModelResponse,
@@ -366,22 +382,24 @@ impl FunctionService {
         Option<ItemIds>,
         Result<crate::ports::inference_records::InferenceRecord, FunctionError>,
     ) {
-        match stored_item_call(line, credentials) {
+        let ids = item.as_ref().and_then(item_ids);
+        match stored_item_call(item, credentials) {
             Ok((ids, call)) => (
                 Some(ids),
                 self.native_batch_item_record(project, &call, ids.inference_id, provider, response),
             ),
-            Err(e) => (item_ids(line), Err(e)),
+            Err(e) => (ids, Err(e)),
         }
     }
 }
 
-/// A stored item line as the call a worker makes, with its ids (one parse).
+/// A stored item line (its JSON; `None`: it is not JSON) as the call a worker makes, with its ids.
 fn stored_item_call(
-    line: &[u8],
+    item: Option<Value>,
     credentials: &HashMap<String, String>,
 ) -> Result<(ItemIds, InferenceCall), FunctionError> {
-    let parsed: ItemLine = serde_json::from_slice(line)
+    let item = item.ok_or_else(|| FunctionError::invalid("the stored batch item cannot be read: it is not JSON"))?;
+    let parsed: ItemLine = serde_json::from_value(item)
         .map_err(|e| FunctionError::invalid(format!("the stored batch item cannot be read: {e}")))?;
     let inference_id = parsed.inference_id;
     let mut call = parsed.request.into_call(i64::MAX, || inference_id)?;

@@ -201,7 +201,7 @@ async fn run_all(service: &FunctionService, planned: &PlannedBatch) -> Vec<Infer
     let mut records = Vec::new();
     for item in &planned.items {
         let (ids, outcome) = service
-            .run_batch_line("p", item.line.as_bytes(), &planned.credentials)
+            .run_batch_line("p", serde_json::from_str(&item.line).ok(), &planned.credentials)
             .await;
         let ids = ids.unwrap();
         assert_eq!((ids.inference_id, ids.episode_id), (item.inference_id, item.episode_id));
@@ -234,7 +234,9 @@ async fn a_null_param_keeps_the_variants_value_and_a_given_one_beats_it() {
 #[tokio::test]
 async fn an_unreadable_stored_line_fails_its_item_without_a_panic() {
     let service = service();
-    let (ids, outcome) = service.run_batch_line("p", b"{not json", &HashMap::new()).await;
+    let (ids, outcome) = service
+        .run_batch_line("p", serde_json::from_slice(b"{not json").ok(), &HashMap::new())
+        .await;
     assert!(ids.is_none());
     assert!(
         matches!(outcome, Err(FunctionError::InvalidRequest(m)) if m.starts_with("the stored batch item cannot be read"))
@@ -258,7 +260,7 @@ fn episode_ids_are_kept_where_given_and_minted_where_null() {
     assert_eq!(inference_ids.len(), 3, "one fresh inference id per item");
     assert!(inference_ids.iter().all(|id| id.get_version_num() == 7));
     for item in &planned.items {
-        let ids = item_ids(item.line.as_bytes()).unwrap();
+        let ids = item_ids(&serde_json::from_str(&item.line).unwrap()).unwrap();
         assert_eq!((ids.inference_id, ids.episode_id), (item.inference_id, item.episode_id));
     }
 }
@@ -277,12 +279,12 @@ fn a_bad_episode_id_is_refused_naming_its_index() {
 
 #[test]
 fn item_ids_reads_only_item_lines() {
-    assert_eq!(item_ids(b"{}"), None);
-    assert_eq!(item_ids(b"not json"), None);
+    assert_eq!(item_ids(&json!({})), None);
+    assert_eq!(item_ids(&json!("not an item")), None);
     let (inference_id, episode_id) = (Uuid::now_v7(), Uuid::now_v7());
     let line = json!({"inference_id": inference_id, "request": {"episode_id": episode_id, "input": {}}}).to_string();
     assert_eq!(
-        item_ids(line.as_bytes()),
+        item_ids(&serde_json::from_str(&line).unwrap()),
         Some(ItemIds {
             inference_id,
             episode_id

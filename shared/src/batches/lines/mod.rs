@@ -21,8 +21,35 @@ use crate::openai::batches::BatchUsage;
 use crate::ports::credential_sealer::open_json;
 use crate::ports::{BlobStore, CredentialSealer, IdSource, StorageError};
 use async_trait::async_trait;
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// One request line of a batch's input as a run reads it: its JSON, read once. Every step of the
+/// run (its model's slots, staging, running, an error line) reads the line from here, never from
+/// the stored bytes again.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct BatchLine {
+    /// `None` when the bytes are not JSON (validation let the line in: only an input changed under
+    /// the batch does this; the line fails, saying so).
+    json: Option<Value>,
+}
+
+impl BatchLine {
+    pub(crate) fn read(stored: &[u8]) -> Self {
+        Self {
+            json: serde_json::from_slice(stored).ok(),
+        }
+    }
+
+    pub(crate) fn json(&self) -> Option<&Value> {
+        self.json.as_ref()
+    }
+
+    pub(crate) fn into_json(self) -> Option<Value> {
+        self.json
+    }
+}
 
 /// What became of one line.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,23 +72,23 @@ pub(crate) trait LineKind: Send + Sync {
     ) -> Result<ValidationReport, StorageError>;
 
     /// The model whose concurrency slots (`[models.M] max_concurrency`) the line takes.
-    fn slot_of(&self, line: &[u8]) -> Option<String>;
+    fn slot_of(&self, line: &BatchLine) -> Option<String>;
 
     /// Run the line. An `Err` is a failure to keep its result (storage): the run stops and the
     /// line runs again later; anything else the line became is in the [`LineResult`].
-    async fn run(&self, line: &[u8]) -> Result<LineResult, BatchesError>;
+    async fn run(&self, line: BatchLine) -> Result<LineResult, BatchesError>;
 
     /// The error line of a line that never ran (the batch was cancelled or expired).
-    fn not_run(&self, ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String;
+    fn not_run(&self, ids: &dyn IdSource, line: &BatchLine, code: &str, message: &str) -> String;
 
     /// The request a provider's own batch API runs for this line, when the line's model is
     /// served by a provider marked `batch = "native"`; `None`: a worker runs it. A line that
     /// cannot be prepared is run by a worker too, which reports why, as for any line.
-    fn native_request(&self, line: &[u8]) -> Option<NativeRequest>;
+    fn native_request(&self, line: &BatchLine) -> Option<NativeRequest>;
 
     /// What the line became from its provider batch's answer. An `Err` is a failure to keep the
     /// result (storage): the collection stops and runs again later.
-    async fn native_result(&self, line: &[u8], answer: NativeAnswer) -> Result<LineResult, BatchesError>;
+    async fn native_result(&self, line: BatchLine, answer: NativeAnswer) -> Result<LineResult, BatchesError>;
 }
 
 /// One line's request for a provider's own batch API, in the provider's wire format.

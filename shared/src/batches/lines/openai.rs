@@ -1,7 +1,7 @@
 //! `/v1/batches` lines: one OpenAI request line through the same inference layer as the
 //! synchronous API, and the output or error file line it becomes.
 
-use super::{LineKind, LineResult, NativeAnswer, NativeRequest};
+use super::{BatchLine, LineKind, LineResult, NativeAnswer, NativeRequest};
 use crate::batches::input_validation::{validate_input, ChunkLimits, ValidationReport};
 use crate::batches::{BatchEndpoint, BatchesError};
 use crate::inference::{one_failure, InferenceError, InferenceService};
@@ -39,21 +39,21 @@ impl LineKind for OpenAiLines {
         validate_input(stream, self.endpoint, &model_exists, limits).await
     }
 
-    fn slot_of(&self, line: &[u8]) -> Option<String> {
+    fn slot_of(&self, line: &BatchLine) -> Option<String> {
         model_of(line)
     }
 
-    async fn run(&self, line: &[u8]) -> Result<LineResult, BatchesError> {
+    async fn run(&self, line: BatchLine) -> Result<LineResult, BatchesError> {
         Ok(run_line(&self.inference, self.ids.as_ref(), self.endpoint, line).await)
     }
 
-    fn not_run(&self, ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String {
-        not_run_line(ids, &custom_id_of(line).unwrap_or_default(), code, message)
+    fn not_run(&self, ids: &dyn IdSource, line: &BatchLine, code: &str, message: &str) -> String {
+        not_run_line(ids, custom_id_of(line).unwrap_or_default(), code, message)
     }
 
-    fn native_request(&self, line: &[u8]) -> Option<NativeRequest> {
-        let (_, mut body) = parse_request_line(line)?;
-        let model = body.get("model")?.as_str()?.to_owned();
+    fn native_request(&self, line: &BatchLine) -> Option<NativeRequest> {
+        let mut body = line.json()?.get("body")?.as_object()?.clone();
+        let model = model_of(line)?;
         let target = self.inference.native_batch(&model)?;
         let credentials = take_credentials(&mut body).ok()?;
         let body = match self.endpoint {
@@ -79,10 +79,11 @@ impl LineKind for OpenAiLines {
         })
     }
 
-    async fn native_result(&self, line: &[u8], answer: NativeAnswer) -> Result<LineResult, BatchesError> {
+    async fn native_result(&self, line: BatchLine, answer: NativeAnswer) -> Result<LineResult, BatchesError> {
         let ids = self.ids.as_ref();
-        let Some((custom_id, mut body)) = parse_request_line(line) else {
-            return Ok(unreadable_line(ids, line));
+        let (custom_id, mut body) = match request_parts(line) {
+            Ok(parts) => parts,
+            Err(custom_id) => return Ok(unreadable_line(ids, custom_id)),
         };
         let mut usage = BatchUsage::default();
         let request_id = ids.prefixed("req_");
@@ -148,10 +149,10 @@ fn native_answer(
 
 /// The result of a line that cannot be read (validation let it through, so only an input
 /// changed under the batch).
-fn unreadable_line(ids: &dyn IdSource, text: &[u8]) -> LineResult {
+fn unreadable_line(ids: &dyn IdSource, custom_id: Option<String>) -> LineResult {
     let line = json!({
         "id": ids.prefixed("batch_req_"),
-        "custom_id": custom_id_of(text),
+        "custom_id": custom_id,
         "response": null,
         "error": {"code": "invalid_request", "message": "This line is not a valid batch request."},
     });
@@ -190,20 +191,26 @@ fn result_line(
     }
 }
 
-/// `custom_id` and `body` of a request line (validated when the batch was created).
-pub(crate) fn parse_request_line(text: &[u8]) -> Option<(String, Map<String, Value>)> {
-    let Ok(Value::Object(mut request)) = serde_json::from_slice::<Value>(text) else {
-        return None;
+/// `custom_id` and `body` of a request line (validated when the batch was created); else the
+/// `custom_id` it has, if any.
+fn request_parts(line: BatchLine) -> Result<(String, Map<String, Value>), Option<String>> {
+    let custom_id = custom_id_of(&line).map(str::to_owned);
+    let Some(Value::Object(mut request)) = line.into_json() else {
+        return Err(custom_id);
     };
-    let custom_id = request.get("custom_id")?.as_str()?.to_owned();
-    match request.remove("body") {
-        Some(Value::Object(body)) => Some((custom_id, body)),
-        _ => None,
+    match (custom_id, request.remove("body")) {
+        (Some(custom_id), Some(Value::Object(body))) => Ok((custom_id, body)),
+        (custom_id, _) => Err(custom_id),
     }
 }
 
 /// The `custom_id` of a request line, if it has one.
-pub(crate) fn custom_id_of(text: &[u8]) -> Option<String> {
+fn custom_id_of(line: &BatchLine) -> Option<&str> {
+    line.json()?.get("custom_id")?.as_str()
+}
+
+/// The `custom_id` of a line of a provider batch's input file (as staged), if it has one.
+pub(crate) fn staged_custom_id(text: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Id {
         custom_id: String,
@@ -212,16 +219,8 @@ pub(crate) fn custom_id_of(text: &[u8]) -> Option<String> {
 }
 
 /// The `body.model` of a request line, if it has one.
-pub(crate) fn model_of(text: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Body {
-        model: String,
-    }
-    #[derive(serde::Deserialize)]
-    struct Line {
-        body: Body,
-    }
-    serde_json::from_slice::<Line>(text).ok().map(|line| line.body.model)
+fn model_of(line: &BatchLine) -> Option<String> {
+    Some(line.json()?.get("body")?.get("model")?.as_str()?.to_owned())
 }
 
 /// An error-file line for a request that never ran (`batch_cancelled`, `batch_expired`).
@@ -240,10 +239,11 @@ pub(crate) async fn run_line(
     inference: &InferenceService,
     ids: &dyn IdSource,
     endpoint: BatchEndpoint,
-    text: &[u8],
+    line: BatchLine,
 ) -> LineResult {
-    let Some((custom_id, body)) = parse_request_line(text) else {
-        return unreadable_line(ids, text);
+    let (custom_id, body) = match request_parts(line) {
+        Ok(parts) => parts,
+        Err(custom_id) => return unreadable_line(ids, custom_id),
     };
     let mut usage = BatchUsage::default();
     let request_id = ids.prefixed("req_");
@@ -370,15 +370,17 @@ mod tests {
 
     #[test]
     fn request_line_fields_are_read_without_the_rest() {
-        let line =
-            br#"{"custom_id": "r1", "method": "POST", "url": "/v1/embeddings", "body": {"model": "m", "input": "x"}}"#;
-        assert_eq!(custom_id_of(line).as_deref(), Some("r1"));
-        assert_eq!(model_of(line).as_deref(), Some("m"));
-        let (id, body) = parse_request_line(line).unwrap();
+        let read = BatchLine::read;
+        let line = read(
+            br#"{"custom_id": "r1", "method": "POST", "url": "/v1/embeddings", "body": {"model": "m", "input": "x"}}"#,
+        );
+        assert_eq!(custom_id_of(&line), Some("r1"));
+        assert_eq!(model_of(&line).as_deref(), Some("m"));
+        let (id, body) = request_parts(line).unwrap();
         assert_eq!(id, "r1");
         assert_eq!(body["input"], "x");
-        assert_eq!(custom_id_of(b"not json"), None);
-        assert!(parse_request_line(br#"{"custom_id": "r", "body": 5}"#).is_none());
+        assert_eq!(custom_id_of(&read(b"not json")), None);
+        assert!(request_parts(read(br#"{"custom_id": "r", "body": 5}"#)).is_err());
     }
 
     fn all_failed(errors: Vec<ProviderError>) -> LineError {

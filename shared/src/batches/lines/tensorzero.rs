@@ -4,7 +4,7 @@
 //! or reruns happen. When the batch ends, `tensorzero_pages.rs` writes the records into the
 //! batch's pages of the inference store. A failed item's line is short: its ids and why.
 
-use super::{LineKind, LineResult, NativeAnswer, NativeRequest};
+use super::{BatchLine, LineKind, LineResult, NativeAnswer, NativeRequest};
 use crate::batches::input_validation::{plan_checked_lines, ChunkLimits, ValidationReport};
 use crate::batches::BatchEndpoint;
 use crate::batches::BatchesError;
@@ -61,20 +61,20 @@ impl LineKind for TensorZeroLines {
         Ok(plan_checked_lines(&blobs.get(input).await?, limits))
     }
 
-    fn slot_of(&self, _line: &[u8]) -> Option<String> {
+    fn slot_of(&self, _line: &BatchLine) -> Option<String> {
         self.model.clone()
     }
 
-    async fn run(&self, line: &[u8]) -> Result<LineResult, BatchesError> {
+    async fn run(&self, line: BatchLine) -> Result<LineResult, BatchesError> {
         let (ids, outcome) = self
             .functions
-            .run_batch_line(&self.project, line, &self.credentials)
+            .run_batch_line(&self.project, line.into_json(), &self.credentials)
             .await;
         Self::keep(ids, outcome.map_err(ItemFailure::Function))
     }
 
-    fn not_run(&self, _ids: &dyn IdSource, line: &[u8], code: &str, message: &str) -> String {
-        let ids = item_ids(line);
+    fn not_run(&self, _ids: &dyn IdSource, line: &BatchLine, code: &str, message: &str) -> String {
+        let ids = line.json().and_then(item_ids);
         ItemResult {
             inference_id: ids.map(|i| i.inference_id),
             episode_id: ids.map(|i| i.episode_id),
@@ -84,10 +84,13 @@ impl LineKind for TensorZeroLines {
         .line()
     }
 
-    fn native_request(&self, line: &[u8]) -> Option<NativeRequest> {
+    fn native_request(&self, line: &BatchLine) -> Option<NativeRequest> {
         let model = self.model.clone()?;
         let target = self.inference.native_batch(&model)?;
-        let request = self.functions.batch_line_request(line, &self.credentials).ok()?;
+        let request = self
+            .functions
+            .batch_line_request(line.json()?, &self.credentials)
+            .ok()?;
         let body = target.api.chat_body(&request).ok()?;
         Some(NativeRequest {
             model,
@@ -98,7 +101,7 @@ impl LineKind for TensorZeroLines {
         })
     }
 
-    async fn native_result(&self, line: &[u8], answer: NativeAnswer) -> Result<LineResult, BatchesError> {
+    async fn native_result(&self, line: BatchLine, answer: NativeAnswer) -> Result<LineResult, BatchesError> {
         let target = self
             .model
             .as_deref()
@@ -107,13 +110,13 @@ impl LineKind for TensorZeroLines {
         let outcome = match answer {
             NativeAnswer::NotRun { code, message } => {
                 return Ok(LineResult {
-                    line: self.not_run(&crate::ports::UuidV7Ids, line, &code, &message),
+                    line: self.not_run(&crate::ports::UuidV7Ids, &line, &code, &message),
                     ok: false,
                     usage: BatchUsage::default(),
                 })
             }
             NativeAnswer::Failed(error) => (
-                item_ids(line),
+                line.json().and_then(item_ids),
                 Err(ItemFailure::Provider {
                     provider: provider.clone(),
                     message: error.to_string(),
@@ -123,7 +126,7 @@ impl LineKind for TensorZeroLines {
                 Some(Ok(response)) => {
                     let (ids, record) = self.functions.native_batch_line_record(
                         &self.project,
-                        line,
+                        line.into_json(),
                         &self.credentials,
                         &provider,
                         response,
@@ -131,13 +134,13 @@ impl LineKind for TensorZeroLines {
                     (ids, record.map_err(ItemFailure::Function))
                 }
                 Some(Err(error)) => (
-                    item_ids(line),
+                    line.json().and_then(item_ids),
                     Err(ItemFailure::Provider {
                         provider,
                         message: error.to_string(),
                     }),
                 ),
-                None => (item_ids(line), Err(ItemFailure::NotServed)),
+                None => (line.json().and_then(item_ids), Err(ItemFailure::NotServed)),
             },
         };
         Self::keep(outcome.0, outcome.1)

@@ -6,7 +6,7 @@
 use super::records::{PartState, StoredPart};
 use super::NativeParts;
 use crate::batches::chunk_run::parse_native_custom_id;
-use crate::batches::lines::{LineKind, NativeAnswer};
+use crate::batches::lines::{BatchLine, LineKind, NativeAnswer};
 use crate::batches::records::{chunk_id, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
 use crate::batches::segment::put_results;
 use crate::batches::segment::PendingSegment;
@@ -108,7 +108,7 @@ impl NativeParts {
             let skip = usize::try_from(source.skip).unwrap_or(usize::MAX);
             let take = usize::try_from(source.lines).unwrap_or(usize::MAX);
             for staged in crate::jsonl::line_bytes(&blob).iter().skip(skip).take(take) {
-                let custom_id = crate::batches::lines::openai::custom_id_of(staged).unwrap_or_default();
+                let custom_id = crate::batches::lines::openai::staged_custom_id(staged).unwrap_or_default();
                 let Some((chunk_index, line)) = parse_native_custom_id(&custom_id) else {
                     continue;
                 };
@@ -132,7 +132,7 @@ impl NativeParts {
                 {
                     not_run += 1;
                 }
-                pending.push(collect_line(kind.as_ref(), &original, answer).await?);
+                pending.push(collect_line(kind.as_ref(), BatchLine::read(&original), answer).await?);
             }
         }
         self.save_part_result(batch, part, pending, not_run).await
@@ -260,7 +260,7 @@ impl NativeParts {
 /// What a staged line became.
 async fn collect_line(
     kind: &dyn LineKind,
-    original: &[u8],
+    original: BatchLine,
     answer: NativeAnswer,
 ) -> Result<crate::batches::lines::LineResult, BatchesError> {
     kind.native_result(original, answer).await
