@@ -16,6 +16,7 @@
 
 use crate::jobs::JobMessage;
 use crate::ports::{JobQueue, Priority, Record, StateStore, StorageError};
+use crate::records::LeaseUntil;
 use crate::records::{edit, encode, list_all, Edit};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -34,7 +35,7 @@ const WAKE_GRACE_MS: i64 = 30_000;
 struct SlotLease {
     token: String,
     slots: u32,
-    until_ms: i64,
+    until_ms: LeaseUntil,
 }
 
 /// An async request waiting for a slot.
@@ -78,7 +79,7 @@ impl Leases {
     fn purge(&mut self, token: &str, now_ms: i64) -> bool {
         let before = (self.leases.len(), self.waiters.len());
         self.leases
-            .retain(|lease| lease.until_ms > now_ms && lease.token != token);
+            .retain(|lease| lease.until_ms.held_at(now_ms) && lease.token != token);
         self.waiters
             .retain(|waiter| waiter.until_ms > now_ms && waiter.token != token);
         before != (self.leases.len(), self.waiters.len())
@@ -168,7 +169,7 @@ pub async fn acquire_or_wait(state: &dyn StateStore, request: SlotRequest<'_>) -
                 slots.leases.push(SlotLease {
                     token: token.to_owned(),
                     slots: granted,
-                    until_ms,
+                    until_ms: LeaseUntil::until(until_ms),
                 });
                 return Edit::Save(Acquired::Granted(granted));
             }

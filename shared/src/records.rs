@@ -1,6 +1,9 @@
 //! Typed records over [`StateStore`]: a body decoded from its record, changed, and written back
 //! only at the version it was read at. Every domain module that keeps records uses these.
 
+mod lease;
+pub(crate) use lease::LeaseUntil;
+
 use crate::ports::{ListOrder, ListQuery, Record, StateStore, StorageError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -106,6 +106,7 @@ impl AsyncService {
             AsyncStatus::InProgress => {
                 let alive_until = request
                     .lease_until_ms
+                    .until_ms()
                     .into_iter()
                     .chain(request.next_run_at_ms)
                     .max()

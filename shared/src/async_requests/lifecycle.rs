@@ -7,6 +7,7 @@ use super::wire::webhook_body;
 use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;
 use crate::ports::StorageError;
+use crate::records::LeaseUntil;
 use crate::webhooks::delivery::{Delivery, SignatureStyle};
 use std::time::Duration;
 
@@ -134,7 +135,7 @@ impl StoredRequest {
         if output_bytes.is_some() {
             request.output_bytes = output_bytes;
         }
-        request.lease_until_ms = None;
+        request.lease_until_ms = LeaseUntil::NONE;
         request.next_run_at_ms = None;
         // The body every attempt sends (a saved output is put in it before the first attempt).
         let body = webhook_body(request, None, now);

@@ -4,6 +4,7 @@
 use super::submit::{AsyncEndpoint, RetryConfig};
 use crate::ports::webhook_url::WebhookUrl;
 use crate::ports::Priority;
+use crate::records::LeaseUntil;
 use crate::webhooks::delivery::{Delivery, DeliveryState};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -97,7 +98,7 @@ pub(crate) struct StoredRequest {
     pub attempts: Vec<Attempt>,
     /// While a worker runs it (or its delivery): until when that worker holds it.
     #[serde(default)]
-    pub lease_until_ms: Option<i64>,
+    pub lease_until_ms: LeaseUntil,
     /// After a failed attempt: not run again before this.
     #[serde(default)]
     pub next_run_at_ms: Option<i64>,

@@ -14,6 +14,7 @@ use super::AsyncStatus;
 use crate::jobs::{JobMessage, JobRunner};
 use crate::model_slots::{self, Acquired, SlotRequest, Waiting};
 use crate::ports::{JobOutcome, Priority, StorageError, WebhookTransport};
+use crate::records::LeaseUntil;
 use crate::records::Loaded;
 use crate::webhooks::SecretSource;
 use async_trait::async_trait;
@@ -97,7 +98,7 @@ impl AsyncRunner {
             self.leave_waiting_list(request).await;
             return Ok(JobOutcome::Done);
         }
-        if let Some(until) = request.lease_until_ms.filter(|until| *until > now) {
+        if let Some(until) = request.lease_until_ms.held_until(now) {
             return Ok(wait_until(until, now));
         }
         if request.status == AsyncStatus::Queued && now >= request.queue_deadline_ms() {
@@ -248,7 +249,7 @@ impl AsyncRunner {
             finished_at_ms: None,
             error: None,
         });
-        request.lease_until_ms = Some(lease_until);
+        request.lease_until_ms = LeaseUntil::until(lease_until);
         request.next_run_at_ms = None;
         match loaded.save(self.service.deps.state.as_ref()).await {
             Ok(()) => Ok(true),
@@ -313,7 +314,7 @@ impl AsyncRunner {
             .max(asked)
             .min(super::lifecycle::MAX_QUEUE_DELAY.as_millis() as u64);
         request.next_run_at_ms = Some(now + i64::try_from(wait_ms).unwrap_or(0));
-        request.lease_until_ms = None;
+        request.lease_until_ms = LeaseUntil::NONE;
         match loaded.save(service.deps.state.as_ref()).await {
             Ok(()) | Err(StorageError::Conflict) => Ok(JobOutcome::Retry {
                 retry_after: Duration::from_millis(wait_ms),

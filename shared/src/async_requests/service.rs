@@ -15,6 +15,7 @@ use crate::ports::{
     BlobStore, Clock, IdSource, JobQueue, ListOrder, ListQuery, MetricUnit, MetricsSink, NoMetrics, Record, StateStore,
     StorageError,
 };
+use crate::records::LeaseUntil;
 use crate::records::{decode, encode, Loaded};
 use crate::scheduler::DueIndex;
 use crate::user_text::excerpt;
@@ -228,7 +229,7 @@ impl AsyncService {
             started_at_ms: None,
             finished_at_ms: None,
             attempts: Vec::new(),
-            lease_until_ms: None,
+            lease_until_ms: LeaseUntil::NONE,
             next_run_at_ms: None,
             errors: Vec::new(),
             output_bytes: None,

@@ -7,6 +7,7 @@ use super::service::AsyncService;
 use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;
 use crate::ports::{SoleWorkerGuard, StorageError};
+use crate::records::LeaseUntil;
 use crate::records::Loaded;
 use std::time::Duration;
 
@@ -28,7 +29,8 @@ impl AsyncService {
             match loaded.body.status {
                 AsyncStatus::Queued => {}
                 AsyncStatus::InProgress => {
-                    if loaded.body.lease_until_ms.take().is_some() {
+                    if loaded.body.lease_until_ms.is_set() {
+                        loaded.body.lease_until_ms = LeaseUntil::NONE;
                         loaded.save(state).await?;
                     }
                 }

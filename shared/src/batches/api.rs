@@ -3,7 +3,9 @@
 use super::create_checks::{check_create_request, CheckedCreate};
 use super::finalize::release_input;
 use super::live::Live;
-use super::records::{active_marker, decode, edit, encode, BatchFormat, Edit, Loaded, StoredBatch, BATCH_KIND};
+use super::records::{
+    active_marker, decode, edit, encode, BatchFormat, Edit, LeaseUntil, Loaded, StoredBatch, BATCH_KIND,
+};
 use super::{enqueue, BatchSettings, BatchesError, JobMessage};
 use crate::files::FilesError;
 use crate::files::FilesService;
@@ -144,7 +146,7 @@ impl BatchApi {
             enqueued_at_ms: self.clock.now_unix_ms(),
             reserved_output_file_id: None,
             reserved_error_file_id: None,
-            finalize_lease_until_ms: 0,
+            finalize_lease_until_ms: LeaseUntil::NONE,
             sealed: false,
             output_expires_after,
             format: BatchFormat::OpenAiJsonl,

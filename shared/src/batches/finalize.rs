@@ -12,7 +12,8 @@ use super::native::records::PART_KIND;
 use super::native::{close_staging, parts_expired, parts_of};
 use super::records::chunks_of;
 use super::records::{
-    edit, list_all, BatchFormat, Edit, Loaded, Segment, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND, CHUNK_KIND,
+    edit, list_all, BatchFormat, Edit, LeaseUntil, Loaded, Segment, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND,
+    CHUNK_KIND,
 };
 use super::BatchesError;
 use crate::files::{FilesService, NewFile};
@@ -146,7 +147,7 @@ impl Finalizer {
                 _ => return Ok(FinalizeStep::NotReady),
             };
             let now_ms = self.clock.now_unix_ms();
-            if batch.body.finalize_lease_until_ms > now_ms {
+            if batch.body.finalize_lease_until_ms.held_at(now_ms) {
                 return Ok(FinalizeStep::NotReady);
             }
             if target != BatchStatus::Completed && !batch.body.sealed {
@@ -157,8 +158,7 @@ impl Finalizer {
                 let held_until = chunks
                     .iter()
                     .filter(|c| !c.done)
-                    .filter_map(|c| c.leased_at(now_ms))
-                    .map(|lease| lease.until_ms)
+                    .filter_map(|c| c.held_until(now_ms))
                     .max();
                 let wait_until = match (held_until, batch.body.batch.cancelling_at) {
                     (None, _) => None,
@@ -180,7 +180,7 @@ impl Finalizer {
                 return Ok(FinalizeStep::NotReady);
             }
             batch.body.sealed = true;
-            batch.body.finalize_lease_until_ms = now_ms + FINALIZE_LEASE_MS;
+            batch.body.finalize_lease_until_ms = LeaseUntil::until(now_ms + FINALIZE_LEASE_MS);
             if batch.body.reserved_output_file_id.is_none() {
                 batch.body.reserved_output_file_id = Some(self.ids.prefixed("file-"));
                 batch.body.reserved_error_file_id = Some(self.ids.prefixed("file-"));
@@ -209,7 +209,7 @@ impl Finalizer {
             if batch.batch.status.is_terminal() {
                 return Edit::Keep(());
             }
-            batch.finalize_lease_until_ms = 0;
+            batch.finalize_lease_until_ms = LeaseUntil::NONE;
             Edit::Save(())
         })
         .await;
@@ -305,7 +305,7 @@ impl Finalizer {
             object.error_file_id = error_file_id.clone();
             object.request_counts.failed += unrun;
             object.request_counts.not_run += unrun;
-            batch.finalize_lease_until_ms = 0;
+            batch.finalize_lease_until_ms = LeaseUntil::NONE;
             if let BatchFormat::TensorZero(plan) = &mut batch.format {
                 // Nothing runs any more: the credentials go.
                 plan.credentials.clear();

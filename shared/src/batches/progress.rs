@@ -4,7 +4,8 @@
 
 use super::chunk_run::{ChunkRun, ChunkRunner, LeaseOutcome};
 use super::records::{
-    chunk_id, edit, Edit, Lease, Loaded, Segment, StagedBlob, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND,
+    chunk_id, edit, Edit, Lease, LeaseUntil, Loaded, Segment, StagedBlob, StoredBatch, StoredChunk, BATCH_KIND,
+    CHUNK_KIND,
 };
 use super::segment::{put_results, PendingSegment};
 use super::{count_lines, BatchesError};
@@ -39,12 +40,12 @@ impl ChunkRunner {
                 if chunk.done {
                     return Edit::Keep(Some(LeaseOutcome::Done));
                 }
-                if let Some(lease) = chunk.leased_at(now_ms) {
-                    return Edit::Keep(Some(LeaseOutcome::HeldUntil(lease.until_ms)));
+                if let Some(until_ms) = chunk.held_until(now_ms) {
+                    return Edit::Keep(Some(LeaseOutcome::HeldUntil(until_ms)));
                 }
                 chunk.lease = Some(Lease {
                     token: token.to_owned(),
-                    until_ms,
+                    until_ms: LeaseUntil::until(until_ms),
                 });
                 Edit::Save(None)
             },
@@ -162,7 +163,7 @@ impl ChunkRunner {
             chunk.body.segments.push(segment.clone());
             chunk.body.done = chunk_finished;
             if let Some(lease) = chunk.body.lease.as_mut() {
-                lease.until_ms = lease_until_ms;
+                lease.until_ms = LeaseUntil::until(lease_until_ms);
             }
             let counts = &mut current.body.batch.request_counts;
             counts.completed += segment.completed;

@@ -33,7 +33,7 @@ pub(crate) struct StoredBatch {
     pub reserved_output_file_id: Option<String>,
     pub reserved_error_file_id: Option<String>,
     /// Until when a finalizer works on this batch.
-    pub finalize_lease_until_ms: i64,
+    pub finalize_lease_until_ms: LeaseUntil,
     /// Set by the finalizer before it reads the results: no segment is counted after it.
     #[serde(default)]
     pub sealed: bool,
@@ -149,11 +149,11 @@ impl StoredBatch {
     }
 }
 
-/// A run of a chunk that holds it; others leave the chunk alone until `until_ms`.
+/// The run of a chunk that holds it (`token`); others leave the chunk alone until `until_ms`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Lease {
     pub token: String,
-    pub until_ms: i64,
+    pub until_ms: LeaseUntil,
 }
 
 /// Results of consecutive lines of a chunk, saved together.
@@ -208,8 +208,9 @@ pub(crate) struct StoredChunk {
 }
 
 impl StoredChunk {
-    pub fn leased_at(&self, now_ms: i64) -> Option<&Lease> {
-        self.lease.as_ref().filter(|lease| lease.until_ms > now_ms)
+    /// When the run holding the chunk at `now_ms` lets go of it at the latest, if one holds it.
+    pub fn held_until(&self, now_ms: i64) -> Option<i64> {
+        self.lease.as_ref().and_then(|lease| lease.until_ms.held_until(now_ms))
     }
 }
 
@@ -217,7 +218,7 @@ pub(crate) fn chunk_id(batch_id: &str, index: u32) -> String {
     format!("{batch_id}.{index:05}")
 }
 
-pub(crate) use crate::records::{decode, edit, encode, list_all, Edit, Loaded};
+pub(crate) use crate::records::{decode, edit, encode, list_all, Edit, LeaseUntil, Loaded};
 
 /// The batch's chunk records, in chunk order.
 pub(crate) async fn chunks_of(state: &dyn StateStore, batch_id: &str) -> Result<Vec<StoredChunk>, StorageError> {

@@ -151,7 +151,7 @@ impl BatchRecovery {
                 record,
             };
             let chunk = &loaded.body;
-            if chunk.done || chunk.leased_at(now_ms).is_some() || chunk.enqueued_at_ms + requeue_ms > now_ms {
+            if chunk.done || chunk.held_until(now_ms).is_some() || chunk.enqueued_at_ms + requeue_ms > now_ms {
                 continue;
             }
             let index = chunk.index;

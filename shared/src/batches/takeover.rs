@@ -9,7 +9,8 @@
 
 use super::native::records::{StoredPart, PART_KIND};
 use super::records::{
-    decode, edit, list_all, Edit, StoredBatch, StoredChunk, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND, CHUNK_KIND,
+    decode, edit, list_all, Edit, LeaseUntil, StoredBatch, StoredChunk, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND,
+    CHUNK_KIND,
 };
 use super::{BatchRecovery, BatchesError, JobMessage};
 use crate::openai::batches::BatchStatus;
@@ -51,8 +52,8 @@ impl BatchRecovery {
                 // Finished: the poller tidies it up.
                 return Edit::Keep(None);
             }
-            broke_finalize_lease = batch.finalize_lease_until_ms > now_ms;
-            batch.finalize_lease_until_ms = 0;
+            broke_finalize_lease = batch.finalize_lease_until_ms.held_at(now_ms);
+            batch.finalize_lease_until_ms = LeaseUntil::NONE;
             batch.enqueued_at_ms = now_ms;
             Edit::Save(Some(batch.batch.status))
         })
@@ -76,7 +77,7 @@ impl BatchRecovery {
                 CHUNK_KIND,
                 &record.id,
                 |chunk: &mut StoredChunk| {
-                    broke_lease = chunk.leased_at(now_ms).is_some();
+                    broke_lease = chunk.held_until(now_ms).is_some();
                     chunk.lease = None;
                     chunk.enqueued_at_ms = now_ms;
                     Edit::Save(())
@@ -123,11 +124,11 @@ impl BatchRecovery {
     async fn break_part_leases(&self, batch_id: &str, now_ms: i64) -> Result<u64, BatchesError> {
         let mut broken = 0;
         for part in super::native::parts_of(self.state.as_ref(), batch_id).await? {
-            if part.body.lease_until_ms <= now_ms {
+            if !part.body.lease_until_ms.held_at(now_ms) {
                 continue;
             }
             edit(self.state.as_ref(), PART_KIND, &part.record.id, |p: &mut StoredPart| {
-                p.lease_until_ms = 0;
+                p.lease_until_ms = LeaseUntil::NONE;
                 Edit::Save(())
             })
             .await?;

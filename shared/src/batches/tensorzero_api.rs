@@ -8,7 +8,7 @@
 //! TensorZero leaves them out; `include_failures` lists them in `failed_inferences`.
 
 use super::lines::tensorzero::ItemResult;
-use super::records::{active_marker, encode, BatchFormat, StoredBatch, TensorZeroPlan, BATCH_KIND};
+use super::records::{active_marker, encode, BatchFormat, LeaseUntil, StoredBatch, TensorZeroPlan, BATCH_KIND};
 use super::{enqueue, BatchApi, BatchesError, JobMessage};
 use crate::functions::batch_request::BatchInferenceRequest;
 use crate::functions::inference::{FunctionError, InferenceReply};
@@ -172,7 +172,7 @@ impl BatchApi {
             enqueued_at_ms: created_ms,
             reserved_output_file_id: None,
             reserved_error_file_id: None,
-            finalize_lease_until_ms: 0,
+            finalize_lease_until_ms: LeaseUntil::NONE,
             sealed: false,
             output_expires_after: None,
             format: BatchFormat::TensorZero(TensorZeroPlan {

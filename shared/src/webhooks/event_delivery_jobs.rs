@@ -12,6 +12,7 @@ use super::events::{
 };
 use crate::jobs::{JobMessage, JobRunner};
 use crate::ports::{JobOutcome, SoleWorkerGuard, StorageError};
+use crate::records::LeaseUntil;
 use crate::records::Loaded;
 use crate::scheduler::{another_round, ScheduleError, ScheduledTask};
 use async_trait::async_trait;
@@ -38,7 +39,7 @@ impl BatchWebhooks {
         // Finished, an attempt this message is late for, or another worker on it: nothing to do
         // (a worker that dies is covered by the due index).
         let attempts_made = u32::try_from(stored.delivery.attempts.len()).unwrap_or(u32::MAX);
-        if stored.delivery.is_final() || attempt <= attempts_made || stored.lease_until_ms > now_ms {
+        if stored.delivery.is_final() || attempt <= attempts_made || stored.lease_until_ms.held_at(now_ms) {
             return Ok(JobOutcome::Done);
         }
         if let Some(wait_ms) = stored
@@ -60,13 +61,13 @@ impl BatchWebhooks {
             loaded.body.delivery.cancel();
             return self.save_and_reschedule(id, loaded, now_ms).await;
         };
-        loaded.body.lease_until_ms = now_ms + LEASE_MS;
+        loaded.body.lease_until_ms = LeaseUntil::until(now_ms + LEASE_MS);
         match loaded.save(state).await {
             Ok(()) => {}
             Err(StorageError::Conflict) => return Ok(JobOutcome::Done),
             Err(err) => return Err(err),
         }
-        self.due.set(DELIVERY_LANE, id, loaded.body.lease_until_ms).await?;
+        self.due.set(DELIVERY_LANE, id, now_ms + LEASE_MS).await?;
 
         let secrets = endpoint
             .body
@@ -79,7 +80,7 @@ impl BatchWebhooks {
             .attempt(self.transport.as_ref(), &secrets, attempt_at_ms)
             .await;
         tracing::info!(delivery = %id, attempt, outcome = ?outcome, "batch event webhook attempted");
-        loaded.body.lease_until_ms = 0;
+        loaded.body.lease_until_ms = LeaseUntil::NONE;
         self.save_and_reschedule(id, loaded, self.clock.now_unix_ms()).await
     }
 
@@ -161,8 +162,8 @@ impl BatchWebhooks {
             if loaded.body.delivery.is_final() {
                 continue;
             }
-            if loaded.body.lease_until_ms > now_ms {
-                loaded.body.lease_until_ms = 0;
+            if loaded.body.lease_until_ms.held_at(now_ms) {
+                loaded.body.lease_until_ms = LeaseUntil::NONE;
                 loaded.save(state).await?;
             }
             let wait_ms = (due_at(&loaded.body) - now_ms).max(0);

@@ -19,7 +19,7 @@ use crate::ports::{
     BatchEventSink, Clock, IdSource, JobQueue, ListOrder, ListQuery, Priority, Record, StateStore, StorageError,
     WebhookTransport,
 };
-use crate::records::{decode, encode, Loaded};
+use crate::records::{decode, encode, LeaseUntil, Loaded};
 use crate::scheduler::DueIndex;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -50,7 +50,8 @@ pub(crate) struct StoredDelivery {
     pub(crate) delivery: Delivery,
     /// A worker is attempting it until then (ms); no one else attempts it meanwhile.
     #[serde(default)]
-    pub(crate) lease_until_ms: i64,
+    #[schema(value_type = i64)]
+    pub(crate) lease_until_ms: LeaseUntil,
     pub(crate) created_at_ms: i64,
 }
 
@@ -169,7 +170,7 @@ impl BatchWebhooks {
                     None,
                     now_ms,
                 ),
-                lease_until_ms: 0,
+                lease_until_ms: LeaseUntil::NONE,
                 created_at_ms: now_ms,
             };
             let record = Record {
@@ -297,7 +298,7 @@ pub(crate) fn due_at(stored: &StoredDelivery) -> i64 {
             .delivery
             .next_attempt_at_ms
             .unwrap_or(stored.created_at_ms)
-            .max(stored.lease_until_ms)
+            .max(stored.lease_until_ms.until_ms().unwrap_or(0))
     }
 }
 

@@ -14,6 +14,7 @@ use crate::batches::{count_lines, BatchesError};
 use crate::ports::StorageError;
 use crate::providers::http_upstream::upstream_error_message;
 use crate::providers::{CallContext, ProviderError};
+use crate::records::LeaseUntil;
 use bytes::Bytes;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -193,7 +194,7 @@ impl NativeParts {
             current.body.native.parts_done += 1;
             part.body.state = PartState::Done;
             part.body.result = Some(segment.clone());
-            part.body.lease_until_ms = 0;
+            part.body.lease_until_ms = LeaseUntil::NONE;
             let (part_record, part_version) = part.next()?;
             match self
                 .state

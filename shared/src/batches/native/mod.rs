@@ -27,6 +27,7 @@ use crate::inference::InferenceService;
 use crate::openai::batches::BatchStatus;
 use crate::ports::credential_sealer::open_json;
 use crate::ports::{BlobStore, Clock, CredentialSealer, IdSource, JobOutcome, JobQueue, MetricsSink, StateStore};
+use crate::records::LeaseUntil;
 use records::{StoredPart, PART_KIND};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -245,10 +246,10 @@ impl NativeParts {
     ) -> Result<Option<Loaded<StoredPart>>, BatchesError> {
         let now_ms = self.clock.now_unix_ms();
         let mut part = part;
-        if part.body.lease_until_ms > now_ms {
+        if part.body.lease_until_ms.held_at(now_ms) {
             return Ok(None);
         }
-        part.body.lease_until_ms = now_ms + PART_LEASE_MS;
+        part.body.lease_until_ms = LeaseUntil::until(now_ms + PART_LEASE_MS);
         match part.save(self.state.as_ref()).await {
             Ok(()) => Ok(Some(part)),
             Err(crate::ports::StorageError::Conflict) => Ok(None),
@@ -258,7 +259,7 @@ impl NativeParts {
 
     /// Let go of a part (whatever state it reached stays).
     pub(super) async fn release_part(&self, part: &mut Loaded<StoredPart>) -> Result<(), BatchesError> {
-        part.body.lease_until_ms = 0;
+        part.body.lease_until_ms = LeaseUntil::NONE;
         part.save(self.state.as_ref()).await?;
         Ok(())
     }

@@ -7,6 +7,7 @@ use super::{parts_of, NativeParts};
 use crate::batches::records::{encode, NativeGroup, StagedBlob, StoredChunk};
 use crate::batches::{BatchesError, NativeSettings};
 use crate::ports::{Record, StorageError};
+use crate::records::LeaseUntil;
 use std::collections::BTreeMap;
 
 /// A part being filled.
@@ -100,7 +101,7 @@ impl NativeParts {
                 cancel_requested: false,
                 end: None,
                 result: None,
-                lease_until_ms: 0,
+                lease_until_ms: LeaseUntil::NONE,
             };
             let record = Record {
                 kind: PART_KIND.to_owned(),

@@ -27,11 +27,11 @@ impl NativeParts {
                 PartState::Done => continue,
                 PartState::Submitted if stopping.is_none() || part.body.cancel_requested => {}
                 _ => {
-                    needs_job |= part.body.lease_until_ms <= now_ms;
+                    needs_job |= !part.body.lease_until_ms.held_at(now_ms);
                     continue;
                 }
             }
-            if part.body.next_poll_ms > now_ms || part.body.lease_until_ms > now_ms {
+            if part.body.next_poll_ms > now_ms || part.body.lease_until_ms.held_at(now_ms) {
                 continue;
             }
             polled += 1;

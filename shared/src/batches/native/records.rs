@@ -1,7 +1,7 @@
 //! What provider-native work stores: one `batch_native_part` record per provider batch (owner:
 //! the batch id, `created_at_ms` = the part's index, so the owner listing is in part order).
 
-use crate::batches::records::{NativeGroup, Segment};
+use crate::batches::records::{LeaseUntil, NativeGroup, Segment};
 use serde::{Deserialize, Serialize};
 
 pub(crate) const PART_KIND: &str = "batch_native_part";
@@ -77,7 +77,7 @@ pub(crate) struct StoredPart {
     pub end: Option<PartEnd>,
     pub result: Option<Segment>,
     /// Until when a worker works on this part.
-    pub lease_until_ms: i64,
+    pub lease_until_ms: LeaseUntil,
 }
 
 impl StoredPart {
