@@ -1,17 +1,23 @@
 //! The batch engine: OpenAI-compatible batches run by Nimbus itself on queue workers, against any
-//! configured model.
+//! configured model. Its roles, each holding only the ports it uses, are wired in `engine.rs`
+//! ([`BatchEngine`]):
 //!
 //! - [`BatchApi`] (`api.rs`): create (validates parameters; the input is validated by a job),
-//!   get, list, cancel. It mints every id and timestamp.
-//! - Jobs on the queue ([`JobMessage`], run by [`BatchWorker`], the batch family's
-//!   [`crate::jobs::JobRunner`]): `validate` streams the input file, plans chunks (byte
-//!   ranges of the input object) and enqueues them; `chunk` runs a chunk's lines (`chunk_run.rs`).
-//! - Progress is saved in segments: a segment's results go to the blob store first, then the
-//!   chunk record and the batch's counters move together in one conditional write, so a redelivered
-//!   or half-done chunk never counts, loses or duplicates a line and resumes after its last segment.
-//! - `finalize.rs` assembles the output and error files; [`BatchRecovery`] (a scheduled task)
-//!   recovers what is stuck and expires what is overdue. At start-up the local server, the only worker of its data
-//!   directory, takes over what a previous process left running (`takeover.rs`).
+//!   get, list, cancel; `/batch_inference` submit and poll. It mints every id and timestamp.
+//! - Jobs on the queue ([`JobMessage`], handed by [`BatchWorker`], the batch family's
+//!   [`crate::jobs::JobRunner`], to their role): `validate` (the planner, `validate_job.rs`)
+//!   streams the input file, plans chunks (byte ranges of the input object) and enqueues them;
+//!   `chunk` (the chunk runner, `chunk_run.rs`) runs a chunk's lines, each read once
+//!   ([`lines`]: `BatchLine`, and the format's `LineKind`); `native` runs lines on providers'
+//!   own batch APIs (`native/`).
+//! - Progress is saved in segments (`segment.rs`, `progress.rs`): a segment's results go to the
+//!   blob store first, then the chunk record and the batch's counters move together in one
+//!   conditional write, so a redelivered or half-done chunk never counts, loses or duplicates a
+//!   line and resumes after its last segment.
+//! - The finalizer (`finalize.rs`) assembles the output and error files; [`BatchRecovery`] (a
+//!   scheduled task) recovers what is stuck and expires what is overdue. At start-up the local
+//!   server, the only worker of its data directory, takes over what a previous process left
+//!   running (`takeover.rs`).
 
 mod api;
 mod chunk_run;

@@ -42,7 +42,7 @@ pub struct BatchRecovery {
 }
 
 impl BatchRecovery {
-    /// One pass over every active batch (times from the service's clock).
+    /// One pass over every active batch (times from its clock).
     pub async fn run_pass(&self) -> Result<RecoveryReport, BatchesError> {
         let mut report = RecoveryReport::default();
         let markers = list_all(self.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER).await?;
