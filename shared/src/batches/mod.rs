@@ -8,7 +8,7 @@
 //!   [`crate::jobs::JobRunner`], to their role): `validate` (the planner, `validate_job.rs`)
 //!   streams the input file, plans chunks (byte ranges of the input object) and enqueues them;
 //!   `chunk` (the chunk runner, `chunk_run.rs`) runs a chunk's lines, each read once
-//!   ([`lines`]: `BatchLine`, and the format's `LineKind`); `native` runs lines on providers'
+//!   (`lines/`: `BatchLine`, and the format's `LineKind`); `native` runs lines on providers'
 //!   own batch APIs (`native/`).
 //! - Progress is saved in segments (`segment.rs`, `progress.rs`): a segment's results go to the
 //!   blob store first, then the chunk record and the batch's counters move together in one
