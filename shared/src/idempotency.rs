@@ -2,7 +2,7 @@
 //! creates; a retry with the same key (same project) finds that id instead of creating another.
 //! Keys are kept for 24 hours.
 
-use crate::ports::{Clock, Record, StateStore, StorageError};
+use crate::ports::{Clock, ProjectId, Record, StateStore, StorageError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -53,7 +53,7 @@ impl IdempotencyKeys {
     /// Reserve `resource_id` for (`project`, `scope`, `key`), or find what an earlier request reserved.
     pub async fn reserve(
         &self,
-        project: &str,
+        project: &ProjectId,
         scope: &str,
         key: &str,
         resource_id: &str,
@@ -68,7 +68,7 @@ impl IdempotencyKeys {
         let record = Record {
             kind: KIND.to_owned(),
             id: id.clone(),
-            owner: project.to_owned(),
+            owner: project.to_string(),
             created_at_ms: now_ms,
             version: 1,
             expires_at: Some(now_ms.div_euclid(1000) + KEY_TTL_S),
@@ -115,18 +115,22 @@ mod tests {
         let keys = IdempotencyKeys::new(Arc::new(SqliteStateStore::in_memory().unwrap()), Arc::new(SystemClock));
         let print = fingerprint(&["body"]);
         assert_eq!(
-            keys.reserve("p", "batches", "k", "b1", &print).await.unwrap(),
+            keys.reserve(&ProjectId::new("p"), "batches", "k", "b1", &print)
+                .await
+                .unwrap(),
             Reservation::New
         );
         assert_eq!(
-            keys.reserve("p", "batches", "k", "b2", &print).await.unwrap(),
+            keys.reserve(&ProjectId::new("p"), "batches", "k", "b2", &print)
+                .await
+                .unwrap(),
             Reservation::Existing {
                 resource_id: "b1".into(),
                 same_request: true
             }
         );
         assert_eq!(
-            keys.reserve("p", "batches", "k", "b3", &fingerprint(&["other"]))
+            keys.reserve(&ProjectId::new("p"), "batches", "k", "b3", &fingerprint(&["other"]))
                 .await
                 .unwrap(),
             Reservation::Existing {
@@ -136,11 +140,15 @@ mod tests {
         );
         // Another project or another scope is another key.
         assert_eq!(
-            keys.reserve("q", "batches", "k", "b4", &print).await.unwrap(),
+            keys.reserve(&ProjectId::new("q"), "batches", "k", "b4", &print)
+                .await
+                .unwrap(),
             Reservation::New
         );
         assert_eq!(
-            keys.reserve("p", "files", "k", "f1", &print).await.unwrap(),
+            keys.reserve(&ProjectId::new("p"), "files", "k", "f1", &print)
+                .await
+                .unwrap(),
             Reservation::New
         );
     }

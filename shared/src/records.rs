@@ -4,7 +4,7 @@
 mod lease;
 pub(crate) use lease::LeaseUntil;
 
-use crate::ports::{ListOrder, ListQuery, Record, StateStore, StorageError};
+use crate::ports::{ListOrder, ListQuery, ProjectId, Record, StateStore, StorageError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -39,14 +39,17 @@ impl<T: Serialize + DeserializeOwned> Loaded<T> {
         })
     }
 
-    /// The record of `kind`/`id` when `owner` owns it (see [`get_owned`]).
+    /// The record of `kind`/`id` when `project` owns it (see [`get_owned`]).
     pub async fn get_owned(
         state: &dyn StateStore,
         kind: &str,
         id: &str,
-        owner: &str,
+        project: &ProjectId,
     ) -> Result<Option<Self>, StorageError> {
-        get_owned(state, kind, id, owner).await?.map(Self::decoded).transpose()
+        get_owned(state, kind, id, project)
+            .await?
+            .map(Self::decoded)
+            .transpose()
     }
 
     /// The record carrying the (changed) body at the next version, and the version it replaces.
@@ -71,16 +74,19 @@ impl<T: Serialize + DeserializeOwned> Loaded<T> {
     }
 }
 
-/// The record of `kind`/`id` when `owner` owns it: `None` when it is missing or another's. The one
-/// check that scopes a client's read to its project (a project's records are owned by it), so
+/// The record of `kind`/`id` when `project` owns it: `None` when it is missing or another's. The
+/// one check that scopes a client's read to its project (a project's records are owned by it), so
 /// another project's id answers exactly like an unknown one.
 pub async fn get_owned(
     state: &dyn StateStore,
     kind: &str,
     id: &str,
-    owner: &str,
+    project: &ProjectId,
 ) -> Result<Option<Record>, StorageError> {
-    Ok(state.get(kind, id).await?.filter(|record| record.owner == owner))
+    Ok(state
+        .get(kind, id)
+        .await?
+        .filter(|record| record.owner == project.as_str()))
 }
 
 /// Every record of `kind` owned by `owner`, in ascending order (all pages).
@@ -221,17 +227,28 @@ mod tests {
             body: json!({"n": 1}),
         };
         state.create(&record).await.unwrap();
-        assert_eq!(get_owned(&state, "thing", "t1", "p1").await.unwrap(), Some(record));
-        assert_eq!(get_owned(&state, "thing", "t1", "p2").await.unwrap(), None);
-        assert_eq!(get_owned(&state, "thing", "t2", "p1").await.unwrap(), None);
-        let loaded = Loaded::<serde_json::Value>::get_owned(&state, "thing", "t1", "p1")
+        assert_eq!(
+            get_owned(&state, "thing", "t1", &ProjectId::new("p1")).await.unwrap(),
+            Some(record)
+        );
+        assert_eq!(
+            get_owned(&state, "thing", "t1", &ProjectId::new("p2")).await.unwrap(),
+            None
+        );
+        assert_eq!(
+            get_owned(&state, "thing", "t2", &ProjectId::new("p1")).await.unwrap(),
+            None
+        );
+        let loaded = Loaded::<serde_json::Value>::get_owned(&state, "thing", "t1", &ProjectId::new("p1"))
             .await
             .unwrap()
             .unwrap();
         assert_eq!(loaded.body["n"], 1);
-        assert!(Loaded::<serde_json::Value>::get_owned(&state, "thing", "t1", "p2")
-            .await
-            .unwrap()
-            .is_none());
+        assert!(
+            Loaded::<serde_json::Value>::get_owned(&state, "thing", "t1", &ProjectId::new("p2"))
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
 }

@@ -16,8 +16,8 @@ use nimbus_shared::model::{ModelRequest, ModelResponse};
 use nimbus_shared::openai::chat::ChatCompletion;
 use nimbus_shared::openai::from_model::completion_to_model;
 use nimbus_shared::ports::{
-    BlobStore, ByteStream, JobQueue, OneTimePut, PostOutcome, PresignedPut, Priority, QueueMessage, StorageError,
-    WebhookTransport,
+    BlobStore, ByteStream, JobQueue, OneTimePut, PostOutcome, PresignedPut, Priority, ProjectId, QueueMessage,
+    StorageError, WebhookTransport,
 };
 use nimbus_shared::providers::{CallContext, ChatProvider, ProviderError, ProviderHandle};
 use nimbus_shared::webhooks::{SecretSource, SigningSecret, WebhookUrl};
@@ -315,18 +315,18 @@ impl WebhookTransport for FakeReceiver {
 
 /// Fixed signing secrets per project.
 #[derive(Default)]
-pub struct FixedSecrets(Mutex<HashMap<String, Vec<SigningSecret>>>);
+pub struct FixedSecrets(Mutex<HashMap<ProjectId, Vec<SigningSecret>>>);
 
 impl FixedSecrets {
     pub fn set(&self, project: &str, secrets: &[&str]) {
         let parsed = secrets.iter().map(|s| SigningSecret::parse(s).unwrap()).collect();
-        self.0.lock().unwrap().insert(project.to_owned(), parsed);
+        self.0.lock().unwrap().insert(ProjectId::new(project), parsed);
     }
 }
 
 #[async_trait]
 impl SecretSource for FixedSecrets {
-    async fn signing_secrets(&self, project: &str) -> Result<Vec<SigningSecret>, StorageError> {
+    async fn signing_secrets(&self, project: &ProjectId) -> Result<Vec<SigningSecret>, StorageError> {
         Ok(self.0.lock().unwrap().get(project).cloned().unwrap_or_default())
     }
 }

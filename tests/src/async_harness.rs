@@ -19,6 +19,7 @@ use nimbus_shared::async_requests::{
 };
 use nimbus_shared::inference::InferenceService;
 use nimbus_shared::jobs::{JobDispatcher, JobFamily, JobMessage};
+use nimbus_shared::ports::ProjectId;
 use nimbus_shared::ports::{
     BlobStore, Clock, JobOutcome, JobQueue, QueueMessage, Record, StateStore, StorageError, WebhookTransport,
 };
@@ -34,6 +35,11 @@ use tokio::time::Instant;
 pub const PROJECT: &str = "proj_async_tests";
 /// A second tenant: none of [`PROJECT`]'s requests may be visible to it.
 pub const OTHER_PROJECT: &str = "proj_async_other";
+
+/// [`PROJECT`] as the services take it.
+pub fn project() -> ProjectId {
+    ProjectId::new(PROJECT)
+}
 /// The model the scripted provider answers for.
 pub const MODEL: &str = "scripted";
 /// A webhook URL that passes the submit-time checks (the fake transport never resolves it).
@@ -193,7 +199,7 @@ impl AsyncHarness {
         let Value::Object(map) = body else {
             panic!("a submission is an object")
         };
-        self.service.submit(project, map, None).await.unwrap()
+        self.service.submit(&ProjectId::new(project), map, None).await.unwrap()
     }
 
     // Running --------------------------------------------------------------------------------
@@ -333,7 +339,7 @@ impl AsyncHarness {
 
     /// The request as the API shows it to [`PROJECT`].
     pub async fn view(&self, request_id: &str) -> AsyncRequestView {
-        self.service.get(PROJECT, request_id).await.unwrap()
+        self.service.get(&project(), request_id).await.unwrap()
     }
 
     /// The request's record.

@@ -17,6 +17,7 @@ use nimbus_shared::inference::InferenceService;
 use nimbus_shared::jobs::JobDispatcher;
 use nimbus_shared::openai::batches::{BatchObject, CreateBatchRequest};
 use nimbus_shared::openai::files::{FileObject, FilePurpose};
+use nimbus_shared::ports::ProjectId;
 use nimbus_shared::ports::{
     BlobStore, Clock, InferenceStore, JobOutcome, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record,
     StateStore, StorageError, SystemClock,
@@ -34,6 +35,11 @@ use tokio::time::Instant;
 pub use crate::scripted_provider::{tokens_for, OnRepeat, ScriptedProvider};
 
 pub const PROJECT: &str = "proj_batch_tests";
+
+/// [`PROJECT`] as the services take it.
+pub fn project() -> ProjectId {
+    ProjectId::new(PROJECT)
+}
 /// The model most tests register their scripted provider under.
 pub const MODEL: &str = "scripted";
 /// How long a received message stays hidden: longer than any test, so a message that is neither
@@ -373,7 +379,7 @@ impl Harness {
             purpose: FilePurpose::Batch,
             expires_after: None,
         };
-        self.files.create_file(PROJECT, new, body).await.unwrap()
+        self.files.create_file(&project(), new, body).await.unwrap()
     }
 
     pub fn create_request(file_id: &str) -> CreateBatchRequest {
@@ -390,13 +396,13 @@ impl Harness {
     pub async fn create_batch(&self, lines: &[String]) -> BatchObject {
         let file = self.upload(lines).await;
         self.api
-            .create_batch(PROJECT, Self::create_request(&file.id), None)
+            .create_batch(&project(), Self::create_request(&file.id), None)
             .await
             .unwrap()
     }
 
     pub async fn batch(&self, id: &str) -> BatchObject {
-        self.api.get_batch(PROJECT, id, false).await.unwrap()
+        self.api.get_batch(&project(), id, false).await.unwrap()
     }
 
     /// The next visible message, if any (hidden for [`VISIBILITY`] once received).
@@ -486,7 +492,7 @@ impl Harness {
     }
 
     pub async fn read_file_lines(&self, file_id: &str) -> Vec<Value> {
-        let FileContent::Stream { body, .. } = self.files.file_content(PROJECT, file_id, u64::MAX).await.unwrap()
+        let FileContent::Stream { body, .. } = self.files.file_content(&project(), file_id, u64::MAX).await.unwrap()
         else {
             panic!("the embedded blob store streams file content");
         };
@@ -514,7 +520,7 @@ impl Harness {
         let list = self
             .files
             .list_files(
-                PROJECT,
+                &project(),
                 ListFiles {
                     after: None,
                     limit: FILE_PAGE.default_limit(),

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::batch_assertions::assert_cleaned_up;
-use crate::batch_harness::{tokens_for, Harness, PROJECT};
+use crate::batch_harness::{project, tokens_for, Harness};
 use nimbus_shared::app::LoadedConfig;
 use nimbus_shared::batches::{BatchInferenceCreated, BatchInferencePoll, PollQuery, PollStatus};
 use nimbus_shared::config::Config;
@@ -127,7 +127,7 @@ impl Harness {
             episode_ids: episode.map(|e| vec![Some(e.to_string()); contents.len()]),
             ..BatchInferenceRequest::default()
         };
-        let created = self.api.submit_batch_inference(PROJECT, request).await.unwrap();
+        let created = self.api.submit_batch_inference(&project(), request).await.unwrap();
         assert_eq!(created.inference_ids.len(), contents.len());
         SubmittedBatch {
             created,
@@ -137,7 +137,10 @@ impl Harness {
     }
 
     pub async fn poll(&self, batch_id: Uuid, query: PollQuery) -> BatchInferencePoll {
-        self.api.poll_batch_inference(PROJECT, batch_id, query).await.unwrap()
+        self.api
+            .poll_batch_inference(&project(), batch_id, query)
+            .await
+            .unwrap()
     }
 
     /// The batch object of a `/batch_inference` batch, as stored (it is not a `/v1/batches` one).
@@ -159,7 +162,7 @@ impl Harness {
         let mut all = Vec::new();
         let mut after = None;
         loop {
-            let page = self.records.list_episode(PROJECT, episode, after, 7).await.unwrap();
+            let page = self.records.list_episode(&project(), episode, after, 7).await.unwrap();
             after = page.records.last().map(|r| r.inference_id);
             all.extend(page.records);
             if !page.has_more {
@@ -182,7 +185,7 @@ pub async fn assert_each_inference_once(h: &Harness, batch: &SubmittedBatch) {
     // The records: one per succeeding item, none for a failing one.
     let mut records = BTreeMap::new();
     for (at, id) in batch.created.inference_ids.iter().enumerate() {
-        let record = h.records.get(PROJECT, *id).await.unwrap();
+        let record = h.records.get(&project(), *id).await.unwrap();
         if succeeding.contains(id) {
             let record = record.unwrap_or_else(|| panic!("no record for item {at}"));
             assert_eq!(record.episode_id, batch.created.episode_ids[at]);

@@ -12,6 +12,7 @@ use nimbus_shared::model::{ContentBlock, Message, ModelChoice, ModelRequest, Mod
 use nimbus_shared::ports::inference_records::{
     rfc3339, FeedbackKind, FeedbackRecord, FeedbackTarget, FunctionType, InferenceRecord, ModelCallRecord, TokenUsage,
 };
+use nimbus_shared::ports::ProjectId;
 use nimbus_shared::ports::{
     batch_base, BatchItemId, BlobStore, CacheKey, CachedModelResponse, Clock, FeedbackStore, InferenceStore,
     ItemIdKind, ModelCache, StateStore, StorageError,
@@ -31,7 +32,7 @@ fn v7_at(unix_ms: u64) -> Uuid {
 /// A record whose model call answered `raw_response`.
 pub fn inference(project: &str, episode_id: Uuid, at_ms: u64, raw_response: String) -> InferenceRecord {
     InferenceRecord {
-        project: project.into(),
+        project: ProjectId::new(project),
         inference_id: v7_at(at_ms),
         episode_id,
         function_name: "extract_contact".into(),
@@ -87,27 +88,33 @@ pub async fn inference_records_round_trip(state: Arc<dyn StateStore>, blobs: Arc
     let record = inference("p1", Uuid::now_v7(), 1_777_000_000_000, "{}".into());
     store.put(&record).await.unwrap();
     assert_eq!(
-        store.get("p1", record.inference_id).await.unwrap(),
+        store.get(&ProjectId::new("p1"), record.inference_id).await.unwrap(),
         Some(record.clone())
     );
-    assert_eq!(store.get("p2", record.inference_id).await.unwrap(), None);
-    assert_eq!(store.get("p1", Uuid::now_v7()).await.unwrap(), None);
+    assert_eq!(
+        store.get(&ProjectId::new("p2"), record.inference_id).await.unwrap(),
+        None
+    );
+    assert_eq!(store.get(&ProjectId::new("p1"), Uuid::now_v7()).await.unwrap(), None);
     assert_eq!(store.put(&record).await, Err(StorageError::Conflict));
     // The same id in another project is another record.
     let mut other = record.clone();
-    other.project = "p2".into();
+    other.project = ProjectId::new("p2");
     other.function_name = "theirs".into();
     store.put(&other).await.unwrap();
     assert_eq!(
         store
-            .get("p2", record.inference_id)
+            .get(&ProjectId::new("p2"), record.inference_id)
             .await
             .unwrap()
             .unwrap()
             .function_name,
         "theirs"
     );
-    assert_eq!(store.get("p1", record.inference_id).await.unwrap(), Some(record));
+    assert_eq!(
+        store.get(&ProjectId::new("p1"), record.inference_id).await.unwrap(),
+        Some(record)
+    );
 }
 
 /// A record larger than the state store takes keeps its payload in a blob, read back whole.
@@ -116,7 +123,10 @@ pub async fn large_inference_records_spill_to_blobs(state: Arc<dyn StateStore>, 
     let episode = Uuid::now_v7();
     let large = inference("p1", episode, 1_777_000_001_000, large_text());
     store.put(&large).await.unwrap();
-    assert_eq!(store.get("p1", large.inference_id).await.unwrap(), Some(large.clone()));
+    assert_eq!(
+        store.get(&ProjectId::new("p1"), large.inference_id).await.unwrap(),
+        Some(large.clone())
+    );
 
     let id = format!("p1/{}", large.inference_id);
     let stored = state.get("inference", &id).await.unwrap().unwrap();
@@ -137,12 +147,18 @@ pub async fn large_inference_records_spill_to_blobs(state: Arc<dyn StateStore>, 
     let mut rerun = inference("p1", episode, 1_777_000_001_000, format!("{}y", large_text()));
     rerun.inference_id = large.inference_id;
     assert_eq!(store.put(&rerun).await, Err(StorageError::Conflict));
-    assert_eq!(store.get("p1", large.inference_id).await.unwrap(), Some(large.clone()));
+    assert_eq!(
+        store.get(&ProjectId::new("p1"), large.inference_id).await.unwrap(),
+        Some(large.clone())
+    );
 
     // Listed with the small ones.
     let small = inference("p1", episode, 1_777_000_002_000, "{}".into());
     store.put(&small).await.unwrap();
-    let page = store.list_episode("p1", episode, None, 10).await.unwrap();
+    let page = store
+        .list_episode(&ProjectId::new("p1"), episode, None, 10)
+        .await
+        .unwrap();
     assert_eq!(page.records, vec![large, small]);
     assert!(!page.has_more);
 }
@@ -168,36 +184,48 @@ pub async fn episode_listing_pages_oldest_first(state: Arc<dyn StateStore>, blob
         .await
         .unwrap();
 
-    let first = store.list_episode("p1", episode, None, 2).await.unwrap();
+    let first = store
+        .list_episode(&ProjectId::new("p1"), episode, None, 2)
+        .await
+        .unwrap();
     assert_eq!(first.records, records[..2]);
     assert!(first.has_more);
     let second = store
-        .list_episode("p1", episode, Some(records[1].inference_id), 2)
+        .list_episode(&ProjectId::new("p1"), episode, Some(records[1].inference_id), 2)
         .await
         .unwrap();
     assert_eq!(second.records, records[2..4]);
     assert!(second.has_more);
     let last = store
-        .list_episode("p1", episode, Some(records[3].inference_id), 2)
+        .list_episode(&ProjectId::new("p1"), episode, Some(records[3].inference_id), 2)
         .await
         .unwrap();
     assert_eq!(last.records, records[4..]);
     assert!(!last.has_more);
-    let all = store.list_episode("p1", episode, None, 5).await.unwrap();
+    let all = store
+        .list_episode(&ProjectId::new("p1"), episode, None, 5)
+        .await
+        .unwrap();
     assert_eq!((all.records.len(), all.has_more), (5, false));
     assert!(store
-        .list_episode("p1", episode, Some(records[4].inference_id), 2)
+        .list_episode(&ProjectId::new("p1"), episode, Some(records[4].inference_id), 2)
         .await
         .unwrap()
         .records
         .is_empty());
 
-    let theirs = store.list_episode("p2", episode, None, 10).await.unwrap();
+    let theirs = store
+        .list_episode(&ProjectId::new("p2"), episode, None, 10)
+        .await
+        .unwrap();
     assert_eq!(theirs.records.len(), 1);
-    assert!(store.episode_exists("p1", episode).await.unwrap());
-    assert!(store.episode_exists("p2", episode).await.unwrap());
-    assert!(!store.episode_exists("p3", episode).await.unwrap());
-    assert!(!store.episode_exists("p1", Uuid::now_v7()).await.unwrap());
+    assert!(store.episode_exists(&ProjectId::new("p1"), episode).await.unwrap());
+    assert!(store.episode_exists(&ProjectId::new("p2"), episode).await.unwrap());
+    assert!(!store.episode_exists(&ProjectId::new("p3"), episode).await.unwrap());
+    assert!(!store
+        .episode_exists(&ProjectId::new("p1"), Uuid::now_v7())
+        .await
+        .unwrap());
 }
 
 /// Put, get (per project), duplicates, and a large demonstration spilled to a blob.
@@ -205,7 +233,7 @@ pub async fn feedback_round_trip(state: Arc<dyn StateStore>, blobs: Arc<dyn Blob
     let store = StateFeedbackStore::new(state, blobs, forever());
     let target = Uuid::now_v7();
     let record = FeedbackRecord {
-        project: "p1".into(),
+        project: ProjectId::new("p1"),
         feedback_id: Uuid::now_v7(),
         target_type: FeedbackTarget::Inference,
         target_id: target,
@@ -217,8 +245,14 @@ pub async fn feedback_round_trip(state: Arc<dyn StateStore>, blobs: Arc<dyn Blob
         timestamp: 1_777_000_000_000,
     };
     store.put(&record).await.unwrap();
-    assert_eq!(store.get("p1", record.feedback_id).await.unwrap(), Some(record.clone()));
-    assert_eq!(store.get("p2", record.feedback_id).await.unwrap(), None);
+    assert_eq!(
+        store.get(&ProjectId::new("p1"), record.feedback_id).await.unwrap(),
+        Some(record.clone())
+    );
+    assert_eq!(
+        store.get(&ProjectId::new("p2"), record.feedback_id).await.unwrap(),
+        None
+    );
     assert_eq!(store.put(&record).await, Err(StorageError::Conflict));
 
     let demonstration = FeedbackRecord {
@@ -230,7 +264,10 @@ pub async fn feedback_round_trip(state: Arc<dyn StateStore>, blobs: Arc<dyn Blob
     };
     store.put(&demonstration).await.unwrap();
     assert_eq!(
-        store.get("p1", demonstration.feedback_id).await.unwrap(),
+        store
+            .get(&ProjectId::new("p1"), demonstration.feedback_id)
+            .await
+            .unwrap(),
         Some(demonstration)
     );
 }
@@ -266,7 +303,7 @@ pub async fn model_cache_expiry_and_max_age(state: Arc<dyn StateStore>, blobs: A
     let clock = Arc::new(TestClock::default());
     let cache = StateModelCache::new(state, blobs, Arc::clone(&clock) as Arc<dyn Clock>);
     let ttl = Duration::from_secs(60);
-    let key = CacheKey::new("p1", "dummy", &model_request("hi"), false);
+    let key = CacheKey::new(&ProjectId::new("p1"), "dummy", &model_request("hi"), false);
     assert_eq!(cache.lookup(&key, None).await.unwrap(), None);
 
     let entry = CachedModelResponse {
@@ -276,9 +313,9 @@ pub async fn model_cache_expiry_and_max_age(state: Arc<dyn StateStore>, blobs: A
     cache.store(&key, &entry, ttl).await.unwrap();
     assert_eq!(cache.lookup(&key, None).await.unwrap(), Some(entry.clone()));
     for other in [
-        CacheKey::new("p2", "dummy", &model_request("hi"), false),
-        CacheKey::new("p1", "dummy", &model_request("hi"), true),
-        CacheKey::new("p1", "dummy", &model_request("ho"), false),
+        CacheKey::new(&ProjectId::new("p2"), "dummy", &model_request("hi"), false),
+        CacheKey::new(&ProjectId::new("p1"), "dummy", &model_request("hi"), true),
+        CacheKey::new(&ProjectId::new("p1"), "dummy", &model_request("ho"), false),
     ] {
         assert_eq!(cache.lookup(&other, None).await.unwrap(), None);
     }
@@ -305,7 +342,7 @@ pub async fn model_cache_expiry_and_max_age(state: Arc<dyn StateStore>, blobs: A
     // And a concurrent writer's store over a live entry succeeds too.
     cache.store(&key, &fresh, ttl).await.unwrap();
 
-    let large_key = CacheKey::new("p1", "dummy", &model_request("long"), false);
+    let large_key = CacheKey::new(&ProjectId::new("p1"), "dummy", &model_request("long"), false);
     let large = CachedModelResponse {
         response: model_response(large_text()),
         created_at_ms: clock.now_unix_ms(),
@@ -338,58 +375,111 @@ pub async fn batch_pages_find_items_by_id_and_range(state: Arc<dyn StateStore>, 
     let second: Vec<InferenceRecord> = records.iter().filter(|r| pos(batch, r) >= 5).cloned().collect();
     let item = |i: u32| BatchItemId::inference(batch, i).id().unwrap();
 
-    let span0 = store.put_batch_page("p1", batch, 0, &first).await.unwrap().unwrap();
+    let span0 = store
+        .put_batch_page(&ProjectId::new("p1"), batch, 0, &first)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((span0.first, span0.last), (0, 4));
     // Not findable before the index.
-    assert_eq!(store.get("p1", item(1)).await.unwrap(), None);
-    assert!(store.batch_records("p1", batch, 0..10).await.unwrap().is_empty());
-    let span1 = store.put_batch_page("p1", batch, 1, &second).await.unwrap().unwrap();
+    assert_eq!(store.get(&ProjectId::new("p1"), item(1)).await.unwrap(), None);
+    assert!(store
+        .batch_records(&ProjectId::new("p1"), batch, 0..10)
+        .await
+        .unwrap()
+        .is_empty());
+    let span1 = store
+        .put_batch_page(&ProjectId::new("p1"), batch, 1, &second)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((span1.first, span1.last), (5, 9));
-    assert_eq!(store.put_batch_page("p1", batch, 2, &[]).await.unwrap(), None);
-    store.put_batch_index("p1", batch, &[span0, span1]).await.unwrap();
+    assert_eq!(
+        store
+            .put_batch_page(&ProjectId::new("p1"), batch, 2, &[])
+            .await
+            .unwrap(),
+        None
+    );
+    store
+        .put_batch_index(&ProjectId::new("p1"), batch, &[span0, span1])
+        .await
+        .unwrap();
     // Again, as a finalizer that runs twice does: nothing changes.
-    store.put_batch_page("p1", batch, 0, &first).await.unwrap();
-    store.put_batch_index("p1", batch, &[span0, span1]).await.unwrap();
+    store
+        .put_batch_page(&ProjectId::new("p1"), batch, 0, &first)
+        .await
+        .unwrap();
+    store
+        .put_batch_index(&ProjectId::new("p1"), batch, &[span0, span1])
+        .await
+        .unwrap();
 
     for record in &records {
         assert_eq!(
-            store.get("p1", record.inference_id).await.unwrap().as_ref(),
+            store
+                .get(&ProjectId::new("p1"), record.inference_id)
+                .await
+                .unwrap()
+                .as_ref(),
             Some(record)
         );
-        assert!(store.episode_exists("p1", record.episode_id).await.unwrap());
-        let listed = store.list_episode("p1", record.episode_id, None, 10).await.unwrap();
+        assert!(store
+            .episode_exists(&ProjectId::new("p1"), record.episode_id)
+            .await
+            .unwrap());
+        let listed = store
+            .list_episode(&ProjectId::new("p1"), record.episode_id, None, 10)
+            .await
+            .unwrap();
         assert_eq!(listed.records, vec![record.clone()]);
         assert!(!listed.has_more);
         let after = store
-            .list_episode("p1", record.episode_id, Some(record.inference_id), 10)
+            .list_episode(&ProjectId::new("p1"), record.episode_id, Some(record.inference_id), 10)
             .await
             .unwrap();
         assert!(after.records.is_empty());
     }
     assert_eq!(
-        store.get("p1", item(3)).await.unwrap(),
+        store.get(&ProjectId::new("p1"), item(3)).await.unwrap(),
         None,
         "a failed item has no record"
     );
     assert!(!store
-        .episode_exists("p1", BatchItemId::episode(batch, 3).id().unwrap())
+        .episode_exists(&ProjectId::new("p1"), BatchItemId::episode(batch, 3).id().unwrap())
         .await
         .unwrap());
-    assert_eq!(store.get("p1", item(10)).await.unwrap(), None, "past the batch");
-    assert_eq!(store.get("other", item(1)).await.unwrap(), None, "another project's");
-    assert!(store.batch_records("other", batch, 0..10).await.unwrap().is_empty());
+    assert_eq!(
+        store.get(&ProjectId::new("p1"), item(10)).await.unwrap(),
+        None,
+        "past the batch"
+    );
+    assert_eq!(
+        store.get(&ProjectId::new("other"), item(1)).await.unwrap(),
+        None,
+        "another project's"
+    );
+    assert!(store
+        .batch_records(&ProjectId::new("other"), batch, 0..10)
+        .await
+        .unwrap()
+        .is_empty());
 
-    let all = store.batch_records("p1", batch, 0..10).await.unwrap();
+    let all = store.batch_records(&ProjectId::new("p1"), batch, 0..10).await.unwrap();
     assert_eq!(all, records, "every record, in input order");
-    let window = store.batch_records("p1", batch, 2..6).await.unwrap();
+    let window = store.batch_records(&ProjectId::new("p1"), batch, 2..6).await.unwrap();
     let ids: Vec<u32> = window.iter().map(|r| pos(batch, r)).collect();
     assert_eq!(ids, vec![2, 4, 5]);
-    assert!(store.batch_records("p1", batch, 4..4).await.unwrap().is_empty());
+    assert!(store
+        .batch_records(&ProjectId::new("p1"), batch, 4..4)
+        .await
+        .unwrap()
+        .is_empty());
 
     // A record of another batch is refused from this batch's page.
     let stranger = batch_item("p1", batch_base(Uuid::now_v7()), 0, None);
     assert!(matches!(
-        store.put_batch_page("p1", batch, 3, &[stranger]).await,
+        store.put_batch_page(&ProjectId::new("p1"), batch, 3, &[stranger]).await,
         Err(StorageError::Invalid(_))
     ));
     // A later single inference on a batch item's episode lists after it.
@@ -397,9 +487,15 @@ pub async fn batch_pages_find_items_by_id_and_range(state: Arc<dyn StateStore>, 
     let mut later = inference("p1", episode, 1_900_000_000_000, "later".into());
     later.inference_id = v7_at(1_900_000_000_000);
     store.put(&later).await.unwrap();
-    let listed = store.list_episode("p1", episode, None, 10).await.unwrap();
+    let listed = store
+        .list_episode(&ProjectId::new("p1"), episode, None, 10)
+        .await
+        .unwrap();
     assert_eq!(listed.records, vec![records[0].clone(), later.clone()]);
-    let capped = store.list_episode("p1", episode, None, 1).await.unwrap();
+    let capped = store
+        .list_episode(&ProjectId::new("p1"), episode, None, 1)
+        .await
+        .unwrap();
     assert_eq!((capped.records, capped.has_more), (vec![records[0].clone()], true));
 }
 
@@ -422,7 +518,7 @@ pub async fn records_past_their_retention_are_gone(state: Arc<dyn StateStore>, b
     inferences.put(&record).await.unwrap();
     inferences.put(&large).await.unwrap();
     let feedback = FeedbackRecord {
-        project: "p1".into(),
+        project: ProjectId::new("p1"),
         feedback_id: Uuid::now_v7(),
         target_type: FeedbackTarget::Inference,
         target_id: record.inference_id,
@@ -437,11 +533,14 @@ pub async fn records_past_their_retention_are_gone(state: Arc<dyn StateStore>, b
     let batch = batch_base(Uuid::now_v7());
     let item = batch_item("p1", batch, 0, None);
     let span = inferences
-        .put_batch_page("p1", batch, 0, std::slice::from_ref(&item))
+        .put_batch_page(&ProjectId::new("p1"), batch, 0, std::slice::from_ref(&item))
         .await
         .unwrap()
         .unwrap();
-    inferences.put_batch_index("p1", batch, &[span]).await.unwrap();
+    inferences
+        .put_batch_index(&ProjectId::new("p1"), batch, &[span])
+        .await
+        .unwrap();
 
     let ninety_days_s = 90 * 24 * 3600;
     let id = format!("p1/{}", record.inference_id);
@@ -458,14 +557,26 @@ pub async fn records_past_their_retention_are_gone(state: Arc<dyn StateStore>, b
     assert!(stored
         .expires_at
         .is_some_and(|at| at >= i64::try_from(now_ms / 1000).unwrap() + ninety_days_s));
-    assert!(inferences.get("p1", record.inference_id).await.unwrap().is_some());
-    assert!(inferences.get("p1", item.inference_id).await.unwrap().is_some());
-    assert!(feedback_store.get("p1", feedback.feedback_id).await.unwrap().is_some());
+    assert!(inferences
+        .get(&ProjectId::new("p1"), record.inference_id)
+        .await
+        .unwrap()
+        .is_some());
+    assert!(inferences
+        .get(&ProjectId::new("p1"), item.inference_id)
+        .await
+        .unwrap()
+        .is_some());
+    assert!(feedback_store
+        .get(&ProjectId::new("p1"), feedback.feedback_id)
+        .await
+        .unwrap()
+        .is_some());
 
     clock.advance(Duration::from_secs(89 * 24 * 3600));
     assert_eq!(
         inferences
-            .list_episode("p1", episode, None, 10)
+            .list_episode(&ProjectId::new("p1"), episode, None, 10)
             .await
             .unwrap()
             .records
@@ -475,17 +586,42 @@ pub async fn records_past_their_retention_are_gone(state: Arc<dyn StateStore>, b
     clock.advance(Duration::from_secs(2 * 24 * 3600));
     // Still stored (TTL deletes lazily), gone for readers.
     assert!(state.get("inference", &id).await.unwrap().is_some());
-    assert_eq!(inferences.get("p1", record.inference_id).await.unwrap(), None);
-    assert_eq!(inferences.get("p1", large.inference_id).await.unwrap(), None);
-    assert_eq!(feedback_store.get("p1", feedback.feedback_id).await.unwrap(), None);
-    let listed = inferences.list_episode("p1", episode, None, 10).await.unwrap();
+    assert_eq!(
+        inferences
+            .get(&ProjectId::new("p1"), record.inference_id)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        inferences.get(&ProjectId::new("p1"), large.inference_id).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        feedback_store
+            .get(&ProjectId::new("p1"), feedback.feedback_id)
+            .await
+            .unwrap(),
+        None
+    );
+    let listed = inferences
+        .list_episode(&ProjectId::new("p1"), episode, None, 10)
+        .await
+        .unwrap();
     assert!(listed.records.is_empty());
-    assert!(!inferences.episode_exists("p1", episode).await.unwrap());
+    assert!(!inferences.episode_exists(&ProjectId::new("p1"), episode).await.unwrap());
     // The lifecycle rule deleted a page before the index: no error, no record.
     blobs
         .delete(&format!("inferences/p1/batches/{}/page-000000.jsonl", batch.simple()))
         .await
         .unwrap();
-    assert_eq!(inferences.get("p1", item.inference_id).await.unwrap(), None);
-    assert!(inferences.batch_records("p1", batch, 0..1).await.unwrap().is_empty());
+    assert_eq!(
+        inferences.get(&ProjectId::new("p1"), item.inference_id).await.unwrap(),
+        None
+    );
+    assert!(inferences
+        .batch_records(&ProjectId::new("p1"), batch, 0..1)
+        .await
+        .unwrap()
+        .is_empty());
 }

@@ -5,6 +5,7 @@
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use nimbus_shared::ports::ProjectId;
 use nimbus_shared::ports::{open_json, seal_json, CredentialSealer, SealError, MAX_SEALED_PLAINTEXT};
 use std::collections::HashMap;
 
@@ -107,11 +108,14 @@ pub async fn webhook_secrets_are_sealed_at_rest(
             Arc::clone(&sealer),
         )
     };
-    let created = secrets(&state).create("sealed-project").await.unwrap();
+    let created = secrets(&state).create(&ProjectId::new("sealed-project")).await.unwrap();
     let record = state.get("webhook_secret", &created.id).await.unwrap().unwrap();
     let stored = record.body.to_string();
     assert!(!stored.contains(&created.secret["whsec_".len()..]), "{stored}");
-    let signing = secrets(&state).signing_secrets("sealed-project").await.unwrap();
+    let signing = secrets(&state)
+        .signing_secrets(&ProjectId::new("sealed-project"))
+        .await
+        .unwrap();
     let body = br#"{"data":1}"#;
     let created_secret = SigningSecret::parse(&created.secret).unwrap();
     assert_eq!(
@@ -128,7 +132,7 @@ pub async fn webhook_secrets_are_sealed_at_rest(
     );
     let endpoint = endpoints
         .create(
-            "sealed-project",
+            &ProjectId::new("sealed-project"),
             CreateEndpointRequest {
                 url: "https://hooks.example.com/x".into(),
                 event_types: vec!["batch.completed".into()],
@@ -147,7 +151,7 @@ pub async fn webhook_secrets_are_sealed_at_rest(
     assert!(!stored.contains(&endpoint.signing_secret["whsec_".len()..]), "{stored}");
     assert_eq!(
         endpoints
-            .get("sealed-project", &endpoint.endpoint.id)
+            .get(&ProjectId::new("sealed-project"), &endpoint.endpoint.id)
             .await
             .unwrap()
             .signing_secret_hint,

@@ -5,12 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use nimbus_integration_tests::async_harness::{
-    assert_baseten_signature, assert_standard_signature, deliver_job, output_key, run_job, settings, submission,
-    AsyncHarness, Event, ModelStep, Reply, SentJob, MODEL, OTHER_PROJECT, PROJECT, SECRET, WEBHOOK_URL,
+    assert_baseten_signature, assert_standard_signature, deliver_job, output_key, project, run_job, settings,
+    submission, AsyncHarness, Event, ModelStep, Reply, SentJob, MODEL, OTHER_PROJECT, SECRET, WEBHOOK_URL,
 };
 use nimbus_shared::async_requests::{AsyncError, ListAsyncRequests, WebhookStatus};
 use nimbus_shared::jobs::JobMessage;
 use nimbus_shared::model_slots::{self, SlotRequest};
+use nimbus_shared::ports::ProjectId;
 use nimbus_shared::ports::{JobOutcome, Priority};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -88,7 +89,7 @@ async fn a_request_runs_once_saves_its_output_and_sends_one_signed_webhook() {
     let output = h.saved_output(&id).await.expect("the output blob");
     assert_eq!(output["choices"][0]["message"]["content"], "echo:hello");
     assert_eq!(view.output.as_ref(), Some(&output), "small outputs are inline");
-    let served: Value = serde_json::from_slice(&h.service.output(PROJECT, &id).await.unwrap()).unwrap();
+    let served: Value = serde_json::from_slice(&h.service.output(&project(), &id).await.unwrap()).unwrap();
     assert_eq!(served, output);
 
     let posts = h.posts_for(&id);
@@ -156,7 +157,7 @@ async fn an_output_over_the_inline_limit_is_linked_to_the_apis_own_route_where_t
     let view = h.view(&id).await;
     assert_eq!(view.output, None);
     assert_eq!(view.output_url, Some(format!("/async_request/{id}/output")));
-    let served: Value = serde_json::from_slice(&h.service.output(PROJECT, &id).await.unwrap()).unwrap();
+    let served: Value = serde_json::from_slice(&h.service.output(&project(), &id).await.unwrap()).unwrap();
     assert_eq!(Some(served), h.saved_output(&id).await);
 }
 
@@ -177,7 +178,7 @@ async fn after_the_retention_the_scheduler_deletes_the_request_and_its_output() 
     );
     assert!(h.blobs.size(&output_key(&id)).await.unwrap().is_none());
     assert!(matches!(
-        h.service.get(PROJECT, &id).await,
+        h.service.get(&project(), &id).await,
         Err(AsyncError::NotFound(_))
     ));
     assert_eq!(h.due_at(&id).await, None);
@@ -405,7 +406,7 @@ async fn canceling_a_queued_request_ends_it_and_its_webhook_says_so() {
     let h = AsyncHarness::embedded(settings());
     let id = h.submit(submission("cancel-me", json!({}))).await;
     h.queue.take_sent();
-    let outcome = h.service.cancel(PROJECT, &id).await.unwrap();
+    let outcome = h.service.cancel(&project(), &id).await.unwrap();
     assert!(outcome.canceled, "{outcome:?}");
     assert_eq!(outcome.request_id, id);
     let view = h.view(&id).await;
@@ -422,7 +423,7 @@ async fn canceling_a_queued_request_ends_it_and_its_webhook_says_so() {
 
     assert_eq!(h.run_request(&id).await, JobOutcome::Done);
     assert_eq!(h.model.calls(), 0, "a canceled request never runs");
-    let again = h.service.cancel(PROJECT, &id).await.unwrap();
+    let again = h.service.cancel(&project(), &id).await.unwrap();
     assert!(!again.canceled);
     assert!(again.message.contains("CANCELED"), "{}", again.message);
 }
@@ -436,13 +437,13 @@ async fn running_and_finished_requests_are_not_canceled() {
     while h.model.holding() == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let outcome = h.service.cancel(PROJECT, &id).await.unwrap();
+    let outcome = h.service.cancel(&project(), &id).await.unwrap();
     assert!(!outcome.canceled);
     assert!(outcome.message.contains("IN_PROGRESS"), "{}", outcome.message);
     h.model.release();
     assert_eq!(run.await.unwrap(), JobOutcome::Done);
     assert_eq!(h.view(&id).await.status, "SUCCEEDED");
-    let outcome = h.service.cancel(PROJECT, &id).await.unwrap();
+    let outcome = h.service.cancel(&project(), &id).await.unwrap();
     assert!(!outcome.canceled);
     assert!(outcome.message.contains("SUCCEEDED"), "{}", outcome.message);
     assert_eq!(h.view(&id).await.status, "SUCCEEDED");
@@ -456,27 +457,45 @@ async fn another_projects_ids_are_not_found_everywhere() {
     assert_eq!(h.run_request(&id).await, JobOutcome::Done);
 
     let not_found = |result: Result<(), AsyncError>| matches!(result, Err(AsyncError::NotFound(_)));
-    assert!(not_found(h.service.get(OTHER_PROJECT, &id).await.map(drop)));
-    assert!(not_found(h.service.output(OTHER_PROJECT, &id).await.map(drop)));
-    assert!(not_found(h.service.cancel(OTHER_PROJECT, &id).await.map(drop)));
+    assert!(not_found(
+        h.service.get(&ProjectId::new(OTHER_PROJECT), &id).await.map(drop)
+    ));
+    assert!(not_found(
+        h.service.output(&ProjectId::new(OTHER_PROJECT), &id).await.map(drop)
+    ));
+    assert!(not_found(
+        h.service.cancel(&ProjectId::new(OTHER_PROJECT), &id).await.map(drop)
+    ));
     let after_theirs = ListAsyncRequests {
         after: Some(id.clone()),
         ..ListAsyncRequests::default()
     };
-    assert!(not_found(h.service.list(OTHER_PROJECT, &after_theirs).await.map(drop)));
+    assert!(not_found(
+        h.service
+            .list(&ProjectId::new(OTHER_PROJECT), &after_theirs)
+            .await
+            .map(drop)
+    ));
     let theirs = h
         .service
-        .list(OTHER_PROJECT, &ListAsyncRequests::default())
+        .list(&ProjectId::new(OTHER_PROJECT), &ListAsyncRequests::default())
         .await
         .unwrap();
     let ids: Vec<&str> = theirs.data.iter().map(|v| v.request_id.as_str()).collect();
     assert_eq!(ids, [other_id.as_str()]);
-    let mine = h.service.list(PROJECT, &ListAsyncRequests::default()).await.unwrap();
+    let mine = h.service.list(&project(), &ListAsyncRequests::default()).await.unwrap();
     let ids: Vec<&str> = mine.data.iter().map(|v| v.request_id.as_str()).collect();
     assert_eq!(ids, [id.as_str()]);
     // The other project's cancel attempt changed nothing.
     assert_eq!(h.view(&id).await.status, "SUCCEEDED");
-    assert_eq!(h.service.get(OTHER_PROJECT, &other_id).await.unwrap().status, "QUEUED");
+    assert_eq!(
+        h.service
+            .get(&ProjectId::new(OTHER_PROJECT), &other_id)
+            .await
+            .unwrap()
+            .status,
+        "QUEUED"
+    );
 }
 
 // Priority and model slots -----------------------------------------------------------------------

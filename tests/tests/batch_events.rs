@@ -4,9 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, settings, Harness, MODEL, PROJECT};
+use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, project, settings, Harness, MODEL, PROJECT};
 use nimbus_shared::jobs::JobMessage;
 use nimbus_shared::openai::batches::BatchStatus;
+use nimbus_shared::ports::ProjectId;
 use nimbus_shared::ports::{JobOutcome, StateStore, SystemClock, UuidV7Ids};
 use nimbus_shared::webhooks::endpoints::BatchEventType;
 use nimbus_shared::webhooks::events::{delivery_id, DELIVERY_KIND};
@@ -33,7 +34,12 @@ async fn endpoint(endpoints: &WebhookEndpoints, project: &str, events: &[&str]) 
         name: None,
         secret: None,
     };
-    endpoints.create(project, request).await.unwrap().endpoint.id
+    endpoints
+        .create(&ProjectId::new(project), request)
+        .await
+        .unwrap()
+        .endpoint
+        .id
 }
 
 /// Run every batch job on the queue; webhook jobs are taken off the queue (not run: there is no
@@ -116,7 +122,7 @@ async fn a_batch_that_fails_validation_or_is_cancelled_is_told_with_its_status()
 
     let invalid = h.create_batch(&["not json".to_owned()]).await;
     let cancelled = h.create_batch(&lines_for(MODEL, &custom_ids(5, None))).await;
-    h.api.cancel_batch(PROJECT, &cancelled.id).await.unwrap();
+    h.api.cancel_batch(&project(), &cancelled.id).await.unwrap();
     let webhook_jobs = run_batch_jobs(&h).await;
     assert_eq!(h.batch(&invalid.id).await.status, BatchStatus::Failed);
     assert_eq!(h.batch(&cancelled.id).await.status, BatchStatus::Cancelled);

@@ -8,7 +8,7 @@
 
 use nimbus_integration_tests::batch_assertions::each_called_once;
 use nimbus_integration_tests::batch_harness::{
-    batch_record_with_status, custom_ids, settings, slow_settings, Harness, OnRepeat, ScriptedProvider, MODEL, PROJECT,
+    batch_record_with_status, custom_ids, project, settings, slow_settings, Harness, OnRepeat, ScriptedProvider, MODEL,
     VISIBILITY,
 };
 use nimbus_integration_tests::batch_inference_harness::{assert_each_inference_once, function_for, SubmittedBatch};
@@ -245,7 +245,7 @@ async fn an_item_whose_rerun_fails_after_a_failed_save_is_one_failure() {
     let mut failed = Vec::new();
     for (content, id) in batch.contents.iter().zip(&batch.created.inference_ids) {
         let rerun = provider.calls_for(content) == 2;
-        let record = h.records.get(PROJECT, *id).await.unwrap();
+        let record = h.records.get(&project(), *id).await.unwrap();
         if content.starts_with("fail-") || rerun {
             assert!(record.is_none(), "{content}");
             failed.push(*id);

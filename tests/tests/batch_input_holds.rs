@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use nimbus_integration_tests::batch_assertions::{assert_cleaned_up, run_to_end_exactly_once};
-use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, settings, Harness, MODEL, PROJECT};
+use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, project, settings, Harness, MODEL, PROJECT};
 use nimbus_shared::files::{FilesError, HOLD_BACKSTOP_MS};
 use nimbus_shared::openai::batches::BatchStatus;
 use nimbus_shared::ports::{BlobStore, JobOutcome, QueueMessage};
@@ -20,7 +20,7 @@ async fn bytes_exist(h: &Harness, file_id: &str) -> bool {
 }
 
 async fn assert_file_gone_from_the_api(h: &Harness, file_id: &str) {
-    let err = h.files.get_file(PROJECT, file_id).await.unwrap_err();
+    let err = h.files.get_file(&project(), file_id).await.unwrap_err();
     assert!(matches!(err, FilesError::NotFound { .. }), "{err:?}");
 }
 
@@ -34,7 +34,7 @@ async fn deleting_the_input_of_a_running_batch_keeps_its_bytes_until_the_batch_e
     let chunk0 = h.receive().await.unwrap();
     assert_eq!(h.handle(&chunk0).await, JobOutcome::Done);
 
-    let deleted = h.files.delete_file(PROJECT, &file_id).await.unwrap();
+    let deleted = h.files.delete_file(&project(), &file_id).await.unwrap();
     assert!(deleted.deleted);
     assert_file_gone_from_the_api(&h, &file_id).await;
     assert!(
@@ -60,7 +60,7 @@ async fn deleting_the_input_before_validation_still_runs_every_line() {
     let (h, _provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let ids = custom_ids(25, Some(6));
     let created = h.create_batch(&lines_for(MODEL, &ids)).await;
-    h.files.delete_file(PROJECT, &created.input_file_id).await.unwrap();
+    h.files.delete_file(&project(), &created.input_file_id).await.unwrap();
     assert_file_gone_from_the_api(&h, &created.input_file_id).await;
 
     let batch = h.run_to_end(&created.id).await;
@@ -76,15 +76,15 @@ async fn bytes_held_by_two_batches_go_when_the_second_ends() {
     let file = h.upload(&lines_for(MODEL, &ids)).await;
     let first = h
         .api
-        .create_batch(PROJECT, Harness::create_request(&file.id), None)
+        .create_batch(&project(), Harness::create_request(&file.id), None)
         .await
         .unwrap();
     let second = h
         .api
-        .create_batch(PROJECT, Harness::create_request(&file.id), None)
+        .create_batch(&project(), Harness::create_request(&file.id), None)
         .await
         .unwrap();
-    h.files.delete_file(PROJECT, &file.id).await.unwrap();
+    h.files.delete_file(&project(), &file.id).await.unwrap();
     let mut holders = h.files.holders_of(&blob_key(&file.id)).await.unwrap();
     holders.sort();
     let mut expected = vec![first.id.clone(), second.id.clone()];
@@ -126,10 +126,10 @@ async fn bytes_held_by_two_batches_go_when_the_second_ends() {
 async fn a_batch_cannot_be_created_from_a_deleted_file_and_holds_nothing() {
     let (h, _provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let file = h.upload(&lines_for(MODEL, &custom_ids(3, None))).await;
-    h.files.delete_file(PROJECT, &file.id).await.unwrap();
+    h.files.delete_file(&project(), &file.id).await.unwrap();
     let err = h
         .api
-        .create_batch(PROJECT, Harness::create_request(&file.id), None)
+        .create_batch(&project(), Harness::create_request(&file.id), None)
         .await
         .unwrap_err();
     assert!(
@@ -151,7 +151,7 @@ async fn the_janitor_deletes_held_bytes_of_a_deleted_file_after_the_longest_wind
     let (h, _provider) = Harness::with_model(settings(), Duration::from_millis(2));
     let created = h.create_batch(&lines_for(MODEL, &custom_ids(3, None))).await;
     let file_id = created.input_file_id.clone();
-    h.files.delete_file(PROJECT, &file_id).await.unwrap();
+    h.files.delete_file(&project(), &file_id).await.unwrap();
     // Nothing runs the batch (its holder never lets go).
     h.files.sweep(100).await.unwrap();
     assert!(bytes_exist(&h, &file_id).await);

@@ -6,7 +6,7 @@
 
 use nimbus_integration_tests::batch_assertions::{assert_counts_and_usage, each_called_once};
 use nimbus_integration_tests::batch_harness::{
-    custom_ids, lines_for, settings, Harness, ScriptedProvider, MODEL, PROJECT, VISIBILITY,
+    custom_ids, lines_for, project, settings, Harness, ScriptedProvider, MODEL, VISIBILITY,
 };
 use nimbus_shared::batches::{BatchesError, ListBatches, BATCH_PAGE};
 use nimbus_shared::openai::batches::BatchStatus;
@@ -117,12 +117,12 @@ async fn creating_with_an_idempotency_key_creates_one_batch() {
 
     let first = h
         .api
-        .create_batch(PROJECT, request.clone(), Some("key-1"))
+        .create_batch(&project(), request.clone(), Some("key-1"))
         .await
         .unwrap();
     let again = h
         .api
-        .create_batch(PROJECT, request.clone(), Some("key-1"))
+        .create_batch(&project(), request.clone(), Some("key-1"))
         .await
         .unwrap();
     assert_eq!(again.id, first.id);
@@ -130,15 +130,16 @@ async fn creating_with_an_idempotency_key_creates_one_batch() {
 
     let mut other = request.clone();
     other.metadata = Some(BTreeMap::from([("k".to_owned(), serde_json::json!("v"))]));
-    match h.api.create_batch(PROJECT, other, Some("key-1")).await {
+    match h.api.create_batch(&project(), other, Some("key-1")).await {
         Err(BatchesError::Invalid { code, .. }) => assert_eq!(code, Some("idempotency_key_reused")),
         other => panic!("expected idempotency_key_reused, got {other:?}"),
     }
 
     // Two retries at once.
+    let p = project();
     let (a, b) = tokio::join!(
-        h.api.create_batch(PROJECT, request.clone(), Some("key-2")),
-        h.api.create_batch(PROJECT, request.clone(), Some("key-2"))
+        h.api.create_batch(&p, request.clone(), Some("key-2")),
+        h.api.create_batch(&p, request.clone(), Some("key-2"))
     );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.id, b.id);
@@ -148,16 +149,16 @@ async fn creating_with_an_idempotency_key_creates_one_batch() {
     // The first attempt died between reserving the key and writing the batch; the retry creates
     // it under the reserved id.
     h.state.fail_writes(1, |r| r.kind == "batch");
-    let failed = h.api.create_batch(PROJECT, request.clone(), Some("key-3")).await;
+    let failed = h.api.create_batch(&project(), request.clone(), Some("key-3")).await;
     assert!(matches!(failed, Err(BatchesError::Storage(_))), "{failed:?}");
     let retried = h
         .api
-        .create_batch(PROJECT, request.clone(), Some("key-3"))
+        .create_batch(&project(), request.clone(), Some("key-3"))
         .await
         .unwrap();
     let again = h
         .api
-        .create_batch(PROJECT, request.clone(), Some("key-3"))
+        .create_batch(&project(), request.clone(), Some("key-3"))
         .await
         .unwrap();
     assert_eq!(retried.id, again.id);
@@ -165,7 +166,7 @@ async fn creating_with_an_idempotency_key_creates_one_batch() {
     let listed = h
         .api
         .list_batches(
-            PROJECT,
+            &project(),
             ListBatches {
                 after: None,
                 limit: BATCH_PAGE.check(100).unwrap(),

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use nimbus_integration_tests::batch_harness::{
-    batch_record_with_status, custom_ids, lines_for, settings, Harness, ScriptedProvider, MODEL, PROJECT, VISIBILITY,
+    batch_record_with_status, custom_ids, lines_for, project, settings, Harness, ScriptedProvider, MODEL, VISIBILITY,
 };
 use nimbus_integration_tests::native_fake::{submitted_contents, FakeBatchApi, FakeCalls};
 use nimbus_shared::openai::batches::{BatchObject, BatchStatus};
@@ -410,7 +410,7 @@ async fn cancel_cancels_the_provider_batches_and_keeps_what_ran() {
     let n = native();
     let (native_ids, local_ids) = mixed_ids();
     let created = n.submit(&mixed_lines(&native_ids, &local_ids)).await;
-    let cancelling = n.h.api.cancel_batch(PROJECT, &created.id).await.unwrap();
+    let cancelling = n.h.api.cancel_batch(&project(), &created.id).await.unwrap();
     assert_eq!(cancelling.status, BatchStatus::Cancelling);
     n.pass(Duration::from_secs(1)).await;
     n.pass(Duration::from_secs(1)).await;
@@ -527,12 +527,12 @@ async fn revoking_the_batchs_key_stops_its_provider_batches_like_a_cancel() {
         nimbus_shared::adapters::embedded::SqliteStateStore::open(&n.h.dir.path().join("state.sqlite3")).unwrap(),
     );
     let keys = ApiKeyService::new(admin_state, Arc::new(SystemClock), Arc::new(UuidV7Ids));
-    let key = keys.create(PROJECT, None).await.unwrap().info.key_id;
+    let key = keys.create(&project(), None).await.unwrap().info.key_id;
     let (native_ids, local_ids) = mixed_ids();
     let file = n.h.upload(&mixed_lines(&native_ids, &local_ids)).await;
     let created =
         n.h.api
-            .create_batch_by(PROJECT, Some(&key), Harness::create_request(&file.id), None)
+            .create_batch_by(&project(), Some(&key), Harness::create_request(&file.id), None)
             .await
             .unwrap();
     n.h.validate().await;

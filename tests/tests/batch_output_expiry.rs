@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, settings, Harness, MODEL, PROJECT};
+use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, project, settings, Harness, MODEL, PROJECT};
 use nimbus_shared::files::FilesError;
 use nimbus_shared::openai::batches::{BatchObject, BatchStatus};
 use nimbus_shared::openai::files::ExpiresAfter;
@@ -16,7 +16,7 @@ async fn run_batch(h: &Harness, policy: Option<ExpiresAfter>) -> BatchObject {
     let file = h.upload(&lines_for(MODEL, &custom_ids(6, Some(3)))).await;
     let mut request = Harness::create_request(&file.id);
     request.output_expires_after = policy;
-    let created = h.api.create_batch(PROJECT, request, None).await.unwrap();
+    let created = h.api.create_batch(&project(), request, None).await.unwrap();
     let batch = h.run_to_end(&created.id).await;
     assert_eq!(batch.status, BatchStatus::Completed, "{batch:?}");
     assert_eq!((batch.request_counts.completed, batch.request_counts.failed), (4, 2));
@@ -45,25 +45,25 @@ async fn result_files_expire_as_the_batch_asked_and_the_sweep_deletes_their_byte
     let kept = result_file_ids(&run_batch(&h, None).await);
 
     for id in &expiring {
-        let file = h.files.get_file(PROJECT, id).await.unwrap();
+        let file = h.files.get_file(&project(), id).await.unwrap();
         assert_eq!(file.expires_at, Some(file.created_at + 3600), "{file:?}");
         assert!(!h.read_file_lines(id).await.is_empty());
     }
     for id in &kept {
-        assert_eq!(h.files.get_file(PROJECT, id).await.unwrap().expires_at, None);
+        assert_eq!(h.files.get_file(&project(), id).await.unwrap().expires_at, None);
     }
 
     // Not yet due: nothing changes.
     h.clock.advance(Duration::from_secs(3590));
     h.files.sweep(100).await.unwrap();
     for id in expiring.iter().chain(&kept) {
-        h.files.get_file(PROJECT, id).await.unwrap();
+        h.files.get_file(&project(), id).await.unwrap();
     }
 
     // Past the hour: gone from the API at once, the bytes once the sweep ran.
     h.clock.advance(Duration::from_secs(11));
     for id in &expiring {
-        let err = h.files.get_file(PROJECT, id).await.unwrap_err();
+        let err = h.files.get_file(&project(), id).await.unwrap_err();
         assert!(matches!(err, FilesError::NotFound { .. }), "{err:?}");
         assert!(
             h.blobs.size(&blob_key(id)).await.unwrap().is_some(),
@@ -78,11 +78,11 @@ async fn result_files_expire_as_the_batch_asked_and_the_sweep_deletes_their_byte
             None,
             "the sweep deleted {id}"
         );
-        assert!(h.files.delete_file(PROJECT, id).await.is_err());
+        assert!(h.files.delete_file(&project(), id).await.is_err());
     }
     // The files of the batch without the policy stay.
     for id in &kept {
-        h.files.get_file(PROJECT, id).await.unwrap();
+        h.files.get_file(&project(), id).await.unwrap();
         assert!(h.blobs.size(&blob_key(id)).await.unwrap().is_some());
     }
 }
@@ -101,7 +101,7 @@ async fn an_out_of_range_policy_is_refused_before_the_batch_exists() {
             anchor: anchor.to_owned(),
             seconds,
         });
-        let err = h.api.create_batch(PROJECT, request, None).await.unwrap_err();
+        let err = h.api.create_batch(&project(), request, None).await.unwrap_err();
         let nimbus_shared::batches::BatchesError::Invalid { param: got, .. } = &err else {
             panic!("{err:?}");
         };

@@ -8,7 +8,7 @@ use nimbus_integration_tests::batch_assertions::{
     assert_cleaned_up, assert_completed_cleanly, assert_stopped_after, each_called_once,
 };
 use nimbus_integration_tests::batch_harness::{
-    custom_ids, lines_for, slow_settings, Harness, ScriptedProvider, MODEL, PROJECT, VISIBILITY,
+    custom_ids, lines_for, project, slow_settings, Harness, ScriptedProvider, MODEL, VISIBILITY,
 };
 use nimbus_shared::adapters::embedded::DataDirLock;
 use nimbus_shared::openai::batches::BatchStatus;
@@ -82,7 +82,7 @@ async fn a_takeover_finishes_a_cancel_the_killed_process_left_unfinished() {
     let (h, _provider) = Harness::with_model(slow_settings(), Duration::from_millis(30));
     let ids = custom_ids(30, Some(4));
     let (batch_id, saved) = kill_mid_chunk(&h, &ids).await;
-    let cancelling = h.api.cancel_batch(PROJECT, &batch_id).await.unwrap();
+    let cancelling = h.api.cancel_batch(&project(), &batch_id).await.unwrap();
     assert_eq!(cancelling.status, BatchStatus::Cancelling);
     lose_the_queue(&h).await;
 

@@ -8,6 +8,7 @@ use nimbus_integration_tests::moto::{create_state_table, MotoServer};
 use nimbus_shared::adapters::aws::DynamoDbStateStore;
 use nimbus_shared::adapters::embedded::SqliteStateStore;
 use nimbus_shared::auth::{ApiKeyService, AuthError, AuthMode, Authenticator, KeyTags, UntaggedKeys};
+use nimbus_shared::ports::ProjectId;
 use nimbus_shared::ports::{ListQuery, Page, Record, StateStore, StorageError, SystemClock, UuidV7Ids};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -103,8 +104,8 @@ fn forgeries(key: &str, other: &str) -> Vec<String> {
 
 async fn forged_keys_cost_no_read(shared: Arc<dyn StateStore>) {
     let admin = keys_over(Arc::clone(&shared), UntaggedKeys::Refuse);
-    let real = admin.create("team-a", None).await.unwrap();
-    let other = admin.create("team-b", None).await.unwrap();
+    let real = admin.create(&ProjectId::new("team-a"), None).await.unwrap();
+    let other = admin.create(&ProjectId::new("team-b"), None).await.unwrap();
 
     let (counted, api) = counted_api(&shared, UntaggedKeys::Refuse);
     // The process reads the tag secret once, with its first key (a forged one here).
@@ -135,7 +136,10 @@ async fn forged_keys_cost_no_read(shared: Arc<dyn StateStore>) {
     );
     // A real key is read as before (record and revocation version), and revocation still works.
     let bearer = format!("Bearer {}", real.api_key);
-    assert_eq!(api.authenticate(Some(&bearer)).await.unwrap().project, "team-a");
+    assert_eq!(
+        api.authenticate(Some(&bearer)).await.unwrap().project.as_str(),
+        "team-a"
+    );
     assert!(counted.calls() > before);
     admin.revoke(&real.info.key_id).await.unwrap();
     assert_eq!(api.authenticate(Some(&bearer)).await, Err(AuthError::Invalid));
@@ -143,14 +147,17 @@ async fn forged_keys_cost_no_read(shared: Arc<dyn StateStore>) {
 
 async fn untagged_keys_are_a_migration_switch(shared: Arc<dyn StateStore>) {
     let admin = keys_over(Arc::clone(&shared), UntaggedKeys::Refuse);
-    let created = admin.create("team-c", None).await.unwrap();
+    let created = admin.create(&ProjectId::new("team-c"), None).await.unwrap();
     // What a key minted before this change looks like: the same record, no tag.
     let legacy = format!("Bearer {}", created.api_key.split_once('.').unwrap().0);
     let (counted, refusing) = counted_api(&shared, UntaggedKeys::Refuse);
     assert_eq!(refusing.authenticate(Some(&legacy)).await, Err(AuthError::Invalid));
     assert_eq!(counted.calls(), 0, "an untagged key is refused with no read by default");
     let (_, accepting) = counted_api(&shared, UntaggedKeys::Accept);
-    assert_eq!(accepting.authenticate(Some(&legacy)).await.unwrap().project, "team-c");
+    assert_eq!(
+        accepting.authenticate(Some(&legacy)).await.unwrap().project.as_str(),
+        "team-c"
+    );
 }
 
 #[tokio::test]
@@ -181,7 +188,8 @@ async fn concurrent_first_mints_agree_on_one_tag_secret() {
             keys_over(state, UntaggedKeys::Refuse)
         })
         .collect();
-    let created = futures::future::join_all(minters.iter().map(|keys| keys.create("p", None))).await;
+    let project = ProjectId::new("p");
+    let created = futures::future::join_all(minters.iter().map(|keys| keys.create(&project, None))).await;
     let checker = keys_over(Arc::new(SqliteStateStore::open(&path).unwrap()), UntaggedKeys::Refuse);
     for key in created {
         assert!(checker.verify(&key.unwrap().api_key).await.unwrap().is_some());

@@ -5,6 +5,7 @@
 
 use nimbus_shared::adapters::embedded::{LocalSealer, SqliteStateStore};
 use nimbus_shared::auth::{ApiKeyService, AuthError, AuthMode, Authenticator};
+use nimbus_shared::ports::ProjectId;
 use nimbus_shared::ports::{StateStore, SystemClock, UuidV7Ids};
 use nimbus_shared::webhooks::{SecretSource, WebhookSecrets};
 use std::path::Path;
@@ -38,14 +39,19 @@ async fn a_key_revoked_in_one_process_is_refused_by_the_other_on_its_next_reques
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.sqlite3");
     let (admin, api) = (process(&path), process(&path));
-    let revoked = admin.keys.create("team-a", None).await.unwrap();
-    let kept = admin.keys.create("team-a", None).await.unwrap();
+    let revoked = admin.keys.create(&ProjectId::new("team-a"), None).await.unwrap();
+    let kept = admin.keys.create(&ProjectId::new("team-a"), None).await.unwrap();
     let revoked_bearer = format!("Bearer {}", revoked.api_key);
     let kept_bearer = format!("Bearer {}", kept.api_key);
     for _ in 0..3 {
         // Served from the other process's cache after the first request.
         assert_eq!(
-            api.auth.authenticate(Some(&revoked_bearer)).await.unwrap().project,
+            api.auth
+                .authenticate(Some(&revoked_bearer))
+                .await
+                .unwrap()
+                .project
+                .as_str(),
             "team-a"
         );
         assert!(api.auth.authenticate(Some(&kept_bearer)).await.is_ok());
@@ -61,7 +67,12 @@ async fn a_key_revoked_in_one_process_is_refused_by_the_other_on_its_next_reques
     );
     // The project's other key is unaffected.
     assert_eq!(
-        api.auth.authenticate(Some(&kept_bearer)).await.unwrap().project,
+        api.auth
+            .authenticate(Some(&kept_bearer))
+            .await
+            .unwrap()
+            .project
+            .as_str(),
         "team-a"
     );
 }
@@ -71,41 +82,49 @@ async fn a_webhook_secret_revoked_in_one_process_never_signs_in_the_other_again(
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.sqlite3");
     let (api, worker) = (process(&path), process(&path));
-    let old = api.secrets.create("team-a").await.unwrap();
-    let new = api.secrets.create("team-a").await.unwrap();
+    let old = api.secrets.create(&ProjectId::new("team-a")).await.unwrap();
+    let new = api.secrets.create(&ProjectId::new("team-a")).await.unwrap();
     let signing = |secrets: Vec<nimbus_shared::webhooks::SigningSecret>| {
         secrets.iter().map(|s| s.as_str().to_owned()).collect::<Vec<_>>()
     };
     let both = vec![new.secret.clone(), old.secret.clone()];
     for _ in 0..3 {
-        assert_eq!(signing(worker.secrets.signing_secrets("team-a").await.unwrap()), both);
+        assert_eq!(
+            signing(worker.secrets.signing_secrets(&ProjectId::new("team-a")).await.unwrap()),
+            both
+        );
     }
-    api.secrets.revoke("team-a", &new.id).await.unwrap();
+    api.secrets.revoke(&ProjectId::new("team-a"), &new.id).await.unwrap();
     assert_eq!(
-        signing(worker.secrets.signing_secrets("team-a").await.unwrap()),
+        signing(worker.secrets.signing_secrets(&ProjectId::new("team-a")).await.unwrap()),
         vec![old.secret.clone()]
     );
-    api.secrets.revoke("team-a", &old.id).await.unwrap();
-    assert!(worker.secrets.signing_secrets("team-a").await.unwrap().is_empty());
+    api.secrets.revoke(&ProjectId::new("team-a"), &old.id).await.unwrap();
+    assert!(worker
+        .secrets
+        .signing_secrets(&ProjectId::new("team-a"))
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test]
 async fn a_queued_async_request_of_a_revoked_key_fails_unrun_with_api_key_revoked() {
-    use nimbus_integration_tests::async_harness::{settings, submission, AsyncHarness, PROJECT};
+    use nimbus_integration_tests::async_harness::{project, settings, submission, AsyncHarness};
     use nimbus_shared::ports::JobOutcome;
 
     let h = AsyncHarness::embedded(settings());
     let path = h.dir.as_ref().unwrap().path().join("state.sqlite3");
     // The API process that takes the requests and revokes the key: another connection.
     let api = process(&path);
-    let revoked = api.keys.create(PROJECT, None).await.unwrap().info.key_id;
-    let kept = api.keys.create(PROJECT, None).await.unwrap().info.key_id;
+    let revoked = api.keys.create(&project(), None).await.unwrap().info.key_id;
+    let kept = api.keys.create(&project(), None).await.unwrap().info.key_id;
     let submit = |key: String| {
         let serde_json::Value::Object(body) = submission("hi", serde_json::json!({})) else {
             panic!("a submission is an object")
         };
         let service = std::sync::Arc::clone(&h.service);
-        async move { service.submit_by(PROJECT, Some(&key), body, None).await.unwrap() }
+        async move { service.submit_by(&project(), Some(&key), body, None).await.unwrap() }
     };
     let doomed = submit(revoked.clone()).await;
     let fine = submit(kept).await;
@@ -128,12 +147,12 @@ async fn a_queued_async_request_of_a_revoked_key_fails_unrun_with_api_key_revoke
 
 #[tokio::test]
 async fn a_batch_of_a_revoked_key_fails_its_unrun_lines_with_api_key_revoked_once_each() {
-    use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, settings, Harness, MODEL, PROJECT};
+    use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, project, settings, Harness, MODEL};
 
     let (h, provider) = Harness::with_model(settings(), Duration::ZERO);
     let api = process(&h.dir.path().join("state.sqlite3"));
-    let revoked = api.keys.create(PROJECT, None).await.unwrap().info.key_id;
-    let kept = api.keys.create(PROJECT, None).await.unwrap().info.key_id;
+    let revoked = api.keys.create(&project(), None).await.unwrap().info.key_id;
+    let kept = api.keys.create(&project(), None).await.unwrap().info.key_id;
     let ids = custom_ids(25, None);
     let create = |key: String| {
         let lines = lines_for(MODEL, &ids);
@@ -141,7 +160,7 @@ async fn a_batch_of_a_revoked_key_fails_its_unrun_lines_with_api_key_revoked_onc
         async move {
             let file = h.upload(&lines).await;
             batches
-                .create_batch_by(PROJECT, Some(&key), Harness::create_request(&file.id), None)
+                .create_batch_by(&project(), Some(&key), Harness::create_request(&file.id), None)
                 .await
                 .unwrap()
         }

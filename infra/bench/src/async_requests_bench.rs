@@ -18,6 +18,7 @@ use nimbus_shared::app::load_local_config;
 use nimbus_shared::app::{embedded, inference_service, job_dispatcher, webhooks::webhook_secrets, WorkerParts};
 use nimbus_shared::async_requests::AsyncDueWork;
 use nimbus_shared::batches::BatchSettings;
+use nimbus_shared::ports::ProjectId;
 use nimbus_shared::ports::{OffsetClock, PostOutcome, SystemClock, WebhookTransport};
 use nimbus_shared::scheduler::ScheduledTask;
 use nimbus_shared::webhooks::WebhookUrl;
@@ -115,7 +116,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let inference = inference_service(&loaded.config, &adapters)?;
     let settings = BatchSettings::from_config(&loaded.config);
     let parts = WorkerParts::new(&loaded, &adapters, Arc::clone(&inference), settings.clone());
-    webhook_secrets(&adapters).create(PROJECT).await?;
+    let project = ProjectId::new(PROJECT);
+    webhook_secrets(&adapters).create(&project).await?;
     let dispatcher = job_dispatcher(&parts);
     counter.take();
 
@@ -125,7 +127,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     for i in 0..requests {
         counter.set_phase(SUBMIT);
         let started = Instant::now();
-        parts.async_requests.submit(PROJECT, submission(i), None).await?;
+        parts.async_requests.submit(&project, submission(i), None).await?;
         submit_time += started.elapsed();
         counter.set_phase(EVENT_SOURCE);
         let message = adapters

@@ -4,6 +4,7 @@
 //! `nimbus webhook-secrets dev` shows it.
 
 use anyhow::Context;
+use nimbus_shared::ports::ProjectId;
 use nimbus_shared::webhooks::WebhookSecrets;
 use std::path::{Path, PathBuf};
 
@@ -28,8 +29,9 @@ pub fn read(data_dir: &Path) -> anyhow::Result<Option<String>> {
 /// secret (created now if the project has no live secret and none was made before), or where the
 /// project's own secrets come from.
 pub async fn ensure(secrets: &WebhookSecrets, data_dir: &Path) -> anyhow::Result<String> {
+    let project = ProjectId::new(OPEN_PROJECT);
     let kept = read(data_dir)?;
-    let live = secrets.list(OPEN_PROJECT).await?;
+    let live = secrets.list(&project).await?;
     if let Some(secret) = kept.filter(|_| !live.is_empty()) {
         return Ok(format!(
             "webhooks: project `{OPEN_PROJECT}` signs with {secret} (development secret; `nimbus webhook-secrets dev` shows it)"
@@ -41,7 +43,7 @@ pub async fn ensure(secrets: &WebhookSecrets, data_dir: &Path) -> anyhow::Result
             live.len()
         ));
     }
-    let created = secrets.create(OPEN_PROJECT).await?;
+    let created = secrets.create(&project).await?;
     write_private(&secret_file(data_dir), &created.secret)?;
     Ok(format!(
         "webhooks: project `{OPEN_PROJECT}` signs with {} (development secret, created now; `nimbus webhook-secrets dev` shows it)",
@@ -87,18 +89,25 @@ mod tests {
         let first = ensure(&secrets, dir.path()).await.unwrap();
         let kept = read(dir.path()).unwrap().unwrap();
         assert!(kept.starts_with("whsec_") && first.contains(&kept), "{first}");
-        let live = secrets.signing(OPEN_PROJECT, i64::MAX / 4).await.unwrap();
+        let live = secrets
+            .signing(&ProjectId::new(OPEN_PROJECT), i64::MAX / 4)
+            .await
+            .unwrap();
         assert_eq!(live.len(), 1, "the project signs with it");
         let again = ensure(&secrets, dir.path()).await.unwrap();
         assert!(again.contains(&kept), "{again}");
-        assert_eq!(secrets.list(OPEN_PROJECT).await.unwrap().len(), 1, "made once");
+        assert_eq!(
+            secrets.list(&ProjectId::new(OPEN_PROJECT)).await.unwrap().len(),
+            1,
+            "made once"
+        );
     }
 
     #[tokio::test]
     async fn a_project_with_its_own_secret_gets_none() {
         let dir = tempfile::tempdir().unwrap();
         let secrets = secrets(dir.path());
-        secrets.create(OPEN_PROJECT).await.unwrap();
+        secrets.create(&ProjectId::new(OPEN_PROJECT)).await.unwrap();
         let line = ensure(&secrets, dir.path()).await.unwrap();
         assert!(line.contains("its 1 secret"), "{line}");
         assert!(read(dir.path()).unwrap().is_none());

@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use nimbus_shared::app::embedded;
 use nimbus_shared::auth::ApiKeyService;
-use nimbus_shared::ports::{CredentialSealer, StateStore, SystemClock, UuidV7Ids};
+use nimbus_shared::ports::{CredentialSealer, ProjectId, StateStore, SystemClock, UuidV7Ids};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -124,7 +124,7 @@ async fn service(store: &StoreArgs) -> anyhow::Result<ApiKeyService> {
 pub async fn run(command: KeysCommand) -> anyhow::Result<()> {
     match command {
         KeysCommand::Create { project, name, store } => {
-            let created = service(&store).await?.create(&project, name).await?;
+            let created = service(&store).await?.create(&ProjectId::new(project), name).await?;
             println!("{}", serde_json_line(&created)?);
         }
         KeysCommand::List { store } => {

@@ -3,7 +3,7 @@
 
 use crate::keys::{sealer, state_store, StoreArgs};
 use clap::Subcommand;
-use nimbus_shared::ports::{SystemClock, UuidV7Ids};
+use nimbus_shared::ports::{ProjectId, SystemClock, UuidV7Ids};
 use nimbus_shared::webhooks::WebhookSecrets;
 use std::sync::Arc;
 
@@ -52,11 +52,11 @@ async fn service(store: &StoreArgs) -> anyhow::Result<WebhookSecrets> {
 pub async fn run(command: WebhookSecretsCommand) -> anyhow::Result<()> {
     match command {
         WebhookSecretsCommand::Create { project, store } => {
-            let created = service(&store).await?.create(&project).await?;
+            let created = service(&store).await?.create(&ProjectId::new(project)).await?;
             println!("{}", serde_json::to_string(&created)?);
         }
         WebhookSecretsCommand::List { project, store } => {
-            for secret in service(&store).await?.list(&project).await? {
+            for secret in service(&store).await?.list(&ProjectId::new(project)).await? {
                 println!("{}", serde_json::to_string(&secret)?);
             }
         }
@@ -68,7 +68,7 @@ pub async fn run(command: WebhookSecretsCommand) -> anyhow::Result<()> {
             ),
         },
         WebhookSecretsCommand::Revoke { id, project, store } => {
-            let revoked = service(&store).await?.revoke(&project, &id).await?;
+            let revoked = service(&store).await?.revoke(&ProjectId::new(project), &id).await?;
             println!("{}", serde_json::to_string(&revoked)?);
         }
     }

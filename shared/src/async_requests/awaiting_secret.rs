@@ -6,14 +6,14 @@
 use super::lifecycle::expect_due_move;
 use super::records::{StoredRequest, KIND};
 use super::service::AsyncService;
-use crate::ports::StorageError;
+use crate::ports::{ProjectId, StorageError};
 use crate::records::Loaded;
 
 /// Most deliveries brought forward per created secret (the rest keep their schedule).
 const MAX_BROUGHT_FORWARD: usize = 1000;
 
 /// The lane of a project's deliveries waiting for a secret.
-fn lane(project: &str) -> String {
+fn lane(project: &ProjectId) -> String {
     format!("awaiting_secret.{project}")
 }
 
@@ -38,7 +38,7 @@ impl AsyncService {
 
     /// A secret was created for `project`: every delivery that waited for one is due now (queued
     /// at once). How many were.
-    pub async fn secret_created(&self, project: &str) -> Result<u64, StorageError> {
+    pub async fn secret_created(&self, project: &ProjectId) -> Result<u64, StorageError> {
         let lane = lane(project);
         let state = self.deps.state.as_ref();
         let now = self.now_ms();

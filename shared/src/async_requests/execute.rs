@@ -11,6 +11,7 @@ use crate::openai::embeddings::EmbeddingRequest;
 use crate::openai::error::ApiError;
 use crate::openai::json_body::parse_json_object;
 use crate::openai::to_model::OpenAiChatRequest;
+use crate::ports::ProjectId;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
@@ -79,7 +80,7 @@ impl AsyncExecutor {
     /// Run `model_input` for `project`: the endpoint's JSON answer, or why it failed.
     pub(crate) async fn run(
         &self,
-        project: &str,
+        project: &ProjectId,
         endpoint: AsyncEndpoint,
         model_input: &Map<String, Value>,
     ) -> Result<Value, RunFailure> {

@@ -3,7 +3,7 @@
 
 use super::submit::{AsyncEndpoint, RetryConfig};
 use crate::ports::webhook_url::WebhookUrl;
-use crate::ports::Priority;
+use crate::ports::{Priority, ProjectId};
 use crate::records::LeaseUntil;
 use crate::webhooks::delivery::{Delivery, DeliveryState};
 use serde::{Deserialize, Serialize};
@@ -78,7 +78,7 @@ pub struct Attempt {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct StoredRequest {
     pub request_id: String,
-    pub project: String,
+    pub project: ProjectId,
     pub model_id: String,
     pub endpoint: AsyncEndpoint,
     pub model_input: Map<String, Value>,
@@ -164,12 +164,12 @@ impl StoredRequest {
 }
 
 /// The blob key of a request's webhook body, when too large to keep in its record.
-pub(crate) fn webhook_body_key(project: &str, request_id: &str) -> String {
+pub(crate) fn webhook_body_key(project: &ProjectId, request_id: &str) -> String {
     format!("async/{project}/{request_id}/webhook.json")
 }
 
 /// The blob key of a request's output.
-pub(crate) fn output_key(project: &str, request_id: &str) -> String {
+pub(crate) fn output_key(project: &ProjectId, request_id: &str) -> String {
     format!("async/{project}/{request_id}/output.json")
 }
 

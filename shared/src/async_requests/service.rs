@@ -12,8 +12,8 @@ use crate::jobs::JobMessage;
 use crate::paging::{PageBounds, PageLimit};
 use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
 use crate::ports::{
-    BlobStore, Clock, IdSource, JobQueue, ListOrder, ListQuery, MetricUnit, MetricsSink, NoMetrics, Record, StateStore,
-    StorageError,
+    BlobStore, Clock, IdSource, JobQueue, ListOrder, ListQuery, MetricUnit, MetricsSink, NoMetrics, ProjectId, Record,
+    StateStore, StorageError,
 };
 use crate::records::LeaseUntil;
 use crate::records::{decode, encode, Loaded};
@@ -168,7 +168,7 @@ impl AsyncService {
     /// priority. Returns its id.
     pub async fn submit(
         &self,
-        project: &str,
+        project: &ProjectId,
         body: Map<String, Value>,
         path_model: Option<&str>,
     ) -> Result<String, AsyncError> {
@@ -179,7 +179,7 @@ impl AsyncService {
     /// `API_KEY_REVOKED` if that key is revoked before it runs).
     pub async fn submit_by(
         &self,
-        project: &str,
+        project: &ProjectId,
         key_id: Option<&str>,
         body: Map<String, Value>,
         path_model: Option<&str>,
@@ -215,7 +215,7 @@ impl AsyncService {
         let request_id = self.deps.ids.new_uuid().simple().to_string();
         let stored = StoredRequest {
             request_id: request_id.clone(),
-            project: project.to_owned(),
+            project: project.clone(),
             model_id: submission.model_id,
             endpoint: submission.endpoint,
             model_input: submission.model_input,
@@ -241,7 +241,7 @@ impl AsyncService {
         let record = Record {
             kind: KIND.to_owned(),
             id: request_id.clone(),
-            owner: project.to_owned(),
+            owner: project.to_string(),
             created_at_ms: now,
             version: 1,
             expires_at: Some(self.expires_at_s(now)),
@@ -277,7 +277,7 @@ impl AsyncService {
         from_ms / 1000 + i64::try_from(self.settings.retention.as_secs()).unwrap_or(i64::MAX / 2)
     }
 
-    async fn load_owned(&self, project: &str, request_id: &str) -> Result<Loaded<StoredRequest>, AsyncError> {
+    async fn load_owned(&self, project: &ProjectId, request_id: &str) -> Result<Loaded<StoredRequest>, AsyncError> {
         match Loaded::<StoredRequest>::get_owned(self.deps.state.as_ref(), KIND, request_id, project).await? {
             Some(loaded) if !self.is_past_retention(&loaded.record) => Ok(loaded),
             _ => Err(AsyncError::NotFound(request_id.to_owned())),
@@ -289,7 +289,7 @@ impl AsyncService {
     }
 
     /// One request's status, with its output when it has one: inline when small, else a link.
-    pub async fn get(&self, project: &str, request_id: &str) -> Result<AsyncRequestView, AsyncError> {
+    pub async fn get(&self, project: &ProjectId, request_id: &str) -> Result<AsyncRequestView, AsyncError> {
         let loaded = self.load_owned(project, request_id).await?;
         let request = &loaded.body;
         let mut view = AsyncRequestView::of(request, loaded.record.expires_at);
@@ -315,7 +315,7 @@ impl AsyncService {
     }
 
     /// The saved output of a request, as stored (for `GET /async_request/{id}/output`).
-    pub async fn output(&self, project: &str, request_id: &str) -> Result<bytes::Bytes, AsyncError> {
+    pub async fn output(&self, project: &ProjectId, request_id: &str) -> Result<bytes::Bytes, AsyncError> {
         self.load_owned(project, request_id).await?;
         self.saved_output(&output_key(project, request_id))
             .await?
@@ -332,7 +332,7 @@ impl AsyncService {
     }
 
     /// A page of the project's requests, newest first, optionally of one status.
-    pub async fn list(&self, project: &str, query: &ListAsyncRequests) -> Result<AsyncRequestPage, AsyncError> {
+    pub async fn list(&self, project: &ProjectId, query: &ListAsyncRequests) -> Result<AsyncRequestPage, AsyncError> {
         let limit = query.limit.get();
         let status = match query.status.as_deref() {
             None | Some("") => None,
@@ -359,7 +359,7 @@ impl AsyncService {
                 .state
                 .list_by_owner(&ListQuery {
                     kind: KIND.to_owned(),
-                    owner: project.to_owned(),
+                    owner: project.to_string(),
                     after: after.take(),
                     limit: limit + 1 - data.len().min(limit),
                     order: ListOrder::Desc,
@@ -415,7 +415,7 @@ impl AsyncService {
 
     /// Cancel a request still `QUEUED`: it ends `CANCELED` and its webhook says so. Any other
     /// request is left alone (`canceled: false`, with the reason).
-    pub async fn cancel(&self, project: &str, request_id: &str) -> Result<CancelOutcome, AsyncError> {
+    pub async fn cancel(&self, project: &ProjectId, request_id: &str) -> Result<CancelOutcome, AsyncError> {
         for _ in 0..5 {
             let mut loaded = self.load_owned(project, request_id).await?;
             let status = loaded.body.status;

@@ -5,6 +5,7 @@
 
 use super::keys::{ApiKeyService, KEY_PREFIX};
 use super::revoked_keys::RevokedKeys;
+use crate::ports::ProjectId;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +27,7 @@ pub enum AuthMode {
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
-    pub project: String,
+    pub project: ProjectId,
     /// `None` when the server is open.
     pub key_id: Option<String>,
 }
@@ -136,7 +137,7 @@ impl Authenticator {
                 .filter(|key| key.starts_with(KEY_PREFIX))
             else {
                 return Ok(Principal {
-                    project: OPEN_PROJECT.to_owned(),
+                    project: ProjectId::new(OPEN_PROJECT),
                     key_id: None,
                 });
             };
@@ -219,7 +220,7 @@ impl Authenticator {
             }))
     }
 
-    async fn version(&self, project: &str) -> Result<u64, AuthError> {
+    async fn version(&self, project: &ProjectId) -> Result<u64, AuthError> {
         self.keys
             .revocations()
             .version(project)
@@ -269,8 +270,8 @@ mod tests {
     async fn open_until_a_key_exists_then_required() {
         let keys = keys();
         let auth = Authenticator::new(keys.clone(), AuthMode::OpenWhenNoKeys, Duration::ZERO);
-        assert_eq!(auth.authenticate(None).await.unwrap().project, OPEN_PROJECT);
-        let created = keys.create("p1", None).await.unwrap();
+        assert_eq!(auth.authenticate(None).await.unwrap().project.as_str(), OPEN_PROJECT);
+        let created = keys.create(&ProjectId::new("p1"), None).await.unwrap();
         assert_eq!(auth.authenticate(None).await, Err(AuthError::Missing));
         assert_eq!(auth.authenticate(Some("Bearer wrong")).await, Err(AuthError::Invalid));
         let bearer = format!("Bearer {}", created.api_key);
@@ -278,7 +279,7 @@ mod tests {
             .authenticate(Some(&format!("Api-Key {}", created.api_key)))
             .await
             .is_ok());
-        assert_eq!(auth.authenticate(Some(&bearer)).await.unwrap().project, "p1");
+        assert_eq!(auth.authenticate(Some(&bearer)).await.unwrap().project.as_str(), "p1");
     }
 
     #[tokio::test]
@@ -286,10 +287,14 @@ mod tests {
         let keys = keys();
         let auth = Authenticator::new(keys.clone(), AuthMode::OpenWhenNoKeys, Duration::ZERO);
         assert_eq!(
-            auth.authenticate(Some("Bearer sk-placeholder")).await.unwrap().project,
+            auth.authenticate(Some("Bearer sk-placeholder"))
+                .await
+                .unwrap()
+                .project
+                .as_str(),
             OPEN_PROJECT
         );
-        let created = keys.create("p1", None).await.unwrap();
+        let created = keys.create(&ProjectId::new("p1"), None).await.unwrap();
         let bearer = format!("Bearer {}", created.api_key);
         assert!(auth.authenticate(Some(&bearer)).await.is_ok());
         keys.revoke(&created.info.key_id).await.unwrap();
@@ -312,8 +317,11 @@ mod tests {
             auth.authenticate(Some("Bearer nmb_garbage")).await,
             Err(AuthError::Invalid)
         );
-        assert_eq!(auth.authenticate(Some("garbage")).await.unwrap().project, OPEN_PROJECT);
-        assert_eq!(auth.authenticate(None).await.unwrap().project, OPEN_PROJECT);
+        assert_eq!(
+            auth.authenticate(Some("garbage")).await.unwrap().project.as_str(),
+            OPEN_PROJECT
+        );
+        assert_eq!(auth.authenticate(None).await.unwrap().project.as_str(), OPEN_PROJECT);
     }
 
     #[tokio::test]
@@ -326,8 +334,8 @@ mod tests {
         let (here, there) = (service(&state), service(&state));
         let auth = Authenticator::new(here.clone(), AuthMode::Required, Duration::from_secs(3600));
         assert_eq!(auth.authenticate(None).await, Err(AuthError::Missing));
-        let created = here.create("p1", None).await.unwrap();
-        let other = here.create("p1", None).await.unwrap();
+        let created = here.create(&ProjectId::new("p1"), None).await.unwrap();
+        let other = here.create(&ProjectId::new("p1"), None).await.unwrap();
         let bearer = format!("Bearer {}", created.api_key);
         let other_bearer = format!("Bearer {}", other.api_key);
         assert!(auth.authenticate(Some(&bearer)).await.is_ok());
@@ -335,6 +343,9 @@ mod tests {
         there.revoke(&created.info.key_id).await.unwrap();
         assert_eq!(auth.authenticate(Some(&bearer)).await, Err(AuthError::Invalid));
         // The project's other key keeps working (read again once).
-        assert_eq!(auth.authenticate(Some(&other_bearer)).await.unwrap().project, "p1");
+        assert_eq!(
+            auth.authenticate(Some(&other_bearer)).await.unwrap().project.as_str(),
+            "p1"
+        );
     }
 }

@@ -4,7 +4,7 @@
 
 use super::key_tags::{KeyTags, UntaggedKeys};
 use super::revocations::Revocations;
-use crate::ports::{Clock, IdSource, ListOrder, ListQuery, Record, StateStore, StorageError};
+use crate::ports::{Clock, IdSource, ListOrder, ListQuery, ProjectId, Record, StateStore, StorageError};
 use base64::Engine as _;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
@@ -22,7 +22,7 @@ pub(crate) const KEY_PREFIX: &str = "nmb_";
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 struct StoredKey {
     key_id: String,
-    project: String,
+    project: ProjectId,
     name: Option<String>,
     secret_sha256: String,
     created_at: i64,
@@ -33,7 +33,7 @@ struct StoredKey {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ApiKeyInfo {
     pub key_id: String,
-    pub project: String,
+    pub project: ProjectId,
     pub name: Option<String>,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
@@ -143,9 +143,9 @@ impl ApiKeyService {
         Ok(Some(stored.into()))
     }
 
-    pub async fn create(&self, project: &str, name: Option<String>) -> Result<CreatedApiKey, KeyError> {
-        if !valid_project(project) {
-            return Err(KeyError::InvalidProject(project.to_owned()));
+    pub async fn create(&self, project: &ProjectId, name: Option<String>) -> Result<CreatedApiKey, KeyError> {
+        if !valid_project(project.as_str()) {
+            return Err(KeyError::InvalidProject(project.to_string()));
         }
         let key_id = self.ids.new_uuid().simple().to_string();
         let mut secret_bytes = [0u8; 32];
@@ -155,7 +155,7 @@ impl ApiKeyService {
         let now_ms = self.clock.now_unix_ms();
         let stored = StoredKey {
             key_id: key_id.clone(),
-            project: project.to_owned(),
+            project: project.clone(),
             name,
             secret_sha256: sha256_hex(&secret),
             created_at: now_ms.div_euclid(1000),
@@ -322,10 +322,10 @@ mod tests {
     async fn created_keys_verify_until_revoked() {
         let keys = service();
         assert!(!keys.any_active().await.unwrap());
-        let created = keys.create("team-a", Some("ci".into())).await.unwrap();
+        let created = keys.create(&ProjectId::new("team-a"), Some("ci".into())).await.unwrap();
         assert!(created.api_key.starts_with("nmb_"));
         let info = keys.verify(&created.api_key).await.unwrap().unwrap();
-        assert_eq!(info.project, "team-a");
+        assert_eq!(info.project.as_str(), "team-a");
         assert!(keys.any_active().await.unwrap());
 
         let tampered = format!("{}x", created.api_key);
@@ -342,7 +342,7 @@ mod tests {
     async fn the_secret_is_not_stored() {
         let state = Arc::new(SqliteStateStore::in_memory().unwrap());
         let keys = ApiKeyService::new(state.clone(), Arc::new(SystemClock), Arc::new(UuidV7Ids));
-        let created = keys.create("p", None).await.unwrap();
+        let created = keys.create(&ProjectId::new("p"), None).await.unwrap();
         let record = state.get(KIND, &created.info.key_id).await.unwrap().unwrap();
         let secret = parse_key(&created.api_key).unwrap().secret;
         assert!(!record.body.to_string().contains(secret));
@@ -356,7 +356,7 @@ mod tests {
     #[tokio::test]
     async fn a_key_verifies_only_with_its_own_tag() {
         let keys = service();
-        let created = keys.create("p", None).await.unwrap();
+        let created = keys.create(&ProjectId::new("p"), None).await.unwrap();
         let (body, tag) = created.api_key.split_once('.').unwrap();
         assert_eq!(tag.len(), 32);
         assert!(keys.verify(&created.api_key).await.unwrap().is_some());
@@ -365,7 +365,7 @@ mod tests {
         assert!(!keys.may_exist(&forged).await.unwrap());
         assert!(keys.verify(&forged).await.unwrap().is_none());
         // Another key's tag does not fit this key.
-        let other = keys.create("p", None).await.unwrap();
+        let other = keys.create(&ProjectId::new("p"), None).await.unwrap();
         let swapped = format!("{body}.{}", other.api_key.split_once('.').unwrap().1);
         assert!(keys.verify(&swapped).await.unwrap().is_none());
     }
@@ -377,11 +377,14 @@ mod tests {
             ApiKeyService::new(Arc::clone(&state), Arc::new(SystemClock), Arc::new(UuidV7Ids))
                 .with_tags(Arc::new(KeyTags::new(Arc::clone(&state), untagged)))
         };
-        let created = service(UntaggedKeys::Refuse).create("p", None).await.unwrap();
+        let created = service(UntaggedKeys::Refuse)
+            .create(&ProjectId::new("p"), None)
+            .await
+            .unwrap();
         let legacy = untagged(&created.api_key);
         assert!(service(UntaggedKeys::Refuse).verify(&legacy).await.unwrap().is_none());
         let accepting = service(UntaggedKeys::Accept);
-        assert_eq!(accepting.verify(&legacy).await.unwrap().unwrap().project, "p");
+        assert_eq!(accepting.verify(&legacy).await.unwrap().unwrap().project.as_str(), "p");
         // Accepting untagged keys never lets a wrong tag through.
         assert!(accepting
             .verify(&format!("{legacy}.{}", "0".repeat(32)))
@@ -393,7 +396,7 @@ mod tests {
     #[tokio::test]
     async fn reissue_mints_a_tagged_key_for_the_same_project_and_revokes_the_old_one() {
         let keys = service();
-        let old = keys.create("p", Some("ci".into())).await.unwrap();
+        let old = keys.create(&ProjectId::new("p"), Some("ci".into())).await.unwrap();
         let kept = keys.reissue(&old.info.key_id, true).await.unwrap();
         assert!(keys.verify(&old.api_key).await.unwrap().is_some());
         let new = keys.reissue(&old.info.key_id, false).await.unwrap();
@@ -408,7 +411,7 @@ mod tests {
     async fn rejects_bad_projects_and_unknown_ids() {
         let keys = service();
         assert!(matches!(
-            keys.create("bad project", None).await,
+            keys.create(&ProjectId::new("bad project"), None).await,
             Err(KeyError::InvalidProject(_))
         ));
         assert!(matches!(keys.revoke("nope").await, Err(KeyError::NotFound(_))));

@@ -10,7 +10,7 @@
 //! record unrevoked read it before the revocation, so it read the version before the bump too,
 //! and the bump then invalidates what it cached.
 
-use crate::ports::{Clock, Record, StateStore, StorageError};
+use crate::ports::{Clock, ProjectId, Record, StateStore, StorageError};
 use std::sync::Arc;
 
 /// Kind of the per-project revocation record (id: the project).
@@ -29,10 +29,10 @@ impl Revocations {
     }
 
     /// The project's revocation version: 0 until anything in it was revoked. One read.
-    pub async fn version(&self, project: &str) -> Result<u64, StorageError> {
+    pub async fn version(&self, project: &ProjectId) -> Result<u64, StorageError> {
         Ok(self
             .state
-            .get(REVOCATION_KIND, project)
+            .get(REVOCATION_KIND, project.as_str())
             .await?
             .map_or(0, |record| record.version))
     }
@@ -41,17 +41,17 @@ impl Revocations {
     /// [`StorageError::Conflict`] when either moved on: the caller reads again and retries.
     pub(crate) async fn write_revoking(
         &self,
-        project: &str,
+        project: &ProjectId,
         record: &Record,
         expected: u64,
     ) -> Result<(), StorageError> {
-        let counter = match self.state.get(REVOCATION_KIND, project).await? {
+        let counter = match self.state.get(REVOCATION_KIND, project.as_str()).await? {
             Some(counter) => counter,
             None => {
                 let counter = Record {
                     kind: REVOCATION_KIND.to_owned(),
-                    id: project.to_owned(),
-                    owner: project.to_owned(),
+                    id: project.to_string(),
+                    owner: project.to_string(),
                     created_at_ms: self.clock.now_unix_ms(),
                     version: 1,
                     expires_at: None,
@@ -84,7 +84,7 @@ mod tests {
     async fn a_revoking_write_bumps_the_version_with_the_record() {
         let state: Arc<dyn StateStore> = Arc::new(SqliteStateStore::in_memory().unwrap());
         let revocations = Revocations::new(Arc::clone(&state), Arc::new(SystemClock));
-        assert_eq!(revocations.version("p1").await.unwrap(), 0);
+        assert_eq!(revocations.version(&ProjectId::new("p1")).await.unwrap(), 0);
         let record = Record {
             kind: "thing".into(),
             id: "t1".into(),
@@ -101,19 +101,22 @@ mod tests {
         };
         // The first write creates the counter and asks for a retry.
         assert_eq!(
-            revocations.write_revoking("p1", &next, 1).await,
+            revocations.write_revoking(&ProjectId::new("p1"), &next, 1).await,
             Err(StorageError::Conflict)
         );
-        let created = revocations.version("p1").await.unwrap();
-        revocations.write_revoking("p1", &next, 1).await.unwrap();
-        assert_eq!(revocations.version("p1").await.unwrap(), created + 1);
+        let created = revocations.version(&ProjectId::new("p1")).await.unwrap();
+        revocations
+            .write_revoking(&ProjectId::new("p1"), &next, 1)
+            .await
+            .unwrap();
+        assert_eq!(revocations.version(&ProjectId::new("p1")).await.unwrap(), created + 1);
         assert_eq!(state.get("thing", "t1").await.unwrap().unwrap().version, 2);
         // A stale record version writes neither.
         assert_eq!(
-            revocations.write_revoking("p1", &next, 1).await,
+            revocations.write_revoking(&ProjectId::new("p1"), &next, 1).await,
             Err(StorageError::Conflict)
         );
-        assert_eq!(revocations.version("p1").await.unwrap(), created + 1);
-        assert_eq!(revocations.version("p2").await.unwrap(), 0);
+        assert_eq!(revocations.version(&ProjectId::new("p1")).await.unwrap(), created + 1);
+        assert_eq!(revocations.version(&ProjectId::new("p2")).await.unwrap(), 0);
     }
 }

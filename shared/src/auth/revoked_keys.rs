@@ -4,7 +4,7 @@
 
 use super::keys::ApiKeyService;
 use super::revocations::Revocations;
-use crate::ports::{Clock, IdSource, StateStore, StorageError};
+use crate::ports::{Clock, IdSource, ProjectId, StateStore, StorageError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -21,7 +21,7 @@ enum Known {
 /// Answers "was this key revoked?" for work that recorded the id of the key that submitted it.
 pub struct RevokedKeys {
     keys: ApiKeyService,
-    known: Mutex<HashMap<String, (String, Known)>>,
+    known: Mutex<HashMap<String, (ProjectId, Known)>>,
 }
 
 impl RevokedKeys {
@@ -74,7 +74,7 @@ impl RevokedKeys {
     }
 
     /// Read the key after `version` was read, and remember the answer under it.
-    async fn fill(&self, key_id: &str, project: &str, version: u64) -> Result<Option<i64>, StorageError> {
+    async fn fill(&self, key_id: &str, project: &ProjectId, version: u64) -> Result<Option<i64>, StorageError> {
         let revoked_at = match self.keys.info(key_id).await? {
             None => Some(0),
             Some(info) => info.revoked_at.map(|at| at.saturating_mul(1000)),
@@ -84,12 +84,12 @@ impl RevokedKeys {
         Ok(revoked_at)
     }
 
-    fn remember(&self, key_id: &str, project: &str, known: Known) {
+    fn remember(&self, key_id: &str, project: &ProjectId, known: Known) {
         if let Ok(mut map) = self.known.lock() {
             if map.len() >= CACHE_LIMIT {
                 map.clear();
             }
-            map.insert(key_id.to_owned(), (project.to_owned(), known));
+            map.insert(key_id.to_owned(), (project.clone(), known));
         }
     }
 }
@@ -105,8 +105,8 @@ mod tests {
         let state: Arc<dyn StateStore> = Arc::new(SqliteStateStore::in_memory().unwrap());
         let keys = ApiKeyService::new(Arc::clone(&state), Arc::new(SystemClock), Arc::new(UuidV7Ids));
         let worker = RevokedKeys::new(state, Arc::new(SystemClock), Arc::new(UuidV7Ids));
-        let key = keys.create("p1", None).await.unwrap().info.key_id;
-        let other = keys.create("p1", None).await.unwrap().info.key_id;
+        let key = keys.create(&ProjectId::new("p1"), None).await.unwrap().info.key_id;
+        let other = keys.create(&ProjectId::new("p1"), None).await.unwrap().info.key_id;
         for _ in 0..2 {
             assert!(!worker.is_revoked(&key).await.unwrap());
             assert!(!worker.is_revoked(&other).await.unwrap());

@@ -14,7 +14,7 @@ use crate::idempotency::IdempotencyKeys;
 use crate::idempotency::{fingerprint, Reservation};
 use crate::openai::batches::{BatchList, BatchObject, BatchStatus, CreateBatchRequest};
 use crate::paging::{PageBounds, PageLimit};
-use crate::ports::{BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, StateStore};
+use crate::ports::{BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, ProjectId, StateStore};
 use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
 use crate::user_text::excerpt;
 use std::sync::Arc;
@@ -64,7 +64,7 @@ impl BatchApi {
     /// returns the batch the first request created.
     pub async fn create_batch(
         &self,
-        project: &str,
+        project: &ProjectId,
         request: CreateBatchRequest,
         idempotency_key: Option<&str>,
     ) -> Result<BatchObject, BatchesError> {
@@ -75,7 +75,7 @@ impl BatchApi {
     /// not run yet fail with `api_key_revoked`).
     pub async fn create_batch_by(
         &self,
-        project: &str,
+        project: &ProjectId,
         key_id: Option<&str>,
         request: CreateBatchRequest,
         idempotency_key: Option<&str>,
@@ -139,7 +139,7 @@ impl BatchApi {
         batch.metadata = metadata;
         let stored = StoredBatch {
             batch: batch.clone(),
-            project: project.to_owned(),
+            project: project.clone(),
             input_blob_key,
             chunks: 0,
             chunks_done: 0,
@@ -163,7 +163,7 @@ impl BatchApi {
         let record = Record {
             kind: BATCH_KIND.to_owned(),
             id: id.clone(),
-            owner: project.to_owned(),
+            owner: project.to_string(),
             created_at_ms: created_ms,
             version: 1,
             expires_at: None,
@@ -195,7 +195,7 @@ impl BatchApi {
     }
 
     /// The project's batch record, or 404.
-    pub(crate) async fn owned_batch(&self, project: &str, id: &str) -> Result<Loaded<StoredBatch>, BatchesError> {
+    pub(crate) async fn owned_batch(&self, project: &ProjectId, id: &str) -> Result<Loaded<StoredBatch>, BatchesError> {
         match Loaded::<StoredBatch>::get_owned(self.state.as_ref(), BATCH_KIND, id, project).await? {
             Some(loaded) => Ok(loaded),
             _ => Err(batch_not_found(id)),
@@ -204,7 +204,7 @@ impl BatchApi {
 
     /// The batch; with `live` (or on the local server) its counts include what running chunks
     /// have not saved yet, and a `live` read keeps them publishing (see `live.rs`).
-    pub async fn get_batch(&self, project: &str, id: &str, live: bool) -> Result<BatchObject, BatchesError> {
+    pub async fn get_batch(&self, project: &ProjectId, id: &str, live: bool) -> Result<BatchObject, BatchesError> {
         let loaded = self.owned_batch(project, id).await?;
         if live {
             self.live.keep_live(&loaded).await?;
@@ -217,7 +217,7 @@ impl BatchApi {
     }
 
     /// The project's batches, newest first.
-    pub async fn list_batches(&self, project: &str, query: ListBatches) -> Result<BatchList, BatchesError> {
+    pub async fn list_batches(&self, project: &ProjectId, query: ListBatches) -> Result<BatchList, BatchesError> {
         let after = match &query.after {
             None => None,
             Some(id) => Some(
@@ -239,7 +239,7 @@ impl BatchApi {
             .state
             .list_by_owner(&ListQuery {
                 kind: BATCH_KIND.to_owned(),
-                owner: project.to_owned(),
+                owner: project.to_string(),
                 after,
                 limit: query.limit.get(),
                 order: ListOrder::Desc,
@@ -261,10 +261,10 @@ impl BatchApi {
 
     /// Start cancelling: `cancelling` at once; workers stop starting lines and the batch ends
     /// `cancelled` once they have saved what they finished.
-    pub async fn cancel_batch(&self, project: &str, id: &str) -> Result<BatchObject, BatchesError> {
+    pub async fn cancel_batch(&self, project: &ProjectId, id: &str) -> Result<BatchObject, BatchesError> {
         let now = self.clock.now_unix_s();
         let edited = edit(self.state.as_ref(), BATCH_KIND, id, |stored: &mut StoredBatch| {
-            if stored.project != project || stored.format != BatchFormat::OpenAiJsonl {
+            if stored.project != *project || stored.format != BatchFormat::OpenAiJsonl {
                 return Edit::Keep(Err(batch_not_found(id)));
             }
             let status = stored.batch.status;

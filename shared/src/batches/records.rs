@@ -9,7 +9,7 @@
 use super::input_validation::ChunkRange;
 use crate::openai::batches::{BatchObject, BatchUsage};
 use crate::openai::files::ExpiresAfter;
-use crate::ports::{Clock, Record, StateStore, StorageError};
+use crate::ports::{Clock, ProjectId, Record, StateStore, StorageError};
 use serde::{Deserialize, Serialize};
 
 pub(crate) const BATCH_KIND: &str = "batch";
@@ -21,7 +21,7 @@ pub(crate) const ACTIVE_OWNER: &str = "_active";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct StoredBatch {
     pub batch: BatchObject,
-    pub project: String,
+    pub project: ProjectId,
     pub input_blob_key: String,
     /// Chunks planned by validation (0 until then) and how many have finished.
     pub chunks: u32,
@@ -112,7 +112,7 @@ pub(crate) struct TensorZeroPlan {
 }
 
 /// The marker of an unfinished batch, what the poller walks; written before the batch record.
-pub(crate) fn active_marker(batch_id: &str, project: &str, created_ms: i64) -> Record {
+pub(crate) fn active_marker(batch_id: &str, project: &ProjectId, created_ms: i64) -> Record {
     Record {
         kind: ACTIVE_KIND.to_owned(),
         id: batch_id.to_owned(),

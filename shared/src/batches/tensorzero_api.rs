@@ -14,7 +14,7 @@ use crate::functions::batch_request::BatchInferenceRequest;
 use crate::functions::inference::{FunctionError, InferenceReply};
 use crate::openai::batches::BatchObject;
 use crate::ports::credential_sealer::seal_json;
-use crate::ports::{Record, StorageError};
+use crate::ports::{ProjectId, Record, StorageError};
 use bytes::Bytes;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -107,7 +107,7 @@ impl BatchInferencePoll {
 }
 
 /// Where a project's `/batch_inference` batches are listed (apart from its `/v1/batches`).
-pub(super) fn owner_of(project: &str) -> String {
+pub(super) fn owner_of(project: &ProjectId) -> String {
     format!("{project}/batch_inference")
 }
 
@@ -115,7 +115,7 @@ impl BatchApi {
     /// Check every item, store them as the batch's input, and queue the batch.
     pub async fn submit_batch_inference(
         &self,
-        project: &str,
+        project: &ProjectId,
         request: BatchInferenceRequest,
     ) -> Result<BatchInferenceCreated, BatchInferenceError> {
         self.submit_batch_inference_by(project, None, request).await
@@ -125,7 +125,7 @@ impl BatchApi {
     /// the items not run yet fail with `api_key_revoked`).
     pub async fn submit_batch_inference_by(
         &self,
-        project: &str,
+        project: &ProjectId,
         key_id: Option<&str>,
         request: BatchInferenceRequest,
     ) -> Result<BatchInferenceCreated, BatchInferenceError> {
@@ -165,7 +165,7 @@ impl BatchApi {
                 batch.request_counts.total = total;
                 batch
             },
-            project: project.to_owned(),
+            project: project.clone(),
             input_blob_key,
             chunks: 0,
             chunks_done: 0,

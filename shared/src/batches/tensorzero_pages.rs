@@ -9,7 +9,7 @@ use super::finalize::Finalizer;
 use super::records::StoredBatch;
 use super::BatchesError;
 use crate::ports::inference_records::InferenceRecord;
-use crate::ports::{BatchItemId, BatchPage, ItemIdKind, StorageError};
+use crate::ports::{BatchItemId, BatchPage, ItemIdKind, ProjectId, StorageError};
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
@@ -23,7 +23,7 @@ impl Finalizer {
         stored: &StoredBatch,
         output_keys: &[String],
     ) -> Result<(), BatchesError> {
-        let project = stored.project.as_str();
+        let project = &stored.project;
         let batch_id = Uuid::parse_str(&stored.batch.id)
             .map_err(|e| StorageError::Invalid(format!("batch id {}: {e}", stored.batch.id)))?;
         let mut spans: Vec<BatchPage> = Vec::new();
@@ -41,7 +41,7 @@ impl Finalizer {
     /// The records of one result blob: those the pages hold, and those also stored one by one.
     async fn result_records(
         &self,
-        project: &str,
+        project: &ProjectId,
         batch_id: Uuid,
         key: &str,
     ) -> Result<(Vec<InferenceRecord>, Vec<InferenceRecord>), BatchesError> {
@@ -53,7 +53,7 @@ impl Finalizer {
                 // A result line of an item stored as it ran (a batch from before pages).
                 continue;
             };
-            record.project = project.to_owned();
+            record.project = project.clone();
             let derived = BatchItemId::of_batch(record.inference_id, batch_id, ItemIdKind::Inference);
             let minted_episode = BatchItemId::of_batch(record.episode_id, batch_id, ItemIdKind::Episode);
             match derived {

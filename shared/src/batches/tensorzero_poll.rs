@@ -6,13 +6,13 @@
 
 use super::lines::tensorzero::ItemResult;
 use super::records::{BatchFormat, Loaded, StoredBatch, BATCH_KIND};
-use super::tensorzero_api::{owner_of, BatchInferenceError, BatchInferencePoll, PollQuery, PollStatus};
+use super::tensorzero_api::{BatchInferenceError, BatchInferencePoll, PollQuery, PollStatus};
 use super::BatchApi;
 use crate::functions::batch_request::{item_ids_in, ItemIds};
 use crate::functions::inference::{FunctionError, InferenceReply};
 use crate::openai::batches::BatchStatus;
 use crate::ports::inference_records::InferenceRecord;
-use crate::ports::{BatchItemId, ItemIdKind, StorageError};
+use crate::ports::{BatchItemId, ItemIdKind, ProjectId, StorageError};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 use uuid::Uuid;
@@ -24,19 +24,19 @@ impl BatchApi {
     /// Poll a batch (or one of its items).
     pub async fn poll_batch_inference(
         &self,
-        project: &str,
+        project: &ProjectId,
         batch_id: Uuid,
         query: PollQuery,
     ) -> Result<BatchInferencePoll, BatchInferenceError> {
         let not_found = || BatchInferenceError::BatchNotFound(batch_id);
-        let owner = owner_of(project);
-        let Some(loaded) =
-            Loaded::<StoredBatch>::get_owned(self.state.as_ref(), BATCH_KIND, &batch_id.to_string(), &owner).await?
+        // A `/batch_inference` batch is listed under a partition of its project (`owner_of`), not
+        // under the project itself: its body's project scopes it.
+        let Some(loaded) = Loaded::<StoredBatch>::get(self.state.as_ref(), BATCH_KIND, &batch_id.to_string()).await?
         else {
             return Err(not_found());
         };
         let stored = loaded.body;
-        if !matches!(stored.format, BatchFormat::TensorZero(_)) || stored.project != project {
+        if !matches!(stored.format, BatchFormat::TensorZero(_)) || stored.project != *project {
             return Err(not_found());
         }
         let status = stored.batch.status;
@@ -112,7 +112,7 @@ impl BatchApi {
     }
 
     /// The records of these inferences, one read each, in this order (a batch from before pages).
-    async fn records_of(&self, project: &str, ids: &[Uuid]) -> Result<Vec<InferenceRecord>, BatchInferenceError> {
+    async fn records_of(&self, project: &ProjectId, ids: &[Uuid]) -> Result<Vec<InferenceRecord>, BatchInferenceError> {
         let records = futures::stream::iter(ids.iter().copied())
             .map(|id| async move { self.records.get(project, id).await.map(|record| (id, record)) })
             .buffered(READ_CONCURRENCY)
@@ -133,7 +133,7 @@ impl BatchApi {
     /// read from the pages that hold them.
     async fn poll_paged(
         &self,
-        project: &str,
+        project: &ProjectId,
         batch_id: Uuid,
         stored: &StoredBatch,
         query: PollQuery,

@@ -7,7 +7,7 @@ use super::streams::{limited, sha256_checked};
 use super::sweep::{Janitor, JanitorTask};
 use super::{project_prefix, FilesError, FilesService, StoredFile, FILE_KIND};
 use crate::openai::files::{ExpiresAfter, FileObject, FilePurpose};
-use crate::ports::{ByteStream, OneTimePut, Record, StorageError};
+use crate::ports::{ByteStream, OneTimePut, ProjectId, Record, StorageError};
 use crate::user_text::excerpt;
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ fn parse_sha256(hex_digits: &str) -> Result<[u8; 32], FilesError> {
 impl FilesService {
     pub async fn create_direct_upload(
         &self,
-        project: &str,
+        project: &ProjectId,
         filename: String,
         purpose: FilePurpose,
         declared: DeclaredBytes,
@@ -67,7 +67,7 @@ impl FilesService {
         Janitor::new(self)
             .schedule(
                 JanitorTask::DirectUploadDeadline {
-                    project: project.to_owned(),
+                    project: project.clone(),
                     file_id: id.clone(),
                 },
                 (deadline + 60) * 1000,
@@ -116,7 +116,7 @@ impl FilesService {
     /// with the declared checksum, so this path refuses.
     pub async fn put_direct_content(
         &self,
-        project: &str,
+        project: &ProjectId,
         id: &str,
         body: ByteStream,
     ) -> Result<FileObject, FilesError> {

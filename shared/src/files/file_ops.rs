@@ -7,7 +7,7 @@ use super::{cursor_for_id, decode, encode, project_prefix, FilesError, FilesServ
 use crate::idempotency::{IdempotencyKeys, Reservation};
 use crate::openai::files::{ExpiresAfter, FileDeleted, FileList, FileObject, FilePurpose};
 use crate::paging::{PageBounds, PageLimit};
-use crate::ports::{ByteStream, ListOrder, ListQuery, Record};
+use crate::ports::{ByteStream, ListOrder, ListQuery, ProjectId, Record};
 use crate::user_text::excerpt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,7 +78,12 @@ pub enum FileContent {
 
 impl FilesService {
     /// Store a file streamed from the client. Nothing is visible unless every byte landed.
-    pub async fn create_file(&self, project: &str, new: NewFile, body: ByteStream) -> Result<FileObject, FilesError> {
+    pub async fn create_file(
+        &self,
+        project: &ProjectId,
+        new: NewFile,
+        body: ByteStream,
+    ) -> Result<FileObject, FilesError> {
         check_filename(&new.filename, new.purpose)?;
         let mut draft = self.start_file(project).await?;
         if let Err(err) = self
@@ -93,14 +98,14 @@ impl FilesService {
 
     /// Reserve an id and a blob for a file whose metadata may arrive after its bytes
     /// (multipart fields come in any order).
-    pub async fn start_file(&self, project: &str) -> Result<FileDraft, FilesError> {
+    pub async fn start_file(&self, project: &ProjectId) -> Result<FileDraft, FilesError> {
         let (id, _) = self.mint("file-");
         self.start_file_with_id(project, &id).await
     }
 
     /// Like [`FilesService::start_file`] for an id minted earlier by this layer (an idempotent
     /// create's retry, a batch's reserved result file).
-    pub async fn start_file_with_id(&self, project: &str, id: &str) -> Result<FileDraft, FilesError> {
+    pub async fn start_file_with_id(&self, project: &ProjectId, id: &str) -> Result<FileDraft, FilesError> {
         let cursor = cursor_for_id("file-", id)
             .ok_or_else(|| FilesError::invalid(format!("'{}' is not a file id.", excerpt(id)), "id"))?;
         let blob_key = format!("{}/files/{id}", project_prefix(project));
@@ -116,7 +121,7 @@ impl FilesService {
     }
 
     /// The id a new file with this idempotency key gets, or the file an earlier request made.
-    pub async fn reserve_file_id(&self, project: &str, key: &str) -> Result<FileReservation, FilesError> {
+    pub async fn reserve_file_id(&self, project: &ProjectId, key: &str) -> Result<FileReservation, FilesError> {
         let (id, _) = self.mint("file-");
         let keys = IdempotencyKeys::new(Arc::clone(&self.state), Arc::clone(&self.clock));
         match keys.reserve(project, "files", key, &id, "").await? {
@@ -134,7 +139,7 @@ impl FilesService {
     /// file exists already (an earlier attempt got that far), it is returned as it is.
     pub async fn create_generated_file(
         &self,
-        project: &str,
+        project: &ProjectId,
         id: &str,
         new: NewFile,
         body: ByteStream,
@@ -151,7 +156,7 @@ impl FilesService {
     }
 
     /// A batch input file: its object and where its bytes are.
-    pub async fn batch_input(&self, project: &str, id: &str) -> Result<(FileObject, String), FilesError> {
+    pub async fn batch_input(&self, project: &ProjectId, id: &str) -> Result<(FileObject, String), FilesError> {
         let (record, stored) = self.live_file(project, id).await?;
         let stored = self.settle_direct_upload(record, stored).await?;
         if stored.file.purpose != FilePurpose::Batch {
@@ -194,7 +199,12 @@ impl FilesService {
     }
 
     /// Validate the metadata against the stored bytes and make the file visible, or discard it.
-    pub async fn finish_file(&self, project: &str, draft: FileDraft, new: NewFile) -> Result<FileObject, FilesError> {
+    pub async fn finish_file(
+        &self,
+        project: &ProjectId,
+        draft: FileDraft,
+        new: NewFile,
+    ) -> Result<FileObject, FilesError> {
         let Some(bytes) = draft.bytes else {
             self.discard_file(&draft).await;
             return Err(FilesError::invalid("The request has no 'file' field.", "file"));
@@ -254,7 +264,7 @@ impl FilesService {
     /// Write the record (and its expiry marker) of a file whose bytes are stored.
     pub(crate) async fn insert_file(
         &self,
-        project: &str,
+        project: &ProjectId,
         created_ms: i64,
         stored: StoredFile,
     ) -> Result<(), FilesError> {
@@ -262,7 +272,7 @@ impl FilesService {
             Janitor::new(self)
                 .schedule(
                     JanitorTask::ExpireFile {
-                        project: project.to_owned(),
+                        project: project.clone(),
                         file_id: stored.file.id.clone(),
                     },
                     expires_at * 1000,
@@ -272,7 +282,7 @@ impl FilesService {
         let record = Record {
             kind: FILE_KIND.to_owned(),
             id: stored.file.id.clone(),
-            owner: project.to_owned(),
+            owner: project.to_string(),
             created_at_ms: created_ms,
             version: 1,
             expires_at: stored.file.expires_at,
@@ -283,7 +293,7 @@ impl FilesService {
     }
 
     /// The project's live (unexpired) file record.
-    pub(crate) async fn live_file(&self, project: &str, id: &str) -> Result<(Record, StoredFile), FilesError> {
+    pub(crate) async fn live_file(&self, project: &ProjectId, id: &str) -> Result<(Record, StoredFile), FilesError> {
         let record = self
             .owned_record(FILE_KIND, id, project)
             .await?
@@ -295,12 +305,12 @@ impl FilesService {
         Ok((record, stored))
     }
 
-    pub async fn get_file(&self, project: &str, id: &str) -> Result<FileObject, FilesError> {
+    pub async fn get_file(&self, project: &ProjectId, id: &str) -> Result<FileObject, FilesError> {
         let (record, stored) = self.live_file(project, id).await?;
         Ok(self.settle_direct_upload(record, stored).await?.file)
     }
 
-    pub async fn list_files(&self, project: &str, query: ListFiles) -> Result<FileList, FilesError> {
+    pub async fn list_files(&self, project: &ProjectId, query: ListFiles) -> Result<FileList, FilesError> {
         let limit = query.limit.get();
         let mut after = match &query.after {
             None => None,
@@ -316,7 +326,7 @@ impl FilesService {
                 .state
                 .list_by_owner(&ListQuery {
                     kind: FILE_KIND.to_owned(),
-                    owner: project.to_owned(),
+                    owner: project.to_string(),
                     after: after.take(),
                     limit: (limit + 1).min(1000),
                     order: query.order,
@@ -351,7 +361,7 @@ impl FilesService {
 
     /// Delete the metadata, then the bytes unless a running batch still holds them (they go when
     /// it ends). Of concurrent deletes one wins; the others see 404.
-    pub async fn delete_file(&self, project: &str, id: &str) -> Result<FileDeleted, FilesError> {
+    pub async fn delete_file(&self, project: &ProjectId, id: &str) -> Result<FileDeleted, FilesError> {
         for _ in 0..5 {
             let (record, stored) = self.live_file(project, id).await?;
             match self.state.delete(FILE_KIND, id, Some(record.version)).await {
@@ -374,7 +384,12 @@ impl FilesService {
 
     /// The bytes: a redirect to a presigned URL when the store has them (S3) and the file is
     /// larger than `inline_limit`, else a stream.
-    pub async fn file_content(&self, project: &str, id: &str, inline_limit: u64) -> Result<FileContent, FilesError> {
+    pub async fn file_content(
+        &self,
+        project: &ProjectId,
+        id: &str,
+        inline_limit: u64,
+    ) -> Result<FileContent, FilesError> {
         let (record, stored) = self.live_file(project, id).await?;
         let stored = self.settle_direct_upload(record, stored).await?;
         if stored.file.status != "processed" {

@@ -11,7 +11,7 @@
 use super::sweep::{Janitor, JanitorTask};
 use super::{decode, encode, FilesError, FilesService, FILE_KIND};
 use crate::openai::files::FileObject;
-use crate::ports::{Record, StorageError};
+use crate::ports::{ProjectId, Record, StorageError};
 use serde::{Deserialize, Serialize};
 
 pub(crate) const HOLD_KIND: &str = "blob_hold";
@@ -35,7 +35,7 @@ impl FilesService {
     /// calls [`FilesService::release_hold`]. A file deleted meanwhile answers 404 and is not held.
     pub async fn hold_batch_input(
         &self,
-        project: &str,
+        project: &ProjectId,
         file_id: &str,
         holder: &str,
     ) -> Result<(FileObject, String), FilesError> {

@@ -22,7 +22,7 @@ pub use limits::{check_expires_after, check_new_file, max_bytes_for, ExpiryField
 pub use streams::{md5_tapped, Md5Tap};
 
 use crate::openai::files::FileObject;
-use crate::ports::{BlobStore, Clock, IdSource, Record, SortCursor, StateStore, StorageError};
+use crate::ports::{BlobStore, Clock, IdSource, ProjectId, Record, SortCursor, StateStore, StorageError};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -101,7 +101,7 @@ pub(crate) fn cursor_for_id(prefix: &str, id: &str) -> Option<SortCursor> {
     })
 }
 
-pub(crate) fn project_prefix(project: &str) -> String {
+pub(crate) fn project_prefix(project: &ProjectId) -> String {
     format!("projects/{project}")
 }
 
@@ -142,7 +142,12 @@ impl FilesService {
     }
 
     /// The project's record of `kind`/`id`, or `None` if it is missing or belongs to another project.
-    pub(crate) async fn owned_record(&self, kind: &str, id: &str, project: &str) -> Result<Option<Record>, FilesError> {
+    pub(crate) async fn owned_record(
+        &self,
+        kind: &str,
+        id: &str,
+        project: &ProjectId,
+    ) -> Result<Option<Record>, FilesError> {
         Ok(crate::records::get_owned(self.state.as_ref(), kind, id, project).await?)
     }
 }

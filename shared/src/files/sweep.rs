@@ -6,7 +6,7 @@
 
 use super::{decode, FilesError, FilesService, StoredFile, FILE_KIND};
 use crate::ports::state::earliest_created_at;
-use crate::ports::{ListOrder, ListQuery, Record, StorageError};
+use crate::ports::{ListOrder, ListQuery, ProjectId, Record, StorageError};
 use crate::scheduler::{ScheduleError, ScheduledTask};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -22,11 +22,11 @@ const BLOB_GUARD_GRACE_MS: i64 = 2 * 3600 * 1000;
 #[serde(tag = "task", rename_all = "snake_case")]
 pub enum JanitorTask {
     /// Delete a file (record, then bytes) once it expired.
-    ExpireFile { project: String, file_id: String },
+    ExpireFile { project: ProjectId, file_id: String },
     /// Expire a pending upload and delete its parts.
-    ExpireUpload { project: String, upload_id: String },
+    ExpireUpload { project: ProjectId, upload_id: String },
     /// Settle a direct upload, or remove it if its bytes never arrived.
-    DirectUploadDeadline { project: String, file_id: String },
+    DirectUploadDeadline { project: ProjectId, file_id: String },
     /// Delete `blob_key` unless the record `kind`/`id` exists.
     BlobGuard { kind: String, id: String, blob_key: String },
     /// Delete the bytes of a deleted file that a holder (a batch) kept past the longest window.

@@ -3,6 +3,7 @@
 use super::*;
 use crate::adapters::embedded::{FileBlobStore, SqliteStateStore};
 use crate::openai::files::{CreateUploadRequest, ExpiresAfter, FilePurpose};
+use crate::ports::ProjectId;
 use crate::ports::{ByteStream, ListOrder, SystemClock, UuidV7Ids};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -68,7 +69,11 @@ fn new_file(name: &str, purpose: FilePurpose) -> NewFile {
 }
 
 async fn read_all(files: &FilesService, project: &str, id: &str) -> Vec<u8> {
-    match files.file_content(project, id, u64::MAX).await.unwrap() {
+    match files
+        .file_content(&ProjectId::new(project), id, u64::MAX)
+        .await
+        .unwrap()
+    {
         FileContent::Stream { body, .. } => body.map(|c| c.unwrap().to_vec()).concat().await,
         FileContent::Redirect(_) => panic!("embedded store never redirects"),
     }
@@ -79,25 +84,29 @@ async fn files_round_trip_and_are_scoped_to_their_project() {
     let f = Fixture::new();
     let file = f
         .files
-        .create_file("p1", new_file("in.jsonl", FilePurpose::Batch), body(b"{\"a\":1}\n"))
+        .create_file(
+            &ProjectId::new("p1"),
+            new_file("in.jsonl", FilePurpose::Batch),
+            body(b"{\"a\":1}\n"),
+        )
         .await
         .unwrap();
     assert_eq!(file.bytes, 8);
     assert_eq!(file.expires_at, Some(file.created_at + 30 * 24 * 3600));
     assert_eq!(read_all(&f.files, "p1", &file.id).await, b"{\"a\":1}\n");
-    assert_eq!(f.files.get_file("p1", &file.id).await.unwrap(), file);
+    assert_eq!(f.files.get_file(&ProjectId::new("p1"), &file.id).await.unwrap(), file);
     // Another project sees nothing, and cannot delete it.
     assert!(matches!(
-        f.files.get_file("p2", &file.id).await,
+        f.files.get_file(&ProjectId::new("p2"), &file.id).await,
         Err(FilesError::NotFound { .. })
     ));
     assert!(matches!(
-        f.files.delete_file("p2", &file.id).await,
+        f.files.delete_file(&ProjectId::new("p2"), &file.id).await,
         Err(FilesError::NotFound { .. })
     ));
-    f.files.delete_file("p1", &file.id).await.unwrap();
+    f.files.delete_file(&ProjectId::new("p1"), &file.id).await.unwrap();
     assert!(matches!(
-        f.files.get_file("p1", &file.id).await,
+        f.files.get_file(&ProjectId::new("p1"), &file.id).await,
         Err(FilesError::NotFound { .. })
     ));
     assert_eq!(f.blob_files_under("projects/p1/files"), 0);
@@ -115,7 +124,11 @@ async fn listing_pages_exactly_in_both_orders_with_a_purpose_filter() {
         };
         created.push(
             f.files
-                .create_file("p", new_file(&format!("f{i}.txt"), purpose), body(b"x"))
+                .create_file(
+                    &ProjectId::new("p"),
+                    new_file(&format!("f{i}.txt"), purpose),
+                    body(b"x"),
+                )
                 .await
                 .unwrap()
                 .id,
@@ -128,7 +141,7 @@ async fn listing_pages_exactly_in_both_orders_with_a_purpose_filter() {
             let page = f
                 .files
                 .list_files(
-                    "p",
+                    &ProjectId::new("p"),
                     ListFiles {
                         after: after.clone(),
                         limit: crate::files::FILE_PAGE.check(2).unwrap(),
@@ -153,7 +166,7 @@ async fn listing_pages_exactly_in_both_orders_with_a_purpose_filter() {
     let vision = f
         .files
         .list_files(
-            "p",
+            &ProjectId::new("p"),
             ListFiles {
                 after: None,
                 limit: crate::files::FILE_PAGE.check(3).unwrap(),
@@ -168,7 +181,7 @@ async fn listing_pages_exactly_in_both_orders_with_a_purpose_filter() {
     let bad = f
         .files
         .list_files(
-            "p",
+            &ProjectId::new("p"),
             ListFiles {
                 after: Some("nope".into()),
                 limit: crate::files::FILE_PAGE.check(2).unwrap(),
@@ -184,11 +197,11 @@ async fn batch_files_must_be_jsonl_and_sizes_are_enforced_while_streaming() {
     let f = Fixture::new();
     let err = f
         .files
-        .create_file("p", new_file("in.txt", FilePurpose::Batch), body(b"x"))
+        .create_file(&ProjectId::new("p"), new_file("in.txt", FilePurpose::Batch), body(b"x"))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("Must be .jsonl"), "{err}");
-    let mut draft = f.files.start_file("p").await.unwrap();
+    let mut draft = f.files.start_file(&ProjectId::new("p")).await.unwrap();
     let err = f
         .files
         .write_file_bytes(&mut draft, body(&[0u8; 100]), 10)
@@ -210,11 +223,15 @@ async fn expired_files_vanish_and_the_sweep_deletes_their_bytes() {
             seconds: 3600,
         }),
     };
-    let file = f.files.create_file("p", new, body(b"bytes")).await.unwrap();
+    let file = f
+        .files
+        .create_file(&ProjectId::new("p"), new, body(b"bytes"))
+        .await
+        .unwrap();
     assert_eq!(f.files.sweep(100).await.unwrap().tasks_run, 0, "nothing is due yet");
     f.advance(3601);
     assert!(matches!(
-        f.files.get_file("p", &file.id).await,
+        f.files.get_file(&ProjectId::new("p"), &file.id).await,
         Err(FilesError::NotFound { .. })
     ));
     assert_eq!(f.blob_files_under("projects/p/files"), 1);
@@ -231,7 +248,7 @@ async fn expired_files_vanish_and_the_sweep_deletes_their_bytes() {
         }),
     };
     assert!(matches!(
-        f.files.create_file("p", bad, body(b"x")).await,
+        f.files.create_file(&ProjectId::new("p"), bad, body(b"x")).await,
         Err(FilesError::Invalid { .. })
     ));
 }
@@ -249,13 +266,30 @@ fn upload_request(bytes: u64) -> CreateUploadRequest {
 #[tokio::test]
 async fn uploads_assemble_parts_in_the_given_order_and_check_md5() {
     let f = Fixture::new();
-    let upload = f.files.create_upload("p", upload_request(6)).await.unwrap();
-    let first = f.files.add_upload_part("p", &upload.id, body(b"abc")).await.unwrap();
-    let second = f.files.add_upload_part("p", &upload.id, body(b"def")).await.unwrap();
+    let upload = f
+        .files
+        .create_upload(&ProjectId::new("p"), upload_request(6))
+        .await
+        .unwrap();
+    let first = f
+        .files
+        .add_upload_part(&ProjectId::new("p"), &upload.id, body(b"abc"))
+        .await
+        .unwrap();
+    let second = f
+        .files
+        .add_upload_part(&ProjectId::new("p"), &upload.id, body(b"def"))
+        .await
+        .unwrap();
     let order = vec![second.id.clone(), first.id.clone()];
     let err = f
         .files
-        .complete_upload("p", &upload.id, &order, Some("00000000000000000000000000000000"))
+        .complete_upload(
+            &ProjectId::new("p"),
+            &upload.id,
+            &order,
+            Some("00000000000000000000000000000000"),
+        )
         .await
         .unwrap_err();
     assert!(
@@ -265,7 +299,7 @@ async fn uploads_assemble_parts_in_the_given_order_and_check_md5() {
     assert_eq!(
         f.files
             .list_files(
-                "p",
+                &ProjectId::new("p"),
                 ListFiles {
                     limit: crate::files::FILE_PAGE.check(10).unwrap(),
                     ..Default::default()
@@ -281,7 +315,7 @@ async fn uploads_assemble_parts_in_the_given_order_and_check_md5() {
     let md5 = hex::encode(<md5::Md5 as md5::Digest>::digest(b"defabc"));
     let done = f
         .files
-        .complete_upload("p", &upload.id, &order, Some(&md5))
+        .complete_upload(&ProjectId::new("p"), &upload.id, &order, Some(&md5))
         .await
         .unwrap();
     assert_eq!(done.status, "completed");
@@ -293,35 +327,61 @@ async fn uploads_assemble_parts_in_the_given_order_and_check_md5() {
         "parts are cleaned up"
     );
     // Nothing more can happen to a completed upload.
-    assert!(f.files.add_upload_part("p", &upload.id, body(b"x")).await.is_err());
-    assert!(f.files.cancel_upload("p", &upload.id).await.is_err());
+    assert!(f
+        .files
+        .add_upload_part(&ProjectId::new("p"), &upload.id, body(b"x"))
+        .await
+        .is_err());
+    assert!(f.files.cancel_upload(&ProjectId::new("p"), &upload.id).await.is_err());
 }
 
 #[tokio::test]
 async fn uploads_reject_wrong_sizes_foreign_parts_and_expire() {
     let f = Fixture::new();
-    let upload = f.files.create_upload("p", upload_request(5)).await.unwrap();
-    let part = f.files.add_upload_part("p", &upload.id, body(b"abc")).await.unwrap();
+    let upload = f
+        .files
+        .create_upload(&ProjectId::new("p"), upload_request(5))
+        .await
+        .unwrap();
+    let part = f
+        .files
+        .add_upload_part(&ProjectId::new("p"), &upload.id, body(b"abc"))
+        .await
+        .unwrap();
     let err = f
         .files
-        .complete_upload("p", &upload.id, std::slice::from_ref(&part.id), None)
+        .complete_upload(&ProjectId::new("p"), &upload.id, std::slice::from_ref(&part.id), None)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("bytes"), "{err}");
-    let other = f.files.create_upload("p", upload_request(3)).await.unwrap();
+    let other = f
+        .files
+        .create_upload(&ProjectId::new("p"), upload_request(3))
+        .await
+        .unwrap();
     assert!(f
         .files
-        .complete_upload("p", &other.id, std::slice::from_ref(&part.id), None)
+        .complete_upload(&ProjectId::new("p"), &other.id, std::slice::from_ref(&part.id), None)
         .await
         .is_err());
-    assert!(f.files.create_upload("p2", upload_request(1)).await.is_ok());
+    assert!(f
+        .files
+        .create_upload(&ProjectId::new("p2"), upload_request(1))
+        .await
+        .is_ok());
     assert!(matches!(
-        f.files.add_upload_part("p2", &upload.id, body(b"x")).await,
+        f.files
+            .add_upload_part(&ProjectId::new("p2"), &upload.id, body(b"x"))
+            .await,
         Err(FilesError::NotFound { .. })
     ));
 
     f.advance(3601);
-    assert!(f.files.add_upload_part("p", &upload.id, body(b"x")).await.is_err());
+    assert!(f
+        .files
+        .add_upload_part(&ProjectId::new("p"), &upload.id, body(b"x"))
+        .await
+        .is_err());
     f.files.sweep(100).await.unwrap();
     assert_eq!(f.blob_files_under(&format!("uploads/p/{}", upload.id)), 0);
 }
@@ -329,10 +389,21 @@ async fn uploads_reject_wrong_sizes_foreign_parts_and_expire() {
 #[tokio::test]
 async fn cancel_discards_parts() {
     let f = Fixture::new();
-    let upload = f.files.create_upload("p", upload_request(3)).await.unwrap();
-    f.files.add_upload_part("p", &upload.id, body(b"abc")).await.unwrap();
+    let upload = f
+        .files
+        .create_upload(&ProjectId::new("p"), upload_request(3))
+        .await
+        .unwrap();
+    f.files
+        .add_upload_part(&ProjectId::new("p"), &upload.id, body(b"abc"))
+        .await
+        .unwrap();
     assert_eq!(
-        f.files.cancel_upload("p", &upload.id).await.unwrap().status,
+        f.files
+            .cancel_upload(&ProjectId::new("p"), &upload.id)
+            .await
+            .unwrap()
+            .status,
         "cancelled"
     );
     assert_eq!(f.blob_files_under(&format!("uploads/p/{}", upload.id)), 0);
@@ -343,21 +414,27 @@ async fn direct_uploads_settle_when_bytes_land_and_vanish_when_they_never_do() {
     let f = Fixture::new();
     let target = f
         .files
-        .create_direct_upload("p", "d.jsonl".into(), FilePurpose::Batch, declared(4, None), None)
+        .create_direct_upload(
+            &ProjectId::new("p"),
+            "d.jsonl".into(),
+            FilePurpose::Batch,
+            declared(4, None),
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(target.file.status, "uploaded");
     assert!(target.upload_url.is_none(), "the embedded store has no presigned URLs");
     assert!(
         f.files
-            .put_direct_content("p", &target.file.id, body(b"12345"))
+            .put_direct_content(&ProjectId::new("p"), &target.file.id, body(b"12345"))
             .await
             .is_err(),
         "more than declared"
     );
     let landed = f
         .files
-        .put_direct_content("p", &target.file.id, body(b"1234"))
+        .put_direct_content(&ProjectId::new("p"), &target.file.id, body(b"1234"))
         .await
         .unwrap();
     assert_eq!(landed.status, "processed");
@@ -365,16 +442,25 @@ async fn direct_uploads_settle_when_bytes_land_and_vanish_when_they_never_do() {
 
     let abandoned = f
         .files
-        .create_direct_upload("p", "e.jsonl".into(), FilePurpose::Batch, declared(4, None), None)
+        .create_direct_upload(
+            &ProjectId::new("p"),
+            "e.jsonl".into(),
+            FilePurpose::Batch,
+            declared(4, None),
+            None,
+        )
         .await
         .unwrap();
     f.advance(2 * 3600);
     f.files.sweep(100).await.unwrap();
     assert!(matches!(
-        f.files.get_file("p", &abandoned.file.id).await,
+        f.files.get_file(&ProjectId::new("p"), &abandoned.file.id).await,
         Err(FilesError::NotFound { .. })
     ));
-    assert_eq!(f.files.get_file("p", &landed.id).await.unwrap().status, "processed");
+    assert_eq!(
+        f.files.get_file(&ProjectId::new("p"), &landed.id).await.unwrap().status,
+        "processed"
+    );
 }
 
 fn declared(bytes: u64, sha256: Option<&str>) -> DeclaredBytes {
@@ -392,7 +478,7 @@ async fn a_direct_upload_with_a_declared_sha256_takes_only_those_bytes() {
     let target = f
         .files
         .create_direct_upload(
-            "p",
+            &ProjectId::new("p"),
             "d.jsonl".into(),
             FilePurpose::Batch,
             declared(4, Some(digest)),
@@ -402,7 +488,7 @@ async fn a_direct_upload_with_a_declared_sha256_takes_only_those_bytes() {
         .unwrap();
     let err = f
         .files
-        .put_direct_content("p", &target.file.id, body(b"4321"))
+        .put_direct_content(&ProjectId::new("p"), &target.file.id, body(b"4321"))
         .await
         .unwrap_err();
     assert!(
@@ -414,10 +500,17 @@ async fn a_direct_upload_with_a_declared_sha256_takes_only_those_bytes() {
         0,
         "refused bytes are never visible"
     );
-    assert_eq!(f.files.get_file("p", &target.file.id).await.unwrap().status, "uploaded");
+    assert_eq!(
+        f.files
+            .get_file(&ProjectId::new("p"), &target.file.id)
+            .await
+            .unwrap()
+            .status,
+        "uploaded"
+    );
     let landed = f
         .files
-        .put_direct_content("p", &target.file.id, body(b"1234"))
+        .put_direct_content(&ProjectId::new("p"), &target.file.id, body(b"1234"))
         .await
         .unwrap();
     assert_eq!(landed.status, "processed");
@@ -428,7 +521,13 @@ async fn bytes_that_landed_are_never_replaced_nor_deleted_by_another_put() {
     let f = Fixture::new();
     let target = f
         .files
-        .create_direct_upload("p", "d.jsonl".into(), FilePurpose::Batch, declared(4, None), None)
+        .create_direct_upload(
+            &ProjectId::new("p"),
+            "d.jsonl".into(),
+            FilePurpose::Batch,
+            declared(4, None),
+            None,
+        )
         .await
         .unwrap();
     // The bytes land (as through a presigned URL), the status not yet settled.
@@ -437,14 +536,18 @@ async fn bytes_that_landed_are_never_replaced_nor_deleted_by_another_put() {
     for attempt in [&b"evil"[..], &b"far too long"[..]] {
         let err = f
             .files
-            .put_direct_content("p", &target.file.id, body(attempt))
+            .put_direct_content(&ProjectId::new("p"), &target.file.id, body(attempt))
             .await
             .unwrap_err();
         assert!(matches!(&err, FilesError::Invalid { .. }), "{err:?}");
     }
     assert_eq!(read_all(&f.files, "p", &target.file.id).await, b"good");
     assert_eq!(
-        f.files.get_file("p", &target.file.id).await.unwrap().status,
+        f.files
+            .get_file(&ProjectId::new("p"), &target.file.id)
+            .await
+            .unwrap()
+            .status,
         "processed"
     );
 }
@@ -455,7 +558,13 @@ async fn a_malformed_sha256_is_refused_naming_the_field() {
     for bad in ["xyz", "03ac67", &"g".repeat(64)] {
         let err = f
             .files
-            .create_direct_upload("p", "d.jsonl".into(), FilePurpose::Batch, declared(4, Some(bad)), None)
+            .create_direct_upload(
+                &ProjectId::new("p"),
+                "d.jsonl".into(),
+                FilePurpose::Batch,
+                declared(4, Some(bad)),
+                None,
+            )
             .await
             .err()
             .unwrap();
@@ -469,7 +578,7 @@ async fn a_malformed_sha256_is_refused_naming_the_field() {
 #[tokio::test]
 async fn blobs_written_without_a_record_are_swept() {
     let f = Fixture::new();
-    let mut draft = f.files.start_file("p").await.unwrap();
+    let mut draft = f.files.start_file(&ProjectId::new("p")).await.unwrap();
     f.files
         .write_file_bytes(&mut draft, body(b"orphan"), 100)
         .await
@@ -487,7 +596,11 @@ async fn blobs_written_without_a_record_are_swept() {
 async fn batch_file(f: &Fixture) -> (FileObject, String) {
     let file = f
         .files
-        .create_file("p", new_file("in.jsonl", FilePurpose::Batch), body(b"{\"a\":1}\n"))
+        .create_file(
+            &ProjectId::new("p"),
+            new_file("in.jsonl", FilePurpose::Batch),
+            body(b"{\"a\":1}\n"),
+        )
         .await
         .unwrap();
     let key = format!("projects/p/files/{}", file.id);
@@ -500,11 +613,13 @@ async fn a_delete_landing_between_the_check_and_the_hold_is_seen_by_the_holder()
     let (file, key) = batch_file(&f).await;
     // The holder checked the file and writes its hold; the delete comes right after.
     f.files.add_holder(&key, &file.id, "batch_a").await.unwrap();
-    f.files.delete_file("p", &file.id).await.unwrap();
+    f.files.delete_file(&ProjectId::new("p"), &file.id).await.unwrap();
     assert_eq!(f.blob_files_under("projects/p/files"), 1, "the delete saw the hold");
     // The holder's second look finds the file gone: it lets go, and the bytes go.
     assert!(matches!(
-        f.files.hold_batch_input("p", &file.id, "batch_a").await,
+        f.files
+            .hold_batch_input(&ProjectId::new("p"), &file.id, "batch_a")
+            .await,
         Err(FilesError::NotFound { .. })
     ));
     f.files.release_hold(&key, &file.id, "batch_a").await.unwrap();
@@ -518,18 +633,30 @@ async fn releasing_before_or_after_the_delete_never_leaves_or_loses_bytes() {
     let f = Fixture::new();
     // Released while the file lives: the bytes stay with the file; its delete removes them.
     let (file, key) = batch_file(&f).await;
-    f.files.hold_batch_input("p", &file.id, "batch_a").await.unwrap();
+    f.files
+        .hold_batch_input(&ProjectId::new("p"), &file.id, "batch_a")
+        .await
+        .unwrap();
     f.files.release_hold(&key, &file.id, "batch_a").await.unwrap();
     assert_eq!(read_all(&f.files, "p", &file.id).await, b"{\"a\":1}\n");
-    f.files.delete_file("p", &file.id).await.unwrap();
+    f.files.delete_file(&ProjectId::new("p"), &file.id).await.unwrap();
     assert_eq!(f.blob_files_under("projects/p/files"), 0);
 
     // Deleted while held by two: the bytes go with the last release; releasing twice is harmless.
     let (file, key) = batch_file(&f).await;
-    f.files.hold_batch_input("p", &file.id, "batch_a").await.unwrap();
-    f.files.hold_batch_input("p", &file.id, "batch_b").await.unwrap();
-    f.files.hold_batch_input("p", &file.id, "batch_b").await.unwrap();
-    f.files.delete_file("p", &file.id).await.unwrap();
+    f.files
+        .hold_batch_input(&ProjectId::new("p"), &file.id, "batch_a")
+        .await
+        .unwrap();
+    f.files
+        .hold_batch_input(&ProjectId::new("p"), &file.id, "batch_b")
+        .await
+        .unwrap();
+    f.files
+        .hold_batch_input(&ProjectId::new("p"), &file.id, "batch_b")
+        .await
+        .unwrap();
+    f.files.delete_file(&ProjectId::new("p"), &file.id).await.unwrap();
     f.files.release_hold(&key, &file.id, "batch_a").await.unwrap();
     f.files.release_hold(&key, &file.id, "batch_a").await.unwrap();
     assert_eq!(f.blob_files_under("projects/p/files"), 1);
@@ -542,7 +669,10 @@ async fn releasing_before_or_after_the_delete_never_leaves_or_loses_bytes() {
 async fn an_expired_file_keeps_its_held_bytes_until_release() {
     let f = Fixture::new();
     let (file, key) = batch_file(&f).await;
-    f.files.hold_batch_input("p", &file.id, "batch_a").await.unwrap();
+    f.files
+        .hold_batch_input(&ProjectId::new("p"), &file.id, "batch_a")
+        .await
+        .unwrap();
     f.advance(31 * 24 * 3600);
     f.files.sweep(100).await.unwrap();
     assert!(
@@ -559,39 +689,46 @@ async fn an_idempotency_key_gives_the_same_upload_and_completion() {
     let f = Fixture::new();
     let first = f
         .files
-        .create_upload_once("p", upload_request(6), Some("k"))
+        .create_upload_once(&ProjectId::new("p"), upload_request(6), Some("k"))
         .await
         .unwrap();
     let again = f
         .files
-        .create_upload_once("p", upload_request(6), Some("k"))
+        .create_upload_once(&ProjectId::new("p"), upload_request(6), Some("k"))
         .await
         .unwrap();
     assert_eq!(again.id, first.id);
     assert_eq!(again.status, "pending");
     // Same key, other parameters: refused like a batch's; another project is another key.
-    let reused = f.files.create_upload_once("p", upload_request(7), Some("k")).await;
+    let reused = f
+        .files
+        .create_upload_once(&ProjectId::new("p"), upload_request(7), Some("k"))
+        .await;
     assert!(matches!(reused, Err(FilesError::KeyReused)), "{reused:?}");
     let elsewhere = f
         .files
-        .create_upload_once("q", upload_request(6), Some("k"))
+        .create_upload_once(&ProjectId::new("q"), upload_request(6), Some("k"))
         .await
         .unwrap();
     assert_ne!(elsewhere.id, first.id);
 
-    let part = f.files.add_upload_part("p", &first.id, body(b"abcdef")).await.unwrap();
+    let part = f
+        .files
+        .add_upload_part(&ProjectId::new("p"), &first.id, body(b"abcdef"))
+        .await
+        .unwrap();
     let parts = vec![part.id];
     let md5 = hex::encode(<md5::Md5 as md5::Digest>::digest(b"abcdef"));
     let done = f
         .files
-        .complete_upload_once("p", &first.id, &parts, Some(&md5), Some("c"))
+        .complete_upload_once(&ProjectId::new("p"), &first.id, &parts, Some(&md5), Some("c"))
         .await
         .unwrap();
     assert_eq!(done.status, "completed");
     // A retried completion answers with the same file instead of "accepts no more changes".
     let retried = f
         .files
-        .complete_upload_once("p", &first.id, &parts, Some(&md5), Some("c"))
+        .complete_upload_once(&ProjectId::new("p"), &first.id, &parts, Some(&md5), Some("c"))
         .await
         .unwrap();
     assert_eq!(
@@ -600,13 +737,13 @@ async fn an_idempotency_key_gives_the_same_upload_and_completion() {
     );
     let other_md5 = f
         .files
-        .complete_upload_once("p", &first.id, &parts, None, Some("c"))
+        .complete_upload_once(&ProjectId::new("p"), &first.id, &parts, None, Some("c"))
         .await;
     assert!(matches!(other_md5, Err(FilesError::KeyReused)), "{other_md5:?}");
     // A repeated create finds the upload completed, with its file: nothing to send again.
     let repeated = f
         .files
-        .create_upload_once("p", upload_request(6), Some("k"))
+        .create_upload_once(&ProjectId::new("p"), upload_request(6), Some("k"))
         .await
         .unwrap();
     assert_eq!(repeated.status, "completed");

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::idempotency::{fingerprint, IdempotencyKeys, Reservation};
 use crate::openai::files::{CreateUploadRequest, FileObject, UploadObject, UploadPart};
-use crate::ports::{ByteStream, ListOrder, ListQuery, Record, StorageError};
+use crate::ports::{ByteStream, ListOrder, ListQuery, ProjectId, Record, StorageError};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -28,7 +28,7 @@ struct StoredPart {
 
 /// Parts live under `uploads/` (not the project's prefix) so that one bucket lifecycle rule can
 /// expire whatever an interrupted upload leaves behind.
-fn parts_prefix(project: &str, upload_id: &str) -> String {
+fn parts_prefix(project: &ProjectId, upload_id: &str) -> String {
     format!("uploads/{project}/{upload_id}/parts")
 }
 
@@ -40,7 +40,11 @@ fn upload_not_found(id: &str) -> FilesError {
 }
 
 impl FilesService {
-    pub async fn create_upload(&self, project: &str, request: CreateUploadRequest) -> Result<UploadObject, FilesError> {
+    pub async fn create_upload(
+        &self,
+        project: &ProjectId,
+        request: CreateUploadRequest,
+    ) -> Result<UploadObject, FilesError> {
         self.create_upload_once(project, request, None).await
     }
 
@@ -50,7 +54,7 @@ impl FilesService {
     /// ([`FilesError::KeyReused`]).
     pub async fn create_upload_once(
         &self,
-        project: &str,
+        project: &ProjectId,
         request: CreateUploadRequest,
         idempotency_key: Option<&str>,
     ) -> Result<UploadObject, FilesError> {
@@ -113,7 +117,7 @@ impl FilesService {
         Janitor::new(self)
             .schedule(
                 JanitorTask::ExpireUpload {
-                    project: project.to_owned(),
+                    project: project.clone(),
                     upload_id: id.clone(),
                 },
                 upload.expires_at * 1000,
@@ -122,7 +126,7 @@ impl FilesService {
         let record = Record {
             kind: UPLOAD_KIND.to_owned(),
             id,
-            owner: project.to_owned(),
+            owner: project.to_string(),
             created_at_ms: created_ms,
             version: 1,
             expires_at: Some(upload.expires_at + 7 * 24 * 3600),
@@ -158,7 +162,7 @@ impl FilesService {
     }
 
     /// The upload, which must still take parts (pending and not expired).
-    async fn pending_upload(&self, project: &str, id: &str) -> Result<(Record, StoredUpload), FilesError> {
+    async fn pending_upload(&self, project: &ProjectId, id: &str) -> Result<(Record, StoredUpload), FilesError> {
         let record = self
             .owned_record(UPLOAD_KIND, id, project)
             .await?
@@ -180,7 +184,7 @@ impl FilesService {
 
     pub async fn add_upload_part(
         &self,
-        project: &str,
+        project: &ProjectId,
         upload_id: &str,
         data: ByteStream,
     ) -> Result<UploadPart, FilesError> {
@@ -235,7 +239,7 @@ impl FilesService {
     /// finish is finished now); other parameters are refused ([`FilesError::KeyReused`]).
     pub async fn complete_upload_once(
         &self,
-        project: &str,
+        project: &ProjectId,
         upload_id: &str,
         part_ids: &[String],
         md5: Option<&str>,
@@ -268,7 +272,7 @@ impl FilesService {
 
     pub async fn complete_upload(
         &self,
-        project: &str,
+        project: &ProjectId,
         upload_id: &str,
         part_ids: &[String],
         md5: Option<&str>,
@@ -410,7 +414,7 @@ impl FilesService {
         Ok(completed.upload)
     }
 
-    pub async fn cancel_upload(&self, project: &str, upload_id: &str) -> Result<UploadObject, FilesError> {
+    pub async fn cancel_upload(&self, project: &ProjectId, upload_id: &str) -> Result<UploadObject, FilesError> {
         let (record, stored) = self.pending_upload(project, upload_id).await?;
         let mut cancelled = stored;
         cancelled.upload.status = "cancelled".to_owned();
@@ -429,7 +433,7 @@ impl FilesService {
     }
 
     /// Delete every part's bytes and records.
-    pub(crate) async fn discard_parts(&self, project: &str, upload_id: &str) -> Result<(), FilesError> {
+    pub(crate) async fn discard_parts(&self, project: &ProjectId, upload_id: &str) -> Result<(), FilesError> {
         self.blobs.delete_prefix(&parts_prefix(project, upload_id)).await?;
         let mut after = None;
         loop {
@@ -454,7 +458,7 @@ impl FilesService {
     }
 
     /// Mark a pending upload expired and drop its parts (the sweep calls this when it is due).
-    pub(crate) async fn expire_upload(&self, project: &str, upload_id: &str) -> Result<(), FilesError> {
+    pub(crate) async fn expire_upload(&self, project: &ProjectId, upload_id: &str) -> Result<(), FilesError> {
         let Some(record) = self.owned_record(UPLOAD_KIND, upload_id, project).await? else {
             return Ok(());
         };

@@ -4,7 +4,7 @@
 
 use super::inference::{BatchVariant, FunctionError, FunctionService, InferenceCall, InferenceRequest};
 use crate::openai::json_body::bounded_serde_message;
-use crate::ports::{batch_base, BatchItemId};
+use crate::ports::{batch_base, BatchItemId, ProjectId};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -344,7 +344,7 @@ impl FunctionService {
     /// its ids (when the line can be read) and the record to store, or why the item failed.
     pub async fn run_batch_line(
         &self,
-        project: &str,
+        project: &ProjectId,
         item: Option<Value>,
         credentials: &HashMap<String, String>,
     ) -> (
@@ -373,7 +373,7 @@ impl FunctionService {
     /// own batch API.
     pub fn native_batch_line_record(
         &self,
-        project: &str,
+        project: &ProjectId,
         item: Option<Value>,
         credentials: &HashMap<String, String>,
         provider: &str,

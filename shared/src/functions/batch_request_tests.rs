@@ -1,5 +1,6 @@
 use super::*;
 use crate::ports::inference_records::InferenceRecord;
+use crate::ports::ProjectId;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -201,7 +202,11 @@ async fn run_all(service: &FunctionService, planned: &PlannedBatch) -> Vec<Infer
     let mut records = Vec::new();
     for item in &planned.items {
         let (ids, outcome) = service
-            .run_batch_line("p", serde_json::from_str(&item.line).ok(), &planned.credentials)
+            .run_batch_line(
+                &ProjectId::new("p"),
+                serde_json::from_str(&item.line).ok(),
+                &planned.credentials,
+            )
             .await;
         let ids = ids.unwrap();
         assert_eq!((ids.inference_id, ids.episode_id), (item.inference_id, item.episode_id));
@@ -235,7 +240,11 @@ async fn a_null_param_keeps_the_variants_value_and_a_given_one_beats_it() {
 async fn an_unreadable_stored_line_fails_its_item_without_a_panic() {
     let service = service();
     let (ids, outcome) = service
-        .run_batch_line("p", serde_json::from_slice(b"{not json").ok(), &HashMap::new())
+        .run_batch_line(
+            &ProjectId::new("p"),
+            serde_json::from_slice(b"{not json").ok(),
+            &HashMap::new(),
+        )
         .await;
     assert!(ids.is_none());
     assert!(

@@ -7,7 +7,7 @@ use crate::config::{MetricConfig, MetricKind, MetricLevel};
 use crate::ports::inference_records::{
     rfc3339, FeedbackKind, FeedbackRecord, FeedbackTarget, FunctionType, InferenceRecord,
 };
-use crate::ports::{Clock, FeedbackStore, IdSource, InferenceStore, StorageError};
+use crate::ports::{Clock, FeedbackStore, IdSource, InferenceStore, ProjectId, StorageError};
 use crate::user_text::excerpt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -106,7 +106,7 @@ impl FeedbackService {
 
     /// Check `request` against the metrics and its target in `project`, then store it (unless
     /// `dryrun`).
-    pub async fn submit(&self, project: &str, request: FeedbackRequest) -> Result<FeedbackId, FeedbackError> {
+    pub async fn submit(&self, project: &ProjectId, request: FeedbackRequest) -> Result<FeedbackId, FeedbackError> {
         let FeedbackRequest {
             metric_name,
             value,
@@ -163,7 +163,7 @@ impl FeedbackService {
         let now_ms = self.clock.now_unix_ms();
         self.store
             .put(&FeedbackRecord {
-                project: project.to_owned(),
+                project: project.clone(),
                 feedback_id,
                 target_type: target,
                 target_id,

@@ -3,6 +3,7 @@ use crate::adapters::embedded::{FileBlobStore, SqliteStateStore};
 use crate::adapters::records::{StateFeedbackStore, StateInferenceStore};
 use crate::config::MetricOptimize;
 use crate::ports::inference_records::TokenUsage;
+use crate::ports::ProjectId;
 use crate::ports::{SystemClock, UuidV7Ids};
 use serde_json::json;
 
@@ -59,7 +60,7 @@ fn fixture(target_wait: Duration) -> Fixture {
 
 fn inference(project: &str, function_type: FunctionType) -> InferenceRecord {
     InferenceRecord {
-        project: project.into(),
+        project: ProjectId::new(project),
         inference_id: Uuid::now_v7(),
         episode_id: Uuid::now_v7(),
         function_name: "f".into(),
@@ -88,7 +89,11 @@ fn request(body: Value) -> FeedbackRequest {
 }
 
 async fn stored(f: &Fixture, project: &str, id: FeedbackId) -> FeedbackRecord {
-    f.feedback.get(project, id.0).await.unwrap().expect("feedback stored")
+    f.feedback
+        .get(&ProjectId::new(project), id.0)
+        .await
+        .unwrap()
+        .expect("feedback stored")
 }
 
 fn invalid_message(result: Result<FeedbackId, FeedbackError>) -> String {
@@ -106,7 +111,7 @@ async fn metric_values_are_stored_with_their_kind_and_target() {
 
     let id = f
         .service
-        .submit("p", request(json!({"metric_name": "accepted", "inference_id": record.inference_id, "value": true, "tags": {"who": "qa"}})))
+        .submit(&ProjectId::new("p"), request(json!({"metric_name": "accepted", "inference_id": record.inference_id, "value": true, "tags": {"who": "qa"}})))
         .await
         .unwrap();
     assert_eq!(id.0.get_version_num(), 7);
@@ -121,12 +126,12 @@ async fn metric_values_are_stored_with_their_kind_and_target() {
         )
     );
     assert_eq!(saved.tags["who"], "qa");
-    assert_eq!(saved.project, "p");
+    assert_eq!(saved.project.as_str(), "p");
 
     let id = f
         .service
         .submit(
-            "p",
+            &ProjectId::new("p"),
             request(json!({"metric_name": "turns", "episode_id": record.episode_id, "value": 4.5})),
         )
         .await
@@ -154,7 +159,7 @@ async fn values_must_have_the_metric_type() {
         let message = invalid_message(
             f.service
                 .submit(
-                    "p",
+                    &ProjectId::new("p"),
                     request(json!({"metric_name": metric, "inference_id": id, "value": value})),
                 )
                 .await,
@@ -192,14 +197,14 @@ async fn the_level_decides_which_id_is_needed() {
         ),
     ];
     for (body, expected) in cases {
-        let message = invalid_message(f.service.submit("p", request(body.clone())).await);
+        let message = invalid_message(f.service.submit(&ProjectId::new("p"), request(body.clone())).await);
         assert!(message.contains(expected), "{body}: {message}");
     }
     // The message names the metric and its level.
     let message = invalid_message(
         f.service
             .submit(
-                "p",
+                &ProjectId::new("p"),
                 request(json!({"metric_name": "solved", "inference_id": inference_id, "value": true})),
             )
             .await,
@@ -219,13 +224,13 @@ async fn comments_go_on_either_level_and_unknown_metrics_are_404() {
         json!({"metric_name": "comment", "inference_id": record.inference_id, "value": "nice"}),
         json!({"metric_name": "comment", "episode_id": record.episode_id, "value": "nice"}),
     ] {
-        let id = f.service.submit("p", request(body)).await.unwrap();
+        let id = f.service.submit(&ProjectId::new("p"), request(body)).await.unwrap();
         assert_eq!(stored(&f, "p", id).await.kind, FeedbackKind::Comment);
     }
     let result = f
         .service
         .submit(
-            "p",
+            &ProjectId::new("p"),
             request(json!({"metric_name": "nope", "inference_id": record.inference_id, "value": 1})),
         )
         .await;
@@ -237,9 +242,10 @@ async fn chat_demonstrations_become_content_blocks() {
     let f = fixture(Duration::ZERO);
     let record = inference("p", FunctionType::Chat);
     f.inferences.put(&record).await.unwrap();
+    let project = ProjectId::new("p");
     let submit = |value: Value| {
         f.service.submit(
-            "p",
+            &project,
             request(json!({"metric_name": "demonstration", "inference_id": record.inference_id, "value": value})),
         )
     };
@@ -272,9 +278,10 @@ async fn json_demonstrations_are_checked_against_the_inference_output_schema() {
     let f = fixture(Duration::ZERO);
     let record = inference("p", FunctionType::Json);
     f.inferences.put(&record).await.unwrap();
+    let project = ProjectId::new("p");
     let submit = |value: Value| {
         f.service.submit(
-            "p",
+            &project,
             request(json!({"metric_name": "demonstration", "inference_id": record.inference_id, "value": value})),
         )
     };
@@ -299,7 +306,7 @@ async fn targets_must_exist_in_the_callers_project() {
     let result = f
         .service
         .submit(
-            "q",
+            &ProjectId::new("q"),
             request(json!({"metric_name": "accepted", "inference_id": record.inference_id, "value": true})),
         )
         .await;
@@ -313,7 +320,7 @@ async fn targets_must_exist_in_the_callers_project() {
     let result = f
         .service
         .submit(
-            "q",
+            &ProjectId::new("q"),
             request(json!({"metric_name": "solved", "episode_id": record.episode_id, "value": true})),
         )
         .await;
@@ -328,7 +335,7 @@ async fn targets_must_exist_in_the_callers_project() {
     let result = f
         .service
         .submit(
-            "p",
+            &ProjectId::new("p"),
             request(json!({"metric_name": "comment", "inference_id": missing, "value": "x"})),
         )
         .await;
@@ -349,7 +356,7 @@ async fn a_target_written_shortly_after_is_waited_for() {
     let started = std::time::Instant::now();
     f.service
         .submit(
-            "p",
+            &ProjectId::new("p"),
             request(json!({"metric_name": "solved", "episode_id": record.episode_id, "value": true})),
         )
         .await
@@ -366,18 +373,18 @@ async fn dry_runs_check_but_store_nothing() {
     let id = f
         .service
         .submit(
-            "p",
+            &ProjectId::new("p"),
             request(
                 json!({"metric_name": "accepted", "inference_id": record.inference_id, "value": true, "dryrun": true}),
             ),
         )
         .await
         .unwrap();
-    assert_eq!(f.feedback.get("p", id.0).await.unwrap(), None);
+    assert_eq!(f.feedback.get(&ProjectId::new("p"), id.0).await.unwrap(), None);
     invalid_message(
         f.service
             .submit(
-                "p",
+                &ProjectId::new("p"),
                 request(
                     json!({"metric_name": "accepted", "inference_id": record.inference_id, "value": 2, "dryrun": true}),
                 ),
@@ -397,9 +404,9 @@ async fn reserved_tags_need_internal() {
                        "tags": {"tensorzero::evaluation": "e1"}, "internal": internal}),
         )
     };
-    let message = invalid_message(f.service.submit("p", body(json!(false))).await);
+    let message = invalid_message(f.service.submit(&ProjectId::new("p"), body(json!(false))).await);
     assert!(message.contains("tensorzero::"), "{message}");
-    f.service.submit("p", body(json!(true))).await.unwrap();
+    f.service.submit(&ProjectId::new("p"), body(json!(true))).await.unwrap();
 }
 
 #[test]

@@ -74,7 +74,7 @@ mod tests {
     use crate::adapters::embedded::SqliteStateStore;
     use crate::auth::{ApiKeyService, AuthMode};
     use crate::http::sse::sse_body_response;
-    use crate::ports::{SystemClock, UuidV7Ids};
+    use crate::ports::{ProjectId, SystemClock, UuidV7Ids};
 
     #[tokio::test]
     async fn a_stream_ends_with_an_error_event_once_its_key_is_revoked() {
@@ -87,7 +87,7 @@ mod tests {
             AuthMode::Required,
             Duration::from_secs(3600),
         ));
-        let key = keys.create("p1", None).await.unwrap().info.key_id;
+        let key = keys.create(&ProjectId::new("p1"), None).await.unwrap().info.key_id;
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
         let frames = tokio_stream::wrappers::UnboundedReceiverStream::new(receiver);
         let response = end_on_revocation(

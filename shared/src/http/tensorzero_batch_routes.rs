@@ -11,6 +11,7 @@ use crate::auth::Principal;
 use crate::batches::{BatchInferenceCreated, PollQuery};
 use crate::functions::batch_request::BatchInferenceRequest;
 use crate::paging::PageBounds;
+use crate::ports::ProjectId;
 use crate::user_text::excerpt;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -163,7 +164,7 @@ async fn poll_inference(
 /// 6 MB): then a 400 that says how to page.
 async fn poll(
     state: &BatchesState,
-    project: &str,
+    project: &ProjectId,
     batch_id: Uuid,
     query: PollQuery,
 ) -> Result<Response, TensorZeroError> {

@@ -6,6 +6,7 @@ use crate::auth::AuthMode;
 use crate::config::Config;
 use crate::http::{inference_router, local_router, AppState, HttpSettings};
 use crate::ports::inference_records::{rfc3339, FunctionType, ModelCallRecord, TokenUsage};
+use crate::ports::ProjectId;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
@@ -59,7 +60,12 @@ fn stack() -> Stack {
 }
 
 async fn key(adapters: &Adapters, project: &str) -> String {
-    adapters.api_keys().create(project, None).await.unwrap().api_key
+    adapters
+        .api_keys()
+        .create(&ProjectId::new(project), None)
+        .await
+        .unwrap()
+        .api_key
 }
 
 async fn call(
@@ -108,7 +114,7 @@ fn record(project: &str, episode_id: Uuid, at_ms: u64) -> InferenceRecord {
         (at_ms % 1000) as u32 * 1_000_000,
     ));
     InferenceRecord {
-        project: project.into(),
+        project: ProjectId::new(project),
         inference_id,
         episode_id,
         function_name: "draft_email".into(),
@@ -269,7 +275,7 @@ async fn feedback_is_checked_stored_and_answered_with_its_id() {
     let saved = stack
         .adapters
         .feedback_store()
-        .get("p1", feedback_id)
+        .get(&ProjectId::new("p1"), feedback_id)
         .await
         .unwrap()
         .unwrap();

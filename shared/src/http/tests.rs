@@ -5,6 +5,7 @@ use crate::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
 use crate::app::{app_state, Adapters, AuthSettings};
 use crate::auth::AuthMode;
 use crate::config::Config;
+use crate::ports::ProjectId;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{json, Value};
@@ -261,7 +262,11 @@ async fn keys_are_required_once_created_and_always_in_required_mode() {
     // Health stays open for load balancers and probes.
     assert_eq!(call(&required, "GET", "/health", None, None).await.0, StatusCode::OK);
 
-    let created = adapters.api_keys().create("team-a", None).await.unwrap();
+    let created = adapters
+        .api_keys()
+        .create(&ProjectId::new("team-a"), None)
+        .await
+        .unwrap();
     for router in [&open, &required] {
         assert_eq!(
             call(router, "GET", "/v1/models", None, None).await.0,

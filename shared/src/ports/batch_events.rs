@@ -1,6 +1,7 @@
 //! What the batch engine tells the outside world about a batch that ended: webhook events in
 //! Nimbus, nothing in hosts and tests that do not care.
 
+use super::ProjectId;
 use super::StorageError;
 use async_trait::async_trait;
 
@@ -10,7 +11,13 @@ use async_trait::async_trait;
 /// makes the engine try again later.
 #[async_trait]
 pub trait BatchEventSink: Send + Sync {
-    async fn batch_ended(&self, project: &str, batch_id: &str, status: &str, at_ms: i64) -> Result<(), StorageError>;
+    async fn batch_ended(
+        &self,
+        project: &ProjectId,
+        batch_id: &str,
+        status: &str,
+        at_ms: i64,
+    ) -> Result<(), StorageError>;
 }
 
 /// A sink that drops every event.
@@ -21,7 +28,7 @@ pub struct NoBatchEvents;
 impl BatchEventSink for NoBatchEvents {
     async fn batch_ended(
         &self,
-        _project: &str,
+        _project: &ProjectId,
         _batch_id: &str,
         _status: &str,
         _at_ms: i64,

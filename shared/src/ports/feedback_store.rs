@@ -1,5 +1,6 @@
 //! Stored feedback (`POST /feedback`), per project.
 
+use super::ProjectId;
 use super::StorageError;
 use crate::ports::inference_records::FeedbackRecord;
 use async_trait::async_trait;
@@ -12,5 +13,5 @@ pub trait FeedbackStore: Send + Sync {
     async fn put(&self, record: &FeedbackRecord) -> Result<(), StorageError>;
 
     /// The record, if it exists in `project`.
-    async fn get(&self, project: &str, feedback_id: Uuid) -> Result<Option<FeedbackRecord>, StorageError>;
+    async fn get(&self, project: &ProjectId, feedback_id: Uuid) -> Result<Option<FeedbackRecord>, StorageError>;
 }

@@ -3,10 +3,17 @@
 //! answer (`GET /inferences/{id}`, `GET /episodes/{id}/inferences`). The project is stored beside
 //! a record but is no part of its JSON.
 
+use super::ProjectId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use uuid::Uuid;
+
+/// The project of a record just decoded from its JSON, before the store sets the one it was
+/// stored under.
+fn unset_project() -> ProjectId {
+    ProjectId::new(String::new())
+}
 
 /// `chat` or `json`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -27,8 +34,8 @@ pub struct TokenUsage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InferenceRecord {
     /// The owning project: stored with the record, never in its JSON.
-    #[serde(skip)]
-    pub project: String,
+    #[serde(skip, default = "unset_project")]
+    pub project: ProjectId,
     pub inference_id: Uuid,
     pub episode_id: Uuid,
     pub function_name: String,
@@ -107,8 +114,8 @@ pub enum FeedbackKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FeedbackRecord {
     /// The owning project: stored with the record, never in its JSON.
-    #[serde(skip)]
-    pub project: String,
+    #[serde(skip, default = "unset_project")]
+    pub project: ProjectId,
     pub feedback_id: Uuid,
     pub target_type: FeedbackTarget,
     pub target_id: Uuid,

@@ -1,5 +1,6 @@
 //! Stored inferences of the `/inference` endpoint, per project, listed by episode.
 
+use super::ProjectId;
 use super::StorageError;
 use crate::ports::inference_records::InferenceRecord;
 use async_trait::async_trait;
@@ -30,27 +31,27 @@ pub trait InferenceStore: Send + Sync {
     async fn put(&self, record: &InferenceRecord) -> Result<(), StorageError>;
 
     /// The record, if it exists in `project`.
-    async fn get(&self, project: &str, inference_id: Uuid) -> Result<Option<InferenceRecord>, StorageError>;
+    async fn get(&self, project: &ProjectId, inference_id: Uuid) -> Result<Option<InferenceRecord>, StorageError>;
 
     /// One page of the episode's inferences in creation order (the UUIDv7 time of the inference
     /// id), strictly after the inference `after` when given.
     async fn list_episode(
         &self,
-        project: &str,
+        project: &ProjectId,
         episode_id: Uuid,
         after: Option<Uuid>,
         limit: usize,
     ) -> Result<InferencePage, StorageError>;
 
     /// Whether `project` has at least one inference in the episode.
-    async fn episode_exists(&self, project: &str, episode_id: Uuid) -> Result<bool, StorageError>;
+    async fn episode_exists(&self, project: &ProjectId, episode_id: Uuid) -> Result<bool, StorageError>;
 
     /// Keep records of items of the batch `batch_id` (ids derived from it, see
     /// [`super::batch_item_id`]) as its page `page`, in input order. Writing a page again replaces
     /// it: a page is rebuilt from the same results. `None` when `records` is empty.
     async fn put_batch_page(
         &self,
-        project: &str,
+        project: &ProjectId,
         batch_id: Uuid,
         page: u32,
         records: &[InferenceRecord],
@@ -58,13 +59,18 @@ pub trait InferenceStore: Send + Sync {
 
     /// Make the batch's pages findable: from now on [`Self::get`], the episode lookups and
     /// [`Self::batch_records`] see its items.
-    async fn put_batch_index(&self, project: &str, batch_id: Uuid, pages: &[BatchPage]) -> Result<(), StorageError>;
+    async fn put_batch_index(
+        &self,
+        project: &ProjectId,
+        batch_id: Uuid,
+        pages: &[BatchPage],
+    ) -> Result<(), StorageError>;
 
     /// The records of the batch's items at positions `items`, in input order (an item without a
     /// record is left out); empty before the index is written.
     async fn batch_records(
         &self,
-        project: &str,
+        project: &ProjectId,
         batch_id: Uuid,
         items: Range<u32>,
     ) -> Result<Vec<InferenceRecord>, StorageError>;

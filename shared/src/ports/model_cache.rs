@@ -1,6 +1,7 @@
 //! The model-response cache of the `/inference` endpoint: one entry per project, model and
 //! provider-neutral request, with a time to live.
 
+use super::ProjectId;
 use super::StorageError;
 use crate::model::{ModelRequest, ModelResponse};
 use async_trait::async_trait;
@@ -17,16 +18,16 @@ use std::time::Duration;
 /// it). So equal requests give equal keys whatever order a client wrote its keys in.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CacheKey {
-    project: String,
+    project: ProjectId,
     digest: String,
 }
 
 impl CacheKey {
     /// `model_name` names what answers (e.g. the model and provider the request is routed to);
     /// streamed and whole answers are cached apart.
-    pub fn new(project: &str, model_name: &str, request: &ModelRequest, streamed: bool) -> Self {
+    pub fn new(project: &ProjectId, model_name: &str, request: &ModelRequest, streamed: bool) -> Self {
         let mut hasher = Sha256::new();
-        hasher.update(project.as_bytes());
+        hasher.update(project.as_str().as_bytes());
         hasher.update([0]);
         hasher.update(model_name.as_bytes());
         hasher.update([0]);
@@ -38,12 +39,12 @@ impl CacheKey {
             hasher.update(format!("{request:?}").as_bytes());
         }
         Self {
-            project: project.to_owned(),
+            project: project.clone(),
             digest: hex::encode(hasher.finalize()),
         }
     }
 
-    pub fn project(&self) -> &str {
+    pub fn project(&self) -> &ProjectId {
         &self.project
     }
 
@@ -89,22 +90,22 @@ mod tests {
 
     #[test]
     fn keys_are_deterministic_and_tell_every_part_apart() {
-        let base = CacheKey::new("p", "m", &request("hi"), false);
-        assert_eq!(base, CacheKey::new("p", "m", &request("hi"), false));
+        let base = CacheKey::new(&ProjectId::new("p"), "m", &request("hi"), false);
+        assert_eq!(base, CacheKey::new(&ProjectId::new("p"), "m", &request("hi"), false));
         assert_eq!(base.digest().len(), 64);
-        assert_eq!(base.project(), "p");
+        assert_eq!(base.project().as_str(), "p");
         for other in [
-            CacheKey::new("q", "m", &request("hi"), false),
-            CacheKey::new("p", "n", &request("hi"), false),
-            CacheKey::new("p", "m", &request("hi"), true),
-            CacheKey::new("p", "m", &request("ho"), false),
+            CacheKey::new(&ProjectId::new("q"), "m", &request("hi"), false),
+            CacheKey::new(&ProjectId::new("p"), "n", &request("hi"), false),
+            CacheKey::new(&ProjectId::new("p"), "m", &request("hi"), true),
+            CacheKey::new(&ProjectId::new("p"), "m", &request("ho"), false),
         ] {
             assert_ne!(base.digest(), other.digest());
         }
         // The separators keep shifted boundaries apart.
         assert_ne!(
-            CacheKey::new("ab", "c", &request("hi"), false).digest(),
-            CacheKey::new("a", "bc", &request("hi"), false).digest()
+            CacheKey::new(&ProjectId::new("ab"), "c", &request("hi"), false).digest(),
+            CacheKey::new(&ProjectId::new("a"), "bc", &request("hi"), false).digest()
         );
     }
 
@@ -131,8 +132,8 @@ mod tests {
         forward.openai_pass_through.fields = first;
         backward.openai_pass_through.fields = second;
         assert_eq!(
-            CacheKey::new("p", "m", &forward, false),
-            CacheKey::new("p", "m", &backward, false)
+            CacheKey::new(&ProjectId::new("p"), "m", &forward, false),
+            CacheKey::new(&ProjectId::new("p"), "m", &backward, false)
         );
     }
 }

@@ -11,7 +11,7 @@ use super::sealed_secret::{context, StoredSigningSecret};
 use super::signing::SigningSecret;
 use crate::paging::{PageBounds, PageLimit};
 use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
-use crate::ports::{Clock, CredentialSealer, IdSource, Record, SealError, StateStore, StorageError};
+use crate::ports::{Clock, CredentialSealer, IdSource, ProjectId, Record, SealError, StateStore, StorageError};
 use crate::records::{decode, encode, list_all, Loaded};
 use crate::user_text::excerpt;
 use serde::{Deserialize, Serialize};
@@ -268,7 +268,7 @@ impl WebhookEndpoints {
 
     pub async fn create(
         &self,
-        project: &str,
+        project: &ProjectId,
         request: CreateEndpointRequest,
     ) -> Result<CreatedEndpoint, WebhooksError> {
         let url = WebhookUrl::parse(&request.url, &self.policy)
@@ -291,7 +291,11 @@ impl WebhookEndpoints {
             })?,
         };
         // A soft limit: two creates at once may both pass.
-        if list_all(self.state.as_ref(), ENDPOINT_KIND, project).await?.len() >= MAX_ENDPOINTS {
+        if list_all(self.state.as_ref(), ENDPOINT_KIND, project.as_str())
+            .await?
+            .len()
+            >= MAX_ENDPOINTS
+        {
             return Err(WebhooksError::LimitReached {
                 message: format!("A project may have at most {MAX_ENDPOINTS} webhook endpoints; delete one first."),
             });
@@ -315,7 +319,7 @@ impl WebhookEndpoints {
         let record = Record {
             kind: ENDPOINT_KIND.to_owned(),
             id,
-            owner: project.to_owned(),
+            owner: project.to_string(),
             created_at_ms: now_ms,
             version: 1,
             expires_at: None,
@@ -332,7 +336,7 @@ impl WebhookEndpoints {
     /// `after`.
     pub async fn list(
         &self,
-        project: &str,
+        project: &ProjectId,
         after: Option<&str>,
         limit: PageLimit,
     ) -> Result<EndpointList, WebhooksError> {
@@ -377,13 +381,13 @@ impl WebhookEndpoints {
         })
     }
 
-    pub async fn get(&self, project: &str, id: &str) -> Result<WebhookEndpoint, WebhooksError> {
+    pub async fn get(&self, project: &ProjectId, id: &str) -> Result<WebhookEndpoint, WebhooksError> {
         let loaded = self.load(project, id).await?.ok_or_else(|| not_found(id))?;
         Ok(view(&loaded.record, &loaded.body, self.clock.now_unix_ms()))
     }
 
     /// Delete an endpoint: no new events go to it; deliveries not yet made are cancelled.
-    pub async fn delete(&self, project: &str, id: &str) -> Result<DeletedEndpoint, WebhooksError> {
+    pub async fn delete(&self, project: &ProjectId, id: &str) -> Result<DeletedEndpoint, WebhooksError> {
         if self.load(project, id).await?.is_none() || !self.state.delete(ENDPOINT_KIND, id, None).await? {
             return Err(not_found(id));
         }
@@ -398,7 +402,7 @@ impl WebhookEndpoints {
     /// 24 hours with `keep_old_for_24h` (both sign meanwhile).
     pub async fn rotate_secret(
         &self,
-        project: &str,
+        project: &ProjectId,
         id: &str,
         keep_old_for_24h: bool,
     ) -> Result<CreatedEndpoint, WebhooksError> {
@@ -457,7 +461,7 @@ impl WebhookEndpoints {
     /// The project's endpoints subscribed to `event`, oldest first.
     pub(crate) async fn subscribed(
         &self,
-        project: &str,
+        project: &ProjectId,
         event: BatchEventType,
     ) -> Result<Vec<(Record, StoredEndpoint)>, StorageError> {
         let mut endpoints = self.of_project(project).await?;
@@ -471,12 +475,16 @@ impl WebhookEndpoints {
     }
 
     /// An endpoint of `project` (`None` for another project's).
-    pub(crate) async fn load(&self, project: &str, id: &str) -> Result<Option<Loaded<StoredEndpoint>>, StorageError> {
+    pub(crate) async fn load(
+        &self,
+        project: &ProjectId,
+        id: &str,
+    ) -> Result<Option<Loaded<StoredEndpoint>>, StorageError> {
         Loaded::get_owned(self.state.as_ref(), ENDPOINT_KIND, id, project).await
     }
 
-    async fn of_project(&self, project: &str) -> Result<Vec<(Record, StoredEndpoint)>, StorageError> {
-        list_all(self.state.as_ref(), ENDPOINT_KIND, project)
+    async fn of_project(&self, project: &ProjectId) -> Result<Vec<(Record, StoredEndpoint)>, StorageError> {
+        list_all(self.state.as_ref(), ENDPOINT_KIND, project.as_str())
             .await?
             .into_iter()
             .map(|record| decode(&record).map(|stored| (record, stored)))

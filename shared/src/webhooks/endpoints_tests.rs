@@ -1,4 +1,5 @@
 use super::*;
+use crate::ports::ProjectId;
 use crate::ports::UuidV7Ids;
 use crate::webhooks::test_support::{memory_state, test_sealer, ManualClock};
 
@@ -47,7 +48,7 @@ async fn a_new_endpoint_shows_its_secret_once() {
     let (endpoints, _) = service(false);
     let created = endpoints
         .create(
-            "p1",
+            &ProjectId::new("p1"),
             request(
                 "https://example.com/hook",
                 &["batch.completed", "batch.failed", "batch.completed"],
@@ -68,7 +69,7 @@ async fn a_new_endpoint_shows_its_secret_once() {
     let secret = SigningSecret::parse(&created.signing_secret).unwrap();
     assert_eq!(endpoint.signing_secret_hint, Some(secret.masked()));
 
-    let shown = endpoints.get("p1", &endpoint.id).await.unwrap();
+    let shown = endpoints.get(&ProjectId::new("p1"), &endpoint.id).await.unwrap();
     assert_eq!(&shown, endpoint);
     let json = serde_json::to_value(&shown).unwrap();
     assert!(json.get("signing_secret").is_none());
@@ -84,12 +85,15 @@ async fn a_given_secret_is_used_and_checked() {
     let secret = SigningSecret::generate();
     let mut given = request("https://example.com/hook", &["batch.completed"]);
     given.secret = Some(secret.as_str().to_owned());
-    let created = endpoints.create("p1", given).await.unwrap();
+    let created = endpoints.create(&ProjectId::new("p1"), given).await.unwrap();
     assert_eq!(created.signing_secret, secret.as_str());
 
     let mut bad = request("https://example.com/hook", &["batch.completed"]);
     bad.secret = Some("not-a-secret".into());
-    assert_eq!(param_of(endpoints.create("p1", bad).await.unwrap_err()), "secret");
+    assert_eq!(
+        param_of(endpoints.create(&ProjectId::new("p1"), bad).await.unwrap_err()),
+        "secret"
+    );
 }
 
 #[tokio::test]
@@ -102,19 +106,19 @@ async fn bad_input_names_the_field() {
         "http://127.0.0.1:8080/hook",
     ] {
         let err = strict
-            .create("p1", request(url, &["batch.completed"]))
+            .create(&ProjectId::new("p1"), request(url, &["batch.completed"]))
             .await
             .unwrap_err();
         assert_eq!(param_of(err), "url", "{url}");
     }
     let err = strict
-        .create("p1", request("https://example.com", &[]))
+        .create(&ProjectId::new("p1"), request("https://example.com", &[]))
         .await
         .unwrap_err();
     assert_eq!(param_of(err), "event_types");
     let err = strict
         .create(
-            "p1",
+            &ProjectId::new("p1"),
             request("https://example.com", &["batch.completed", "response.completed"]),
         )
         .await
@@ -123,12 +127,18 @@ async fn bad_input_names_the_field() {
     assert_eq!(param_of(err), "event_types");
     let mut long_name = request("https://example.com", &["batch.completed"]);
     long_name.name = Some("n".repeat(MAX_NAME_CHARS + 1));
-    assert_eq!(param_of(strict.create("p1", long_name).await.unwrap_err()), "name");
+    assert_eq!(
+        param_of(strict.create(&ProjectId::new("p1"), long_name).await.unwrap_err()),
+        "name"
+    );
 
     // Plain-HTTP loopback only where the policy allows it (the local server).
     let (local, _) = service(true);
     local
-        .create("p1", request("http://127.0.0.1:8080/hook", &["batch.completed"]))
+        .create(
+            &ProjectId::new("p1"),
+            request("http://127.0.0.1:8080/hook", &["batch.completed"]),
+        )
         .await
         .unwrap();
 }
@@ -138,17 +148,26 @@ async fn endpoints_are_capped_per_project() {
     let (endpoints, _) = service(false);
     for _ in 0..MAX_ENDPOINTS {
         endpoints
-            .create("p1", request("https://example.com", &["batch.completed"]))
+            .create(
+                &ProjectId::new("p1"),
+                request("https://example.com", &["batch.completed"]),
+            )
             .await
             .unwrap();
     }
     let err = endpoints
-        .create("p1", request("https://example.com", &["batch.completed"]))
+        .create(
+            &ProjectId::new("p1"),
+            request("https://example.com", &["batch.completed"]),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, WebhooksError::LimitReached { .. }), "{err:?}");
     endpoints
-        .create("p2", request("https://example.com", &["batch.completed"]))
+        .create(
+            &ProjectId::new("p2"),
+            request("https://example.com", &["batch.completed"]),
+        )
         .await
         .unwrap();
 }
@@ -159,7 +178,10 @@ async fn lists_page_newest_first() {
     let mut ids = Vec::new();
     for _ in 0..3 {
         let created = endpoints
-            .create("p1", request("https://example.com", &["batch.completed"]))
+            .create(
+                &ProjectId::new("p1"),
+                request("https://example.com", &["batch.completed"]),
+            )
             .await
             .unwrap();
         ids.push(created.endpoint.id);
@@ -167,13 +189,17 @@ async fn lists_page_newest_first() {
     }
     ids.reverse();
     let first = endpoints
-        .list("p1", None, WEBHOOK_PAGE.check(2).unwrap())
+        .list(&ProjectId::new("p1"), None, WEBHOOK_PAGE.check(2).unwrap())
         .await
         .unwrap();
     assert_eq!(first.data.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), ids[..2]);
     assert!(first.has_more);
     let rest = endpoints
-        .list("p1", first.last_id.as_deref(), WEBHOOK_PAGE.check(2).unwrap())
+        .list(
+            &ProjectId::new("p1"),
+            first.last_id.as_deref(),
+            WEBHOOK_PAGE.check(2).unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(rest.data.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), ids[2..]);
@@ -183,7 +209,7 @@ async fn lists_page_newest_first() {
     assert_eq!(
         param_of(
             endpoints
-                .list("p1", Some("whep_x"), WEBHOOK_PAGE.check(2).unwrap())
+                .list(&ProjectId::new("p1"), Some("whep_x"), WEBHOOK_PAGE.check(2).unwrap())
                 .await
                 .unwrap_err()
         ),
@@ -195,32 +221,38 @@ async fn lists_page_newest_first() {
 async fn another_projects_endpoint_is_not_found() {
     let (endpoints, _) = service(false);
     let created = endpoints
-        .create("p1", request("https://example.com", &["batch.completed"]))
+        .create(
+            &ProjectId::new("p1"),
+            request("https://example.com", &["batch.completed"]),
+        )
         .await
         .unwrap();
     let id = &created.endpoint.id;
     assert!(endpoints
-        .list("p2", None, WEBHOOK_PAGE.check(20).unwrap())
+        .list(&ProjectId::new("p2"), None, WEBHOOK_PAGE.check(20).unwrap())
         .await
         .unwrap()
         .data
         .is_empty());
     for err in [
-        endpoints.get("p2", id).await.unwrap_err(),
-        endpoints.delete("p2", id).await.unwrap_err(),
-        endpoints.rotate_secret("p2", id, false).await.unwrap_err(),
+        endpoints.get(&ProjectId::new("p2"), id).await.unwrap_err(),
+        endpoints.delete(&ProjectId::new("p2"), id).await.unwrap_err(),
+        endpoints
+            .rotate_secret(&ProjectId::new("p2"), id, false)
+            .await
+            .unwrap_err(),
     ] {
         assert!(matches!(err, WebhooksError::NotFound { .. }), "{err:?}");
     }
-    assert!(endpoints.get("p1", id).await.is_ok());
-    let deleted = endpoints.delete("p1", id).await.unwrap();
+    assert!(endpoints.get(&ProjectId::new("p1"), id).await.is_ok());
+    let deleted = endpoints.delete(&ProjectId::new("p1"), id).await.unwrap();
     assert_eq!(deleted.object, "webhook_endpoint.deleted");
     assert!(matches!(
-        endpoints.get("p1", id).await.unwrap_err(),
+        endpoints.get(&ProjectId::new("p1"), id).await.unwrap_err(),
         WebhooksError::NotFound { .. }
     ));
     assert!(matches!(
-        endpoints.delete("p1", id).await.unwrap_err(),
+        endpoints.delete(&ProjectId::new("p1"), id).await.unwrap_err(),
         WebhooksError::NotFound { .. }
     ));
 }
@@ -229,14 +261,17 @@ async fn another_projects_endpoint_is_not_found() {
 async fn rotating_an_endpoint_secret_keeps_the_old_one_only_when_asked() {
     let (endpoints, clock) = service(false);
     let created = endpoints
-        .create("p1", request("https://example.com", &["batch.completed"]))
+        .create(
+            &ProjectId::new("p1"),
+            request("https://example.com", &["batch.completed"]),
+        )
         .await
         .unwrap();
     let id = &created.endpoint.id;
 
-    let kept = endpoints.rotate_secret("p1", id, true).await.unwrap();
+    let kept = endpoints.rotate_secret(&ProjectId::new("p1"), id, true).await.unwrap();
     let now = clock.now_unix_ms();
-    let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
+    let loaded = endpoints.load(&ProjectId::new("p1"), id).await.unwrap().unwrap();
     assert_eq!(
         signing(&endpoints, &loaded, now).await,
         [kept.signing_secret.clone(), created.signing_secret.clone()]
@@ -246,8 +281,8 @@ async fn rotating_an_endpoint_secret_keeps_the_old_one_only_when_asked() {
         [kept.signing_secret]
     );
 
-    let replaced = endpoints.rotate_secret("p1", id, false).await.unwrap();
-    let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
+    let replaced = endpoints.rotate_secret(&ProjectId::new("p1"), id, false).await.unwrap();
+    let loaded = endpoints.load(&ProjectId::new("p1"), id).await.unwrap().unwrap();
     assert_eq!(signing(&endpoints, &loaded, now).await, [replaced.signing_secret]);
 }
 
@@ -255,32 +290,46 @@ async fn rotating_an_endpoint_secret_keeps_the_old_one_only_when_asked() {
 async fn endpoint_secrets_are_stored_sealed_and_sign_as_created() {
     let (endpoints, clock) = service(false);
     let created = endpoints
-        .create("p1", request("https://example.com", &["batch.completed"]))
+        .create(
+            &ProjectId::new("p1"),
+            request("https://example.com", &["batch.completed"]),
+        )
         .await
         .unwrap();
     let id = &created.endpoint.id;
-    let rotated = endpoints.rotate_secret("p1", id, true).await.unwrap();
+    let rotated = endpoints.rotate_secret(&ProjectId::new("p1"), id, true).await.unwrap();
     let record = endpoints.state.get(ENDPOINT_KIND, id).await.unwrap().unwrap();
     let stored = record.body.to_string();
     for secret in [&created.signing_secret, &rotated.signing_secret] {
         assert!(!stored.contains(&secret["whsec_".len()..]), "{stored}");
     }
     assert!(stored.contains("\"sealed\""), "{stored}");
-    let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
+    let loaded = endpoints.load(&ProjectId::new("p1"), id).await.unwrap().unwrap();
     assert_eq!(
         signing(&endpoints, &loaded, clock.now_unix_ms()).await,
         [rotated.signing_secret.clone(), created.signing_secret.clone()]
     );
     // A sealed secret copied into another endpoint's record does not open there: skipped.
     let other = endpoints
-        .create("p1", request("https://example.com", &["batch.completed"]))
+        .create(
+            &ProjectId::new("p1"),
+            request("https://example.com", &["batch.completed"]),
+        )
         .await
         .unwrap();
-    let mut copied = endpoints.load("p1", &other.endpoint.id).await.unwrap().unwrap();
+    let mut copied = endpoints
+        .load(&ProjectId::new("p1"), &other.endpoint.id)
+        .await
+        .unwrap()
+        .unwrap();
     copied.body.secrets = loaded.body.secrets.clone();
     assert!(signing(&endpoints, &copied, clock.now_unix_ms()).await.is_empty());
     assert_eq!(
-        endpoints.get("p1", id).await.unwrap().signing_secret_hint,
+        endpoints
+            .get(&ProjectId::new("p1"), id)
+            .await
+            .unwrap()
+            .signing_secret_hint,
         Some(SigningSecret::parse(&rotated.signing_secret).unwrap().masked())
     );
 }
@@ -289,7 +338,10 @@ async fn endpoint_secrets_are_stored_sealed_and_sign_as_created() {
 async fn an_endpoint_stored_before_sealing_signs_and_is_sealed_when_listed() {
     let (endpoints, clock) = service(false);
     let created = endpoints
-        .create("p1", request("https://example.com", &["batch.completed"]))
+        .create(
+            &ProjectId::new("p1"),
+            request("https://example.com", &["batch.completed"]),
+        )
         .await
         .unwrap();
     let id = &created.endpoint.id;
@@ -298,17 +350,21 @@ async fn an_endpoint_stored_before_sealing_signs_and_is_sealed_when_listed() {
     record.body["secrets"] = serde_json::json!([{"secret": created.signing_secret, "expires_at_ms": null}]);
     record.version += 1;
     endpoints.state.update(&record, record.version - 1).await.unwrap();
-    let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
+    let loaded = endpoints.load(&ProjectId::new("p1"), id).await.unwrap().unwrap();
     assert_eq!(
         signing(&endpoints, &loaded, clock.now_unix_ms()).await,
         std::slice::from_ref(&created.signing_secret)
     );
     assert_eq!(
-        endpoints.get("p1", id).await.unwrap().signing_secret_hint,
+        endpoints
+            .get(&ProjectId::new("p1"), id)
+            .await
+            .unwrap()
+            .signing_secret_hint,
         created.endpoint.signing_secret_hint
     );
     endpoints
-        .list("p1", None, WEBHOOK_PAGE.check(10).unwrap())
+        .list(&ProjectId::new("p1"), None, WEBHOOK_PAGE.check(10).unwrap())
         .await
         .unwrap();
     let stored = endpoints
@@ -320,7 +376,7 @@ async fn an_endpoint_stored_before_sealing_signs_and_is_sealed_when_listed() {
         .body
         .to_string();
     assert!(!stored.contains(&created.signing_secret["whsec_".len()..]), "{stored}");
-    let loaded = endpoints.load("p1", id).await.unwrap().unwrap();
+    let loaded = endpoints.load(&ProjectId::new("p1"), id).await.unwrap().unwrap();
     assert_eq!(
         signing(&endpoints, &loaded, clock.now_unix_ms()).await,
         [created.signing_secret]

@@ -16,8 +16,8 @@ use super::errors::WebhooksError;
 use crate::jobs::JobMessage;
 use crate::paging::PageLimit;
 use crate::ports::{
-    BatchEventSink, Clock, IdSource, JobQueue, ListOrder, ListQuery, Priority, Record, StateStore, StorageError,
-    WebhookTransport,
+    BatchEventSink, Clock, IdSource, JobQueue, ListOrder, ListQuery, Priority, ProjectId, Record, StateStore,
+    StorageError, WebhookTransport,
 };
 use crate::records::{decode, encode, LeaseUntil, Loaded};
 use crate::scheduler::DueIndex;
@@ -42,7 +42,8 @@ const PENDING_TTL_MS: i64 = 8 * 24 * 3600 * 1000;
 /// What is stored per delivery (owner: the endpoint, so that its deliveries list together).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub(crate) struct StoredDelivery {
-    pub(crate) project: String,
+    #[schema(value_type = String)]
+    pub(crate) project: ProjectId,
     pub(crate) endpoint_id: String,
     pub(crate) batch_id: String,
     pub(crate) event_type: BatchEventType,
@@ -141,7 +142,7 @@ impl BatchWebhooks {
     /// put back in the due index, in case an earlier report stopped half-way).
     async fn emit(
         &self,
-        project: &str,
+        project: &ProjectId,
         batch_id: &str,
         event: BatchEventType,
         at_ms: i64,
@@ -157,7 +158,7 @@ impl BatchWebhooks {
         for (endpoint, stored_endpoint) in endpoints {
             let id = delivery_id(&endpoint.id, batch_id, event);
             let stored = StoredDelivery {
-                project: project.to_owned(),
+                project: project.clone(),
                 endpoint_id: endpoint.id.clone(),
                 batch_id: batch_id.to_owned(),
                 event_type: event,
@@ -235,7 +236,7 @@ impl BatchWebhooks {
     /// The latest deliveries to an endpoint of `project`, newest first, with their attempts.
     pub async fn list_deliveries(
         &self,
-        project: &str,
+        project: &ProjectId,
         endpoint_id: &str,
         limit: PageLimit,
     ) -> Result<DeliveryList, WebhooksError> {
@@ -304,7 +305,13 @@ pub(crate) fn due_at(stored: &StoredDelivery) -> i64 {
 
 #[async_trait]
 impl BatchEventSink for BatchWebhooks {
-    async fn batch_ended(&self, project: &str, batch_id: &str, status: &str, at_ms: i64) -> Result<(), StorageError> {
+    async fn batch_ended(
+        &self,
+        project: &ProjectId,
+        batch_id: &str,
+        status: &str,
+        at_ms: i64,
+    ) -> Result<(), StorageError> {
         let Some(event) = BatchEventType::for_status(status) else {
             tracing::warn!(batch = %batch_id, status, "a batch ended with a status that has no event");
             return Ok(());

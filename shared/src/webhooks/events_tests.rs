@@ -1,6 +1,7 @@
 use super::*;
 use crate::jobs::JobRunner;
 use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
+use crate::ports::ProjectId;
 use crate::ports::{JobOutcome, PostOutcome, QueueMessage, UuidV7Ids};
 use crate::scheduler::ScheduledTask;
 use crate::webhooks::endpoints::{CreateEndpointRequest, CreatedEndpoint};
@@ -134,7 +135,7 @@ impl Fixture {
             name: None,
             secret: None,
         };
-        self.endpoints.create(project, request).await.unwrap()
+        self.endpoints.create(&ProjectId::new(project), request).await.unwrap()
     }
 
     async fn delivery(&self, id: &str) -> Option<StoredDelivery> {
@@ -176,10 +177,16 @@ async fn a_batch_event_reaches_each_subscribed_endpoint_of_its_project_once() {
     let other_project = f.endpoint("p2", &["batch.completed"]).await;
     let at_ms = ManualClock::START_MS - 3_000;
 
-    f.hooks.batch_ended("p1", "batch_1", "completed", at_ms).await.unwrap();
+    f.hooks
+        .batch_ended(&ProjectId::new("p1"), "batch_1", "completed", at_ms)
+        .await
+        .unwrap();
     // A retried finalization reports the same ending again: nothing more is created or sent.
     f.clock.advance_ms(1_000);
-    f.hooks.batch_ended("p1", "batch_1", "completed", at_ms).await.unwrap();
+    f.hooks
+        .batch_ended(&ProjectId::new("p1"), "batch_1", "completed", at_ms)
+        .await
+        .unwrap();
 
     let id = delivery_id(&both.endpoint.id, "batch_1", BatchEventType::Completed);
     assert_eq!(f.deliveries_of(&both.endpoint.id).await.len(), 1);
@@ -221,8 +228,14 @@ async fn a_batch_event_reaches_each_subscribed_endpoint_of_its_project_once() {
 async fn statuses_without_an_event_and_projects_without_endpoints_send_nothing() {
     let f = Fixture::new();
     f.endpoint("p1", &["batch.completed"]).await;
-    f.hooks.batch_ended("p1", "batch_1", "in_progress", 0).await.unwrap();
-    f.hooks.batch_ended("p2", "batch_2", "completed", 0).await.unwrap();
+    f.hooks
+        .batch_ended(&ProjectId::new("p1"), "batch_1", "in_progress", 0)
+        .await
+        .unwrap();
+    f.hooks
+        .batch_ended(&ProjectId::new("p2"), "batch_2", "completed", 0)
+        .await
+        .unwrap();
     assert!(f.queue.take().is_empty());
     assert!(f.due().await.is_empty());
 }
@@ -231,7 +244,10 @@ async fn statuses_without_an_event_and_projects_without_endpoints_send_nothing()
 async fn an_attempt_is_signed_with_the_endpoints_secret() {
     let f = Fixture::new();
     let endpoint = f.endpoint("p1", &["batch.cancelled"]).await;
-    f.hooks.batch_ended("p1", "batch_9", "cancelled", 0).await.unwrap();
+    f.hooks
+        .batch_ended(&ProjectId::new("p1"), "batch_9", "cancelled", 0)
+        .await
+        .unwrap();
     let id = delivery_id(&endpoint.endpoint.id, "batch_9", BatchEventType::Cancelled);
     f.queue.take();
 
@@ -263,7 +279,10 @@ async fn an_attempt_is_signed_with_the_endpoints_secret() {
 async fn a_failed_attempt_is_retried_with_the_same_webhook_id() {
     let f = Fixture::new();
     let endpoint = f.endpoint("p1", &["batch.completed"]).await;
-    f.hooks.batch_ended("p1", "batch_1", "completed", 0).await.unwrap();
+    f.hooks
+        .batch_ended(&ProjectId::new("p1"), "batch_1", "completed", 0)
+        .await
+        .unwrap();
     let id = delivery_id(&endpoint.endpoint.id, "batch_1", BatchEventType::Completed);
     f.queue.take();
     f.transport.script.lock().unwrap().push_back(PostOutcome::Response {
@@ -307,7 +326,10 @@ async fn a_failed_attempt_is_retried_with_the_same_webhook_id() {
 async fn the_scheduler_queues_lost_attempts_and_purges_old_deliveries() {
     let f = Fixture::new();
     let endpoint = f.endpoint("p1", &["batch.expired"]).await;
-    f.hooks.batch_ended("p1", "batch_1", "expired", 0).await.unwrap();
+    f.hooks
+        .batch_ended(&ProjectId::new("p1"), "batch_1", "expired", 0)
+        .await
+        .unwrap();
     let id = delivery_id(&endpoint.endpoint.id, "batch_1", BatchEventType::Expired);
     f.queue.take(); // lost
 
@@ -337,9 +359,15 @@ async fn the_scheduler_queues_lost_attempts_and_purges_old_deliveries() {
 async fn deleting_an_endpoint_cancels_its_pending_deliveries() {
     let f = Fixture::new();
     let endpoint = f.endpoint("p1", &["batch.completed"]).await;
-    f.hooks.batch_ended("p1", "batch_1", "completed", 0).await.unwrap();
+    f.hooks
+        .batch_ended(&ProjectId::new("p1"), "batch_1", "completed", 0)
+        .await
+        .unwrap();
     let id = delivery_id(&endpoint.endpoint.id, "batch_1", BatchEventType::Completed);
-    f.endpoints.delete("p1", &endpoint.endpoint.id).await.unwrap();
+    f.endpoints
+        .delete(&ProjectId::new("p1"), &endpoint.endpoint.id)
+        .await
+        .unwrap();
     assert_eq!(f.run(&id, 1).await, JobOutcome::Done);
     assert!(f.transport.posts.lock().unwrap().is_empty());
     assert_eq!(f.delivery(&id).await.unwrap().delivery.state, DeliveryState::Canceled);
@@ -349,13 +377,16 @@ async fn deleting_an_endpoint_cancels_its_pending_deliveries() {
 async fn deliveries_are_listed_under_their_endpoint_for_its_project_only() {
     let f = Fixture::new();
     let endpoint = f.endpoint("p1", &["batch.completed"]).await;
-    f.hooks.batch_ended("p1", "batch_1", "completed", 0).await.unwrap();
+    f.hooks
+        .batch_ended(&ProjectId::new("p1"), "batch_1", "completed", 0)
+        .await
+        .unwrap();
     let id = delivery_id(&endpoint.endpoint.id, "batch_1", BatchEventType::Completed);
     f.run(&id, 1).await;
     let list = f
         .hooks
         .list_deliveries(
-            "p1",
+            &ProjectId::new("p1"),
             &endpoint.endpoint.id,
             crate::webhooks::WEBHOOK_PAGE.check(20).unwrap(),
         )
@@ -368,7 +399,7 @@ async fn deliveries_are_listed_under_their_endpoint_for_its_project_only() {
     let err = f
         .hooks
         .list_deliveries(
-            "p2",
+            &ProjectId::new("p2"),
             &endpoint.endpoint.id,
             crate::webhooks::WEBHOOK_PAGE.check(20).unwrap(),
         )
@@ -397,7 +428,7 @@ async fn a_restart_queues_pending_deliveries_at_once_not_when_the_due_index_look
     let endpoint = f.endpoint("p1", &["batch.completed"]).await;
     let finished = f.endpoint("p1", &["batch.completed"]).await;
     f.hooks
-        .batch_ended("p1", "batch_1", "completed", ManualClock::START_MS)
+        .batch_ended(&ProjectId::new("p1"), "batch_1", "completed", ManualClock::START_MS)
         .await
         .unwrap();
     let id = delivery_id(&endpoint.endpoint.id, "batch_1", BatchEventType::Completed);

@@ -16,7 +16,7 @@ use super::errors::WebhooksError;
 use super::sealed_secret::{context, StoredSigningSecret};
 use super::signing::SigningSecret;
 use crate::auth::{valid_project, Revocations};
-use crate::ports::{Clock, CredentialSealer, IdSource, Record, StateStore, StorageError};
+use crate::ports::{Clock, CredentialSealer, IdSource, ProjectId, Record, StateStore, StorageError};
 use crate::records::{decode, encode, get_owned, list_all};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -86,7 +86,7 @@ pub struct RevokedSecret {
 #[async_trait]
 pub trait SecretSource: Send + Sync {
     /// Unexpired, unrevoked secrets, newest first (empty: the project has none).
-    async fn signing_secrets(&self, project: &str) -> Result<Vec<SigningSecret>, StorageError>;
+    async fn signing_secrets(&self, project: &ProjectId) -> Result<Vec<SigningSecret>, StorageError>;
 }
 
 /// A live secret as cached: its expiry is checked on every use.
@@ -111,7 +111,7 @@ pub struct WebhookSecrets {
     /// Seals each secret at rest; opened only to sign.
     sealer: Arc<dyn CredentialSealer>,
     revocations: Revocations,
-    cache: Mutex<HashMap<String, CacheEntry>>,
+    cache: Mutex<HashMap<ProjectId, CacheEntry>>,
 }
 
 fn seconds(ms: i64) -> i64 {
@@ -142,8 +142,8 @@ impl WebhookSecrets {
     }
 
     /// A new secret for `project`; every older live secret expires in 24 hours (rotation).
-    pub async fn create(&self, project: &str) -> Result<CreatedSecret, WebhooksError> {
-        if !valid_project(project) {
+    pub async fn create(&self, project: &ProjectId) -> Result<CreatedSecret, WebhooksError> {
+        if !valid_project(project.as_str()) {
             return Err(WebhooksError::invalid(
                 "Invalid project: use 1 to 64 letters, digits, `-` or `_`.",
                 "project",
@@ -171,7 +171,7 @@ impl WebhookSecrets {
         let record = Record {
             kind: SECRET_KIND.to_owned(),
             id,
-            owner: project.to_owned(),
+            owner: project.to_string(),
             created_at_ms: now_ms,
             version: 1,
             expires_at: None,
@@ -214,7 +214,7 @@ impl WebhookSecrets {
     async fn change(
         &self,
         id: &str,
-        revoking: Option<&str>,
+        revoking: Option<&ProjectId>,
         mut change: impl FnMut(&mut StoredSecret) -> Option<i64>,
     ) -> Result<bool, StorageError> {
         let state = self.state.as_ref();
@@ -273,7 +273,7 @@ impl WebhookSecrets {
     }
 
     /// The project's live secrets, masked, newest first.
-    pub async fn list(&self, project: &str) -> Result<Vec<SecretSummary>, WebhooksError> {
+    pub async fn list(&self, project: &ProjectId) -> Result<Vec<SecretSummary>, WebhooksError> {
         let now_ms = self.clock.now_unix_ms();
         let mut live = self.live_records(project, now_ms).await?;
         for (record, stored) in live.iter().filter(|(_, stored)| stored.secret.is_plain()) {
@@ -295,7 +295,7 @@ impl WebhookSecrets {
     }
 
     /// Revoke a secret of `project`: it stops signing at once, in every process.
-    pub async fn revoke(&self, project: &str, id: &str) -> Result<RevokedSecret, WebhooksError> {
+    pub async fn revoke(&self, project: &ProjectId, id: &str) -> Result<RevokedSecret, WebhooksError> {
         let not_found = || WebhooksError::NotFound {
             what: "webhook secret",
             id: id.to_owned(),
@@ -331,7 +331,7 @@ impl WebhookSecrets {
     /// The secrets signing for `project` at `now_ms`, newest first: one read (the project's
     /// revocation version) when cached; the secrets are read again at most once per
     /// [`CACHE_TTL_MS`] per project that has any, and after any revocation in the project.
-    pub async fn signing(&self, project: &str, now_ms: i64) -> Result<Vec<SigningSecret>, StorageError> {
+    pub async fn signing(&self, project: &ProjectId, now_ms: i64) -> Result<Vec<SigningSecret>, StorageError> {
         let version = self.revocations.version(project).await?;
         if let Some(secrets) = self.cached(project, now_ms, version) {
             return Ok(secrets);
@@ -357,7 +357,7 @@ impl WebhookSecrets {
         }
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(
-                project.to_owned(),
+                project.clone(),
                 CacheEntry {
                     read_at_ms: now_ms,
                     version,
@@ -368,7 +368,7 @@ impl WebhookSecrets {
         Ok(signing)
     }
 
-    fn cached(&self, project: &str, now_ms: i64, version: u64) -> Option<Vec<SigningSecret>> {
+    fn cached(&self, project: &ProjectId, now_ms: i64, version: u64) -> Option<Vec<SigningSecret>> {
         let cache = self.cache.lock().ok()?;
         let entry = cache.get(project)?;
         let fresh = entry.version == version && (entry.read_at_ms..entry.read_at_ms + CACHE_TTL_MS).contains(&now_ms);
@@ -382,16 +382,20 @@ impl WebhookSecrets {
         })
     }
 
-    fn forget(&self, project: &str) {
+    fn forget(&self, project: &ProjectId) {
         if let Ok(mut cache) = self.cache.lock() {
             cache.remove(project);
         }
     }
 
     /// The project's live secret records, oldest first.
-    async fn live_records(&self, project: &str, now_ms: i64) -> Result<Vec<(Record, StoredSecret)>, StorageError> {
+    async fn live_records(
+        &self,
+        project: &ProjectId,
+        now_ms: i64,
+    ) -> Result<Vec<(Record, StoredSecret)>, StorageError> {
         let mut live = Vec::new();
-        for record in list_all(self.state.as_ref(), SECRET_KIND, project).await? {
+        for record in list_all(self.state.as_ref(), SECRET_KIND, project.as_str()).await? {
             let stored: StoredSecret = decode(&record)?;
             if stored.live_at(now_ms) {
                 live.push((record, stored));
@@ -410,7 +414,7 @@ fn corrupt(record: &Record) -> StorageError {
 
 #[async_trait]
 impl SecretSource for WebhookSecrets {
-    async fn signing_secrets(&self, project: &str) -> Result<Vec<SigningSecret>, StorageError> {
+    async fn signing_secrets(&self, project: &ProjectId) -> Result<Vec<SigningSecret>, StorageError> {
         self.signing(project, self.clock.now_unix_ms()).await
     }
 }

@@ -6,7 +6,7 @@
 use super::retention::RecordRetention;
 use crate::ports::clock::uuid_unix_ms;
 use crate::ports::inference_records::InferenceRecord;
-use crate::ports::{BatchItemId, BatchPage, BlobStore, ItemIdKind, StorageError};
+use crate::ports::{BatchItemId, BatchPage, BlobStore, ItemIdKind, ProjectId, StorageError};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -18,15 +18,15 @@ struct PageIndex {
     pages: Vec<BatchPage>,
 }
 
-fn prefix(project: &str, batch_id: Uuid) -> String {
+fn prefix(project: &ProjectId, batch_id: Uuid) -> String {
     format!("inferences/{project}/batches/{}", batch_id.simple())
 }
 
-fn page_key(project: &str, batch_id: Uuid, page: u32) -> String {
+fn page_key(project: &ProjectId, batch_id: Uuid, page: u32) -> String {
     format!("{}/page-{page:06}.jsonl", prefix(project, batch_id))
 }
 
-fn index_key(project: &str, batch_id: Uuid) -> String {
+fn index_key(project: &ProjectId, batch_id: Uuid) -> String {
     format!("{}/pages.json", prefix(project, batch_id))
 }
 
@@ -54,7 +54,7 @@ pub(super) struct BatchPages<'a> {
 impl BatchPages<'_> {
     pub async fn put_page(
         &self,
-        project: &str,
+        project: &ProjectId,
         batch_id: Uuid,
         page: u32,
         records: &[InferenceRecord],
@@ -83,7 +83,12 @@ impl BatchPages<'_> {
         Ok(Some(span))
     }
 
-    pub async fn put_index(&self, project: &str, batch_id: Uuid, pages: &[BatchPage]) -> Result<(), StorageError> {
+    pub async fn put_index(
+        &self,
+        project: &ProjectId,
+        batch_id: Uuid,
+        pages: &[BatchPage],
+    ) -> Result<(), StorageError> {
         let body = serde_json::to_vec(&PageIndex { pages: pages.to_vec() })
             .map_err(|e| StorageError::Invalid(format!("page index: {e}")))?;
         self.blobs.put(&index_key(project, batch_id), Bytes::from(body)).await
@@ -92,7 +97,7 @@ impl BatchPages<'_> {
     /// The batch's pages; none before the index is written, nor past the retention (the
     /// lifecycle rule may have deleted some pages and not yet the index: reading them must not
     /// fail).
-    async fn index(&self, project: &str, batch_id: Uuid) -> Result<Vec<BatchPage>, StorageError> {
+    async fn index(&self, project: &ProjectId, batch_id: Uuid) -> Result<Vec<BatchPage>, StorageError> {
         if batch_id.get_timestamp().is_some() && self.retention.is_past(None, uuid_unix_ms(&batch_id)) {
             return Ok(Vec::new());
         }
@@ -105,7 +110,7 @@ impl BatchPages<'_> {
         }
     }
 
-    async fn page(&self, project: &str, batch_id: Uuid, page: u32) -> Result<Vec<InferenceRecord>, StorageError> {
+    async fn page(&self, project: &ProjectId, batch_id: Uuid, page: u32) -> Result<Vec<InferenceRecord>, StorageError> {
         let bytes = self
             .blobs
             .get(&page_key(project, batch_id, page))
@@ -119,7 +124,7 @@ impl BatchPages<'_> {
         crate::jsonl::lines(&bytes)
             .map(|line| {
                 let mut record: InferenceRecord = serde_json::from_slice(line).map_err(|e| corrupt("page", e))?;
-                record.project = project.to_owned();
+                record.project = project.clone();
                 Ok(record)
             })
             .collect()
@@ -128,7 +133,7 @@ impl BatchPages<'_> {
     /// The records of the items at `items`, in input order.
     pub async fn records(
         &self,
-        project: &str,
+        project: &ProjectId,
         batch_id: Uuid,
         items: Range<u32>,
     ) -> Result<Vec<InferenceRecord>, StorageError> {
@@ -151,7 +156,11 @@ impl BatchPages<'_> {
     }
 
     /// The record of one item, when its batch's pages hold it.
-    pub async fn record(&self, project: &str, item: BatchItemId) -> Result<Option<InferenceRecord>, StorageError> {
+    pub async fn record(
+        &self,
+        project: &ProjectId,
+        item: BatchItemId,
+    ) -> Result<Option<InferenceRecord>, StorageError> {
         let at = item.index;
         Ok(self
             .records(project, item.batch_id, at..at.saturating_add(1))

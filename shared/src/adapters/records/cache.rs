@@ -40,7 +40,7 @@ impl ModelCache for StateModelCache {
             return Ok(None);
         };
         let body = &stored.body;
-        if body_str(body, "project") != Some(key.project()) {
+        if body_str(body, "project") != Some(key.project().as_str()) {
             return Ok(None);
         }
         let now_ms = self.clock.now_unix_ms();
@@ -70,7 +70,7 @@ impl ModelCache for StateModelCache {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let expires_at_ms = self.clock.now_unix_ms().saturating_add(ttl_ms);
         let mut body = Map::new();
-        body.insert("project".into(), Value::String(key.project().to_owned()));
+        body.insert("project".into(), Value::String(key.project().to_string()));
         body.insert("created_at_ms".into(), Value::from(entry.created_at_ms));
         body.insert("expires_at_ms".into(), Value::from(expires_at_ms));
         stash(

@@ -4,7 +4,7 @@ use super::payload::{body_str, stash, unstash};
 use super::retention::RecordRetention;
 use crate::ports::clock::uuid_unix_ms as uuid_ms;
 use crate::ports::inference_records::FeedbackRecord;
-use crate::ports::{BlobStore, FeedbackStore, Record, StateStore, StorageError};
+use crate::ports::{BlobStore, FeedbackStore, ProjectId, Record, StateStore, StorageError};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -21,7 +21,7 @@ pub struct StateFeedbackStore {
     retention: RecordRetention,
 }
 
-fn record_id(project: &str, feedback_id: Uuid) -> String {
+fn record_id(project: &ProjectId, feedback_id: Uuid) -> String {
     format!("{project}/{feedback_id}")
 }
 
@@ -38,9 +38,9 @@ impl StateFeedbackStore {
 #[async_trait]
 impl FeedbackStore for StateFeedbackStore {
     async fn put(&self, record: &FeedbackRecord) -> Result<(), StorageError> {
-        let project = record.project.as_str();
+        let project = &record.project;
         let mut body = Map::new();
-        body.insert("project".into(), Value::String(project.to_owned()));
+        body.insert("project".into(), Value::String(project.to_string()));
         body.insert("metric_name".into(), Value::String(record.metric_name.clone()));
         stash(
             self.blobs.as_ref(),
@@ -63,7 +63,7 @@ impl FeedbackStore for StateFeedbackStore {
             .await
     }
 
-    async fn get(&self, project: &str, feedback_id: Uuid) -> Result<Option<FeedbackRecord>, StorageError> {
+    async fn get(&self, project: &ProjectId, feedback_id: Uuid) -> Result<Option<FeedbackRecord>, StorageError> {
         let Some(stored) = self.state.get(KIND, &record_id(project, feedback_id)).await? else {
             return Ok(None);
         };
@@ -76,7 +76,7 @@ impl FeedbackStore for StateFeedbackStore {
             }
             other => other,
         })?;
-        record.project = body_str(&stored.body, "project").unwrap_or_default().to_owned();
+        record.project = ProjectId::new(body_str(&stored.body, "project").unwrap_or_default());
         Ok(Some(record))
     }
 }

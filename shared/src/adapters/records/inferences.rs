@@ -6,8 +6,8 @@ use super::retention::RecordRetention;
 use crate::ports::clock::uuid_unix_ms as uuid_ms;
 use crate::ports::inference_records::InferenceRecord;
 use crate::ports::{
-    BatchItemId, BatchPage, BlobStore, InferencePage, InferenceStore, ItemIdKind, ListOrder, ListQuery, Record,
-    SortCursor, StateStore, StorageError,
+    BatchItemId, BatchPage, BlobStore, InferencePage, InferenceStore, ItemIdKind, ListOrder, ListQuery, ProjectId,
+    Record, SortCursor, StateStore, StorageError,
 };
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -27,17 +27,17 @@ pub struct StateInferenceStore {
     retention: RecordRetention,
 }
 
-fn record_id(project: &str, inference_id: Uuid) -> String {
+fn record_id(project: &ProjectId, inference_id: Uuid) -> String {
     format!("{project}/{inference_id}")
 }
 
-fn episode_owner(project: &str, episode_id: Uuid) -> String {
+fn episode_owner(project: &ProjectId, episode_id: Uuid) -> String {
     format!("{project}/{episode_id}")
 }
 
 /// A key of its own for each write: a second put of an id (a batch item run again after a crash)
 /// must not replace the payload of the record that stays.
-fn blob_key(project: &str, inference_id: Uuid, write: Uuid) -> String {
+fn blob_key(project: &ProjectId, inference_id: Uuid, write: Uuid) -> String {
     format!("inferences/{project}/{inference_id}/{}.json", write.simple())
 }
 
@@ -61,7 +61,7 @@ impl StateInferenceStore {
             }
             other => other,
         })?;
-        record.project = body_str(&stored.body, "project").unwrap_or_default().to_owned();
+        record.project = ProjectId::new(body_str(&stored.body, "project").unwrap_or_default());
         Ok(record)
     }
 
@@ -73,7 +73,11 @@ impl StateInferenceStore {
     }
 
     /// The batch item whose episode id (minted for it) is `episode_id`, when there is one.
-    async fn batch_episode(&self, project: &str, episode_id: Uuid) -> Result<Option<InferenceRecord>, StorageError> {
+    async fn batch_episode(
+        &self,
+        project: &ProjectId,
+        episode_id: Uuid,
+    ) -> Result<Option<InferenceRecord>, StorageError> {
         let Some(item) = BatchItemId::parse(episode_id).filter(|item| item.kind == ItemIdKind::Episode) else {
             return Ok(None);
         };
@@ -88,9 +92,9 @@ impl StateInferenceStore {
 #[async_trait]
 impl InferenceStore for StateInferenceStore {
     async fn put(&self, record: &InferenceRecord) -> Result<(), StorageError> {
-        let project = record.project.as_str();
+        let project = &record.project;
         let mut body = Map::new();
-        body.insert("project".into(), Value::String(project.to_owned()));
+        body.insert("project".into(), Value::String(project.to_string()));
         body.insert("inference_id".into(), Value::String(record.inference_id.to_string()));
         body.insert("episode_id".into(), Value::String(record.episode_id.to_string()));
         body.insert("function_name".into(), Value::String(record.function_name.clone()));
@@ -119,7 +123,7 @@ impl InferenceStore for StateInferenceStore {
         created
     }
 
-    async fn get(&self, project: &str, inference_id: Uuid) -> Result<Option<InferenceRecord>, StorageError> {
+    async fn get(&self, project: &ProjectId, inference_id: Uuid) -> Result<Option<InferenceRecord>, StorageError> {
         if let Some(stored) = self.state.get(KIND, &record_id(project, inference_id)).await? {
             if !self.live(&stored) {
                 return Ok(None);
@@ -134,7 +138,7 @@ impl InferenceStore for StateInferenceStore {
 
     async fn list_episode(
         &self,
-        project: &str,
+        project: &ProjectId,
         episode_id: Uuid,
         after: Option<Uuid>,
         limit: usize,
@@ -169,7 +173,7 @@ impl InferenceStore for StateInferenceStore {
         Ok(InferencePage { records, has_more })
     }
 
-    async fn episode_exists(&self, project: &str, episode_id: Uuid) -> Result<bool, StorageError> {
+    async fn episode_exists(&self, project: &ProjectId, episode_id: Uuid) -> Result<bool, StorageError> {
         let page = self
             .state
             .list_heads_by_owner(&ListQuery {
@@ -187,7 +191,7 @@ impl InferenceStore for StateInferenceStore {
 
     async fn put_batch_page(
         &self,
-        project: &str,
+        project: &ProjectId,
         batch_id: Uuid,
         page: u32,
         records: &[InferenceRecord],
@@ -195,13 +199,18 @@ impl InferenceStore for StateInferenceStore {
         self.pages().put_page(project, batch_id, page, records).await
     }
 
-    async fn put_batch_index(&self, project: &str, batch_id: Uuid, pages: &[BatchPage]) -> Result<(), StorageError> {
+    async fn put_batch_index(
+        &self,
+        project: &ProjectId,
+        batch_id: Uuid,
+        pages: &[BatchPage],
+    ) -> Result<(), StorageError> {
         self.pages().put_index(project, batch_id, pages).await
     }
 
     async fn batch_records(
         &self,
-        project: &str,
+        project: &ProjectId,
         batch_id: Uuid,
         items: Range<u32>,
     ) -> Result<Vec<InferenceRecord>, StorageError> {

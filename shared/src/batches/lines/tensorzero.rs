@@ -14,7 +14,7 @@ use crate::functions::inference::{FunctionError, FunctionService};
 use crate::inference::InferenceService;
 use crate::openai::batches::BatchUsage;
 use crate::ports::inference_records::InferenceRecord;
-use crate::ports::{BlobStore, IdSource, StorageError};
+use crate::ports::{BlobStore, IdSource, ProjectId, StorageError};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -27,7 +27,7 @@ use uuid::Uuid;
 pub(crate) struct TensorZeroLines {
     pub functions: Arc<FunctionService>,
     pub inference: Arc<InferenceService>,
-    pub project: String,
+    pub project: ProjectId,
     pub model: Option<String>,
     pub credentials: HashMap<String, String>,
 }

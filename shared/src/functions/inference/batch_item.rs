@@ -12,6 +12,7 @@ use super::service::FunctionService;
 use super::validate::{InferenceCall, InferenceTarget};
 use crate::model::{ModelRequest, ModelResponse};
 use crate::ports::inference_records::InferenceRecord;
+use crate::ports::ProjectId;
 use crate::user_text::excerpt;
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -65,7 +66,7 @@ impl FunctionService {
     /// variant is tried, nothing is cached. The record to store, or why there is none.
     pub async fn infer_batch_item(
         &self,
-        project: &str,
+        project: &ProjectId,
         call: &InferenceCall,
         inference_id: Uuid,
     ) -> Result<InferenceRecord, FunctionError> {
@@ -93,7 +94,7 @@ impl FunctionService {
     /// (`provider`): built exactly as [`Self::infer_batch_item`] builds it.
     pub fn native_batch_item_record(
         &self,
-        project: &str,
+        project: &ProjectId,
         call: &InferenceCall,
         inference_id: Uuid,
         provider: &str,
@@ -115,7 +116,7 @@ impl FunctionService {
 
     fn batch_item_record(
         &self,
-        project: &str,
+        project: &ProjectId,
         call: &InferenceCall,
         inference_id: Uuid,
         (plan, prepared): (VariantPlan<'_>, &PreparedCall),

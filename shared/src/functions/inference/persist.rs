@@ -11,7 +11,7 @@ use crate::config::{CacheConfig, CacheMode};
 use crate::model::{FinishReason, ModelResponse, ModelUsage};
 use crate::ports::inference_records::{rfc3339, FunctionType, InferenceRecord, ModelCallRecord, TokenUsage};
 use crate::ports::{
-    AfterResponse, CacheKey, CachedModelResponse, Clock, InferenceStore, MetricUnit, MetricsSink, ModelCache,
+    AfterResponse, CacheKey, CachedModelResponse, Clock, InferenceStore, MetricUnit, MetricsSink, ModelCache, ProjectId,
 };
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -32,7 +32,7 @@ pub struct InferencePersistence {
 
 /// One finished inference, as recorded.
 pub struct Finished<'a> {
-    pub project: &'a str,
+    pub project: &'a ProjectId,
     pub call: &'a InferenceCall,
     pub prepared: &'a PreparedCall,
     pub inference_id: Uuid,
@@ -115,7 +115,7 @@ impl InferencePersistence {
         let call = f.model_call;
         let response = &call.response;
         InferenceRecord {
-            project: f.project.to_owned(),
+            project: f.project.clone(),
             inference_id: f.inference_id,
             episode_id: f.call.episode_id,
             function_name: f.function_name.to_owned(),

@@ -15,7 +15,7 @@ use crate::config::functions::{ChatCompletionConfig, FunctionKind};
 use crate::functions::{Function, FunctionSet};
 use crate::inference::{InferenceError, InferenceService};
 use crate::model::{FinishReason, ModelUsage};
-use crate::ports::{CacheKey, IdSource};
+use crate::ports::{CacheKey, IdSource, ProjectId};
 use crate::providers::router::RoutingError;
 use crate::providers::ProviderError;
 use futures::stream::BoxStream;
@@ -185,7 +185,7 @@ impl FunctionService {
     }
 
     /// A complete answer; its record (and cache entry) are written after the response.
-    pub async fn infer(&self, project: &str, call: &InferenceCall) -> Result<InferenceResult, FunctionError> {
+    pub async fn infer(&self, project: &ProjectId, call: &InferenceCall) -> Result<InferenceResult, FunctionError> {
         let started = Instant::now();
         let target = self.resolve(call)?;
         let inference_id = self.ids.new_uuid();
@@ -251,7 +251,7 @@ impl FunctionService {
     /// Call one variant's model, retrying as the variant says, within its timeout.
     pub(super) async fn call_with_retries(
         &self,
-        project: &str,
+        project: &ProjectId,
         config: Option<&ChatCompletionConfig>,
         prepared: &PreparedCall,
         call: &InferenceCall,
@@ -315,7 +315,11 @@ impl FunctionService {
     /// A streamed answer: variants fall back until one starts streaming (its first chunk within
     /// the variant's `ttft_ms`); after that, errors end the stream. The record (and cache entry)
     /// are written once the stream has ended.
-    pub async fn infer_stream(&self, project: &str, call: &InferenceCall) -> Result<InferenceStream, FunctionError> {
+    pub async fn infer_stream(
+        &self,
+        project: &ProjectId,
+        call: &InferenceCall,
+    ) -> Result<InferenceStream, FunctionError> {
         let target = self.resolve(call)?;
         let inference_id = self.ids.new_uuid();
         let mode = self.persistence.mode(call);
@@ -353,7 +357,7 @@ impl FunctionService {
                         .map(|ms| tokio::time::Instant::from_std(started) + Duration::from_millis(ms));
                     let finish = StreamFinish {
                         persistence: self.persistence.clone(),
-                        project: project.to_owned(),
+                        project: project.clone(),
                         call: call.clone(),
                         prepared,
                         inference_id,

@@ -10,7 +10,7 @@ use super::stream::{ChunkTranslator, InferenceChunk};
 use super::validate::InferenceCall;
 use crate::config::functions::FunctionKind;
 use crate::model::{ChunkAccumulator, ModelChunk, ModelResponse, ModelUsage};
-use crate::ports::CacheKey;
+use crate::ports::{CacheKey, ProjectId};
 use crate::providers::synthetic_stream::stream_from_response;
 use crate::providers::ChunkStream;
 use futures::stream::BoxStream;
@@ -41,7 +41,7 @@ impl StartedModelStream {
 /// What a finished stream leaves behind: its cache entry and record.
 pub(super) struct StreamFinish {
     pub persistence: InferencePersistence,
-    pub project: String,
+    pub project: ProjectId,
     pub call: InferenceCall,
     pub prepared: PreparedCall,
     pub inference_id: Uuid,

@@ -2,6 +2,7 @@ use super::*;
 use crate::app::LoadedConfig;
 use crate::config::Config;
 use crate::functions::inference::request::InferenceRequest as Request;
+use crate::ports::ProjectId;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -136,8 +137,14 @@ async fn an_episode_keeps_its_variant_and_episodes_spread_over_both() {
         let episode = Uuid::now_v7();
         let mut body = hello("weighted");
         body["episode_id"] = json!(episode.to_string());
-        let first = service.infer("p", &call(&service, body.clone())).await.unwrap();
-        let again = service.infer("p", &call(&service, body)).await.unwrap();
+        let first = service
+            .infer(&ProjectId::new("p"), &call(&service, body.clone()))
+            .await
+            .unwrap();
+        let again = service
+            .infer(&ProjectId::new("p"), &call(&service, body))
+            .await
+            .unwrap();
         assert_eq!(first.variant_name, again.variant_name);
         assert_eq!(first.episode_id, episode);
         seen.insert(first.variant_name);
@@ -148,16 +155,27 @@ async fn an_episode_keeps_its_variant_and_episodes_spread_over_both() {
 #[tokio::test]
 async fn a_failed_candidate_falls_back_and_a_pin_does_not() {
     let service = service();
-    let answer = service.infer("p", &call(&service, hello("falls_back"))).await.unwrap();
+    let answer = service
+        .infer(&ProjectId::new("p"), &call(&service, hello("falls_back")))
+        .await
+        .unwrap();
     assert_eq!(answer.variant_name, "working");
     let mut pinned = hello("falls_back");
     pinned["variant_name"] = json!("broken");
-    let error = service.infer("p", &call(&service, pinned)).await.unwrap_err();
+    let error = service
+        .infer(&ProjectId::new("p"), &call(&service, pinned))
+        .await
+        .unwrap_err();
     assert_eq!(status(error), Outcome::Failed(Some(FailureKind::Provider)));
     let mut unknown = hello("falls_back");
     unknown["variant_name"] = json!("nope");
     assert_eq!(
-        status(service.infer("p", &call(&service, unknown)).await.unwrap_err()),
+        status(
+            service
+                .infer(&ProjectId::new("p"), &call(&service, unknown))
+                .await
+                .unwrap_err()
+        ),
         Outcome::NotFound
     );
 }
@@ -165,26 +183,35 @@ async fn a_failed_candidate_falls_back_and_a_pin_does_not() {
 #[tokio::test]
 async fn failures_map_to_tensorzero_statuses() {
     let service = service();
-    let all_bad = service.infer("p", &call(&service, hello("all_bad"))).await.unwrap_err();
+    let all_bad = service
+        .infer(&ProjectId::new("p"), &call(&service, hello("all_bad")))
+        .await
+        .unwrap_err();
     assert!(matches!(all_bad, FunctionError::AllVariantsFailed(_)));
     assert_eq!(status(all_bad), Outcome::Failed(Some(FailureKind::Provider)));
     let slow = service
-        .infer("p", &call(&service, hello("too_slow")))
+        .infer(&ProjectId::new("p"), &call(&service, hello("too_slow")))
         .await
         .unwrap_err();
     assert_eq!(status(slow), Outcome::Failed(Some(FailureKind::Timeout)));
     let mut streamed = hello("too_slow");
     streamed["stream"] = json!(true);
     let slow_stream = service
-        .infer_stream("p", &call(&service, streamed))
+        .infer_stream(&ProjectId::new("p"), &call(&service, streamed))
         .await
         .err()
         .unwrap();
     assert_eq!(status(slow_stream), Outcome::Failed(Some(FailureKind::Timeout)));
-    let unknown = service.infer("p", &call(&service, hello("nope"))).await.unwrap_err();
+    let unknown = service
+        .infer(&ProjectId::new("p"), &call(&service, hello("nope")))
+        .await
+        .unwrap_err();
     assert_eq!(status(unknown), Outcome::NotFound);
     let model = json!({"model_name": "no-such-model", "input": {"messages": []}});
-    let missing = service.infer("p", &call(&service, model)).await.unwrap_err();
+    let missing = service
+        .infer(&ProjectId::new("p"), &call(&service, model))
+        .await
+        .unwrap_err();
     assert_eq!(status(missing), Outcome::NotFound);
 }
 
@@ -193,7 +220,10 @@ async fn json_tool_mode_answers_through_the_respond_tool() {
     let service = service();
     let mut body = hello("extract");
     body["output_schema"] = json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
-    let answer = service.infer("p", &call(&service, body)).await.unwrap();
+    let answer = service
+        .infer(&ProjectId::new("p"), &call(&service, body))
+        .await
+        .unwrap();
     let FunctionOutput::Json(output) = answer.output else {
         panic!("not json")
     };
@@ -205,7 +235,10 @@ async fn a_stream_falls_back_before_it_starts_and_ends_with_usage() {
     let service = service();
     let mut body = hello("falls_back");
     body["stream"] = json!(true);
-    let stream = service.infer_stream("p", &call(&service, body)).await.unwrap();
+    let stream = service
+        .infer_stream(&ProjectId::new("p"), &call(&service, body))
+        .await
+        .unwrap();
     assert_eq!(stream.variant_name, "working");
     let chunks: Vec<_> = stream.chunks.collect().await;
     assert!(chunks.iter().all(Result::is_ok));
@@ -231,7 +264,7 @@ async fn stored(
     id: Uuid,
 ) -> crate::ports::inference_records::InferenceRecord {
     for _ in 0..200 {
-        if let Some(record) = records.get("p", id).await.unwrap() {
+        if let Some(record) = records.get(&ProjectId::new("p"), id).await.unwrap() {
             return record;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -245,12 +278,18 @@ async fn the_second_identical_call_is_a_cache_hit_with_zero_usage_and_both_are_r
     let mut body = hello("falls_back");
     body["variant_name"] = json!("working");
     body["cache_options"] = json!({"enabled": "on"});
-    let first = service.infer("p", &call(&service, body.clone())).await.unwrap();
+    let first = service
+        .infer(&ProjectId::new("p"), &call(&service, body.clone()))
+        .await
+        .unwrap();
     assert!(!first.model_call.cached);
     assert!(first.usage.input_tokens > 0);
     let mut second = None;
     for _ in 0..200 {
-        let answer = service.infer("p", &call(&service, body.clone())).await.unwrap();
+        let answer = service
+            .infer(&ProjectId::new("p"), &call(&service, body.clone()))
+            .await
+            .unwrap();
         if answer.model_call.cached {
             second = Some(answer);
             break;
@@ -266,8 +305,15 @@ async fn the_second_identical_call_is_a_cache_hit_with_zero_usage_and_both_are_r
     assert!(record.model_calls[0].raw_request.contains("hello"));
     assert!(stored(&records, second.inference_id).await.cached);
     // Another project neither sees the records nor hits the cache.
-    assert!(records.get("other", first.inference_id).await.unwrap().is_none());
-    let elsewhere = service.infer("other", &call(&service, body)).await.unwrap();
+    assert!(records
+        .get(&ProjectId::new("other"), first.inference_id)
+        .await
+        .unwrap()
+        .is_none());
+    let elsewhere = service
+        .infer(&ProjectId::new("other"), &call(&service, body))
+        .await
+        .unwrap();
     assert!(!elsewhere.model_call.cached);
 }
 
@@ -276,16 +322,23 @@ async fn a_dryrun_stores_nothing_and_a_stream_is_recorded_when_it_ends() {
     let (service, records) = service_with_records();
     let mut dry = hello("falls_back");
     dry["dryrun"] = json!(true);
-    let answer = service.infer("p", &call(&service, dry)).await.unwrap();
+    let answer = service.infer(&ProjectId::new("p"), &call(&service, dry)).await.unwrap();
     let mut streamed = hello("falls_back");
     streamed["stream"] = json!(true);
-    let stream = service.infer_stream("p", &call(&service, streamed)).await.unwrap();
+    let stream = service
+        .infer_stream(&ProjectId::new("p"), &call(&service, streamed))
+        .await
+        .unwrap();
     let id = stream.inference_id;
     let _: Vec<_> = stream.chunks.collect().await;
     let record = stored(&records, id).await;
     assert!(record.ttft_ms.is_some());
     assert!(record.output[0]["text"].as_str().unwrap().contains("hello"));
-    assert!(records.get("p", answer.inference_id).await.unwrap().is_none());
+    assert!(records
+        .get(&ProjectId::new("p"), answer.inference_id)
+        .await
+        .unwrap()
+        .is_none());
 }
 
 /// What `/batch_inference` polls answer, rebuilt from the stored record, is exactly the reply
@@ -297,7 +350,10 @@ async fn a_reply_rebuilt_from_its_record_is_the_reply_inference_gave() {
         let mut body = hello(function);
         body["variant_name"] = json!(variant);
         body["tags"] = json!({"k": "v"});
-        let result = service.infer("p", &call(&service, body)).await.unwrap();
+        let result = service
+            .infer(&ProjectId::new("p"), &call(&service, body))
+            .await
+            .unwrap();
         let given = InferenceReply::new(&result, Includes::default());
         let record = stored(&records, result.inference_id).await;
         let rebuilt = InferenceReply::from_record(&record).unwrap();
@@ -316,7 +372,7 @@ async fn a_reply_rebuilt_from_its_record_is_the_reply_inference_gave() {
 fn from_record_reads_usage_and_finish_reason_and_refuses_a_record_that_does_not_fit() {
     use crate::ports::inference_records::{FunctionType, InferenceRecord, TokenUsage};
     let record = InferenceRecord {
-        project: "p".into(),
+        project: ProjectId::new("p"),
         inference_id: Uuid::now_v7(),
         episode_id: Uuid::now_v7(),
         function_name: "f".into(),
