@@ -62,7 +62,7 @@ async fn the_config_directory_loads_from_an_s3_prefix() {
             "draft_email",
             "casual",
             "user",
-            nimbus_shared::functions::TemplateInput::Arguments(&serde_json::json!({
+            nimbus_shared::tensorzero::TemplateInput::Arguments(&serde_json::json!({
                 "recipient": "Ada", "topic": "the launch"
             })),
         )

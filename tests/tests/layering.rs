@@ -17,7 +17,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("queued work", &["batches", "async_requests"]),
     ("webhooks and files", &["webhooks", "files"]),
     ("surface errors", &["surface_errors"]),
-    ("functions", &["functions"]),
+    ("tensorzero", &["tensorzero"]),
     ("inference", &["inference"]),
     (
         "domain mechanisms",

@@ -5,7 +5,7 @@
 use crate::config::{
     read_bundled_config, read_config, read_local_config, Config, ConfigError, ConfigFiles, ConfigSources,
 };
-use crate::functions::FunctionSet;
+use crate::tensorzero::FunctionSet;
 use std::path::Path;
 use std::sync::Arc;
 

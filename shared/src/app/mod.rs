@@ -33,8 +33,6 @@ use crate::batches::{BatchDeps, BatchEngine, BatchSettings};
 use crate::config::Config;
 use crate::files::sweep::FilesSweep;
 use crate::files::FilesService;
-use crate::functions::feedback::FeedbackService;
-use crate::functions::inference::{FunctionService, InferencePersistence};
 use crate::http::{AppState, BatchesState, FilesState, HostState, HttpSettings, InferenceState};
 use crate::inference::InferenceService;
 use crate::jobs::{JobDispatcher, JobFamily};
@@ -46,6 +44,8 @@ use crate::ports::{
 };
 use crate::providers::router::ModelRouter;
 use crate::scheduler::{Scheduler, DEFAULT_DUE_INDEX_SHARDS};
+use crate::tensorzero::feedback::FeedbackService;
+use crate::tensorzero::function_calls::{FunctionService, InferencePersistence};
 use crate::webhooks::UrlPolicy;
 use std::sync::Arc;
 use std::time::Duration;

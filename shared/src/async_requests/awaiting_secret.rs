@@ -4,8 +4,8 @@
 //! of at their next retry (which may be minutes away).
 
 use super::lifecycle::expect_due_move;
-use super::records::{StoredRequest, KIND};
 use super::service::AsyncService;
+use super::stored::{StoredRequest, KIND};
 use crate::ports::{ProjectId, StorageError};
 use crate::records::Loaded;
 

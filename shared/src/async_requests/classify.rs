@@ -3,13 +3,13 @@
 //! the wait the provider asked for, timeouts and connection errors are retried); every other
 //! failure is final at once.
 
-use super::records::ErrorEntry;
-use crate::functions::inference::{FailureKind, FunctionError};
+use super::stored::ErrorEntry;
 use crate::inference::InferenceError;
 use crate::openai::error::ApiError;
 use crate::ports::provider_call::Recovery;
 use crate::providers::router::RoutingError;
 use crate::providers::ProviderError;
+use crate::tensorzero::function_calls::{FailureKind, FunctionError};
 use std::time::Duration;
 
 pub(crate) const MODEL_DOES_NOT_EXIST: &str = "MODEL_DOES_NOT_EXIST";

@@ -8,8 +8,8 @@
 //! ([`INLINE_BODY_MAX`]) in a blob beside the output.
 
 use super::lifecycle::expect_due_move;
-use super::records::{webhook_body_key, StoredRequest, KIND};
 use super::runner::{wait_until, AsyncRunner};
+use super::stored::{webhook_body_key, StoredRequest, KIND};
 use super::wire::webhook_body;
 use super::AsyncStatus;
 use crate::ports::{JobOutcome, StorageError};

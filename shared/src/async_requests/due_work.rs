@@ -3,9 +3,9 @@
 //! a webhook retry that is due gets its job; a request past its retention is deleted with its
 //! output.
 
-use super::records::{webhook_body_key, StoredRequest, KIND};
 use super::runner::expired_error;
 use super::service::AsyncService;
+use super::stored::{webhook_body_key, StoredRequest, KIND};
 use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;
 use crate::ports::StorageError;

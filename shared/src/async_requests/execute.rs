@@ -3,7 +3,6 @@
 
 use super::classify::{function_failure, inference_failure, refused, RunFailure, MODEL_PREDICT_ERROR};
 use super::submit::AsyncEndpoint;
-use crate::functions::inference::{FunctionError, FunctionService, InferenceReply, InferenceRequest};
 use crate::inference::{validate_chat, validate_embeddings, InferenceError, InferenceService};
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::credentials::take_credentials;
@@ -12,6 +11,7 @@ use crate::openai::error::ApiError;
 use crate::openai::json_body::parse_json_object;
 use crate::openai::to_model::OpenAiChatRequest;
 use crate::ports::ProjectId;
+use crate::tensorzero::function_calls::{FunctionError, FunctionService, InferenceReply, InferenceRequest};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 

@@ -1,8 +1,8 @@
 //! How a request ends, and what comes due after: the final status, its errors and output, the
 //! webhook delivery it owes, and the scheduler's next look at it.
 
-use super::records::{ErrorEntry, StoredRequest};
 use super::service::AsyncService;
+use super::stored::{ErrorEntry, StoredRequest};
 use super::wire::webhook_body;
 use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;

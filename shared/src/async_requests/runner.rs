@@ -8,8 +8,8 @@
 //! both win.
 
 use super::classify::{RunFailure, API_KEY_REVOKED, ASYNC_REQUEST_EXPIRED, MODEL_PREDICT_ERROR};
-use super::records::{output_key, Attempt, ErrorEntry, StoredRequest, KIND};
 use super::service::AsyncService;
+use super::stored::{output_key, Attempt, ErrorEntry, StoredRequest, KIND};
 use super::AsyncStatus;
 use crate::jobs::{JobMessage, JobRunner};
 use crate::model_slots::{self, Acquired, SlotRequest, Waiting};

@@ -2,7 +2,7 @@
 
 use super::error::AsyncError;
 use super::execute::AsyncExecutor;
-use super::records::{output_key, AsyncStatus, ErrorEntry, StoredRequest, KIND};
+use super::stored::{output_key, AsyncStatus, ErrorEntry, StoredRequest, KIND};
 use super::submit::parse_submission;
 use super::wire::{AsyncRequestPage, AsyncRequestView};
 use super::DUE_LANE;

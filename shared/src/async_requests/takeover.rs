@@ -2,8 +2,8 @@
 //! each request still queued or running is queued again, without the lease of the run that died.
 
 use super::lifecycle::MAX_QUEUE_DELAY;
-use super::records::{StoredRequest, KIND};
 use super::service::AsyncService;
+use super::stored::{StoredRequest, KIND};
 use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;
 use crate::ports::{SoleWorkerGuard, StorageError};

@@ -1,7 +1,7 @@
 //! Baseten's shapes: the status object (`GET /async_request/{id}`, with what Nimbus keeps beyond
 //! Baseten: attempts, times, the webhook's attempts and the output) and the webhook body.
 
-use super::records::{Attempt, ErrorEntry, StoredRequest};
+use super::stored::{Attempt, ErrorEntry, StoredRequest};
 use super::submit::AsyncEndpoint;
 use crate::ports::inference_records::rfc3339;
 use crate::webhooks::delivery::DeliveryAttempt;

@@ -3,19 +3,19 @@
 use super::create_checks::{check_create_request, CheckedCreate};
 use super::finalize::release_input;
 use super::live::Live;
-use super::records::{
+use super::stored::{
     active_marker, decode, edit, encode, BatchFormat, Edit, LeaseUntil, Loaded, StoredBatch, BATCH_KIND,
 };
 use super::{enqueue, BatchSettings, BatchesError, JobMessage};
 use crate::files::FilesError;
 use crate::files::FilesService;
-use crate::functions::inference::FunctionService;
 use crate::idempotency::IdempotencyKeys;
 use crate::idempotency::{fingerprint, Reservation};
 use crate::openai::batches::{BatchList, BatchObject, BatchStatus, CreateBatchRequest};
 use crate::paging::{PageBounds, PageLimit};
 use crate::ports::{BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, ProjectId, StateStore};
 use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
+use crate::tensorzero::function_calls::FunctionService;
 use crate::user_text::excerpt;
 use std::sync::Arc;
 use uuid::Uuid;

@@ -23,12 +23,12 @@ use super::validate_job::Planner;
 use super::{BatchRecovery, BatchSettings, BatchWorker};
 use crate::auth::RevokedKeys;
 use crate::files::FilesService;
-use crate::functions::inference::FunctionService;
 use crate::idempotency::IdempotencyKeys;
 use crate::inference::InferenceService;
 use crate::ports::{
     BatchEventSink, BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, MetricsSink, StateStore,
 };
+use crate::tensorzero::function_calls::FunctionService;
 use std::sync::Arc;
 
 /// The ports and layers the batch engine is built over.

@@ -8,10 +8,10 @@ use super::lines::missing_input_lines;
 use super::lines::LineKinds;
 use super::lines::{BatchLine, LineKind};
 use super::live::Live;
-use super::native::records::PART_KIND;
+use super::native::stored::PART_KIND;
 use super::native::{close_staging, parts_expired, parts_of};
-use super::records::chunks_of;
-use super::records::{
+use super::stored::chunks_of;
+use super::stored::{
     edit, list_all, BatchFormat, Edit, LeaseUntil, Loaded, Segment, StoredBatch, StoredChunk, ACTIVE_KIND, BATCH_KIND,
     CHUNK_KIND,
 };

@@ -9,7 +9,7 @@
 //! same conditional write that counts the segment, so a line is never in both; a record a dead
 //! run left is ignored once it is [`LIVE_STALE_MS`] old.
 
-use super::records::{encode, list_all, Loaded, StoredBatch};
+use super::stored::{encode, list_all, Loaded, StoredBatch};
 use super::BatchesError;
 use crate::ports::{Clock, Record, StateStore, StorageError};
 use serde::{Deserialize, Serialize};
@@ -245,16 +245,16 @@ impl Live {
         if self.always || batch.body.batch.status.is_terminal() || batch.body.live_until_ms - now_ms >= LIVE_RENEW_MS {
             return Ok(());
         }
-        let edited = super::records::edit(
+        let edited = super::stored::edit(
             self.state.as_ref(),
-            super::records::BATCH_KIND,
+            super::stored::BATCH_KIND,
             &batch.body.batch.id,
             |stored: &mut StoredBatch| {
                 if stored.batch.status.is_terminal() || stored.live_until_ms - now_ms >= LIVE_RENEW_MS {
-                    return super::records::Edit::Keep(());
+                    return super::stored::Edit::Keep(());
                 }
                 stored.live_until_ms = now_ms + LIVE_WATCH_MS;
-                super::records::Edit::Save(())
+                super::stored::Edit::Save(())
             },
         )
         .await;

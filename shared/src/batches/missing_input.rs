@@ -6,8 +6,8 @@
 use super::chunk_run::ChunkRun;
 use super::chunk_run::ChunkRunner;
 use super::lines::{missing_input_lines, INPUT_MISSING_CODE};
-use super::records::{Loaded, StoredChunk};
 use super::segment::PendingSegment;
+use super::stored::{Loaded, StoredChunk};
 use super::BatchesError;
 use crate::ports::JobOutcome;
 

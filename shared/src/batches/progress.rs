@@ -3,11 +3,11 @@
 //! in one conditional write: a segment is counted exactly once, or not at all and run again.
 
 use super::chunk_run::{ChunkRun, ChunkRunner, LeaseOutcome};
-use super::records::{
+use super::segment::{put_results, PendingSegment};
+use super::stored::{
     chunk_id, edit, Edit, Lease, LeaseUntil, Loaded, Segment, StagedBlob, StoredBatch, StoredChunk, BATCH_KIND,
     CHUNK_KIND,
 };
-use super::segment::{put_results, PendingSegment};
 use super::{count_lines, BatchesError};
 use crate::ports::credential_sealer::seal_json;
 use crate::ports::StorageError;

@@ -5,8 +5,8 @@
 
 use super::finalize::Finalizer;
 use super::native::NativeParts;
-use super::records::StoredChunk;
-use super::records::{list_all, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND, CHUNK_KIND};
+use super::stored::StoredChunk;
+use super::stored::{list_all, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND, CHUNK_KIND};
 use super::{enqueue, BatchSettings, BatchesError, JobMessage};
 use crate::openai::batches::BatchStatus;
 use crate::ports::state::earliest_created_at;
@@ -147,7 +147,7 @@ impl BatchRecovery {
         let mut requeued = 0;
         for record in list_all(self.state.as_ref(), CHUNK_KIND, batch_id).await? {
             let mut loaded = Loaded::<StoredChunk> {
-                body: super::records::decode(&record)?,
+                body: super::stored::decode(&record)?,
                 record,
             };
             let chunk = &loaded.body;

@@ -3,7 +3,7 @@
 //! written to first (`progress.rs` then counts it in one conditional write).
 
 use super::lines::{LineResult, NativeRequest};
-use super::records::{NativeGroup, Segment};
+use super::stored::{NativeGroup, Segment};
 use crate::openai::batches::BatchUsage;
 use crate::ports::{BlobStore, StorageError};
 use bytes::Bytes;

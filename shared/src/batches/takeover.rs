@@ -7,8 +7,8 @@
 //! stays, so nothing is lost or run twice. Lambda never does this: there many workers share the
 //! storage and a lease may belong to a live one.
 
-use super::native::records::{StoredPart, PART_KIND};
-use super::records::{
+use super::native::stored::{StoredPart, PART_KIND};
+use super::stored::{
     decode, edit, list_all, Edit, LeaseUntil, StoredBatch, StoredChunk, ACTIVE_KIND, ACTIVE_OWNER, BATCH_KIND,
     CHUNK_KIND,
 };

@@ -8,13 +8,13 @@
 //! TensorZero leaves them out; `include_failures` lists them in `failed_inferences`.
 
 use super::lines::tensorzero::ItemResult;
-use super::records::{active_marker, encode, BatchFormat, LeaseUntil, StoredBatch, TensorZeroPlan, BATCH_KIND};
+use super::stored::{active_marker, encode, BatchFormat, LeaseUntil, StoredBatch, TensorZeroPlan, BATCH_KIND};
 use super::{enqueue, BatchApi, BatchesError, JobMessage};
-use crate::functions::batch_request::BatchInferenceRequest;
-use crate::functions::inference::{FunctionError, InferenceReply};
 use crate::openai::batches::BatchObject;
 use crate::ports::credential_sealer::seal_json;
 use crate::ports::{ProjectId, Record, StorageError};
+use crate::tensorzero::batch_request::BatchInferenceRequest;
+use crate::tensorzero::function_calls::{FunctionError, InferenceReply};
 use bytes::Bytes;
 use serde::Serialize;
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 //! whose ids do not derive from the batch (submitted before pages existed) are stored one by one.
 
 use super::finalize::Finalizer;
-use super::records::StoredBatch;
+use super::stored::StoredBatch;
 use super::BatchesError;
 use crate::ports::inference_records::InferenceRecord;
 use crate::ports::{BatchItemId, BatchPage, ItemIdKind, ProjectId, StorageError};

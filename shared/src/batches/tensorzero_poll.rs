@@ -5,14 +5,14 @@
 //! their items from their input and read one record per item).
 
 use super::lines::tensorzero::ItemResult;
-use super::records::{BatchFormat, Loaded, StoredBatch, BATCH_KIND};
+use super::stored::{BatchFormat, Loaded, StoredBatch, BATCH_KIND};
 use super::tensorzero_api::{BatchInferenceError, BatchInferencePoll, PollQuery, PollStatus};
 use super::BatchApi;
-use crate::functions::batch_request::{item_ids_in, ItemIds};
-use crate::functions::inference::{FunctionError, InferenceReply};
 use crate::openai::batches::BatchStatus;
 use crate::ports::inference_records::InferenceRecord;
 use crate::ports::{BatchItemId, ItemIdKind, ProjectId, StorageError};
+use crate::tensorzero::batch_request::{item_ids_in, ItemIds};
+use crate::tensorzero::function_calls::{FunctionError, InferenceReply};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 use uuid::Uuid;

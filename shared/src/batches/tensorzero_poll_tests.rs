@@ -1,5 +1,5 @@
 use super::*;
-use crate::functions::inference::{OutputBlock, UsageReport};
+use crate::tensorzero::function_calls::{OutputBlock, UsageReport};
 use serde_json::{json, Value};
 
 fn items(n: usize) -> Vec<ItemIds> {

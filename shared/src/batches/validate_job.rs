@@ -5,7 +5,7 @@
 use super::finalize::Finalizer;
 use super::input_validation::{ChunkLimits, LineError};
 use super::lines::LineKinds;
-use super::records::{chunk_id, edit, encode, Edit, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
+use super::stored::{chunk_id, edit, encode, Edit, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
 use super::{BatchSettings, BatchesError, JobMessage};
 use crate::openai::batches::{BatchError, BatchErrors, BatchStatus};
 use crate::ports::{BlobStore, Clock, JobQueue, Record, StateStore, StorageError};

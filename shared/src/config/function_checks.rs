@@ -1,5 +1,5 @@
 //! Checks of `[functions.*]` that need no file: value ranges and cross-references (models,
-//! tools, variants, templates beside schemas). Files are read and compiled by `crate::functions`.
+//! tools, variants, templates beside schemas). Files are read and compiled by `crate::tensorzero`.
 
 use super::extras::{check_extra_body, check_extra_headers};
 use super::functions::{

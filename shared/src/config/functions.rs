@@ -1,6 +1,6 @@
 //! `[functions.F]` and `[functions.F.variants.V]`: TensorZero-style functions as parsed from the
 //! TOML. Paths to templates and schemas are kept as written (relative to the config file); the
-//! function layer (`crate::functions`) reads and compiles them.
+//! function layer (`crate::tensorzero`) reads and compiles them.
 
 /// Variants share the entry types with providers.
 pub use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};

@@ -6,11 +6,11 @@ use crate::async_requests::AsyncService;
 use crate::auth::Authenticator;
 use crate::batches::BatchApi;
 use crate::files::FilesService;
-use crate::functions::feedback::FeedbackService;
-use crate::functions::inference::FunctionService;
 use crate::inference::InferenceService;
 use crate::lmi_api::LmiApi;
 use crate::ports::{InferenceStore, MetricsSink};
+use crate::tensorzero::feedback::FeedbackService;
+use crate::tensorzero::function_calls::FunctionService;
 use crate::webhooks::{BatchWebhooks, WebhookEndpoints, WebhookSecrets};
 use std::sync::Arc;
 

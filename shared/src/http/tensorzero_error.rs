@@ -5,10 +5,10 @@
 use super::error::ApiError;
 use super::json_body::JsonBody;
 use crate::batches::BatchInferenceError;
-use crate::functions::feedback::FeedbackError;
-use crate::functions::inference::FunctionError;
 use crate::ports::StorageError;
 use crate::surface_errors::openai::function_error_status;
+use crate::tensorzero::feedback::FeedbackError;
+use crate::tensorzero::function_calls::FunctionError;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

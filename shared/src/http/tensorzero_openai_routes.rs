@@ -10,11 +10,11 @@ use super::json_body::JsonBody;
 use super::sse::{sse_body_response, sse_frames_with};
 use super::InferenceState;
 use crate::auth::Principal;
-use crate::functions::inference::FunctionError;
-use crate::functions::openai_compat::{
+use crate::openai::embeddings::EmbeddingRequest;
+use crate::tensorzero::function_calls::FunctionError;
+use crate::tensorzero::openai_compat::{
     completion_of, inference_request_of, CompletionChunker, EMBEDDING_MODEL_PREFIX, MODEL_PREFIX,
 };
-use crate::openai::embeddings::EmbeddingRequest;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;

@@ -7,7 +7,7 @@ use super::sse::{sse_body_response, sse_frames_with};
 use super::tensorzero_error::{TensorZeroError, TensorZeroJson};
 use super::InferenceState;
 use crate::auth::Principal;
-use crate::functions::inference::{FunctionError, InferenceRequest};
+use crate::tensorzero::function_calls::{FunctionError, InferenceRequest};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -26,8 +26,8 @@ pub(super) fn routes() -> OpenApiRouter<InferenceState> {
     request_body = InferenceRequest,
     responses(
         (status = 200, description = "The inference; with `stream: true`, its chunks as events",
-            content((crate::functions::inference::InferenceReply = "application/json"),
-                (crate::functions::inference::InferenceChunk = "text/event-stream"))),
+            content((crate::tensorzero::function_calls::InferenceReply = "application/json"),
+                (crate::tensorzero::function_calls::InferenceChunk = "text/event-stream"))),
         super::api_doc::TensorZeroErrors,
     )
 )]
@@ -50,6 +50,6 @@ async fn inference(
         return Ok(sse_body_response(frames));
     }
     let result = functions.infer(&principal.project, &call).await?;
-    let reply = crate::functions::inference::InferenceReply::new(&result, call.includes);
+    let reply = crate::tensorzero::function_calls::InferenceReply::new(&result, call.includes);
     Ok(Json(reply).into_response())
 }

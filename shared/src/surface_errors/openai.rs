@@ -3,11 +3,11 @@
 //! written in OpenAI's format carry them, so they sit below both.
 
 use crate::auth::AuthError;
-use crate::functions::inference::{FailureKind, FunctionError};
 use crate::inference::InferenceError;
 use crate::openai::error::ApiError;
 use crate::providers::router::{ProviderFailure, RoutingError};
 use crate::providers::ProviderError;
+use crate::tensorzero::function_calls::{FailureKind, FunctionError};
 use crate::user_text::excerpt;
 use http::StatusCode;
 

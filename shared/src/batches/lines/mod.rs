@@ -13,13 +13,13 @@ pub(crate) mod openai;
 pub(crate) mod tensorzero;
 
 use super::input_validation::{ChunkLimits, ChunkRange, ValidationReport};
-use super::records::{BatchFormat, StoredBatch};
+use super::stored::{BatchFormat, StoredBatch};
 use super::{BatchEndpoint, BatchesError};
-use crate::functions::inference::FunctionService;
 use crate::inference::InferenceService;
 use crate::openai::batches::BatchUsage;
 use crate::ports::credential_sealer::open_json;
 use crate::ports::{BlobStore, CredentialSealer, IdSource, StorageError};
+use crate::tensorzero::function_calls::FunctionService;
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! `/batch_inference` lines: one `/inference` item each (`functions::batch_request`). Running one
+//! `/batch_inference` lines: one `/inference` item each (`tensorzero::batch_request`). Running one
 //! makes its inference record, under the id minted at submission; the record is the line's result,
 //! saved with the chunk's segment like any result line, so it counts exactly once whatever crashes
 //! or reruns happen. When the batch ends, `tensorzero_pages.rs` writes the records into the
@@ -8,13 +8,13 @@ use super::{BatchLine, LineKind, LineResult, NativeAnswer, NativeRequest};
 use crate::batches::input_validation::{plan_checked_lines, ChunkLimits, ValidationReport};
 use crate::batches::BatchEndpoint;
 use crate::batches::BatchesError;
-use crate::functions::batch_request::item_ids;
-use crate::functions::batch_request::ItemIds;
-use crate::functions::inference::{FunctionError, FunctionService};
 use crate::inference::InferenceService;
 use crate::openai::batches::BatchUsage;
 use crate::ports::inference_records::InferenceRecord;
 use crate::ports::{BlobStore, IdSource, ProjectId, StorageError};
+use crate::tensorzero::batch_request::item_ids;
+use crate::tensorzero::batch_request::ItemIds;
+use crate::tensorzero::function_calls::{FunctionError, FunctionService};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

@@ -3,13 +3,13 @@
 //! became (answered, failed, or never run with the part's code), save the results as a segment
 //! and count them, part and batch in one conditional write.
 
-use super::records::{PartState, StoredPart};
+use super::stored::{PartState, StoredPart};
 use super::NativeParts;
 use crate::batches::chunk_run::parse_native_custom_id;
 use crate::batches::lines::{BatchLine, LineKind, NativeAnswer};
-use crate::batches::records::{chunk_id, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
 use crate::batches::segment::put_results;
 use crate::batches::segment::PendingSegment;
+use crate::batches::stored::{chunk_id, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
 use crate::batches::{count_lines, BatchesError};
 use crate::ports::StorageError;
 use crate::providers::http_upstream::upstream_error_message;

@@ -15,12 +15,12 @@ mod collect;
 mod deadline;
 mod plan;
 mod poll;
-pub(crate) mod records;
 mod steps;
+pub(crate) mod stored;
 
 use super::finalize::Finalizer;
 use super::lines::LineKinds;
-use super::records::{chunks_of, decode, edit, list_all, Edit, Loaded, StoredBatch, BATCH_KIND};
+use super::stored::{chunks_of, decode, edit, list_all, Edit, Loaded, StoredBatch, BATCH_KIND};
 use super::{enqueue, BatchSettings, BatchesError, JobMessage};
 use crate::auth::RevokedKeys;
 use crate::inference::InferenceService;
@@ -28,10 +28,10 @@ use crate::openai::batches::BatchStatus;
 use crate::ports::credential_sealer::open_json;
 use crate::ports::{BlobStore, Clock, CredentialSealer, IdSource, JobOutcome, JobQueue, MetricsSink, StateStore};
 use crate::records::LeaseUntil;
-use records::{StoredPart, PART_KIND};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use stored::{StoredPart, PART_KIND};
 use tokio::time::Instant;
 
 /// How long one worker works on a part before another may take it over.
@@ -191,7 +191,7 @@ impl NativeParts {
         let stopping = self.stopping_now(&batch.body).await?;
         let mut failed = false;
         for part in parts_of(self.state.as_ref(), batch_id).await? {
-            if part.body.state == records::PartState::Done {
+            if part.body.state == stored::PartState::Done {
                 continue;
             }
             let index = part.body.index;

@@ -2,9 +2,9 @@
 //! order, at most the provider's lines and bytes per file. The packing depends only on what was
 //! staged, so a plan that is interrupted and made again creates the same parts.
 
-use super::records::{part_id, PartSource, PartState, Reported, StoredPart, PART_KIND};
+use super::stored::{part_id, PartSource, PartState, Reported, StoredPart, PART_KIND};
 use super::{parts_of, NativeParts};
-use crate::batches::records::{encode, NativeGroup, StagedBlob, StoredChunk};
+use crate::batches::stored::{encode, NativeGroup, StagedBlob, StoredChunk};
 use crate::batches::{BatchesError, NativeSettings};
 use crate::ports::{Record, StorageError};
 use crate::records::LeaseUntil;

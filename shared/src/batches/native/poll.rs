@@ -3,10 +3,10 @@
 //! `request_counts` (part and batch in one write); an ended or vanished provider batch ends its
 //! part and sends the `native` job to collect it.
 
-use super::records::{PartState, StoredPart};
 use super::steps::{end_of, end_without_results};
+use super::stored::{PartState, StoredPart};
 use super::{parts_of, NativeParts};
-use crate::batches::records::{Loaded, StoredBatch, BATCH_KIND};
+use crate::batches::stored::{Loaded, StoredBatch, BATCH_KIND};
 use crate::batches::{enqueue, BatchesError, JobMessage};
 use crate::ports::StorageError;
 use crate::providers::CallContext;
@@ -83,7 +83,7 @@ impl NativeParts {
             self.end_part(&mut part, end_of(&seen, stopping)).await?;
             return Ok(true);
         }
-        let reported = super::records::Reported {
+        let reported = super::stored::Reported {
             completed: seen.counts.completed,
             failed: seen.counts.failed,
         };

@@ -4,10 +4,10 @@
 //! by name, the batch by its `nimbus_ref` metadata), so nothing is uploaded or created twice.
 
 use super::deadline::within;
-use super::records::{PartEnd, PartState, StoredPart};
+use super::stored::{PartEnd, PartState, StoredPart};
 use super::NativeParts;
 use super::{Stopping, STOP_GRACE_MS};
-use crate::batches::records::{Loaded, StoredBatch};
+use crate::batches::stored::{Loaded, StoredBatch};
 use crate::batches::BatchesError;
 use crate::ports::provider_call::Recovery;
 use crate::providers::native_batch::{ProviderBatch, ProviderBatchStatus};

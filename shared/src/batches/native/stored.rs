@@ -1,7 +1,7 @@
 //! What provider-native work stores: one `batch_native_part` record per provider batch (owner:
 //! the batch id, `created_at_ms` = the part's index, so the owner listing is in part order).
 
-use crate::batches::records::{LeaseUntil, NativeGroup, Segment};
+use crate::batches::stored::{LeaseUntil, NativeGroup, Segment};
 use serde::{Deserialize, Serialize};
 
 pub(crate) const PART_KIND: &str = "batch_native_part";

@@ -4,7 +4,7 @@
 
 pub mod batch_request;
 pub mod feedback;
-pub mod inference;
+pub mod function_calls;
 pub mod openai_compat;
 mod sampler;
 mod schemas;

@@ -2,7 +2,7 @@
 //! request per input: each per-item array gives that input its value, the batch's one variant is
 //! pinned on every item, and every item is checked before anything is queued.
 
-use super::inference::{BatchVariant, FunctionError, FunctionService, InferenceCall, InferenceRequest};
+use super::function_calls::{BatchVariant, FunctionError, FunctionService, InferenceCall, InferenceRequest};
 use crate::openai::json_body::bounded_serde_message;
 use crate::ports::{batch_base, BatchItemId, ProjectId};
 use serde::{Deserialize, Serialize};
@@ -304,7 +304,7 @@ impl FunctionService {
         let mut episodes = Vec::with_capacity(count);
         for (index, given) in (0u32..).zip(columns.episode_ids.iter()) {
             let episode = match given {
-                Some(text) => super::inference::parse_episode_id(text, now_ms).map_err(|e| {
+                Some(text) => super::function_calls::parse_episode_id(text, now_ms).map_err(|e| {
                     FunctionError::invalid(format!("`episode_ids[{index}]` is not a valid episode id: {e}"))
                 })?,
                 None => derived(BatchItemId::episode(batch_id, index))?,

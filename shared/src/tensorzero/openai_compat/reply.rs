@@ -1,10 +1,10 @@
 //! A function's answer as an OpenAI completion (and its chunks): `model` names the function and
 //! variant, `id` is the inference id, and `episode_id` rides along at the top level.
 
-use crate::functions::inference::{
+use crate::model::FinishReason;
+use crate::tensorzero::function_calls::{
     ChunkBody, ContentChunk, FunctionOutput, InferenceChunk, InferenceResult, OutputBlock, DEFAULT_FUNCTION,
 };
-use crate::model::FinishReason;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 

@@ -38,7 +38,7 @@ model = "good"
 "#;
 
 fn service() -> Arc<FunctionService> {
-    crate::functions::inference::tests::service_for(CONFIG).0
+    crate::tensorzero::function_calls::tests::service_for(CONFIG).0
 }
 
 fn inputs(n: usize) -> Vec<Value> {

@@ -1,8 +1,8 @@
 use super::*;
 use crate::app::LoadedConfig;
 use crate::config::Config;
-use crate::functions::inference::request::InferenceRequest as Request;
 use crate::ports::ProjectId;
+use crate::tensorzero::function_calls::request::InferenceRequest as Request;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;

@@ -5,11 +5,11 @@ use super::error::FunctionError;
 use super::input::{FileInput, InputBlock, InputMessage, InputRole};
 use super::validate::{EditScope, InferenceCall, ScopedEdit};
 use crate::config::functions::{ChatCompletionConfig, FunctionKind, JsonMode};
-use crate::functions::{CompiledSchema, Function, FunctionSet, TemplateInput};
 use crate::model::{
     ContentBlock, ExtraBodyEntry, ExtraEdit, ExtraHeaderEntry, ExtraPlacement, FileData, Message, ModelRequest,
     OutputMode, Role, SamplingParams, StreamOptions, ToolChoice, ToolDefinition,
 };
+use crate::tensorzero::{CompiledSchema, Function, FunctionSet, TemplateInput};
 use crate::user_text::excerpt;
 use serde_json::{json, Value};
 use std::sync::Arc;

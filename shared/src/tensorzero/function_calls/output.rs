@@ -134,7 +134,7 @@ pub fn parse_json_answer(raw: &str, rules: &AnswerRules) -> Option<Value> {
 mod tests {
     use super::super::prepare::OfferedTool;
     use super::*;
-    use crate::functions::CompiledSchema;
+    use crate::tensorzero::CompiledSchema;
     use serde_json::json;
     use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! `params.chat_completion`, tools become `additional_tools`, and the `tensorzero::*` body
 //! extensions become the matching `/inference` fields.
 
-use crate::functions::inference::{FunctionError, InferenceRequest};
+use crate::tensorzero::function_calls::{FunctionError, InferenceRequest};
 use crate::user_text::excerpt;
 use serde_json::{json, Map, Value};
 
