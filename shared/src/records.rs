@@ -75,8 +75,9 @@ impl<T: Serialize + DeserializeOwned> Loaded<T> {
 }
 
 /// The record of `kind`/`id` when `project` owns it: `None` when it is missing or another's. The
-/// one check that scopes a client's read to its project (a project's records are owned by it), so
-/// another project's id answers exactly like an unknown one.
+/// check that scopes a client's read to its project (a project's records are owned by it), so
+/// another project's id answers exactly like an unknown one. (A `/batch_inference` batch is owned
+/// by a partition of its project: its poll checks the body's project instead.)
 pub async fn get_owned(
     state: &dyn StateStore,
     kind: &str,

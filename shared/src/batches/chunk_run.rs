@@ -14,6 +14,7 @@ use crate::openai::batches::BatchStatus;
 use crate::ports::{
     BlobStore, Clock, CredentialSealer, IdSource, JobOutcome, JobQueue, MetricsSink, StateStore, StorageError,
 };
+use bytes::Bytes;
 use futures::StreamExt;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -106,7 +107,7 @@ pub(crate) struct ChunkRunner {
     /// Releasing model slots wakes the async requests waiting for them.
     pub(super) queue: Arc<dyn JobQueue>,
     pub(super) clock: Arc<dyn Clock>,
-    /// Lease tokens.
+    /// Lease tokens and the ids of error lines.
     pub(super) ids: Arc<dyn IdSource>,
     pub(super) settings: Arc<BatchSettings>,
     pub(super) metrics: Arc<dyn MetricsSink>,
@@ -187,11 +188,9 @@ impl ChunkRunner {
         let lines = crate::jsonl::line_bytes(&input);
         let total = lines.len() as u64;
         let skip = usize::try_from(chunk.body.lines_done).unwrap_or(usize::MAX);
-        let pending: Vec<BatchLine> = lines
-            .into_iter()
-            .skip(skip)
-            .map(|line| BatchLine::read(&line))
-            .collect();
+        // Slices of the input: each is read (`BatchLine`) only when it runs, so a run holds the
+        // parsed form of the lines in flight, not of the whole chunk.
+        let pending: Vec<Bytes> = lines.into_iter().skip(skip).collect();
 
         let limits = match self
             .take_model_slots(run.lines.as_ref(), &pending, &token, lease_until_ms)
@@ -270,7 +269,7 @@ impl ChunkRunner {
     async fn take_model_slots(
         &self,
         kind: &dyn LineKind,
-        lines: &[BatchLine],
+        lines: &[Bytes],
         token: &str,
         until_ms: i64,
     ) -> Result<Option<HashMap<String, Arc<Semaphore>>>, BatchesError> {
@@ -344,7 +343,7 @@ impl ChunkRunner {
         &self,
         run: &ChunkRun<'_>,
         progress: Progress,
-        pending: Vec<BatchLine>,
+        pending: Vec<Bytes>,
         limits: &HashMap<String, Arc<Semaphore>>,
         signal: &StopSignal,
         deadline: Instant,
@@ -360,10 +359,11 @@ impl ChunkRunner {
         let chunk_index = run.index;
         let ids = self.ids.as_ref();
         let mut results = futures::stream::iter(pending.into_iter().enumerate())
-            .map(|(position, line)| async move {
+            .map(|(position, stored)| async move {
                 if stop.load(Ordering::SeqCst) || Instant::now() >= last_start {
                     return None;
                 }
+                let line = BatchLine::read(&stored);
                 if run.key_revoked {
                     // Neither run nor staged for a provider batch: counted failed once, here.
                     let line = kind.not_run(ids, &line, API_KEY_REVOKED_CODE, API_KEY_REVOKED_MESSAGE);
@@ -389,7 +389,7 @@ impl ChunkRunner {
                     let custom_id = native_custom_id(chunk_index, line_in_chunk);
                     return Some(Ok(LineOutput::Staged(custom_id, Box::new(request))));
                 }
-                let permit = match kind.slot_of(&line).and_then(|model| limits.get(&model)) {
+                let permit = match kind.slot_of(&stored).and_then(|model| limits.get(&model)) {
                     Some(semaphore) => Some(semaphore.acquire().await.ok()?),
                     None => None,
                 };

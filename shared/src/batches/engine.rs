@@ -10,8 +10,8 @@
 //! | [`BatchRecovery`] | `recovery.rs`, `takeover.rs` | the scheduled pass: finalize, requeue, poll, expire |
 //! | [`BatchWorker`] | `worker.rs` | hands each queued batch job to its role |
 //!
-//! Two values are shared by roles: [`LineKinds`] (the formats' lines, the one seam to the model
-//! layers) and [`Live`] (running chunks' unsaved counts).
+//! Two values are shared by roles: [`LineKinds`] (the formats' lines: the one way lines reach the
+//! model layers) and [`Live`] (running chunks' unsaved counts).
 
 use super::api::BatchApi;
 use super::chunk_run::ChunkRunner;

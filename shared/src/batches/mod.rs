@@ -3,7 +3,7 @@
 //! ([`BatchEngine`]):
 //!
 //! - [`BatchApi`] (`api.rs`): create (validates parameters; the input is validated by a job),
-//!   get, list, cancel; `/batch_inference` submit and poll. It mints every id and timestamp.
+//!   get, list, cancel; `/batch_inference` submit and poll. It mints every batch id.
 //! - Jobs on the queue ([`JobMessage`], handed by [`BatchWorker`], the batch family's
 //!   [`crate::jobs::JobRunner`], to their role): `validate` (the planner, `validate_job.rs`)
 //!   streams the input file, plans chunks (byte ranges of the input object) and enqueues them;

@@ -1,6 +1,6 @@
 //! The one lease of the records work holds: until when one worker holds a record's work (a
 //! chunk, a batch's finalization, a provider-native part, an async request, a webhook
-//! delivery), so that no other worker starts it meanwhile. A worker that dies leaves a lease
+//! delivery, a run's share of a model's slots), so that no other worker starts it meanwhile. A worker that dies leaves a lease
 //! that expires on its own; a lease is taken and given up with the record's conditional write.
 //!
 //! Stored as the milliseconds it ends at, 0 when nobody holds it. An absent or `null` value (what

@@ -72,7 +72,9 @@ pub(crate) trait LineKind: Send + Sync {
     ) -> Result<ValidationReport, StorageError>;
 
     /// The model whose concurrency slots (`[models.M] max_concurrency`) the line takes.
-    fn slot_of(&self, line: &BatchLine) -> Option<String>;
+    /// It reads only that from the stored line: slots are taken for a run's lines before any
+    /// of them is read whole.
+    fn slot_of(&self, stored: &[u8]) -> Option<String>;
 
     /// Run the line. An `Err` is a failure to keep its result (storage): the run stops and the
     /// line runs again later; anything else the line became is in the [`LineResult`].
@@ -116,7 +118,7 @@ pub(crate) enum NativeAnswer {
     NotRun { code: String, message: String },
 }
 
-/// Makes a batch's [`LineKind`]: the batch engine's one way to the model layers.
+/// Makes a batch's [`LineKind`]: the one way the engine's lines reach the model layers.
 #[derive(Clone)]
 pub(crate) struct LineKinds {
     /// Runs `/v1/batches` lines.

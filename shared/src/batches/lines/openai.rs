@@ -39,8 +39,8 @@ impl LineKind for OpenAiLines {
         validate_input(stream, self.endpoint, &model_exists, limits).await
     }
 
-    fn slot_of(&self, line: &BatchLine) -> Option<String> {
-        model_of(line)
+    fn slot_of(&self, stored: &[u8]) -> Option<String> {
+        stored_model(stored)
     }
 
     async fn run(&self, line: BatchLine) -> Result<LineResult, BatchesError> {
@@ -52,6 +52,7 @@ impl LineKind for OpenAiLines {
     }
 
     fn native_request(&self, line: &BatchLine) -> Option<NativeRequest> {
+        custom_id_of(line)?;
         let mut body = line.json()?.get("body")?.as_object()?.clone();
         let model = model_of(line)?;
         let target = self.inference.native_batch(&model)?;
@@ -218,6 +219,19 @@ pub(crate) fn staged_custom_id(text: &[u8]) -> Option<String> {
     serde_json::from_slice::<Id>(text).ok().map(|id| id.custom_id)
 }
 
+/// The `body.model` of a stored request line, if it has one: only that is read.
+fn stored_model(stored: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        model: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct Line {
+        body: Body,
+    }
+    serde_json::from_slice::<Line>(stored).ok().map(|line| line.body.model)
+}
+
 /// The `body.model` of a request line, if it has one.
 fn model_of(line: &BatchLine) -> Option<String> {
     Some(line.json()?.get("body")?.get("model")?.as_str()?.to_owned())
@@ -376,6 +390,10 @@ mod tests {
         );
         assert_eq!(custom_id_of(&line), Some("r1"));
         assert_eq!(model_of(&line).as_deref(), Some("m"));
+        assert_eq!(
+            stored_model(br#"{"custom_id": "r1", "body": {"model": "m", "input": "x"}}"#).as_deref(),
+            Some("m")
+        );
         let (id, body) = request_parts(line).unwrap();
         assert_eq!(id, "r1");
         assert_eq!(body["input"], "x");

@@ -61,7 +61,7 @@ impl LineKind for TensorZeroLines {
         Ok(plan_checked_lines(&blobs.get(input).await?, limits))
     }
 
-    fn slot_of(&self, _line: &BatchLine) -> Option<String> {
+    fn slot_of(&self, _stored: &[u8]) -> Option<String> {
         self.model.clone()
     }
 
