@@ -92,10 +92,12 @@ impl BatchEngine {
     /// The runner of the queue's batch jobs.
     pub fn worker(&self) -> BatchWorker {
         let finalizer = self.finalizer();
+        // One revocation cache for the worker's roles: a revoked key is read once, not per role.
+        let revoked_keys = self.revoked_keys();
         BatchWorker {
             planner: self.planner(Arc::clone(&finalizer)),
-            chunks: self.chunk_runner(Arc::clone(&finalizer)),
-            native: Arc::new(self.native_parts(Arc::clone(&finalizer))),
+            chunks: self.chunk_runner(Arc::clone(&finalizer), Arc::clone(&revoked_keys)),
+            native: Arc::new(self.native_parts(Arc::clone(&finalizer), revoked_keys)),
             finalizer,
         }
     }
@@ -109,7 +111,7 @@ impl BatchEngine {
             queue: Arc::clone(&deps.queue),
             clock: Arc::clone(&deps.clock),
             settings: Arc::clone(&self.settings),
-            native: Arc::new(self.native_parts(Arc::clone(&finalizer))),
+            native: Arc::new(self.native_parts(Arc::clone(&finalizer), self.revoked_keys())),
             finalizer,
         }
     }
@@ -127,7 +129,7 @@ impl BatchEngine {
         }
     }
 
-    fn chunk_runner(&self, finalizer: Arc<Finalizer>) -> ChunkRunner {
+    fn chunk_runner(&self, finalizer: Arc<Finalizer>, revoked_keys: Arc<RevokedKeys>) -> ChunkRunner {
         let deps = &self.deps;
         ChunkRunner {
             state: Arc::clone(&deps.state),
@@ -137,7 +139,7 @@ impl BatchEngine {
             ids: Arc::clone(&deps.ids),
             settings: Arc::clone(&self.settings),
             metrics: Arc::clone(&deps.metrics),
-            revoked_keys: self.revoked_keys(),
+            revoked_keys,
             sealer: Arc::clone(&deps.sealer),
             kinds: self.kinds(),
             live: self.live(),
@@ -145,7 +147,7 @@ impl BatchEngine {
         }
     }
 
-    fn native_parts(&self, finalizer: Arc<Finalizer>) -> NativeParts {
+    fn native_parts(&self, finalizer: Arc<Finalizer>, revoked_keys: Arc<RevokedKeys>) -> NativeParts {
         let deps = &self.deps;
         NativeParts {
             state: Arc::clone(&deps.state),
@@ -156,7 +158,7 @@ impl BatchEngine {
             settings: Arc::clone(&self.settings),
             inference: Arc::clone(&deps.inference),
             sealer: Arc::clone(&deps.sealer),
-            revoked_keys: self.revoked_keys(),
+            revoked_keys,
             metrics: Arc::clone(&deps.metrics),
             kinds: self.kinds(),
             finalizer,
