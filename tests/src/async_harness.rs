@@ -1,4 +1,4 @@
-//! Async requests on real adapters, driven by hand: an [`AsyncService`], its [`AsyncRunner`] (behind
+//! Async requests on real adapters, driven by hand: an [`AsyncApi`], its [`AsyncRunner`] (behind
 //! a [`JobDispatcher`], as a worker runs it) and its [`AsyncDueWork`] (the scheduler's task), over
 //! a state store that can refuse chosen writes and the fakes of [`crate::async_fakes`] (a scripted
 //! model, a recording webhook receiver, fixed secrets, a recording queue), with a clock the test
@@ -15,7 +15,8 @@ use crate::batch_inference_harness::config_for;
 use nimbus_shared::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
 use nimbus_shared::app::{function_service, Adapters};
 use nimbus_shared::async_requests::{
-    AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRequestView, AsyncRunner, AsyncService, AsyncSettings,
+    AsyncApi, AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRequestView, AsyncRequests, AsyncRunner, AsyncSettings,
+    SubmissionCheck,
 };
 use nimbus_shared::inference::InferenceService;
 use nimbus_shared::jobs::{JobDispatcher, JobFamily, JobMessage};
@@ -77,7 +78,10 @@ pub struct AsyncHarness {
     pub model: Arc<ScriptedModel>,
     pub receiver: Arc<FakeReceiver>,
     pub secrets: Arc<FixedSecrets>,
-    pub service: Arc<AsyncService>,
+    /// The API's side: submit, get, list, cancel.
+    pub api: Arc<AsyncApi>,
+    /// What the roles share (the local server's takeover runs on it).
+    pub requests: Arc<AsyncRequests>,
     /// The worker: the async runner behind a dispatcher, as the app registers it.
     pub worker: JobDispatcher,
     /// The scheduler's task for async requests.
@@ -134,22 +138,24 @@ impl AsyncHarness {
         ));
         let loaded = config_for(&[MODEL]);
         let functions = function_service(&loaded, &adapters, Arc::clone(&inference), adapters.inference_records());
-        let service = Arc::new(AsyncService::new(
+        let requests = Arc::new(AsyncRequests::new(
             AsyncDeps {
                 state: Arc::clone(&adapters.state),
                 blobs: Arc::clone(&adapters.blobs),
                 queue: Arc::clone(&adapters.queue),
                 clock: Arc::clone(&adapters.clock),
                 ids: Arc::clone(&adapters.ids),
-                executor: AsyncExecutor { inference, functions },
             },
             settings.clone(),
         ));
+        let check = SubmissionCheck::new(&loaded.config, functions.checks().clone());
+        let api = Arc::new(AsyncApi::new(Arc::clone(&requests), check));
         let receiver = FakeReceiver::new(events.clone());
         let secrets = Arc::new(FixedSecrets::default());
         secrets.set(PROJECT, &[SECRET]);
         let runner = Arc::new(AsyncRunner::new(
-            Arc::clone(&service),
+            Arc::clone(&requests),
+            AsyncExecutor { inference, functions },
             Arc::clone(&receiver) as Arc<dyn WebhookTransport>,
             Arc::clone(&secrets) as Arc<dyn SecretSource>,
         ));
@@ -165,8 +171,9 @@ impl AsyncHarness {
             model,
             receiver,
             secrets,
-            due_work: AsyncDueWork::new(Arc::clone(&service)),
-            service,
+            due_work: AsyncDueWork::new(Arc::clone(&requests)),
+            api,
+            requests,
             worker,
             settings,
         }
@@ -199,7 +206,7 @@ impl AsyncHarness {
         let Value::Object(map) = body else {
             panic!("a submission is an object")
         };
-        self.service.submit(&ProjectId::new(project), map, None).await.unwrap()
+        self.api.submit(&ProjectId::new(project), map, None).await.unwrap()
     }
 
     // Running --------------------------------------------------------------------------------
@@ -339,7 +346,7 @@ impl AsyncHarness {
 
     /// The request as the API shows it to [`PROJECT`].
     pub async fn view(&self, request_id: &str) -> AsyncRequestView {
-        self.service.get(&project(), request_id).await.unwrap()
+        self.api.get(&project(), request_id).await.unwrap()
     }
 
     /// The request's record.

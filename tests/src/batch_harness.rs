@@ -9,7 +9,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use nimbus_shared::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
 use nimbus_shared::app::{
-    async_service, batch_engine, function_service, job_dispatcher, scheduler, Adapters, ModelLayers, WorkerParts,
+    async_requests, batch_engine, function_service, job_dispatcher, scheduler, Adapters, ModelLayers, WorkerParts,
 };
 use nimbus_shared::batches::{BatchApi, BatchRecovery, BatchSettings, RecoveryReport};
 use nimbus_shared::files::{FileContent, FilesService, ListFiles, NewFile, FILE_PAGE};
@@ -326,8 +326,8 @@ impl Harness {
         let engine = batch_engine(&adapters, &layers, settings.clone());
         let parts = WorkerParts {
             adapters: adapters.clone(),
-            async_requests: async_service(&loaded, &adapters, Arc::clone(&inference), functions),
-            inference,
+            async_requests: async_requests(&loaded, &adapters),
+            layers,
             batches: engine.clone(),
             max_run: settings.max_run,
         };

@@ -352,7 +352,7 @@ async fn a_restarted_local_server_queues_what_it_left_queued_or_running_again() 
     }
     h.queue.take_sent();
 
-    assert_eq!(h.service.take_over(&OnlyWorker).await.unwrap(), 2);
+    assert_eq!(h.requests.take_over(&OnlyWorker).await.unwrap(), 2);
     let mut sent: Vec<(String, u8)> = h
         .queue
         .take_sent()

@@ -89,7 +89,7 @@ async fn a_request_runs_once_saves_its_output_and_sends_one_signed_webhook() {
     let output = h.saved_output(&id).await.expect("the output blob");
     assert_eq!(output["choices"][0]["message"]["content"], "echo:hello");
     assert_eq!(view.output.as_ref(), Some(&output), "small outputs are inline");
-    let served: Value = serde_json::from_slice(&h.service.output(&project(), &id).await.unwrap()).unwrap();
+    let served: Value = serde_json::from_slice(&h.api.output(&project(), &id).await.unwrap()).unwrap();
     assert_eq!(served, output);
 
     let posts = h.posts_for(&id);
@@ -157,7 +157,7 @@ async fn an_output_over_the_inline_limit_is_linked_to_the_apis_own_route_where_t
     let view = h.view(&id).await;
     assert_eq!(view.output, None);
     assert_eq!(view.output_url, Some(format!("/async_request/{id}/output")));
-    let served: Value = serde_json::from_slice(&h.service.output(&project(), &id).await.unwrap()).unwrap();
+    let served: Value = serde_json::from_slice(&h.api.output(&project(), &id).await.unwrap()).unwrap();
     assert_eq!(Some(served), h.saved_output(&id).await);
 }
 
@@ -177,10 +177,7 @@ async fn after_the_retention_the_scheduler_deletes_the_request_and_its_output() 
         (json!(1), json!(0))
     );
     assert!(h.blobs.size(&output_key(&id)).await.unwrap().is_none());
-    assert!(matches!(
-        h.service.get(&project(), &id).await,
-        Err(AsyncError::NotFound(_))
-    ));
+    assert!(matches!(h.api.get(&project(), &id).await, Err(AsyncError::NotFound(_))));
     assert_eq!(h.due_at(&id).await, None);
 }
 
@@ -406,7 +403,7 @@ async fn canceling_a_queued_request_ends_it_and_its_webhook_says_so() {
     let h = AsyncHarness::embedded(settings());
     let id = h.submit(submission("cancel-me", json!({}))).await;
     h.queue.take_sent();
-    let outcome = h.service.cancel(&project(), &id).await.unwrap();
+    let outcome = h.api.cancel(&project(), &id).await.unwrap();
     assert!(outcome.canceled, "{outcome:?}");
     assert_eq!(outcome.request_id, id);
     let view = h.view(&id).await;
@@ -423,7 +420,7 @@ async fn canceling_a_queued_request_ends_it_and_its_webhook_says_so() {
 
     assert_eq!(h.run_request(&id).await, JobOutcome::Done);
     assert_eq!(h.model.calls(), 0, "a canceled request never runs");
-    let again = h.service.cancel(&project(), &id).await.unwrap();
+    let again = h.api.cancel(&project(), &id).await.unwrap();
     assert!(!again.canceled);
     assert!(again.message.contains("CANCELED"), "{}", again.message);
 }
@@ -437,13 +434,13 @@ async fn running_and_finished_requests_are_not_canceled() {
     while h.model.holding() == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let outcome = h.service.cancel(&project(), &id).await.unwrap();
+    let outcome = h.api.cancel(&project(), &id).await.unwrap();
     assert!(!outcome.canceled);
     assert!(outcome.message.contains("IN_PROGRESS"), "{}", outcome.message);
     h.model.release();
     assert_eq!(run.await.unwrap(), JobOutcome::Done);
     assert_eq!(h.view(&id).await.status, "SUCCEEDED");
-    let outcome = h.service.cancel(&project(), &id).await.unwrap();
+    let outcome = h.api.cancel(&project(), &id).await.unwrap();
     assert!(!outcome.canceled);
     assert!(outcome.message.contains("SUCCEEDED"), "{}", outcome.message);
     assert_eq!(h.view(&id).await.status, "SUCCEEDED");
@@ -458,38 +455,38 @@ async fn another_projects_ids_are_not_found_everywhere() {
 
     let not_found = |result: Result<(), AsyncError>| matches!(result, Err(AsyncError::NotFound(_)));
     assert!(not_found(
-        h.service.get(&ProjectId::new(OTHER_PROJECT), &id).await.map(drop)
+        h.api.get(&ProjectId::new(OTHER_PROJECT), &id).await.map(drop)
     ));
     assert!(not_found(
-        h.service.output(&ProjectId::new(OTHER_PROJECT), &id).await.map(drop)
+        h.api.output(&ProjectId::new(OTHER_PROJECT), &id).await.map(drop)
     ));
     assert!(not_found(
-        h.service.cancel(&ProjectId::new(OTHER_PROJECT), &id).await.map(drop)
+        h.api.cancel(&ProjectId::new(OTHER_PROJECT), &id).await.map(drop)
     ));
     let after_theirs = ListAsyncRequests {
         after: Some(id.clone()),
         ..ListAsyncRequests::default()
     };
     assert!(not_found(
-        h.service
+        h.api
             .list(&ProjectId::new(OTHER_PROJECT), &after_theirs)
             .await
             .map(drop)
     ));
     let theirs = h
-        .service
+        .api
         .list(&ProjectId::new(OTHER_PROJECT), &ListAsyncRequests::default())
         .await
         .unwrap();
     let ids: Vec<&str> = theirs.data.iter().map(|v| v.request_id.as_str()).collect();
     assert_eq!(ids, [other_id.as_str()]);
-    let mine = h.service.list(&project(), &ListAsyncRequests::default()).await.unwrap();
+    let mine = h.api.list(&project(), &ListAsyncRequests::default()).await.unwrap();
     let ids: Vec<&str> = mine.data.iter().map(|v| v.request_id.as_str()).collect();
     assert_eq!(ids, [id.as_str()]);
     // The other project's cancel attempt changed nothing.
     assert_eq!(h.view(&id).await.status, "SUCCEEDED");
     assert_eq!(
-        h.service
+        h.api
             .get(&ProjectId::new(OTHER_PROJECT), &other_id)
             .await
             .unwrap()

@@ -152,7 +152,7 @@ impl SoleWorkerGuard for OnlyWorker {}
 async fn a_restart_resumes_the_webhook_of_a_request_cancelled_before_it() {
     let h = AsyncHarness::embedded(settings());
     let id = h.submit(submission("cancelled-then-restart", json!({}))).await;
-    h.service
+    h.api
         .cancel(&nimbus_integration_tests::async_harness::project(), &id)
         .await
         .unwrap();
@@ -163,7 +163,7 @@ async fn a_restart_resumes_the_webhook_of_a_request_cancelled_before_it() {
     }
     h.queue.take_sent();
 
-    h.service.take_over(&OnlyWorker).await.unwrap();
+    h.requests.take_over(&OnlyWorker).await.unwrap();
     let sent = h.queue.take_sent();
     assert!(
         sent.iter().any(|s| s.job
@@ -200,13 +200,13 @@ async fn creating_a_secret_brings_the_deliveries_that_waited_for_one_forward() {
     h.queue.take_sent();
 
     h.secrets.set(PROJECT, &[SECRET]);
-    assert_eq!(h.service.secret_created(&project()).await.unwrap(), 1);
+    assert_eq!(h.api.secret_created(&project()).await.unwrap(), 1);
     assert_eq!(h.take_deliveries(&id), [(3, Duration::ZERO)], "due at once");
     assert_eq!(h.deliver(&id, 3).await, JobOutcome::Done);
     assert_eq!(h.posts_for(&id).len(), 1);
     assert_eq!(h.view(&id).await.webhook_status, WebhookStatus::Succeeded);
     assert_eq!(
-        h.service.secret_created(&project()).await.unwrap(),
+        h.api.secret_created(&project()).await.unwrap(),
         0,
         "nothing waits any more"
     );

@@ -149,7 +149,7 @@ async fn a_receiver_that_always_fails_ends_webhook_failed_after_the_whole_schedu
     assert_eq!(view.webhook.as_ref().unwrap().next_attempt_at, None);
     let output = h.saved_output(&id).await.unwrap();
     assert_eq!(view.output, Some(output.clone()), "the output is still served");
-    let served: Value = serde_json::from_slice(&h.service.output(&project(), &id).await.unwrap()).unwrap();
+    let served: Value = serde_json::from_slice(&h.api.output(&project(), &id).await.unwrap()).unwrap();
     assert_eq!(served, output);
 
     // Nothing more is tried.
@@ -262,7 +262,7 @@ async fn the_scheduler_does_not_duplicate_a_delivery_its_message_covers() {
     let retried = h.submit(submission("retried", json!({}))).await;
     assert_eq!(h.run_request(&retried).await, JobOutcome::Done);
     let canceled = h.submit(submission("canceled", json!({}))).await;
-    assert!(h.service.cancel(&project(), &canceled).await.unwrap().canceled);
+    assert!(h.api.cancel(&project(), &canceled).await.unwrap().canceled);
     h.queue.take_sent();
 
     // Right away, and when the retry comes due, the messages sent cover both deliveries.

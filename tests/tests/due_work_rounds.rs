@@ -24,7 +24,7 @@ async fn due_entries(h: &AsyncHarness, prefix: &str, count: usize) {
 
 fn pass(h: &AsyncHarness) -> Scheduler {
     Scheduler::new(Arc::clone(&h.clock) as Arc<dyn Clock>)
-        .with_task(Arc::new(AsyncDueWork::new(Arc::clone(&h.service))))
+        .with_task(Arc::new(AsyncDueWork::new(Arc::clone(&h.requests))))
 }
 
 async fn left(h: &AsyncHarness) -> usize {

@@ -123,8 +123,8 @@ async fn a_queued_async_request_of_a_revoked_key_fails_unrun_with_api_key_revoke
         let serde_json::Value::Object(body) = submission("hi", serde_json::json!({})) else {
             panic!("a submission is an object")
         };
-        let service = std::sync::Arc::clone(&h.service);
-        async move { service.submit_by(&project(), Some(&key), body, None).await.unwrap() }
+        let async_api = std::sync::Arc::clone(&h.api);
+        async move { async_api.submit_by(&project(), Some(&key), body, None).await.unwrap() }
     };
     let doomed = submit(revoked.clone()).await;
     let fine = submit(kept).await;

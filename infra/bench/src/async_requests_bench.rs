@@ -15,7 +15,9 @@ use bytes::Bytes;
 use clap::Parser;
 use counting::{Counter, CountingBlobs, CountingQueue, CountingState, PhaseCounts};
 use nimbus_shared::app::load_local_config;
-use nimbus_shared::app::{embedded, inference_service, job_dispatcher, webhooks::webhook_secrets, WorkerParts};
+use nimbus_shared::app::{
+    async_api, embedded, inference_service, job_dispatcher, webhooks::webhook_secrets, WorkerParts,
+};
 use nimbus_shared::async_requests::AsyncDueWork;
 use nimbus_shared::batches::BatchSettings;
 use nimbus_shared::ports::ProjectId;
@@ -119,6 +121,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let project = ProjectId::new(PROJECT);
     webhook_secrets(&adapters).create(&project).await?;
     let dispatcher = job_dispatcher(&parts);
+    let api = async_api(&loaded, &adapters);
     counter.take();
 
     let mut first = BTreeMap::new();
@@ -127,7 +130,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     for i in 0..requests {
         counter.set_phase(SUBMIT);
         let started = Instant::now();
-        parts.async_requests.submit(&project, submission(i), None).await?;
+        api.submit(&project, submission(i), None).await?;
         submit_time += started.elapsed();
         counter.set_phase(EVENT_SOURCE);
         let message = adapters

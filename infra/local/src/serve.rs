@@ -5,8 +5,8 @@ use anyhow::Context;
 use nimbus_shared::adapters::embedded::{spawn_queue_workers, DataDirLock, FileBlobStore};
 use nimbus_shared::adapters::DeferredTasks;
 use nimbus_shared::app::{
-    app_state, batch_engine, embedded, inference_service, job_dispatcher, scheduler, Adapters, AuthSettings,
-    ModelLayers, WorkerParts,
+    app_state, async_requests, batch_engine, embedded, inference_service, job_dispatcher, scheduler, Adapters,
+    AuthSettings, ModelLayers, WorkerParts,
 };
 use nimbus_shared::auth::{AuthMode, UntaggedKeys};
 use nimbus_shared::batches::BatchSettings;
@@ -290,20 +290,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     } else {
         String::new()
     };
+    // The workers' roles over the same layers and storage as the API's.
+    let layers = ModelLayers {
+        inference: Arc::clone(&state.inference.inference),
+        functions: Arc::clone(&state.inference.functions),
+        records: Arc::clone(&state.inference.records),
+    };
     let parts = WorkerParts {
         adapters: adapters.clone(),
-        inference: Arc::clone(&state.inference.inference),
-        // The workers' engine over the same layers and storage as the API's.
-        batches: batch_engine(
-            &adapters,
-            &ModelLayers {
-                inference: Arc::clone(&state.inference.inference),
-                functions: Arc::clone(&state.inference.functions),
-                records: Arc::clone(&state.inference.records),
-            },
-            batch_settings,
-        ),
-        async_requests: Arc::clone(&state.batches.async_requests),
+        batches: batch_engine(&adapters, &layers, batch_settings),
+        layers,
+        async_requests: async_requests(&loaded, &adapters),
         max_run: LOCAL_MAX_RUN,
     };
     // Before any worker starts: what a previous process left leased or queued resumes at once.

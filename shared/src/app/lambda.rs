@@ -96,7 +96,20 @@ fn running_jobs(adapters: Adapters, sdk_config: &aws_config::SdkConfig) -> Resul
         .with_provider_secrets(Arc::new(parameters)))
 }
 
-/// The batches function's and the worker's: [`running_jobs`], and they write due work.
+/// The batches function's: the job queues and the sealing key (it queues work and seals dynamic
+/// credentials; it calls no provider, so it reads no provider key), and it writes due work.
+fn queueing_jobs_writing_due_work(
+    adapters: Adapters,
+    sdk_config: &aws_config::SdkConfig,
+) -> Result<Adapters, InitError> {
+    let parameters = SsmParameters::new(sdk_config);
+    let adapters = adapters
+        .with_queue(Arc::new(aws::job_queues(sdk_config)?))
+        .with_sealer(aws::sealer_of(sdk_config, &parameters));
+    writing_due_work(adapters, sdk_config)
+}
+
+/// The worker's: [`running_jobs`], and it writes due work.
 fn running_jobs_writing_due_work(
     adapters: Adapters,
     sdk_config: &aws_config::SdkConfig,
@@ -253,13 +266,13 @@ pub async fn files_function() -> Result<HttpFunction, InitError> {
     stack.serve(router)
 }
 
-/// The batches function: the batch engine, async requests and webhooks over the model layers.
+/// The batches function: the batch API, the async API and webhooks, checking submissions against
+/// the configuration alone (no model layer: it calls no model).
 pub async fn batches_function() -> Result<HttpFunction, InitError> {
-    let stack = HttpStack::new(LambdaFunction::Batches, running_jobs_writing_due_work).await?;
+    let stack = HttpStack::new(LambdaFunction::Batches, queueing_jobs_writing_due_work).await?;
     let loaded = lambda_config(&stack.sdk_config).await?;
-    let layers = ModelLayers::new(&loaded, &stack.adapters)?;
     let settings = lambda_batch_settings(&loaded.config);
-    let state = batches_state(&loaded, &stack.adapters, &layers, stack.http.clone(), settings);
+    let state = batches_state(&loaded, &stack.adapters, stack.http.clone(), settings);
     let router = crate::http::batches_router(stack.host.clone(), state);
     stack.serve(router)
 }

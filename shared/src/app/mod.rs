@@ -27,9 +27,11 @@ use crate::adapters::records::{
     RecordRetention, StateFeedbackStore, StateInferenceStore, StateModelCache, DEFAULT_RECORD_RETENTION_DAYS,
 };
 use crate::adapters::DeferredTasks;
-use crate::async_requests::{AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRunner, AsyncService, AsyncSettings};
+use crate::async_requests::{
+    AsyncApi, AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRequests, AsyncRunner, AsyncSettings, SubmissionCheck,
+};
 use crate::auth::{ApiKeyService, AuthMode, Authenticator, KeyTags, UntaggedKeys};
-use crate::batches::{BatchDeps, BatchEngine, BatchSettings};
+use crate::batches::{batch_api, BatchDeps, BatchEngine, BatchModels, BatchSettings};
 use crate::config::Config;
 use crate::files::sweep::FilesSweep;
 use crate::files::FilesService;
@@ -45,7 +47,7 @@ use crate::ports::{
 use crate::providers::router::ModelRouter;
 use crate::scheduler::{Scheduler, DEFAULT_DUE_INDEX_SHARDS};
 use crate::tensorzero::feedback::FeedbackService;
-use crate::tensorzero::function_calls::{FunctionService, InferencePersistence};
+use crate::tensorzero::function_calls::{FunctionChecks, FunctionService, InferencePersistence};
 use crate::webhooks::UrlPolicy;
 use std::sync::Arc;
 use std::time::Duration;
@@ -225,25 +227,42 @@ pub fn feedback_service(
     ))
 }
 
-/// The batch engine over `adapters`, calling models through `layers` (`/v1/batches` lines through
-/// the inference layer, `/batch_inference` items through the function layer, their inferences
-/// stored in its records); ended batches are told to the batch event webhooks.
-pub fn batch_engine(adapters: &Adapters, layers: &ModelLayers, settings: BatchSettings) -> BatchEngine {
-    let deps = BatchDeps {
+/// The ports the batch engine is built over; `/batch_inference` items' records go to `records`,
+/// ended batches are told to the batch event webhooks.
+fn batch_deps(adapters: &Adapters, records: Arc<dyn InferenceStore>) -> BatchDeps {
+    BatchDeps {
         state: Arc::clone(&adapters.state),
         blobs: Arc::clone(&adapters.blobs),
         queue: Arc::clone(&adapters.queue),
         clock: Arc::clone(&adapters.clock),
         ids: Arc::clone(&adapters.ids),
         files: adapters.files(),
-        inference: Arc::clone(&layers.inference),
-        functions: Arc::clone(&layers.functions),
-        records: Arc::clone(&layers.records),
+        records,
         events: webhooks::batch_webhooks(adapters),
         sealer: Arc::clone(&adapters.sealer),
         metrics: Arc::clone(&adapters.metrics),
+    }
+}
+
+/// The batch engine over `adapters`, calling models through `layers` (`/v1/batches` lines through
+/// the inference layer, `/batch_inference` items through the function layer, their inferences
+/// stored in its records); ended batches are told to the batch event webhooks.
+pub fn batch_engine(adapters: &Adapters, layers: &ModelLayers, settings: BatchSettings) -> BatchEngine {
+    let models = BatchModels {
+        inference: Arc::clone(&layers.inference),
+        functions: Arc::clone(&layers.functions),
     };
-    BatchEngine::new(deps, settings)
+    BatchEngine::new(batch_deps(adapters, Arc::clone(&layers.records)), models, settings)
+}
+
+/// The function layer's checks over a validated configuration: what the APIs that call no model
+/// (`/batch_inference`, `/async_predict`) check submissions with.
+pub fn function_checks(loaded: &LoadedConfig, adapters: &Adapters) -> FunctionChecks {
+    FunctionChecks::new(
+        Arc::clone(&loaded.functions),
+        Arc::clone(&adapters.clock),
+        Arc::clone(&adapters.ids),
+    )
 }
 
 /// The inference layer for a validated configuration.
@@ -282,27 +301,28 @@ pub fn function_service(
     ))
 }
 
-/// Async requests (`/async_predict`) over `adapters`, run through the inference and function
-/// layers; webhook URLs are accepted under the adapters' policy (loopback only locally).
-pub fn async_service(
-    loaded: &LoadedConfig,
-    adapters: &Adapters,
-    inference: Arc<InferenceService>,
-    functions: Arc<FunctionService>,
-) -> Arc<AsyncService> {
+/// Async requests' records, due entries and slots over `adapters` (what the API, the runner and
+/// the due work share); webhook URLs are accepted under the adapters' policy (loopback only
+/// locally).
+pub fn async_requests(loaded: &LoadedConfig, adapters: &Adapters) -> Arc<AsyncRequests> {
     let deps = AsyncDeps {
         state: Arc::clone(&adapters.state),
         blobs: Arc::clone(&adapters.blobs),
         queue: Arc::clone(&adapters.queue),
         clock: Arc::clone(&adapters.clock),
         ids: Arc::clone(&adapters.ids),
-        executor: AsyncExecutor { inference, functions },
     };
     Arc::new(
-        AsyncService::new(deps, AsyncSettings::from_config(&loaded.config, adapters.webhook_urls))
+        AsyncRequests::new(deps, AsyncSettings::from_config(&loaded.config, adapters.webhook_urls))
             .with_metrics(Arc::clone(&adapters.metrics))
             .with_due_index_shards(adapters.due_index_shards),
     )
+}
+
+/// The async API (`/async_predict`): submissions checked against the configuration alone.
+pub fn async_api(loaded: &LoadedConfig, adapters: &Adapters) -> Arc<AsyncApi> {
+    let check = SubmissionCheck::new(&loaded.config, function_checks(loaded, adapters));
+    Arc::new(AsyncApi::new(async_requests(loaded, adapters), check))
 }
 
 /// The state every host's routes share: authentication and request metrics.
@@ -365,23 +385,19 @@ pub fn files_state(adapters: &Adapters, http: HttpSettings) -> FilesState {
     }
 }
 
-/// The batches function's handlers' state: the batch engine and async requests, calling models
-/// through `layers`.
+/// The batches function's handlers' state: the batch API and the async API. Neither calls a
+/// model (they check submissions against the configuration and queue them), so no model layer
+/// is built.
 pub fn batches_state(
     loaded: &LoadedConfig,
     adapters: &Adapters,
-    layers: &ModelLayers,
     http: HttpSettings,
     batches: BatchSettings,
 ) -> BatchesState {
+    let deps = batch_deps(adapters, adapters.inference_records());
     BatchesState {
-        async_requests: async_service(
-            loaded,
-            adapters,
-            Arc::clone(&layers.inference),
-            Arc::clone(&layers.functions),
-        ),
-        batches: Arc::new(batch_engine(adapters, layers, batches).api()),
+        async_requests: async_api(loaded, adapters),
+        batches: Arc::new(batch_api(&deps, function_checks(loaded, adapters), batches)),
         webhook_secrets: webhooks::webhook_secrets(adapters),
         webhook_endpoints: webhooks::webhook_endpoints(adapters),
         batch_webhooks: webhooks::batch_webhooks(adapters),
@@ -403,7 +419,7 @@ pub fn app_state(
         host: host_state(adapters, auth),
         inference: inference_state(loaded, adapters, &layers),
         files: files_state(adapters, http.clone()),
-        batches: batches_state(loaded, adapters, &layers, http, batches),
+        batches: batches_state(loaded, adapters, http, batches),
     })
 }
 
@@ -412,9 +428,10 @@ pub fn app_state(
 #[derive(Clone)]
 pub struct WorkerParts {
     pub adapters: Adapters,
-    pub inference: Arc<InferenceService>,
+    /// What async requests run through.
+    pub layers: ModelLayers,
     pub batches: BatchEngine,
-    pub async_requests: Arc<AsyncService>,
+    pub async_requests: Arc<AsyncRequests>,
     /// The longest a job runs when its host gives no deadline of its own.
     pub max_run: Duration,
 }
@@ -430,14 +447,9 @@ impl WorkerParts {
         let max_run = batch_settings.max_run;
         let layers = ModelLayers::over(loaded, adapters, inference);
         Self {
-            async_requests: async_service(
-                loaded,
-                adapters,
-                Arc::clone(&layers.inference),
-                Arc::clone(&layers.functions),
-            ),
+            async_requests: async_requests(loaded, adapters),
             batches: batch_engine(adapters, &layers, batch_settings),
-            inference: layers.inference,
+            layers,
             adapters: adapters.clone(),
             max_run,
         }
@@ -454,6 +466,10 @@ pub fn job_dispatcher(parts: &WorkerParts) -> JobDispatcher {
             JobFamily::AsyncRequest,
             Arc::new(AsyncRunner::new(
                 Arc::clone(&parts.async_requests),
+                AsyncExecutor {
+                    inference: Arc::clone(&parts.layers.inference),
+                    functions: Arc::clone(&parts.layers.functions),
+                },
                 Arc::clone(&parts.adapters.webhooks),
                 webhooks::webhook_secrets(&parts.adapters),
             )),

@@ -33,7 +33,7 @@ impl AsyncRunner {
         output: Option<Value>,
         now: i64,
     ) -> Result<JobOutcome, StorageError> {
-        let service = &self.service;
+        let requests = &self.requests;
         let owes = loaded.body.delivery_pending();
         let body = match output.as_ref().filter(|_| owes) {
             Some(output) => Some(self.keep_webhook_body(&mut loaded.body, output).await?),
@@ -44,18 +44,18 @@ impl AsyncRunner {
         if body.is_some() {
             // First the scheduler's look at the delivery, a little later: a crash after the save
             // below leaves the delivery due (one before it, a run the next look concludes).
-            service
+            requests
                 .move_due_entry(&loaded.body, now + FIRST_ATTEMPT_GRACE_MS)
                 .await?;
         }
-        match loaded.save(service.deps.state.as_ref()).await {
-            Ok(()) => service.count_status(loaded.body.status),
+        match loaded.save(requests.deps.state.as_ref()).await {
+            Ok(()) => requests.count_status(loaded.body.status),
             // Someone else concluded it meanwhile: theirs stands.
             Err(StorageError::Conflict) => return Ok(JobOutcome::Done),
             Err(err) => return Err(err),
         }
         let Some(body) = body else {
-            service.schedule_next_look(&loaded.body, now).await?;
+            requests.schedule_next_look(&loaded.body, now).await?;
             return Ok(JobOutcome::Done);
         };
         self.attempt_and_save(loaded, body).await
@@ -68,7 +68,7 @@ impl AsyncRunner {
         let saved = body.len() > INLINE_BODY_MAX;
         if saved {
             let key = webhook_body_key(&request.project, &request.request_id);
-            self.service
+            self.requests
                 .deps
                 .blobs
                 .put(&key, Bytes::from(body.clone().into_bytes()))
@@ -86,16 +86,16 @@ impl AsyncRunner {
         if let Some(body) = request.delivery.as_ref().map(|d| &d.body).filter(|b| !b.is_empty()) {
             return Ok(body.clone());
         }
-        let service = &self.service;
+        let requests = &self.requests;
         if request.webhook_body_saved {
             let key = webhook_body_key(&request.project, &request.request_id);
-            if let Some(saved) = service.saved_output(&key).await? {
+            if let Some(saved) = requests.saved_output(&key).await? {
                 return String::from_utf8(saved.to_vec()).map_err(|e| StorageError::Backend(e.to_string()));
             }
         }
         // A record from before bodies were kept (or a lost blob): built again from the output.
         let output = match request.saved_output_key() {
-            Some(key) => service
+            Some(key) => requests
                 .saved_output(&key)
                 .await?
                 .and_then(|saved| serde_json::from_slice::<Value>(&saved).ok()),
@@ -110,16 +110,16 @@ impl AsyncRunner {
         mut loaded: Loaded<StoredRequest>,
         body: String,
     ) -> Result<JobOutcome, StorageError> {
-        let service = &self.service;
-        let now = service.now_ms();
+        let requests = &self.requests;
+        let now = requests.now_ms();
         self.attempt_delivery(&mut loaded.body, body, now).await;
         expect_due_move(&mut loaded.body);
-        match loaded.save(service.deps.state.as_ref()).await {
+        match loaded.save(requests.deps.state.as_ref()).await {
             Ok(()) => {}
             Err(StorageError::Conflict) => return Ok(JobOutcome::Done),
             Err(err) => return Err(err),
         }
-        service.schedule_next_look(&loaded.body, now).await?;
+        requests.schedule_next_look(&loaded.body, now).await?;
         Ok(JobOutcome::Done)
     }
 
@@ -136,11 +136,11 @@ impl AsyncRunner {
                 None
             }
         };
-        let allow_unsigned = self.service.settings.allow_unsigned_webhooks;
-        let delays = &self.service.settings.webhook_retry_delays;
+        let allow_unsigned = self.requests.settings.allow_unsigned_webhooks;
+        let delays = &self.requests.settings.webhook_retry_delays;
         let keep_inline = !request.webhook_body_saved;
         if secrets.as_ref().is_some_and(|s| s.is_empty() && !allow_unsigned) {
-            self.service.await_secret(request, now).await;
+            self.requests.await_secret(request, now).await;
         }
         let Some(delivery) = request.delivery.as_mut() else {
             return;
@@ -175,12 +175,12 @@ impl AsyncRunner {
 
     /// A later webhook attempt (the `async_deliver` job).
     pub(super) async fn deliver(&self, request_id: &str, attempt: u32) -> Result<JobOutcome, StorageError> {
-        let service = &self.service;
-        let state = service.deps.state.as_ref();
+        let requests = &self.requests;
+        let state = requests.deps.state.as_ref();
         let Some(loaded) = Loaded::<StoredRequest>::get(state, KIND, request_id).await? else {
             return Ok(JobOutcome::Done);
         };
-        let now = service.now_ms();
+        let now = requests.now_ms();
         let request = &loaded.body;
         let Some(delivery) = request.delivery.as_ref().filter(|_| request.delivery_pending()) else {
             return Ok(JobOutcome::Done);

@@ -3,8 +3,8 @@
 //! a webhook retry that is due gets its job; a request past its retention is deleted with its
 //! output.
 
+use super::requests::AsyncRequests;
 use super::runner::expired_error;
-use super::service::AsyncService;
 use super::stored::{webhook_body_key, StoredRequest, KIND};
 use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;
@@ -35,12 +35,12 @@ pub struct DueWorkReport {
 
 /// The async requests' scheduled task.
 pub struct AsyncDueWork {
-    service: Arc<AsyncService>,
+    requests: Arc<AsyncRequests>,
 }
 
 impl AsyncDueWork {
-    pub fn new(service: Arc<AsyncService>) -> Self {
-        Self { service }
+    pub fn new(requests: Arc<AsyncRequests>) -> Self {
+        Self { requests }
     }
 }
 
@@ -55,13 +55,13 @@ impl ScheduledTask for AsyncDueWork {
         loop {
             // Each request looked at moves on (to a later due time, or out of the index), so the
             // next round reads the next ones.
-            let due = self.service.due.due(DUE_LANE, now_ms, ROUND).await?;
+            let due = self.requests.due.due(DUE_LANE, now_ms, ROUND).await?;
             let read = due.len();
             let errors_before = report.errors;
             report.rounds += 1;
             report.due += due.len() as u64;
             for item in due {
-                if let Err(err) = self.service.look_at(&item.target, now_ms, &mut report).await {
+                if let Err(err) = self.requests.look_at(&item.target, now_ms, &mut report).await {
                     tracing::warn!(request = %item.target, error = %err, "could not handle a due async request");
                     report.errors += 1;
                 }
@@ -74,11 +74,11 @@ impl ScheduledTask for AsyncDueWork {
     }
 
     async fn next_due(&self) -> Result<Option<i64>, ScheduleError> {
-        Ok(self.service.due.next_due(DUE_LANE).await?)
+        Ok(self.requests.due.next_due(DUE_LANE).await?)
     }
 }
 
-impl AsyncService {
+impl AsyncRequests {
     async fn look_at(&self, request_id: &str, now: i64, report: &mut DueWorkReport) -> Result<(), StorageError> {
         let state = self.deps.state.as_ref();
         let Some(mut loaded) = Loaded::<StoredRequest>::get(state, KIND, request_id).await? else {

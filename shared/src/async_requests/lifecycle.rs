@@ -1,7 +1,7 @@
 //! How a request ends, and what comes due after: the final status, its errors and output, the
 //! webhook delivery it owes, and the scheduler's next look at it.
 
-use super::service::AsyncService;
+use super::requests::AsyncRequests;
 use super::stored::{ErrorEntry, StoredRequest};
 use super::wire::webhook_body;
 use super::{AsyncStatus, DUE_LANE};
@@ -15,7 +15,7 @@ use std::time::Duration;
 /// later ones wait for the scheduler.
 pub(crate) const MAX_QUEUE_DELAY: Duration = Duration::from_secs(900);
 
-impl AsyncService {
+impl AsyncRequests {
     /// After `request` was saved concluded by the API or the scheduler (not a worker): queue its
     /// first delivery, and put its next look on the due index (a lease later: the message covers
     /// it until then, and a scheduler pass meanwhile would only send a duplicate).
@@ -95,7 +95,7 @@ pub(crate) fn expect_due_move(request: &mut StoredRequest) {
     request.due_version = request.due_version.map(|version| version + 1);
 }
 
-impl AsyncService {
+impl AsyncRequests {
     /// How long a worker holds a request, in milliseconds.
     pub(crate) fn lease_ms(&self) -> i64 {
         i64::try_from(self.settings.lease.as_millis()).unwrap_or(i64::MAX / 2)

@@ -3,13 +3,19 @@
 //! caller's webhook, signed. Unlike Baseten, the output stays retrievable for the retention period
 //! whatever became of the webhook.
 //!
-//! - [`AsyncService`] (`service.rs`): submit, get, list, cancel. It mints every id and timestamp.
-//! - [`AsyncRunner`] (`runner.rs`): the worker's `async_run` and `async_deliver` jobs.
+//! Each role holds only what it uses:
+//! - [`AsyncApi`] (`api.rs`): submit, get, list, cancel. It mints every id and timestamp, and
+//!   checks a submission with a [`SubmissionCheck`] (`check.rs`: the configuration alone; the
+//!   API calls no model).
+//! - [`AsyncRunner`] (`runner.rs`, `deliver.rs`): the worker's `async_run` and `async_deliver`
+//!   jobs; it alone holds the [`AsyncExecutor`] (`execute.rs`: the model layers).
 //! - [`AsyncDueWork`] (`due_work.rs`): the scheduler's pass over requests whose deadline came
 //!   (expiry in the queue, a worker gone, a webhook retry due).
-//! - [`AsyncService::take_over`] (`takeover.rs`): the local server's start, queueing again what a
+//! - [`AsyncRequests::take_over`] (`takeover.rs`): the local server's start, queueing again what a
 //!   previous process left queued or running (its in-process queue is gone).
-//! - One record per request (`records.rs`); the output in the blob store under
+//! - [`AsyncRequests`] (`requests.rs`, `lifecycle.rs`): what the roles share: the records, the
+//!   due entries, the models' slots and the saved outputs.
+//! - One record per request (`stored.rs`); the output in the blob store under
 //!   `async/{project}/{request_id}/output.json`, written before any webhook is sent.
 //!
 //! Life of a request: `QUEUED` → `IN_PROGRESS` (a lease while a worker runs it; between retries
@@ -17,25 +23,29 @@
 //! but its webhook never got a 2xx. A worker that dies mid-run leaves an open attempt: the next
 //! run finds the saved output (if it got that far) and never calls the model again.
 
+mod api;
 mod awaiting_secret;
+mod check;
 mod classify;
 mod deliver;
 mod due_work;
 mod error;
 mod execute;
 mod lifecycle;
+mod requests;
 mod runner;
-mod service;
 mod stored;
 mod submit;
 mod takeover;
 mod wire;
 
+pub use api::{AsyncApi, CancelOutcome, ListAsyncRequests, ASYNC_PAGE};
+pub use check::SubmissionCheck;
 pub use due_work::AsyncDueWork;
 pub use error::AsyncError;
 pub use execute::AsyncExecutor;
+pub use requests::{AsyncDeps, AsyncRequests, AsyncSettings};
 pub use runner::AsyncRunner;
-pub use service::{AsyncDeps, AsyncService, AsyncSettings, CancelOutcome, ListAsyncRequests, ASYNC_PAGE};
 pub use stored::{AsyncStatus, WebhookStatus};
 pub use submit::{AsyncEndpoint, AsyncPredictDoc, RetryConfig};
 pub use wire::{AsyncRequestPage, AsyncRequestView};

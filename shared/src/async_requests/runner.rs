@@ -8,9 +8,11 @@
 //! both win.
 
 use super::classify::{RunFailure, API_KEY_REVOKED, ASYNC_REQUEST_EXPIRED, MODEL_PREDICT_ERROR};
-use super::service::AsyncService;
+use super::execute::AsyncExecutor;
+use super::requests::AsyncRequests;
 use super::stored::{output_key, Attempt, ErrorEntry, StoredRequest, KIND};
 use super::AsyncStatus;
+use crate::auth::RevokedKeys;
 use crate::jobs::{JobMessage, JobRunner};
 use crate::model_slots::{self, Acquired, SlotRequest, Waiting};
 use crate::ports::{JobOutcome, Priority, StorageError, WebhookTransport};
@@ -30,19 +32,28 @@ const SLOT_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// Runs the async jobs.
 pub struct AsyncRunner {
-    pub(super) service: Arc<AsyncService>,
+    pub(super) requests: Arc<AsyncRequests>,
+    /// Runs a request's model input.
+    executor: AsyncExecutor,
+    /// Whether the key that submitted a request was revoked since.
+    revoked_keys: RevokedKeys,
     pub(super) transport: Arc<dyn WebhookTransport>,
     pub(super) secrets: Arc<dyn SecretSource>,
 }
 
 impl AsyncRunner {
     pub fn new(
-        service: Arc<AsyncService>,
+        requests: Arc<AsyncRequests>,
+        executor: AsyncExecutor,
         transport: Arc<dyn WebhookTransport>,
         secrets: Arc<dyn SecretSource>,
     ) -> Self {
+        let deps = &requests.deps;
+        let revoked_keys = RevokedKeys::new(Arc::clone(&deps.state), Arc::clone(&deps.clock), Arc::clone(&deps.ids));
         Self {
-            service,
+            requests,
+            executor,
+            revoked_keys,
             transport,
             secrets,
         }
@@ -86,12 +97,12 @@ pub(super) fn wait_until(at_ms: i64, now_ms: i64) -> JobOutcome {
 
 impl AsyncRunner {
     async fn run_request(&self, request_id: &str) -> Result<JobOutcome, StorageError> {
-        let service = &self.service;
-        let state = service.deps.state.as_ref();
+        let requests = &self.requests;
+        let state = requests.deps.state.as_ref();
         let Some(mut loaded) = Loaded::<StoredRequest>::get(state, KIND, request_id).await? else {
             return Ok(JobOutcome::Done);
         };
-        let now = service.now_ms();
+        let now = requests.now_ms();
         let request = &loaded.body;
         if request.status.is_final() {
             // Woken while waiting for a slot after it ended (cancelled): off the list.
@@ -113,7 +124,7 @@ impl AsyncRunner {
         if request.open_attempt().is_some() {
             // A worker died running it. If it saved the output, the model is not called again.
             let key = output_key(&request.project, request_id);
-            if let Some(saved) = service.saved_output(&key).await? {
+            if let Some(saved) = requests.saved_output(&key).await? {
                 let bytes = saved.len() as u64;
                 let output = serde_json::from_slice::<Value>(&saved).ok();
                 loaded.body.conclude(AsyncStatus::Succeeded, None, Some(bytes), now);
@@ -131,7 +142,7 @@ impl AsyncRunner {
         // Not run for a key revoked since it was submitted (the saved output of a run that
         // finished before is still concluded above).
         if let Some(key_id) = &request.key_id {
-            if service.revoked_keys.is_revoked(key_id).await? {
+            if self.revoked_keys.is_revoked(key_id).await? {
                 self.leave_waiting_list(request).await;
                 let error = ErrorEntry {
                     code: API_KEY_REVOKED.to_owned(),
@@ -149,8 +160,8 @@ impl AsyncRunner {
         }
         // The model's concurrency, shared with batch lines: no slot it may take, so it waits in
         // the model's list (a release wakes it) and looks again later by itself.
-        let lease_until = now + service.lease_ms();
-        let slot_model = service
+        let lease_until = now + requests.lease_ms();
+        let slot_model = requests
             .settings
             .model_limits
             .get(&request.model_id)
@@ -199,12 +210,12 @@ impl AsyncRunner {
     /// Hand back the model slot the run took, if it took one (waking the request owed it).
     async fn release_slot(&self, slot: Option<&(String, u32)>, request_id: &str) {
         if let Some((model, _)) = slot {
-            self.service.release_slot(model, request_id).await;
+            self.requests.release_slot(model, request_id).await;
         }
     }
 
     async fn leave_waiting_list(&self, request: &StoredRequest) {
-        self.service.leave_waiting_list(request).await;
+        self.requests.leave_waiting_list(request).await;
     }
 
     /// Done with this message, the run queued again to start after `wait`. A wait for a model
@@ -216,7 +227,7 @@ impl AsyncRunner {
             request_id: request_id.to_owned(),
         };
         match self
-            .service
+            .requests
             .deps
             .queue
             .send_priority(&job.to_body(), priority, wait)
@@ -251,7 +262,7 @@ impl AsyncRunner {
         });
         request.lease_until_ms = LeaseUntil::until(lease_until);
         request.next_run_at_ms = None;
-        match loaded.save(self.service.deps.state.as_ref()).await {
+        match loaded.save(self.requests.deps.state.as_ref()).await {
             Ok(()) => Ok(true),
             Err(StorageError::Conflict) => Ok(false),
             Err(err) => Err(err),
@@ -265,22 +276,21 @@ impl AsyncRunner {
         mut loaded: Loaded<StoredRequest>,
         slot: Option<&(String, u32)>,
     ) -> Result<JobOutcome, StorageError> {
-        let service = &self.service;
+        let requests = &self.requests;
         let request = &loaded.body;
-        let result = service
-            .deps
+        let result = self
             .executor
             .run(&request.project, request.endpoint, &request.model_input)
             .await;
         self.release_slot(slot, &request.request_id).await;
-        let now = service.now_ms();
+        let now = requests.now_ms();
         match result {
             Ok(output) => {
                 let key = output_key(&request.project, &request.request_id);
                 let body = serde_json::to_vec(&output).map_err(|e| StorageError::Invalid(e.to_string()))?;
                 let bytes = body.len() as u64;
                 // Saved before anything says so: a crash from here on never runs the model again.
-                service.deps.blobs.put(&key, Bytes::from(body)).await?;
+                requests.deps.blobs.put(&key, Bytes::from(body)).await?;
                 loaded.body.conclude(AsyncStatus::Succeeded, None, Some(bytes), now);
                 self.finish(loaded, Some(output), now).await
             }
@@ -294,7 +304,7 @@ impl AsyncRunner {
         failure: RunFailure,
         now: i64,
     ) -> Result<JobOutcome, StorageError> {
-        let service = &self.service;
+        let requests = &self.requests;
         let request = &mut loaded.body;
         let made = request.attempts.len();
         let can_retry = failure.retryable && made < request.retry.max_attempts as usize;
@@ -315,7 +325,7 @@ impl AsyncRunner {
             .min(super::lifecycle::MAX_QUEUE_DELAY.as_millis() as u64);
         request.next_run_at_ms = Some(now + i64::try_from(wait_ms).unwrap_or(0));
         request.lease_until_ms = LeaseUntil::NONE;
-        match loaded.save(service.deps.state.as_ref()).await {
+        match loaded.save(requests.deps.state.as_ref()).await {
             Ok(()) | Err(StorageError::Conflict) => Ok(JobOutcome::Retry {
                 retry_after: Duration::from_millis(wait_ms),
             }),

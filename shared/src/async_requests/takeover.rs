@@ -2,7 +2,7 @@
 //! each request still queued or running is queued again, without the lease of the run that died.
 
 use super::lifecycle::MAX_QUEUE_DELAY;
-use super::service::AsyncService;
+use super::requests::AsyncRequests;
 use super::stored::{StoredRequest, KIND};
 use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;
@@ -11,7 +11,7 @@ use crate::records::LeaseUntil;
 use crate::records::Loaded;
 use std::time::Duration;
 
-impl AsyncService {
+impl AsyncRequests {
     /// Queue again every request not run to its end (`QUEUED`, `IN_PROGRESS`), dropping the leases
     /// of runs of the previous process, and the next webhook attempt of every concluded request
     /// that owes one (its message was lost with the queue; the due index would only look a lease
@@ -54,7 +54,7 @@ impl AsyncService {
     }
 }
 
-impl AsyncService {
+impl AsyncRequests {
     /// Queue the next webhook attempt of a concluded request that owes one: at once when due, else
     /// delayed until it is (a retry further away than a queue delay is left to the scheduler).
     /// Whether a message was queued.

@@ -15,7 +15,7 @@ use crate::openai::batches::{BatchList, BatchObject, BatchStatus, CreateBatchReq
 use crate::paging::{PageBounds, PageLimit};
 use crate::ports::{BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, ProjectId, StateStore};
 use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
-use crate::tensorzero::function_calls::FunctionService;
+use crate::tensorzero::function_calls::FunctionChecks;
 use crate::user_text::excerpt;
 use std::sync::Arc;
 use uuid::Uuid;
@@ -50,7 +50,7 @@ pub struct BatchApi {
     pub(super) files: FilesService,
     pub(super) idempotency: IdempotencyKeys,
     /// Plans `/batch_inference` submissions.
-    pub(super) functions: Arc<FunctionService>,
+    pub(super) functions: FunctionChecks,
     /// Seals a submission's dynamic credentials.
     pub(super) sealer: Arc<dyn CredentialSealer>,
     /// `/batch_inference` polls read the items' inference records.

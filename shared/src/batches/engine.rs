@@ -28,7 +28,7 @@ use crate::inference::InferenceService;
 use crate::ports::{
     BatchEventSink, BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, MetricsSink, StateStore,
 };
-use crate::tensorzero::function_calls::FunctionService;
+use crate::tensorzero::function_calls::{FunctionChecks, FunctionService};
 use std::sync::Arc;
 
 /// The ports and layers the batch engine is built over.
@@ -40,10 +40,6 @@ pub struct BatchDeps {
     pub clock: Arc<dyn Clock>,
     pub ids: Arc<dyn IdSource>,
     pub files: FilesService,
-    /// Runs `/v1/batches` lines, and provider batches.
-    pub inference: Arc<InferenceService>,
-    /// Runs `/batch_inference` items.
-    pub functions: Arc<FunctionService>,
     /// Where `/batch_inference` items' inference records go.
     pub records: Arc<dyn InferenceStore>,
     /// Told when a batch ends (batch event webhooks).
@@ -54,39 +50,72 @@ pub struct BatchDeps {
     pub metrics: Arc<dyn MetricsSink>,
 }
 
-/// Builds the engine's roles over [`BatchDeps`]: the API for the HTTP handlers, the worker for
-/// the queue's batch jobs, recovery for the scheduler.
+/// The model layers the engine's runs call.
+#[derive(Clone)]
+pub struct BatchModels {
+    /// Runs `/v1/batches` lines, and provider batches.
+    pub inference: Arc<InferenceService>,
+    /// Runs `/batch_inference` items.
+    pub functions: Arc<FunctionService>,
+}
+
+/// Builds the engine's roles over [`BatchDeps`] and the model layers: the API for the HTTP
+/// handlers, the worker for the queue's batch jobs, recovery for the scheduler.
 #[derive(Clone)]
 pub struct BatchEngine {
     deps: BatchDeps,
+    models: BatchModels,
     settings: Arc<BatchSettings>,
 }
 
+/// Create, get, list and cancel batches; submit and poll `/batch_inference`, whose submissions
+/// are checked by `checks` (the configuration alone: the API calls no model, so a host that
+/// serves only the API needs no model layer).
+pub fn batch_api(deps: &BatchDeps, checks: FunctionChecks, settings: BatchSettings) -> BatchApi {
+    api_over(deps, checks, Arc::new(settings))
+}
+
+fn api_over(deps: &BatchDeps, checks: FunctionChecks, settings: Arc<BatchSettings>) -> BatchApi {
+    BatchApi {
+        state: Arc::clone(&deps.state),
+        blobs: Arc::clone(&deps.blobs),
+        queue: Arc::clone(&deps.queue),
+        clock: Arc::clone(&deps.clock),
+        ids: Arc::clone(&deps.ids),
+        files: deps.files.clone(),
+        idempotency: IdempotencyKeys::new(Arc::clone(&deps.state), Arc::clone(&deps.clock)),
+        functions: checks,
+        sealer: Arc::clone(&deps.sealer),
+        records: Arc::clone(&deps.records),
+        live: live_over(deps, &settings),
+        settings,
+    }
+}
+
+fn live_over(deps: &BatchDeps, settings: &BatchSettings) -> Live {
+    Live {
+        state: Arc::clone(&deps.state),
+        clock: Arc::clone(&deps.clock),
+        always: settings.live_progress_always,
+    }
+}
+
 impl BatchEngine {
-    pub fn new(deps: BatchDeps, settings: BatchSettings) -> Self {
+    pub fn new(deps: BatchDeps, models: BatchModels, settings: BatchSettings) -> Self {
         Self {
             deps,
+            models,
             settings: Arc::new(settings),
         }
     }
 
-    /// Create, get, list and cancel batches; submit and poll `/batch_inference`.
+    /// [`batch_api`] with the function layer's own checks.
     pub fn api(&self) -> BatchApi {
-        let deps = &self.deps;
-        BatchApi {
-            state: Arc::clone(&deps.state),
-            blobs: Arc::clone(&deps.blobs),
-            queue: Arc::clone(&deps.queue),
-            clock: Arc::clone(&deps.clock),
-            ids: Arc::clone(&deps.ids),
-            files: deps.files.clone(),
-            idempotency: IdempotencyKeys::new(Arc::clone(&deps.state), Arc::clone(&deps.clock)),
-            functions: Arc::clone(&deps.functions),
-            sealer: Arc::clone(&deps.sealer),
-            records: Arc::clone(&deps.records),
-            live: self.live(),
-            settings: Arc::clone(&self.settings),
-        }
+        api_over(
+            &self.deps,
+            self.models.functions.checks().clone(),
+            Arc::clone(&self.settings),
+        )
     }
 
     /// The runner of the queue's batch jobs.
@@ -156,7 +185,7 @@ impl BatchEngine {
             clock: Arc::clone(&deps.clock),
             ids: Arc::clone(&deps.ids),
             settings: Arc::clone(&self.settings),
-            inference: Arc::clone(&deps.inference),
+            inference: Arc::clone(&self.models.inference),
             sealer: Arc::clone(&deps.sealer),
             revoked_keys,
             metrics: Arc::clone(&deps.metrics),
@@ -184,19 +213,15 @@ impl BatchEngine {
     fn kinds(&self) -> LineKinds {
         let deps = &self.deps;
         LineKinds {
-            inference: Arc::clone(&deps.inference),
-            functions: Arc::clone(&deps.functions),
+            inference: Arc::clone(&self.models.inference),
+            functions: Arc::clone(&self.models.functions),
             ids: Arc::clone(&deps.ids),
             sealer: Arc::clone(&deps.sealer),
         }
     }
 
     fn live(&self) -> Live {
-        Live {
-            state: Arc::clone(&self.deps.state),
-            clock: Arc::clone(&self.deps.clock),
-            always: self.settings.live_progress_always,
-        }
+        live_over(&self.deps, &self.settings)
     }
 
     fn revoked_keys(&self) -> Arc<RevokedKeys> {

@@ -47,7 +47,7 @@ pub use crate::jobs::JobMessage;
 pub use api::BatchApi;
 pub use api::{ListBatches, BATCH_PAGE};
 pub use create_checks::{check_create_request, CheckedCreate};
-pub use engine::{BatchDeps, BatchEngine};
+pub use engine::{batch_api, BatchDeps, BatchEngine, BatchModels};
 pub use input_validation::{BatchEndpoint, ChunkRange, MAX_REQUESTS};
 pub use lines::tensorzero::ItemResult;
 pub use recovery::{BatchRecovery, RecoveryReport};

@@ -2,7 +2,7 @@
 //! (and so links only those); the local server builds all of them ([`AppState`]).
 
 use super::PublicBaseUrl;
-use crate::async_requests::AsyncService;
+use crate::async_requests::AsyncApi;
 use crate::auth::Authenticator;
 use crate::batches::BatchApi;
 use crate::files::FilesService;
@@ -48,7 +48,7 @@ pub struct FilesState {
 #[derive(Clone)]
 pub struct BatchesState {
     pub batches: Arc<BatchApi>,
-    pub async_requests: Arc<AsyncService>,
+    pub async_requests: Arc<AsyncApi>,
     /// `/v1/webhook_secrets`.
     pub webhook_secrets: Arc<WebhookSecrets>,
     /// `/v1/webhook_endpoints`.

@@ -2,7 +2,9 @@
 //! request per input: each per-item array gives that input its value, the batch's one variant is
 //! pinned on every item, and every item is checked before anything is queued.
 
-use super::function_calls::{BatchVariant, FunctionError, FunctionService, InferenceCall, InferenceRequest};
+use super::function_calls::{
+    BatchVariant, FunctionChecks, FunctionError, FunctionService, InferenceCall, InferenceRequest,
+};
 use crate::openai::json_body::bounded_serde_message;
 use crate::ports::{batch_base, BatchItemId, ProjectId};
 use serde::{Deserialize, Serialize};
@@ -249,7 +251,7 @@ fn take<T>(column: &mut [Option<T>], index: usize) -> Option<T> {
     column.get_mut(index).and_then(Option::take)
 }
 
-impl FunctionService {
+impl FunctionChecks {
     /// Check a `/batch_inference` request and split it into items: every list as long as
     /// `inputs`, one variant for the batch (drawn with the first episode id), every item checked
     /// as the worker will run it. Mints the inference ids and the missing episode ids.
@@ -339,7 +341,9 @@ impl FunctionService {
             items,
         })
     }
+}
 
+impl FunctionService {
     /// Run one stored item line (its JSON; `None`: it is not JSON) with the batch's credentials:
     /// its ids (when the line can be read) and the record to store, or why the item failed.
     pub async fn run_batch_line(

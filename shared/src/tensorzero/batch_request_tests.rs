@@ -111,7 +111,7 @@ fn every_per_item_list_of_the_wrong_length_is_refused_naming_it_and_both_lengths
         let mut r = request("chat", 2);
         set(&mut r);
         assert_eq!(
-            invalid_message(service.plan_batch(r)),
+            invalid_message(service.checks().plan_batch(r)),
             format!("`{field}` has 1 entries but `inputs` has 2: every per-item list must be as long as `inputs`"),
         );
     }
@@ -151,7 +151,7 @@ fn per_item_values_land_in_their_own_item_and_nulls_leave_the_key_out() {
     r.allowed_tools = Some(vec![None, Some(vec![]), None]);
     r.tool_choice = Some(vec![None, Some(json!("required")), None]);
     r.parallel_tool_calls = Some(vec![None, Some(false), None]);
-    let planned = service.plan_batch(r).unwrap();
+    let planned = service.checks().plan_batch(r).unwrap();
     let bodies = bodies(&planned);
     let chat_params: Vec<Value> = bodies.iter().map(|b| b["params"]["chat_completion"].clone()).collect();
     assert_eq!(
@@ -192,7 +192,7 @@ fn output_schemas_go_to_their_own_item() {
     let mut r = request("extract", 2);
     let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
     r.output_schemas = Some(vec![None, Some(schema.clone())]);
-    let bodies = bodies(&service.plan_batch(r).unwrap());
+    let bodies = bodies(&service.checks().plan_batch(r).unwrap());
     assert!(bodies[0].get("output_schema").is_none());
     assert_eq!(bodies[1]["output_schema"], schema);
 }
@@ -224,7 +224,7 @@ async fn a_null_param_keeps_the_variants_value_and_a_given_one_beats_it() {
     chat(&mut r).temperature = Some(vec![Some(0.2), None]);
     chat(&mut r).max_tokens = Some(vec![None, Some(7)]);
     r.tags = Some(vec![None, Some(BTreeMap::from([("k".to_owned(), "v".to_owned())]))]);
-    let planned = service.plan_batch(r).unwrap();
+    let planned = service.checks().plan_batch(r).unwrap();
     let records = run_all(&service, &planned).await;
     let params: Vec<&Value> = records.iter().map(|r| &r.inference_params["chat_completion"]).collect();
     assert_eq!(params[0]["temperature"], 0.2);
@@ -260,7 +260,7 @@ fn episode_ids_are_kept_where_given_and_minted_where_null() {
     let given = Uuid::now_v7();
     let mut r = request("chat", 3);
     r.episode_ids = Some(vec![None, Some(given.to_string()), None]);
-    let planned = service.plan_batch(r).unwrap();
+    let planned = service.checks().plan_batch(r).unwrap();
     let episodes: Vec<Uuid> = planned.items.iter().map(|i| i.episode_id).collect();
     assert_eq!(episodes[1], given);
     assert_ne!(episodes[0], episodes[2]);
@@ -279,7 +279,7 @@ fn a_bad_episode_id_is_refused_naming_its_index() {
     let service = service();
     let mut r = request("chat", 2);
     r.episode_ids = Some(vec![None, Some("nope".to_owned())]);
-    let message = invalid_message(service.plan_batch(r));
+    let message = invalid_message(service.checks().plan_batch(r));
     assert!(
         message.starts_with("`episode_ids[1]` is not a valid episode id"),
         "{message}"
@@ -308,12 +308,12 @@ fn an_invalid_input_is_refused_naming_its_index() {
     let service = service();
     let mut r = request("chat", 3);
     r.inputs.as_mut().unwrap()[2] = json!({"messages": [{"role": "robot", "content": "x"}]});
-    let message = invalid_message(service.plan_batch(r));
+    let message = invalid_message(service.checks().plan_batch(r));
     assert!(message.starts_with("Input at index 2 failed validation: "), "{message}");
 
     let mut r = request("chat", 3);
     r.allowed_tools = Some(vec![None, Some(vec!["missing_tool".to_owned()]), None]);
-    let message = invalid_message(service.plan_batch(r));
+    let message = invalid_message(service.checks().plan_batch(r));
     assert!(message.starts_with("Input at index 1 failed validation: "), "{message}");
     assert!(message.contains("missing_tool"), "{message}");
 }
@@ -323,7 +323,7 @@ fn an_invalid_output_schema_is_refused_naming_its_index() {
     let service = service();
     let mut r = request("extract", 2);
     r.output_schemas = Some(vec![Some(json!({"type": "nonsense"})), None]);
-    let message = invalid_message(service.plan_batch(r));
+    let message = invalid_message(service.checks().plan_batch(r));
     assert!(message.starts_with("Input at index 0 failed validation: "), "{message}");
 }
 
@@ -335,7 +335,7 @@ fn streaming_dryrun_cache_and_model_name_are_refused_naming_the_field() {
     let refused = |set: &dyn Fn(&mut BatchInferenceRequest), field: &str| {
         let mut r = request("chat", 1);
         set(&mut r);
-        let message = invalid_message(service.plan_batch(r));
+        let message = invalid_message(service.checks().plan_batch(r));
         assert!(message.starts_with(&format!("`{field}` is not supported")), "{message}");
     };
     refused(&|r| r.stream = Some(true), "stream");
@@ -348,7 +348,7 @@ fn streaming_dryrun_cache_and_model_name_are_refused_naming_the_field() {
     r.dryrun = Some(false);
     r.cache_options = Some(json!({"enabled": "off"}));
     r.model_name = Some(Value::Null);
-    assert!(service.plan_batch(r).is_ok());
+    assert!(service.checks().plan_batch(r).is_ok());
 }
 
 #[test]
@@ -356,26 +356,35 @@ fn missing_or_empty_inputs_and_a_missing_function_are_bad_requests() {
     let service = service();
     let mut r = request("chat", 1);
     r.inputs = Some(vec![]);
-    assert_eq!(invalid_message(service.plan_batch(r)), "`inputs` must not be empty");
+    assert_eq!(
+        invalid_message(service.checks().plan_batch(r)),
+        "`inputs` must not be empty"
+    );
     let mut r = request("chat", 1);
     r.inputs = None;
-    assert_eq!(invalid_message(service.plan_batch(r)), "missing field `inputs`");
+    assert_eq!(
+        invalid_message(service.checks().plan_batch(r)),
+        "missing field `inputs`"
+    );
     let mut r = request("chat", 1);
     r.function_name = None;
-    assert_eq!(invalid_message(service.plan_batch(r)), "missing field `function_name`");
+    assert_eq!(
+        invalid_message(service.checks().plan_batch(r)),
+        "missing field `function_name`"
+    );
 }
 
 #[test]
 fn unknown_functions_and_variants_are_not_found() {
     let service = service();
     assert!(matches!(
-        service.plan_batch(request("nope", 1)),
+        service.checks().plan_batch(request("nope", 1)),
         Err(FunctionError::UnknownFunction(name)) if name == "nope"
     ));
     let mut r = request("pair", 1);
     r.variant_name = Some("middle".to_owned());
     assert!(matches!(
-        service.plan_batch(r),
+        service.checks().plan_batch(r),
         Err(FunctionError::UnknownVariant { .. })
     ));
 }
@@ -386,11 +395,11 @@ fn a_pinned_variant_runs_the_whole_batch() {
     for pinned in ["left", "right"] {
         let mut r = request("pair", 4);
         r.variant_name = Some(pinned.to_owned());
-        let planned = service.plan_batch(r).unwrap();
+        let planned = service.checks().plan_batch(r).unwrap();
         assert_eq!(planned.variant.name, pinned);
         assert!(bodies(&planned).iter().all(|b| b["variant_name"] == pinned));
     }
     let mut r = request("pair", 1);
     r.variant_name = Some("right".to_owned());
-    assert_eq!(service.plan_batch(r).unwrap().variant.model, "dummy::other");
+    assert_eq!(service.checks().plan_batch(r).unwrap().variant.model, "dummy::other");
 }

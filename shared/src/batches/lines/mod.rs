@@ -167,6 +167,7 @@ impl LineKinds {
                 // The variant's model as configured now: the one its items call.
                 model: self
                     .functions
+                    .checks()
                     .batch_variant(&plan.function_name, Some(&plan.variant_name), uuid::Uuid::nil())
                     .ok()
                     .map(|variant| variant.model),

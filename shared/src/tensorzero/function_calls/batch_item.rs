@@ -3,6 +3,7 @@
 //! item run later by a queue worker on that variant alone (no fallback, no cache). The record is
 //! handed back rather than written after a response: the worker stores it before the item counts.
 
+use super::checks::FunctionChecks;
 use super::error::{FunctionError, VariantFailure};
 use super::model_call::ModelCall;
 use super::output::function_output;
@@ -25,7 +26,7 @@ pub struct BatchVariant {
     pub model: String,
 }
 
-impl FunctionService {
+impl FunctionChecks {
     /// The variant of `function` a batch runs: `pinned` (404 when unknown), else the one drawn
     /// for `first_episode`, as `/inference` would draw it.
     pub fn batch_variant(
@@ -62,6 +63,38 @@ impl FunctionService {
         self.prepare_batch_item(call).map(|_| ())
     }
 
+    /// The item's variant (it must be pinned) and its prepared model request.
+    pub(super) fn prepare_batch_item<'a>(
+        &'a self,
+        call: &'a InferenceCall,
+    ) -> Result<(VariantPlan<'a>, PreparedCall), FunctionError> {
+        let (InferenceTarget::Function(function), Some(variant)) = (&call.target, &call.variant_name) else {
+            return Err(FunctionError::invalid(
+                "a batch item needs a function and its batch's variant",
+            ));
+        };
+        let found = self
+            .functions()
+            .function(function)
+            .map_err(|_| FunctionError::UnknownFunction(function.clone()))?;
+        let chosen = found.variant(variant).map_err(|_| FunctionError::UnknownVariant {
+            function: function.clone(),
+            variant: variant.clone(),
+        })?;
+        let plan = VariantPlan {
+            function_name: &found.name,
+            variant_name: &chosen.name,
+            kind: found.config.kind,
+            model: &chosen.config.model,
+            config: Some(&chosen.config),
+            function: Some(found),
+        };
+        let prepared = prepare(self.functions(), plan, call)?;
+        Ok((plan, prepared))
+    }
+}
+
+impl FunctionService {
     /// Run one item on its pinned variant: the variant's timeout and retries apply, no other
     /// variant is tried, nothing is cached. The record to store, or why there is none.
     pub async fn infer_batch_item(
@@ -71,7 +104,7 @@ impl FunctionService {
         inference_id: Uuid,
     ) -> Result<InferenceRecord, FunctionError> {
         let started = Instant::now();
-        let (plan, prepared) = self.prepare_batch_item(call)?;
+        let (plan, prepared) = self.checks().prepare_batch_item(call)?;
         let model_call = self
             .call_with_retries(project, plan.config, &prepared, call)
             .await
@@ -87,7 +120,9 @@ impl FunctionService {
     /// The model request an item sends, for a provider's own batch API: what
     /// [`Self::infer_batch_item`] would send.
     pub fn batch_item_request(&self, call: &InferenceCall) -> Result<ModelRequest, FunctionError> {
-        self.prepare_batch_item(call).map(|(_, prepared)| prepared.request)
+        self.checks()
+            .prepare_batch_item(call)
+            .map(|(_, prepared)| prepared.request)
     }
 
     /// The record of an item whose model answered through a provider's own batch API
@@ -101,7 +136,7 @@ impl FunctionService {
         response: ModelResponse,
     ) -> Result<InferenceRecord, FunctionError> {
         let started = Instant::now();
-        let (plan, prepared) = self.prepare_batch_item(call)?;
+        let (plan, prepared) = self.checks().prepare_batch_item(call)?;
         let model_call = ModelCall {
             id: self.new_id(),
             model: prepared.request.model.clone(),
@@ -141,35 +176,5 @@ impl FunctionService {
             model_call,
             processing_time: started.elapsed(),
         })
-    }
-
-    /// The item's variant (it must be pinned) and its prepared model request.
-    fn prepare_batch_item<'a>(
-        &'a self,
-        call: &'a InferenceCall,
-    ) -> Result<(VariantPlan<'a>, PreparedCall), FunctionError> {
-        let (InferenceTarget::Function(function), Some(variant)) = (&call.target, &call.variant_name) else {
-            return Err(FunctionError::invalid(
-                "a batch item needs a function and its batch's variant",
-            ));
-        };
-        let found = self
-            .functions()
-            .function(function)
-            .map_err(|_| FunctionError::UnknownFunction(function.clone()))?;
-        let chosen = found.variant(variant).map_err(|_| FunctionError::UnknownVariant {
-            function: function.clone(),
-            variant: variant.clone(),
-        })?;
-        let plan = VariantPlan {
-            function_name: &found.name,
-            variant_name: &chosen.name,
-            kind: found.config.kind,
-            model: &chosen.config.model,
-            config: Some(&chosen.config),
-            function: Some(found),
-        };
-        let prepared = prepare(self.functions(), plan, call)?;
-        Ok((plan, prepared))
     }
 }

@@ -2,6 +2,7 @@
 //! templates, tools, json mode, and the function's output (whole or streamed).
 
 mod batch_item;
+mod checks;
 mod episode;
 mod error;
 pub mod input;
@@ -17,6 +18,7 @@ mod streaming;
 mod validate;
 
 pub use batch_item::BatchVariant;
+pub use checks::FunctionChecks;
 pub use episode::{parse_episode_id, EpisodeIdError};
 pub use error::{FailureKind, FunctionError, VariantFailure};
 pub use input::FunctionInput;

@@ -2,14 +2,15 @@
 //! the next after a failure), prepare its model request, call it with the variant's retries and
 //! timeouts, and turn the answer into the function's output. Mints the inference id.
 
+use super::checks::{FunctionChecks, Resolved};
 use super::error::{FailureKind, FunctionError, VariantFailure};
 use super::model_call::ModelCall;
 use super::output::{function_output, FunctionOutput};
 use super::persist::{Finished, InferencePersistence};
-use super::prepare::{prepare, PreparedCall, VariantPlan, DEFAULT_FUNCTION};
+use super::prepare::{prepare, PreparedCall};
 use super::stream::{ChunkTranslator, InferenceChunk};
 use super::streaming::{function_chunks, StartedModelStream, StreamFinish};
-use super::validate::{InferenceCall, InferenceTarget};
+use super::validate::InferenceCall;
 use crate::backoff::{Backoff, Jitter};
 use crate::config::functions::{ChatCompletionConfig, FunctionKind};
 use crate::inference::{InferenceError, InferenceService};
@@ -17,7 +18,7 @@ use crate::model::{FinishReason, ModelUsage};
 use crate::ports::{CacheKey, IdSource, ProjectId};
 use crate::providers::router::RoutingError;
 use crate::providers::ProviderError;
-use crate::tensorzero::{Function, FunctionSet};
+use crate::tensorzero::FunctionSet;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use std::collections::BTreeSet;
@@ -55,26 +56,10 @@ pub struct InferenceStream {
 }
 
 pub struct FunctionService {
-    functions: Arc<FunctionSet>,
+    checks: FunctionChecks,
     inference: Arc<InferenceService>,
     persistence: InferencePersistence,
     ids: Arc<dyn IdSource>,
-}
-
-/// What `call` runs: a configured function or the passthrough for a model.
-#[derive(Clone, Copy)]
-enum Resolved<'a> {
-    Function(&'a Function),
-    Model(&'a str),
-}
-
-impl Resolved<'_> {
-    fn name(&self) -> &str {
-        match self {
-            Self::Function(f) => &f.name,
-            Self::Model(_) => DEFAULT_FUNCTION,
-        }
-    }
 }
 
 impl FunctionService {
@@ -84,20 +69,26 @@ impl FunctionService {
         persistence: InferencePersistence,
         ids: Arc<dyn IdSource>,
     ) -> Self {
+        let checks = FunctionChecks::new(functions, Arc::clone(&persistence.clock), Arc::clone(&ids));
         Self {
-            functions,
+            checks,
             inference,
             persistence,
             ids,
         }
     }
 
+    /// What calls are checked with before a model is called.
+    pub fn checks(&self) -> &FunctionChecks {
+        &self.checks
+    }
+
     pub fn functions(&self) -> &FunctionSet {
-        &self.functions
+        self.checks.functions()
     }
 
     pub fn now_ms(&self) -> i64 {
-        self.persistence.clock.now_unix_ms()
+        self.checks.now_ms()
     }
 
     pub fn new_id(&self) -> Uuid {
@@ -108,91 +99,15 @@ impl FunctionService {
         &self.persistence
     }
 
-    fn resolve<'a>(&'a self, call: &'a InferenceCall) -> Result<Resolved<'a>, FunctionError> {
-        match &call.target {
-            InferenceTarget::Function(name) => {
-                let function = self
-                    .functions
-                    .function(name)
-                    .map_err(|_| FunctionError::UnknownFunction(name.clone()))?;
-                if let Some(variant) = &call.variant_name {
-                    function.variant(variant).map_err(|_| FunctionError::UnknownVariant {
-                        function: name.clone(),
-                        variant: variant.clone(),
-                    })?;
-                }
-                for edit in call.extra_body.iter().chain(&call.extra_headers) {
-                    if let super::validate::EditScope::Variant(variant) = &edit.scope {
-                        if function.variant(variant).is_err() {
-                            return Err(FunctionError::invalid(format!(
-                                "`extra_body`/`extra_headers` name variant `{}`, which function `{}` does not have",
-                                crate::user_text::excerpt(variant),
-                                crate::user_text::excerpt(name)
-                            )));
-                        }
-                    }
-                }
-                Ok(Resolved::Function(function))
-            }
-            InferenceTarget::Model(model) => Ok(Resolved::Model(model)),
-        }
-    }
-
-    /// The next variant to try, or `None` when none is left.
-    fn next_plan<'a>(
-        &'a self,
-        target: Resolved<'a>,
-        call: &'a InferenceCall,
-        failed: &BTreeSet<String>,
-    ) -> Option<VariantPlan<'a>> {
-        match target {
-            Resolved::Model(model) => (!failed.contains(model)).then_some(VariantPlan {
-                function_name: DEFAULT_FUNCTION,
-                variant_name: model,
-                kind: FunctionKind::Chat,
-                model,
-                config: None,
-                function: None,
-            }),
-            Resolved::Function(function) => {
-                let variant = match &call.variant_name {
-                    Some(pinned) if failed.contains(pinned) => return None,
-                    Some(pinned) => function.variant(pinned).ok()?,
-                    None => function.choose_variant(call.episode_id, failed)?,
-                };
-                Some(VariantPlan {
-                    function_name: &function.name,
-                    variant_name: &variant.name,
-                    kind: function.config.kind,
-                    model: &variant.config.model,
-                    config: Some(&variant.config),
-                    function: Some(function),
-                })
-            }
-        }
-    }
-
-    /// Check `call` as [`Self::infer`] would before calling a model (the function, the pinned
-    /// variant, input schemas, templates, tools, the output schema) without calling one: what
-    /// `/async_predict` runs at submission. With no pinned variant, the one drawn for the call's
-    /// episode is checked.
-    pub fn check(&self, call: &InferenceCall) -> Result<(), FunctionError> {
-        let target = self.resolve(call)?;
-        if let Some(plan) = self.next_plan(target, call, &BTreeSet::new()) {
-            prepare(&self.functions, plan, call)?;
-        }
-        Ok(())
-    }
-
     /// A complete answer; its record (and cache entry) are written after the response.
     pub async fn infer(&self, project: &ProjectId, call: &InferenceCall) -> Result<InferenceResult, FunctionError> {
         let started = Instant::now();
-        let target = self.resolve(call)?;
+        let target = self.checks.resolve(call)?;
         let inference_id = self.ids.new_uuid();
         let mut failed = BTreeSet::new();
         let mut failures = Vec::new();
-        while let Some(plan) = self.next_plan(target, call, &failed) {
-            let prepared = prepare(&self.functions, plan, call)?;
+        while let Some(plan) = self.checks.next_plan(target, call, &failed) {
+            let prepared = prepare(self.functions(), plan, call)?;
             match self.call_with_retries(project, plan.config, &prepared, call).await {
                 Ok(model_call) => {
                     let choice = model_call.response.choices.first();
@@ -320,13 +235,13 @@ impl FunctionService {
         project: &ProjectId,
         call: &InferenceCall,
     ) -> Result<InferenceStream, FunctionError> {
-        let target = self.resolve(call)?;
+        let target = self.checks.resolve(call)?;
         let inference_id = self.ids.new_uuid();
         let mode = self.persistence.mode(call);
         let mut failed = BTreeSet::new();
         let mut failures = Vec::new();
-        while let Some(plan) = self.next_plan(target, call, &failed) {
-            let prepared = prepare(&self.functions, plan, call)?;
+        while let Some(plan) = self.checks.next_plan(target, call, &failed) {
+            let prepared = prepare(self.functions(), plan, call)?;
             let timeouts = plan
                 .config
                 .and_then(|c| c.timeouts.as_ref())

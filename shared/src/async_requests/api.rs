@@ -1,104 +1,29 @@
-//! The async API: submit, get, list, cancel. Every id and timestamp is minted here.
+//! The async API: submit, get, list, cancel, and bringing forward deliveries that waited for a
+//! secret. Every request id and timestamp is minted here. A submission is checked against the
+//! configuration alone ([`SubmissionCheck`]): the API runs no model.
 
+use super::awaiting_secret;
+use super::check::SubmissionCheck;
 use super::error::AsyncError;
-use super::execute::AsyncExecutor;
+use super::lifecycle::expect_due_move;
+use super::requests::AsyncRequests;
 use super::stored::{output_key, AsyncStatus, ErrorEntry, StoredRequest, KIND};
 use super::submit::parse_submission;
 use super::wire::{AsyncRequestPage, AsyncRequestView};
 use super::DUE_LANE;
-use crate::auth::RevokedKeys;
-use crate::config::Config;
 use crate::jobs::JobMessage;
 use crate::paging::{PageBounds, PageLimit};
-use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
-use crate::ports::{
-    BlobStore, Clock, IdSource, JobQueue, ListOrder, ListQuery, MetricUnit, MetricsSink, NoMetrics, ProjectId, Record,
-    StateStore, StorageError,
-};
+use crate::ports::webhook_url::WebhookUrl;
+use crate::ports::{ListOrder, ListQuery, ProjectId, Record, StorageError};
 use crate::records::LeaseUntil;
 use crate::records::{decode, encode, Loaded};
-use crate::scheduler::DueIndex;
 use crate::user_text::excerpt;
 use serde_json::{Map, Value};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How async requests are kept and delivered.
-#[derive(Debug, Clone)]
-pub struct AsyncSettings {
-    /// How long a request and its output are kept after it was submitted.
-    pub retention: Duration,
-    /// How long a worker holds a request it runs (longer than one run and one delivery).
-    pub lease: Duration,
-    /// Outputs up to this size are returned inline by `GET /async_request/{id}`; larger ones by
-    /// a link.
-    pub inline_output_limit: u64,
-    /// Which webhook URLs are accepted.
-    pub url_policy: UrlPolicy,
-    /// Whether a project with no webhook secret gets unsigned webhooks (else its deliveries fail).
-    pub allow_unsigned_webhooks: bool,
-    /// Models with a `max_concurrency`: their slots are shared with batch lines.
-    pub model_limits: HashMap<String, u32>,
-    /// The wait after each failed webhook attempt (`[webhooks] retry_delays_s`).
-    pub webhook_retry_delays: Vec<Duration>,
-}
-
-impl AsyncSettings {
-    /// The configured settings; `url_policy` says whether plain-HTTP loopback webhooks are
-    /// accepted (the local server's choice, never Lambda's).
-    pub fn from_config(config: &Config, url_policy: UrlPolicy) -> Self {
-        Self {
-            retention: Duration::from_secs(u64::from(config.async_requests.retention_days) * 24 * 3600),
-            allow_unsigned_webhooks: config.webhooks.allow_unsigned,
-            webhook_retry_delays: config.webhooks.retry_delays(),
-            url_policy,
-            model_limits: config
-                .models
-                .iter()
-                .filter_map(|(name, model)| model.max_concurrency.map(|limit| (name.clone(), limit)))
-                .collect(),
-            ..Self::default()
-        }
-    }
-}
-
-impl Default for AsyncSettings {
-    fn default() -> Self {
-        Self {
-            retention: Duration::from_secs(7 * 24 * 3600),
-            lease: Duration::from_secs(6 * 60),
-            inline_output_limit: 1024 * 1024,
-            url_policy: UrlPolicy {
-                allow_loopback_http: false,
-            },
-            allow_unsigned_webhooks: false,
-            model_limits: HashMap::new(),
-            webhook_retry_delays: crate::webhooks::delivery::RETRY_DELAYS.to_vec(),
-        }
-    }
-}
-
-/// What the async API needs.
-#[derive(Clone)]
-pub struct AsyncDeps {
-    pub state: Arc<dyn StateStore>,
-    pub blobs: Arc<dyn BlobStore>,
-    pub queue: Arc<dyn JobQueue>,
-    pub clock: Arc<dyn Clock>,
-    pub ids: Arc<dyn IdSource>,
-    pub executor: AsyncExecutor,
-}
-
-pub struct AsyncService {
-    pub(crate) deps: AsyncDeps,
-    pub(crate) settings: AsyncSettings,
-    pub(crate) due: DueIndex,
-    /// Whether the key that submitted a request was revoked since.
-    pub(crate) revoked_keys: RevokedKeys,
-    /// Requests reaching a status are counted here.
-    metrics: Arc<dyn MetricsSink>,
-}
+/// Most deliveries brought forward per created secret (the rest keep their schedule).
+const MAX_BROUGHT_FORWARD: usize = 1000;
 
 /// How many requests a page of `GET /async_requests` lists: 1 to 100, 20 by default.
 pub const ASYNC_PAGE: PageBounds = PageBounds::new(20, 100);
@@ -129,39 +54,16 @@ pub struct CancelOutcome {
     pub message: String,
 }
 
-impl AsyncService {
-    pub fn new(deps: AsyncDeps, settings: AsyncSettings) -> Self {
-        let due = DueIndex::new(Arc::clone(&deps.state));
-        let revoked_keys = RevokedKeys::new(Arc::clone(&deps.state), Arc::clone(&deps.clock), Arc::clone(&deps.ids));
-        Self {
-            deps,
-            settings,
-            due,
-            revoked_keys,
-            metrics: Arc::new(NoMetrics),
-        }
-    }
+/// The async API's handlers' side.
+pub struct AsyncApi {
+    requests: Arc<AsyncRequests>,
+    /// Whether a submission's model exists and its `model_input` would be accepted.
+    check: SubmissionCheck,
+}
 
-    /// Count requests by status into `metrics`.
-    pub fn with_metrics(mut self, metrics: Arc<dyn MetricsSink>) -> Self {
-        self.metrics = metrics;
-        self
-    }
-
-    /// Spread each due-work lane over `shards` owners ([`DueIndex::with_shards`]).
-    pub fn with_due_index_shards(mut self, shards: u32) -> Self {
-        self.due = self.due.with_shards(shards);
-        self
-    }
-
-    /// A request reached `status` (`async_requests` by status: queued at submit, then its end).
-    pub(crate) fn count_status(&self, status: AsyncStatus) {
-        self.metrics
-            .record("async_requests", MetricUnit::Count, 1.0, &[("status", status.as_str())]);
-    }
-
-    pub(crate) fn now_ms(&self) -> i64 {
-        self.deps.clock.now_unix_ms()
+impl AsyncApi {
+    pub fn new(requests: Arc<AsyncRequests>, check: SubmissionCheck) -> Self {
+        Self { requests, check }
     }
 
     /// Accept a request: check it, store it `QUEUED`, schedule its expiry, and queue it at its
@@ -185,8 +87,8 @@ impl AsyncService {
         path_model: Option<&str>,
     ) -> Result<String, AsyncError> {
         let submission = parse_submission(body, path_model)?;
-        let executor = &self.deps.executor;
-        if !executor.knows(submission.endpoint, &submission.model_id, &submission.model_input) {
+        let check = &self.check;
+        if !check.knows(submission.endpoint, &submission.model_id, &submission.model_input) {
             let field = match (path_model, submission.model_input.contains_key("function_name")) {
                 (Some(_), _) => "model",
                 (None, true) => "model_input.function_name",
@@ -198,7 +100,7 @@ impl AsyncService {
                 model: submission.model_id,
             });
         }
-        executor
+        check
             .check(submission.endpoint, &submission.model_input)
             .map_err(|(field, message)| {
                 let field = field.map_or_else(|| "model_input".to_owned(), |f| format!("model_input.{f}"));
@@ -207,12 +109,12 @@ impl AsyncService {
         let webhook_endpoint = match &submission.webhook_endpoint {
             None => None,
             Some(url) => Some(
-                WebhookUrl::parse(url, &self.settings.url_policy)
+                WebhookUrl::parse(url, &self.requests.settings.url_policy)
                     .map_err(|err| AsyncError::invalid("webhook_endpoint", err.to_string()))?,
             ),
         };
-        let now = self.now_ms();
-        let request_id = self.deps.ids.new_uuid().simple().to_string();
+        let now = self.requests.now_ms();
+        let request_id = self.requests.deps.ids.new_uuid().simple().to_string();
         let stored = StoredRequest {
             request_id: request_id.clone(),
             project: project.clone(),
@@ -244,48 +146,45 @@ impl AsyncService {
             owner: project.to_string(),
             created_at_ms: now,
             version: 1,
-            expires_at: Some(self.expires_at_s(now)),
+            expires_at: Some(self.requests.expires_at_s(now)),
             body: encode(&stored)?,
         };
-        self.deps.state.create(&record).await?;
+        self.requests.deps.state.create(&record).await?;
         // The expiry check comes due when the request may wait no longer; a worker that finishes
         // it first clears it.
-        if let Err(err) = self.due.create(DUE_LANE, &request_id, stored.queue_deadline_ms()).await {
-            self.deps.state.delete(KIND, &request_id, None).await.ok();
+        if let Err(err) = self
+            .requests
+            .due
+            .create(DUE_LANE, &request_id, stored.queue_deadline_ms())
+            .await
+        {
+            self.requests.deps.state.delete(KIND, &request_id, None).await.ok();
             return Err(err.into());
         }
         let job = JobMessage::AsyncRun {
             request_id: request_id.clone(),
         };
         if let Err(err) = self
+            .requests
             .deps
             .queue
             .send_priority(&job.to_body(), stored.priority, Duration::ZERO)
             .await
         {
             // Not accepted: leave nothing behind that a worker or the scheduler would pick up.
-            self.deps.state.delete(KIND, &request_id, None).await.ok();
-            self.due.clear(DUE_LANE, &request_id).await.ok();
+            self.requests.deps.state.delete(KIND, &request_id, None).await.ok();
+            self.requests.due.clear(DUE_LANE, &request_id).await.ok();
             return Err(err.into());
         }
-        self.count_status(AsyncStatus::Queued);
+        self.requests.count_status(AsyncStatus::Queued);
         Ok(request_id)
     }
 
-    /// The record's TTL: the retention period from `from_ms`.
-    pub(crate) fn expires_at_s(&self, from_ms: i64) -> i64 {
-        from_ms / 1000 + i64::try_from(self.settings.retention.as_secs()).unwrap_or(i64::MAX / 2)
-    }
-
     async fn load_owned(&self, project: &ProjectId, request_id: &str) -> Result<Loaded<StoredRequest>, AsyncError> {
-        match Loaded::<StoredRequest>::get_owned(self.deps.state.as_ref(), KIND, request_id, project).await? {
-            Some(loaded) if !self.is_past_retention(&loaded.record) => Ok(loaded),
+        match Loaded::<StoredRequest>::get_owned(self.requests.deps.state.as_ref(), KIND, request_id, project).await? {
+            Some(loaded) if !self.requests.is_past_retention(&loaded.record) => Ok(loaded),
             _ => Err(AsyncError::NotFound(request_id.to_owned())),
         }
-    }
-
-    fn is_past_retention(&self, record: &Record) -> bool {
-        record.expires_at.is_some_and(|at| at <= self.deps.clock.now_unix_s())
     }
 
     /// One request's status, with its output when it has one: inline when small, else a link.
@@ -294,8 +193,9 @@ impl AsyncService {
         let request = &loaded.body;
         let mut view = AsyncRequestView::of(request, loaded.record.expires_at);
         if let (Some(key), Some(bytes)) = (request.saved_output_key(), request.output_bytes) {
-            if bytes <= self.settings.inline_output_limit {
+            if bytes <= self.requests.settings.inline_output_limit {
                 view.output = self
+                    .requests
                     .saved_output(&key)
                     .await?
                     .and_then(|body| serde_json::from_slice(&body).ok());
@@ -304,6 +204,7 @@ impl AsyncService {
                 // A time-limited link straight to the bytes where the store makes one (S3);
                 // else this API's own route for them.
                 let presigned = self
+                    .requests
                     .deps
                     .blobs
                     .presign_get(&key, Duration::from_secs(3600), &filename)
@@ -317,18 +218,10 @@ impl AsyncService {
     /// The saved output of a request, as stored (for `GET /async_request/{id}/output`).
     pub async fn output(&self, project: &ProjectId, request_id: &str) -> Result<bytes::Bytes, AsyncError> {
         self.load_owned(project, request_id).await?;
-        self.saved_output(&output_key(project, request_id))
+        self.requests
+            .saved_output(&output_key(project, request_id))
             .await?
             .ok_or_else(|| AsyncError::NotFound(request_id.to_owned()))
-    }
-
-    /// The bytes of a saved output, if they are there.
-    pub(crate) async fn saved_output(&self, key: &str) -> Result<Option<bytes::Bytes>, StorageError> {
-        match self.deps.blobs.get(key).await {
-            Ok(body) => Ok(Some(body)),
-            Err(StorageError::NotFound) => Ok(None),
-            Err(err) => Err(err),
-        }
     }
 
     /// A page of the project's requests, newest first, optionally of one status.
@@ -355,6 +248,7 @@ impl AsyncService {
         // A status filter may skip many records: read pages until the page is full (bounded).
         for _ in 0..20 {
             let page = self
+                .requests
                 .deps
                 .state
                 .list_by_owner(&ListQuery {
@@ -367,7 +261,7 @@ impl AsyncService {
                 .await?;
             after = page.records.last().map(Record::cursor);
             for record in &page.records {
-                if self.is_past_retention(record) {
+                if self.requests.is_past_retention(record) {
                     continue;
                 }
                 let request: StoredRequest = decode(record)?;
@@ -394,25 +288,6 @@ impl AsyncService {
         })
     }
 
-    /// Hand back `request_id`'s slot of `model` (and its place on the model's waiting list),
-    /// waking the request now owed a free slot.
-    pub(crate) async fn release_slot(&self, model: &str, request_id: &str) {
-        let now = self.now_ms();
-        let (state, queue) = (self.deps.state.as_ref(), self.deps.queue.as_ref());
-        if let Err(err) = crate::model_slots::release(state, queue, model, request_id, now).await {
-            tracing::warn!(error = %err, "could not release a model slot; its lease will expire");
-        }
-    }
-
-    /// Take a request that will not run (any more) off its model's waiting list, if it has a
-    /// limited model: the next waiter is woken if a slot is free. Called wherever a request ends
-    /// unrun (cancel, expiry, out of attempts), so a dead waiter never holds back a free slot.
-    pub(crate) async fn leave_waiting_list(&self, request: &StoredRequest) {
-        if self.settings.model_limits.contains_key(&request.model_id) {
-            self.release_slot(&request.model_id, &request.request_id).await;
-        }
-    }
-
     /// Cancel a request still `QUEUED`: it ends `CANCELED` and its webhook says so. Any other
     /// request is left alone (`canceled: false`, with the reason).
     pub async fn cancel(&self, project: &ProjectId, request_id: &str) -> Result<CancelOutcome, AsyncError> {
@@ -426,7 +301,7 @@ impl AsyncService {
                     message: format!("Only QUEUED requests can be canceled; this one is {}.", status.as_str()),
                 });
             }
-            let now = self.now_ms();
+            let now = self.requests.now_ms();
             loaded.body.conclude(
                 AsyncStatus::Canceled,
                 Some(ErrorEntry {
@@ -436,11 +311,11 @@ impl AsyncService {
                 None,
                 now,
             );
-            match loaded.save(self.deps.state.as_ref()).await {
+            match loaded.save(self.requests.deps.state.as_ref()).await {
                 Ok(()) => {
-                    self.count_status(AsyncStatus::Canceled);
-                    self.leave_waiting_list(&loaded.body).await;
-                    self.queue_first_delivery(&loaded.body, now).await?;
+                    self.requests.count_status(AsyncStatus::Canceled);
+                    self.requests.leave_waiting_list(&loaded.body).await;
+                    self.requests.queue_first_delivery(&loaded.body, now).await?;
                     return Ok(CancelOutcome {
                         request_id: request_id.to_owned(),
                         canceled: true,
@@ -452,5 +327,34 @@ impl AsyncService {
             }
         }
         Err(StorageError::Conflict.into())
+    }
+
+    /// A secret was created for `project`: every delivery that waited for one is due now (queued
+    /// at once). How many were.
+    pub async fn secret_created(&self, project: &ProjectId) -> Result<u64, StorageError> {
+        let lane = awaiting_secret::lane(project);
+        let state = self.requests.deps.state.as_ref();
+        let now = self.requests.now_ms();
+        let mut brought = 0;
+        for item in self.requests.due.due(&lane, i64::MAX, MAX_BROUGHT_FORWARD).await? {
+            if let Some(mut loaded) = Loaded::<StoredRequest>::get(state, KIND, &item.target).await? {
+                let pending = loaded.body.delivery_pending();
+                if let Some(delivery) = loaded.body.delivery.as_mut().filter(|_| pending) {
+                    delivery.next_attempt_at_ms = Some(now);
+                    expect_due_move(&mut loaded.body);
+                    match loaded.save(state).await {
+                        Ok(()) => {
+                            self.requests.schedule_next_look(&loaded.body, now).await?;
+                            brought += 1;
+                        }
+                        // Changed meanwhile (an attempt was made): it keeps its own schedule.
+                        Err(StorageError::Conflict) => {}
+                        Err(err) => return Err(err),
+                    }
+                }
+            }
+            self.requests.due.clear(&lane, &item.target).await?;
+        }
+        Ok(brought)
     }
 }

@@ -3,8 +3,9 @@
 
 use super::*;
 use crate::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
-use crate::app::{function_service, inference_service, Adapters};
+use crate::app::{function_checks, Adapters};
 use serde_json::json;
+use std::sync::Arc;
 
 const CONFIG: &str = r#"
 [models.dummy]
@@ -27,7 +28,7 @@ type = "chat_completion"
 model = "dummy"
 "#;
 
-async fn executor() -> AsyncExecutor {
+async fn submission_check() -> SubmissionCheck {
     let dir = tempfile::tempdir().unwrap().keep();
     for (path, text) in [
         ("nimbus.toml", CONFIG),
@@ -45,10 +46,7 @@ async fn executor() -> AsyncExecutor {
         Arc::new(FileBlobStore::open(dir.join("blobs")).unwrap()),
         Arc::new(MemoryQueue::new()),
     );
-    let inference = inference_service(&loaded.config, &adapters).unwrap();
-    let records = adapters.inference_records();
-    let functions = function_service(&loaded, &adapters, Arc::clone(&inference), records);
-    AsyncExecutor { inference, functions }
+    SubmissionCheck::new(&loaded.config, function_checks(&loaded, &adapters))
 }
 
 fn input(value: Value) -> Map<String, Value> {
@@ -60,15 +58,15 @@ fn input(value: Value) -> Map<String, Value> {
 
 #[tokio::test]
 async fn a_good_inference_passes_the_check() {
-    let executor = executor().await;
+    let check = submission_check().await;
     let body = input(json!({"function_name": "draft_email", "input": {
         "system": {"recipient": "Ada"}, "messages": [{"role": "user", "content": "hi"}]}}));
-    assert_eq!(executor.check(AsyncEndpoint::Inference, &body), Ok(()));
+    assert_eq!(check.check(AsyncEndpoint::Inference, &body), Ok(()));
 }
 
 #[tokio::test]
 async fn schemas_variants_and_template_arguments_are_checked_at_submission() {
-    let executor = executor().await;
+    let check = submission_check().await;
     for (body, field, words) in [
         (
             json!({"function_name": "draft_email", "input": {"system": {}, "messages": []}}),
@@ -87,9 +85,7 @@ async fn schemas_variants_and_template_arguments_are_checked_at_submission() {
             "Unknown variant",
         ),
     ] {
-        let (found, message) = executor
-            .check(AsyncEndpoint::Inference, &input(body.clone()))
-            .unwrap_err();
+        let (found, message) = check.check(AsyncEndpoint::Inference, &input(body.clone())).unwrap_err();
         assert_eq!(found.as_deref(), Some(field), "{body}: {message}");
         assert!(message.contains(words), "{body}: {message}");
     }
@@ -97,11 +93,11 @@ async fn schemas_variants_and_template_arguments_are_checked_at_submission() {
 
 #[tokio::test]
 async fn a_poison_output_schema_is_refused_at_submission() {
-    let executor = executor().await;
+    let check = submission_check().await;
     let chain = crate::schema_limits::tests::ref_chain(3_000);
     let body = input(json!({"function_name": "extract", "output_schema": chain,
         "input": {"messages": [{"role": "user", "content": "hi"}]}}));
-    let (_, message) = executor.check(AsyncEndpoint::Inference, &body).unwrap_err();
+    let (_, message) = check.check(AsyncEndpoint::Inference, &body).unwrap_err();
     assert!(
         message.contains("`output_schema`") && message.contains("$ref"),
         "{message}"
