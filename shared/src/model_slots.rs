@@ -15,7 +15,7 @@
 //! (cancelled, expired) leaves the list through [`release`].
 
 use crate::jobs::JobMessage;
-use crate::ports::{JobQueue, Priority, Record, StateStore, StorageError};
+use crate::ports::{AsyncRequestId, JobQueue, Priority, Record, StateStore, StorageError};
 use crate::records::LeaseUntil;
 use crate::records::{edit, encode, list_all, Edit};
 use serde::{Deserialize, Serialize};
@@ -247,7 +247,9 @@ pub async fn release(
     })
     .await?;
     for (request_id, level) in edited.map(|(wake, _)| wake).unwrap_or_default() {
-        let job = JobMessage::AsyncRun { request_id };
+        let job = JobMessage::AsyncRun {
+            request_id: AsyncRequestId::new(request_id),
+        };
         let priority = Priority::from_level(level).unwrap_or(Priority::P2);
         if let Err(err) = queue.send_priority(&job.to_body(), priority, Duration::ZERO).await {
             tracing::warn!(model, error = %err, "could not wake a request waiting for a slot; it looks again by itself");

@@ -57,7 +57,7 @@ async fn woken(queue: &MemoryQueue) -> Vec<String> {
         .unwrap()
     {
         match serde_json::from_str::<JobMessage>(&message.body).unwrap() {
-            JobMessage::AsyncRun { request_id } => ids.push(request_id),
+            JobMessage::AsyncRun { request_id } => ids.push(request_id.to_string()),
             other => panic!("unexpected {other:?}"),
         }
         queue.delete(&message.receipt).await.unwrap();

@@ -20,7 +20,7 @@ use nimbus_shared::async_requests::{
 };
 use nimbus_shared::inference::InferenceService;
 use nimbus_shared::jobs::{JobDispatcher, JobFamily, JobMessage};
-use nimbus_shared::ports::ProjectId;
+use nimbus_shared::ports::{AsyncRequestId, ProjectId};
 use nimbus_shared::ports::{
     BlobStore, Clock, JobOutcome, JobQueue, QueueMessage, Record, StateStore, StorageError, WebhookTransport,
 };
@@ -280,7 +280,7 @@ impl AsyncHarness {
                 JobMessage::AsyncDeliver {
                     request_id: id,
                     attempt,
-                } if id == request_id => Some((attempt, sent.delay)),
+                } if id.as_str() == request_id => Some((attempt, sent.delay)),
                 _ => None,
             })
             .collect()
@@ -407,13 +407,13 @@ pub fn submission(content: &str, extra: Value) -> Value {
 
 pub fn run_job(request_id: &str) -> JobMessage {
     JobMessage::AsyncRun {
-        request_id: request_id.to_owned(),
+        request_id: AsyncRequestId::new(request_id),
     }
 }
 
 pub fn deliver_job(request_id: &str, attempt: u32) -> JobMessage {
     JobMessage::AsyncDeliver {
-        request_id: request_id.to_owned(),
+        request_id: AsyncRequestId::new(request_id),
         attempt,
     }
 }

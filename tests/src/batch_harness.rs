@@ -17,7 +17,7 @@ use nimbus_shared::inference::InferenceService;
 use nimbus_shared::jobs::JobDispatcher;
 use nimbus_shared::openai::batches::{BatchObject, CreateBatchRequest};
 use nimbus_shared::openai::files::{FileObject, FilePurpose};
-use nimbus_shared::ports::ProjectId;
+use nimbus_shared::ports::{BatchId, ProjectId};
 use nimbus_shared::ports::{
     BlobStore, Clock, InferenceStore, JobOutcome, JobQueue, ListOrder, ListQuery, Page, QueueMessage, Record,
     StateStore, StorageError, SystemClock,
@@ -402,7 +402,7 @@ impl Harness {
     }
 
     pub async fn batch(&self, id: &str) -> BatchObject {
-        self.api.get_batch(&project(), id, false).await.unwrap()
+        self.api.get_batch(&project(), &BatchId::new(id), false).await.unwrap()
     }
 
     /// The next visible message, if any (hidden for [`VISIBILITY`] once received).

@@ -64,7 +64,7 @@ async fn a_request_runs_through_sqs_dynamodb_and_s3() {
         let JobMessage::AsyncRun { request_id } = &job else {
             panic!("{job:?}")
         };
-        order.push(request_id.clone());
+        order.push(request_id.to_string());
         assert_eq!(h.handle(&message).await, JobOutcome::Done);
     }
     assert_eq!(order, [high.clone(), low.clone()]);

@@ -358,7 +358,7 @@ async fn a_restarted_local_server_queues_what_it_left_queued_or_running_again() 
         .take_sent()
         .into_iter()
         .map(|s| match s.job {
-            JobMessage::AsyncRun { request_id } => (request_id, s.priority.unwrap().level()),
+            JobMessage::AsyncRun { request_id } => (request_id.to_string(), s.priority.unwrap().level()),
             other => panic!("{other:?}"),
         })
         .collect();

@@ -515,7 +515,7 @@ async fn one_worker_takes_priority_0_before_2() {
             panic!("{}", message.body)
         };
         assert_eq!(h.handle(&message).await, JobOutcome::Done);
-        order.push(request_id);
+        order.push(request_id.to_string());
     }
     let expected: Vec<String> = high.into_iter().chain([normal]).chain(low).collect();
     assert_eq!(order, expected);

@@ -10,7 +10,7 @@ use nimbus_integration_tests::async_harness::{
 use nimbus_shared::adapters::embedded::spawn_queue_workers;
 use nimbus_shared::async_requests::WebhookStatus;
 use nimbus_shared::jobs::JobMessage;
-use nimbus_shared::ports::{JobHandler, JobOutcome, JobQueue, SoleWorkerGuard, StateStore};
+use nimbus_shared::ports::{AsyncRequestId, JobHandler, JobOutcome, JobQueue, SoleWorkerGuard, StateStore};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -168,7 +168,7 @@ async fn a_restart_resumes_the_webhook_of_a_request_cancelled_before_it() {
     assert!(
         sent.iter().any(|s| s.job
             == JobMessage::AsyncDeliver {
-                request_id: id.clone(),
+                request_id: AsyncRequestId::new(id.clone()),
                 attempt: 1
             }
             && s.delay == Duration::ZERO),

@@ -13,6 +13,7 @@ use nimbus_integration_tests::batch_harness::{
     ScriptedProvider, MODEL, VISIBILITY,
 };
 use nimbus_shared::openai::batches::{BatchObject, BatchStatus};
+use nimbus_shared::ports::BatchId;
 use nimbus_shared::ports::{JobOutcome, JobQueue};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -73,7 +74,8 @@ async fn cancelling_mid_run_keeps_what_ran_and_lists_the_rest_as_cancelled() {
     let ids = custom_ids(30, Some(4));
     let (created, rest, run) = start_slow_batch(&h, &ids).await;
 
-    let cancelling = h.api.cancel_batch(&project(), &created.id).await.unwrap();
+    let batch_id = BatchId::new(&created.id);
+    let cancelling = h.api.cancel_batch(&project(), &batch_id).await.unwrap();
     assert_eq!(cancelling.status, BatchStatus::Cancelling, "a chunk is still running");
     assert!(cancelling.cancelling_at.is_some());
     // The running chunk notices, saves what it finished and finalizes.
@@ -91,7 +93,7 @@ async fn cancelling_mid_run_keeps_what_ran_and_lists_the_rest_as_cancelled() {
     assert_cleaned_up(&h, &batch.id).await;
 
     // Cancelling again returns it unchanged; a poller pass changes nothing.
-    assert_eq!(h.api.cancel_batch(&project(), &created.id).await.unwrap(), batch);
+    assert_eq!(h.api.cancel_batch(&project(), &batch_id).await.unwrap(), batch);
     h.schedule_pass().await.unwrap();
     assert_eq!(h.batch(&created.id).await, batch);
 }
@@ -161,7 +163,8 @@ async fn cancelling_while_validation_is_half_done_lists_lines_consistently() {
     assert!(matches!(result, JobOutcome::Retry { .. }), "{result:?}");
     assert_eq!(h.batch(&created.id).await.status, BatchStatus::Validating);
 
-    let cancelled = h.api.cancel_batch(&project(), &created.id).await.unwrap();
+    let batch_id = BatchId::new(&created.id);
+    let cancelled = h.api.cancel_batch(&project(), &batch_id).await.unwrap();
     h.settle(
         &validate,
         JobOutcome::Retry {
@@ -209,7 +212,8 @@ async fn cancelling_while_a_dead_worker_holds_a_chunk_finishes_within_seconds() 
     assert!((2..10).contains(&saved), "{saved}");
 
     let cancelled_at = Instant::now();
-    let cancelling = h.api.cancel_batch(&project(), &created.id).await.unwrap();
+    let batch_id = BatchId::new(&created.id);
+    let cancelling = h.api.cancel_batch(&project(), &batch_id).await.unwrap();
     assert_eq!(cancelling.status, BatchStatus::Cancelling);
     for message in &rest[1..] {
         assert_eq!(h.handle(message).await, JobOutcome::Done);
@@ -252,7 +256,8 @@ async fn a_worker_outliving_its_lease_cannot_add_to_a_cancelled_batch() {
     let (created, rest, stalled) = start_slow_batch(&h, &ids).await;
     // Its lease runs out while it still runs; the cancel's finalization does not wait for it.
     h.clock.advance(Duration::from_secs(100));
-    let cancelling = h.api.cancel_batch(&project(), &created.id).await.unwrap();
+    let batch_id = BatchId::new(&created.id);
+    let cancelling = h.api.cancel_batch(&project(), &batch_id).await.unwrap();
     assert_eq!(cancelling.status, BatchStatus::Cancelling);
     let finalize = h.receive().await.unwrap();
     assert!(finalize.body.contains("finalize"), "{}", finalize.body);
@@ -289,7 +294,8 @@ async fn a_stalled_worker_cannot_count_lines_into_a_sealed_batch() {
     h.state
         .fail_writes(u32::MAX, |r| batch_record_with_status(r, "cancelled"));
     h.clock.advance(Duration::from_secs(100));
-    h.api.cancel_batch(&project(), &created.id).await.unwrap();
+    let batch_id = BatchId::new(&created.id);
+    h.api.cancel_batch(&project(), &batch_id).await.unwrap();
     let finalize = h.receive().await.unwrap();
     assert!(finalize.body.contains("finalize"), "{}", finalize.body);
     let result = h

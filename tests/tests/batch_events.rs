@@ -7,7 +7,7 @@
 use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, project, settings, Harness, MODEL, PROJECT};
 use nimbus_shared::jobs::JobMessage;
 use nimbus_shared::openai::batches::BatchStatus;
-use nimbus_shared::ports::ProjectId;
+use nimbus_shared::ports::{BatchId, DeliveryId, ProjectId};
 use nimbus_shared::ports::{JobOutcome, StateStore, SystemClock, UuidV7Ids};
 use nimbus_shared::webhooks::endpoints::BatchEventType;
 use nimbus_shared::webhooks::events::{delivery_id, DELIVERY_KIND};
@@ -102,7 +102,7 @@ async fn a_failed_telling_is_repeated_by_the_recovery_pass_without_doubling() {
     let expected: Vec<JobMessage> = [&first, &second]
         .into_iter()
         .map(|endpoint| JobMessage::WebhookDeliver {
-            delivery_id: delivery_id(endpoint, &created.id, BatchEventType::Completed),
+            delivery_id: delivery_id(endpoint, &BatchId::new(&created.id), BatchEventType::Completed),
             attempt: 1,
         })
         .collect();
@@ -122,12 +122,15 @@ async fn a_batch_that_fails_validation_or_is_cancelled_is_told_with_its_status()
 
     let invalid = h.create_batch(&["not json".to_owned()]).await;
     let cancelled = h.create_batch(&lines_for(MODEL, &custom_ids(5, None))).await;
-    h.api.cancel_batch(&project(), &cancelled.id).await.unwrap();
+    h.api
+        .cancel_batch(&project(), &BatchId::new(&cancelled.id))
+        .await
+        .unwrap();
     let webhook_jobs = run_batch_jobs(&h).await;
     assert_eq!(h.batch(&invalid.id).await.status, BatchStatus::Failed);
     assert_eq!(h.batch(&cancelled.id).await.status, BatchStatus::Cancelled);
 
-    let mut told: Vec<String> = webhook_jobs
+    let mut told: Vec<DeliveryId> = webhook_jobs
         .iter()
         .map(|job| match job {
             JobMessage::WebhookDeliver { delivery_id, .. } => delivery_id.clone(),
@@ -136,8 +139,8 @@ async fn a_batch_that_fails_validation_or_is_cancelled_is_told_with_its_status()
         .collect();
     told.sort();
     let mut expected = vec![
-        delivery_id(&all, &invalid.id, BatchEventType::Failed),
-        delivery_id(&all, &cancelled.id, BatchEventType::Cancelled),
+        delivery_id(&all, &BatchId::new(&invalid.id), BatchEventType::Failed),
+        delivery_id(&all, &BatchId::new(&cancelled.id), BatchEventType::Cancelled),
     ];
     expected.sort();
     assert_eq!(told, expected);

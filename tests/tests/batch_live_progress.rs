@@ -6,6 +6,7 @@
 
 use nimbus_integration_tests::batch_harness::{custom_ids, lines_for, project, slow_settings, Harness, MODEL};
 use nimbus_shared::openai::batches::BatchStatus;
+use nimbus_shared::ports::BatchId;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -21,9 +22,10 @@ fn harness() -> Harness {
 async fn a_live_read_sees_unsaved_lines_within_two_seconds_and_never_twice() {
     let h = harness();
     let created = h.create_batch(&lines_for(MODEL, &custom_ids(10, None))).await;
+    let batch_id = BatchId::new(&created.id);
     h.validate().await;
     // The watcher's first look asks for live progress before the chunk runs.
-    let seen = h.api.get_batch(&project(), &created.id, true).await.unwrap();
+    let seen = h.api.get_batch(&project(), &batch_id, true).await.unwrap();
     assert_eq!(seen.request_counts.completed, 0);
     let chunk = h.receive().await.expect("a chunk message");
     let started = Instant::now();
@@ -31,7 +33,7 @@ async fn a_live_read_sees_unsaved_lines_within_two_seconds_and_never_twice() {
 
     let mut live_at = None;
     while Instant::now() < started + Duration::from_secs(2) {
-        let live = h.api.get_batch(&project(), &created.id, true).await.unwrap();
+        let live = h.api.get_batch(&project(), &batch_id, true).await.unwrap();
         if live.request_counts.completed > 0 && h.lines_done(&created.id, 0).await == 0 {
             live_at = Some(started.elapsed());
             break;
@@ -40,17 +42,17 @@ async fn a_live_read_sees_unsaved_lines_within_two_seconds_and_never_twice() {
     }
     let live_at = live_at.expect("unsaved lines seen live within 2 s of the first finishing (250 ms)");
     // A plain read has only what is saved.
-    let plain = h.api.get_batch(&project(), &created.id, false).await.unwrap();
+    let plain = h.api.get_batch(&project(), &batch_id, false).await.unwrap();
     assert_eq!(plain.request_counts.completed, 0, "seen live at {live_at:?}");
     // Live counts move as lines finish, by the publishing interval.
     tokio::time::sleep(Duration::from_millis(2_100)).await;
-    let later = h.api.get_batch(&project(), &created.id, true).await.unwrap();
+    let later = h.api.get_batch(&project(), &batch_id, true).await.unwrap();
     assert!(later.request_counts.completed >= 8, "{:?}", later.request_counts);
 
     let outcome = run.await.unwrap();
     h.settle(&chunk, outcome).await;
     h.drain(Duration::from_secs(5)).await;
-    let done = h.api.get_batch(&project(), &created.id, true).await.unwrap();
+    let done = h.api.get_batch(&project(), &batch_id, true).await.unwrap();
     assert_eq!(done.status, BatchStatus::Completed);
     assert_eq!(
         (
@@ -68,12 +70,13 @@ async fn a_live_read_sees_unsaved_lines_within_two_seconds_and_never_twice() {
 async fn a_batch_nobody_watches_live_writes_no_live_progress() {
     let h = harness();
     let created = h.create_batch(&lines_for(MODEL, &custom_ids(10, None))).await;
+    let batch_id = BatchId::new(&created.id);
     h.validate().await;
     let chunk = h.receive().await.expect("a chunk message");
     let run = h.spawn_run(&chunk);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(h.count_records("batch_live", &created.id).await, 0);
-    let plain = h.api.get_batch(&project(), &created.id, false).await.unwrap();
+    let plain = h.api.get_batch(&project(), &batch_id, false).await.unwrap();
     assert_eq!(plain.request_counts.completed, 0, "saved only at the end");
     let outcome = run.await.unwrap();
     h.settle(&chunk, outcome).await;

@@ -10,6 +10,7 @@ use nimbus_integration_tests::batch_harness::{
 };
 use nimbus_integration_tests::native_fake::{submitted_contents, FakeBatchApi, FakeCalls};
 use nimbus_shared::openai::batches::{BatchObject, BatchStatus};
+use nimbus_shared::ports::BatchId;
 use nimbus_shared::ports::{JobQueue, Record, StateStore};
 use nimbus_shared::providers::native_batch::NativeBatchApi;
 use nimbus_shared::providers::router::RoutedModel;
@@ -410,7 +411,8 @@ async fn cancel_cancels_the_provider_batches_and_keeps_what_ran() {
     let n = native();
     let (native_ids, local_ids) = mixed_ids();
     let created = n.submit(&mixed_lines(&native_ids, &local_ids)).await;
-    let cancelling = n.h.api.cancel_batch(&project(), &created.id).await.unwrap();
+    let batch_id = BatchId::new(&created.id);
+    let cancelling = n.h.api.cancel_batch(&project(), &batch_id).await.unwrap();
     assert_eq!(cancelling.status, BatchStatus::Cancelling);
     n.pass(Duration::from_secs(1)).await;
     n.pass(Duration::from_secs(1)).await;

@@ -12,6 +12,7 @@ use nimbus_integration_tests::batch_harness::{
 };
 use nimbus_shared::adapters::embedded::DataDirLock;
 use nimbus_shared::openai::batches::BatchStatus;
+use nimbus_shared::ports::BatchId;
 use nimbus_shared::ports::{JobOutcome, JobQueue};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -82,7 +83,7 @@ async fn a_takeover_finishes_a_cancel_the_killed_process_left_unfinished() {
     let (h, _provider) = Harness::with_model(slow_settings(), Duration::from_millis(30));
     let ids = custom_ids(30, Some(4));
     let (batch_id, saved) = kill_mid_chunk(&h, &ids).await;
-    let cancelling = h.api.cancel_batch(&project(), &batch_id).await.unwrap();
+    let cancelling = h.api.cancel_batch(&project(), &BatchId::new(&batch_id)).await.unwrap();
     assert_eq!(cancelling.status, BatchStatus::Cancelling);
     lose_the_queue(&h).await;
 

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use nimbus_integration_tests::log_capture::Lines;
 use nimbus_shared::adapters::embedded::MemoryQueue;
 use nimbus_shared::jobs::{JobDispatcher, JobFamily, JobMessage, JobRunner};
-use nimbus_shared::ports::JobOutcome;
+use nimbus_shared::ports::{AsyncRequestId, JobOutcome};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -28,7 +28,7 @@ async fn a_jobs_log_lines_carry_its_kind_and_resource_id() {
     let dispatcher = JobDispatcher::new(Arc::new(MemoryQueue::new()), Duration::from_secs(60))
         .with_runner(JobFamily::AsyncRequest, Arc::new(Logging));
     let job = JobMessage::AsyncRun {
-        request_id: "areq_42".into(),
+        request_id: AsyncRequestId::new("areq_42"),
     };
     dispatcher
         .handle_until(&job.to_body(), Instant::now() + Duration::from_secs(60))

@@ -162,7 +162,7 @@ impl AsyncApi {
             return Err(err.into());
         }
         let job = JobMessage::AsyncRun {
-            request_id: request_id.clone(),
+            request_id: crate::ports::AsyncRequestId::new(request_id.clone()),
         };
         if let Err(err) = self
             .requests

@@ -117,7 +117,7 @@ impl AsyncRequests {
                         // Its worker is gone and its message may be too: queue it again (a
                         // duplicate message is harmless, the claim is conditional).
                         let job = JobMessage::AsyncRun {
-                            request_id: request_id.to_owned(),
+                            request_id: crate::ports::AsyncRequestId::new(request_id),
                         };
                         self.deps
                             .queue
@@ -136,7 +136,7 @@ impl AsyncRequests {
                 }
                 let attempt = delivery.map_or(0, |d| d.attempts.len()) + 1;
                 let job = JobMessage::AsyncDeliver {
-                    request_id: request_id.to_owned(),
+                    request_id: crate::ports::AsyncRequestId::new(request_id),
                     attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
                 };
                 self.deps

@@ -25,7 +25,7 @@ impl AsyncRequests {
                 .set(DUE_LANE, &request.request_id, now + self.lease_ms())
                 .await?;
             let job = JobMessage::AsyncDeliver {
-                request_id: request.request_id.clone(),
+                request_id: crate::ports::AsyncRequestId::new(request.request_id.clone()),
                 attempt: 1,
             };
             self.deps
@@ -59,7 +59,7 @@ impl AsyncRequests {
                 self.move_due_entry(request, look_at).await?;
                 if by_message {
                     let job = JobMessage::AsyncDeliver {
-                        request_id: request.request_id.clone(),
+                        request_id: crate::ports::AsyncRequestId::new(request.request_id.clone()),
                         attempt: u32::try_from(made + 1).unwrap_or(u32::MAX),
                     };
                     self.deps

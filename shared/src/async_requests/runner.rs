@@ -64,8 +64,8 @@ impl AsyncRunner {
 impl JobRunner for AsyncRunner {
     async fn run(&self, job: &JobMessage, _deadline: Instant) -> JobOutcome {
         let result = match job {
-            JobMessage::AsyncRun { request_id } => self.run_request(request_id).await,
-            JobMessage::AsyncDeliver { request_id, attempt } => self.deliver(request_id, *attempt).await,
+            JobMessage::AsyncRun { request_id } => self.run_request(request_id.as_str()).await,
+            JobMessage::AsyncDeliver { request_id, attempt } => self.deliver(request_id.as_str(), *attempt).await,
             _ => Ok(JobOutcome::Done),
         };
         result.unwrap_or_else(|err| {
@@ -224,7 +224,7 @@ impl AsyncRunner {
     /// message comes back after `wait` instead.
     async fn run_again_after(&self, request_id: &str, priority: Priority, wait: Duration) -> JobOutcome {
         let job = JobMessage::AsyncRun {
-            request_id: request_id.to_owned(),
+            request_id: crate::ports::AsyncRequestId::new(request_id),
         };
         match self
             .requests

@@ -42,7 +42,7 @@ impl AsyncRequests {
                 }
             }
             let job = JobMessage::AsyncRun {
-                request_id: item.target.clone(),
+                request_id: crate::ports::AsyncRequestId::new(item.target.clone()),
             };
             self.deps
                 .queue
@@ -68,7 +68,7 @@ impl AsyncRequests {
             return Ok(false);
         }
         let job = JobMessage::AsyncDeliver {
-            request_id: request.request_id.clone(),
+            request_id: crate::ports::AsyncRequestId::new(request.request_id.clone()),
             attempt: u32::try_from(delivery.attempts.len() + 1).unwrap_or(u32::MAX),
         };
         self.deps

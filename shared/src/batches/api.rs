@@ -13,7 +13,9 @@ use crate::idempotency::IdempotencyKeys;
 use crate::idempotency::{fingerprint, Reservation};
 use crate::openai::batches::{BatchList, BatchObject, BatchStatus, CreateBatchRequest};
 use crate::paging::{PageBounds, PageLimit};
-use crate::ports::{BlobStore, Clock, CredentialSealer, IdSource, InferenceStore, JobQueue, ProjectId, StateStore};
+use crate::ports::{
+    BatchId, BlobStore, Clock, CredentialSealer, FileId, IdSource, InferenceStore, JobQueue, ProjectId, StateStore,
+};
 use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
 use crate::tensorzero::function_calls::FunctionChecks;
 use crate::user_text::excerpt;
@@ -26,14 +28,14 @@ pub const BATCH_PAGE: PageBounds = PageBounds::new(20, 100);
 /// Listing parameters (`after`, `limit` within [`BATCH_PAGE`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListBatches {
-    pub after: Option<String>,
+    pub after: Option<BatchId>,
     pub limit: PageLimit,
 }
 
-fn batch_not_found(id: &str) -> BatchesError {
+fn batch_not_found(id: &BatchId) -> BatchesError {
     BatchesError::NotFound {
         what: "Batch",
-        id: id.to_owned(),
+        id: id.to_string(),
         param: "id",
     }
 }
@@ -85,18 +87,19 @@ impl BatchApi {
             window_s,
             metadata,
         } = check_create_request(&request, self.settings.allow_short_windows)?;
+        let input_file_id = FileId::new(&request.input_file_id);
         self.files
-            .batch_input(project, &request.input_file_id)
+            .batch_input(project, &input_file_id)
             .await
             .map_err(input_file_error)?;
 
         let uuid = self.ids.new_uuid();
-        let mut id = format!("batch_{}", uuid.simple());
+        let mut id = BatchId::new(format!("batch_{}", uuid.simple()));
         if let Some(key) = idempotency_key {
             let request_json = serde_json::to_string(&request).map_err(|e| StorageError::Invalid(e.to_string()))?;
             match self
                 .idempotency
-                .reserve(project, "batches", key, &id, &fingerprint(&[&request_json]))
+                .reserve(project, "batches", key, id.as_str(), &fingerprint(&[&request_json]))
                 .await?
             {
                 Reservation::New => {}
@@ -114,7 +117,7 @@ impl BatchApi {
                         return Ok(decode::<StoredBatch>(&existing)?.batch);
                     }
                     // The first request reserved the id but did not get to create the batch.
-                    id = resource_id;
+                    id = BatchId::new(resource_id);
                 }
             }
         }
@@ -122,14 +125,14 @@ impl BatchApi {
         // from the files API, not from under the batch.
         let (_, input_blob_key) = self
             .files
-            .hold_batch_input(project, &request.input_file_id, &id)
+            .hold_batch_input(project, &input_file_id, &id)
             .await
             .map_err(input_file_error)?;
-        let created_ms = id_time_ms(&id).unwrap_or_else(|| self.clock.now_unix_ms());
+        let created_ms = id_time_ms(id.as_str()).unwrap_or_else(|| self.clock.now_unix_ms());
         let created_at = created_ms.div_euclid(1000);
         let output_expires_after = request.output_expires_after.clone();
         let mut batch = BatchObject::validating(
-            id.clone(),
+            id.to_string(),
             endpoint.path(),
             request.input_file_id,
             request.completion_window,
@@ -155,14 +158,14 @@ impl BatchApi {
             key_id: key_id.map(str::to_owned),
         };
         // The marker first: a batch the poller cannot see could never be recovered.
-        let marker = active_marker(&id, project, created_ms);
+        let marker = active_marker(id.as_str(), project, created_ms);
         match self.state.create(&marker).await {
             Ok(()) | Err(StorageError::Conflict) => {}
             Err(err) => return Err(self.abandon_input(&stored, err).await),
         }
         let record = Record {
             kind: BATCH_KIND.to_owned(),
-            id: id.clone(),
+            id: id.to_string(),
             owner: project.to_string(),
             created_at_ms: created_ms,
             version: 1,
@@ -173,7 +176,7 @@ impl BatchApi {
             Ok(()) => {}
             Err(StorageError::Conflict) => {
                 // A concurrent retry with the same key created it.
-                if let Some(existing) = self.state.get(BATCH_KIND, &id).await? {
+                if let Some(existing) = self.state.get(BATCH_KIND, id.as_str()).await? {
                     return Ok(decode::<StoredBatch>(&existing)?.batch);
                 }
             }
@@ -195,8 +198,12 @@ impl BatchApi {
     }
 
     /// The project's batch record, or 404.
-    pub(crate) async fn owned_batch(&self, project: &ProjectId, id: &str) -> Result<Loaded<StoredBatch>, BatchesError> {
-        match Loaded::<StoredBatch>::get_owned(self.state.as_ref(), BATCH_KIND, id, project).await? {
+    pub(crate) async fn owned_batch(
+        &self,
+        project: &ProjectId,
+        id: &BatchId,
+    ) -> Result<Loaded<StoredBatch>, BatchesError> {
+        match Loaded::<StoredBatch>::get_owned(self.state.as_ref(), BATCH_KIND, id.as_str(), project).await? {
             Some(loaded) => Ok(loaded),
             _ => Err(batch_not_found(id)),
         }
@@ -204,7 +211,7 @@ impl BatchApi {
 
     /// The batch; with `live` (or on the local server) its counts include what running chunks
     /// have not saved yet, and a `live` read keeps them publishing (see `live.rs`).
-    pub async fn get_batch(&self, project: &ProjectId, id: &str, live: bool) -> Result<BatchObject, BatchesError> {
+    pub async fn get_batch(&self, project: &ProjectId, id: &BatchId, live: bool) -> Result<BatchObject, BatchesError> {
         let loaded = self.owned_batch(project, id).await?;
         if live {
             self.live.keep_live(&loaded).await?;
@@ -221,14 +228,14 @@ impl BatchApi {
         let after = match &query.after {
             None => None,
             Some(id) => Some(
-                id_time_ms(id)
+                id_time_ms(id.as_str())
                     .map(|created_at_ms| SortCursor {
                         created_at_ms,
-                        id: id.clone(),
+                        id: id.to_string(),
                     })
                     .ok_or_else(|| {
                         BatchesError::invalid(
-                            format!("Invalid 'after': '{}' is not a batch id.", excerpt(id)),
+                            format!("Invalid 'after': '{}' is not a batch id.", excerpt(id.as_str())),
                             "after",
                             "invalid_value",
                         )
@@ -261,25 +268,30 @@ impl BatchApi {
 
     /// Start cancelling: `cancelling` at once; workers stop starting lines and the batch ends
     /// `cancelled` once they have saved what they finished.
-    pub async fn cancel_batch(&self, project: &ProjectId, id: &str) -> Result<BatchObject, BatchesError> {
+    pub async fn cancel_batch(&self, project: &ProjectId, id: &BatchId) -> Result<BatchObject, BatchesError> {
         let now = self.clock.now_unix_s();
-        let edited = edit(self.state.as_ref(), BATCH_KIND, id, |stored: &mut StoredBatch| {
-            if stored.project != *project || stored.format != BatchFormat::OpenAiJsonl {
-                return Edit::Keep(Err(batch_not_found(id)));
-            }
-            let status = stored.batch.status;
-            match status {
-                BatchStatus::Cancelling | BatchStatus::Cancelled => Edit::Keep(Ok(false)),
-                BatchStatus::Completed | BatchStatus::Failed | BatchStatus::Expired => Edit::Keep(Err(
-                    BatchesError::Conflict(format!("Cannot cancel a batch with status '{}'.", status.as_str())),
-                )),
-                BatchStatus::Validating | BatchStatus::InProgress | BatchStatus::Finalizing => {
-                    stored.batch.status = BatchStatus::Cancelling;
-                    stored.batch.cancelling_at = Some(now);
-                    Edit::Save(Ok(true))
+        let edited = edit(
+            self.state.as_ref(),
+            BATCH_KIND,
+            id.as_str(),
+            |stored: &mut StoredBatch| {
+                if stored.project != *project || stored.format != BatchFormat::OpenAiJsonl {
+                    return Edit::Keep(Err(batch_not_found(id)));
                 }
-            }
-        })
+                let status = stored.batch.status;
+                match status {
+                    BatchStatus::Cancelling | BatchStatus::Cancelled => Edit::Keep(Ok(false)),
+                    BatchStatus::Completed | BatchStatus::Failed | BatchStatus::Expired => Edit::Keep(Err(
+                        BatchesError::Conflict(format!("Cannot cancel a batch with status '{}'.", status.as_str())),
+                    )),
+                    BatchStatus::Validating | BatchStatus::InProgress | BatchStatus::Finalizing => {
+                        stored.batch.status = BatchStatus::Cancelling;
+                        stored.batch.cancelling_at = Some(now);
+                        Edit::Save(Ok(true))
+                    }
+                }
+            },
+        )
         .await?;
         let Some((answer, loaded)) = edited else {
             return Err(batch_not_found(id));
@@ -288,9 +300,7 @@ impl BatchApi {
             // A worker finishes it once nothing runs any more (the last run to stop does too, and
             // the poller if this message is lost): the result files are not written inside an
             // API request.
-            let job = JobMessage::Finalize {
-                batch_id: id.to_owned(),
-            };
+            let job = JobMessage::Finalize { batch_id: id.clone() };
             if let Err(err) = enqueue(self.queue.as_ref(), &job).await {
                 tracing::warn!(batch = %id, error = %err, "cancel: finalizing left to the poller");
             }

@@ -20,8 +20,8 @@ use crate::files::{FilesService, NewFile};
 use crate::openai::batches::BatchStatus;
 use crate::openai::files::FilePurpose;
 use crate::ports::{
-    BatchEventSink, BlobStore, ByteStream, Clock, IdSource, InferenceStore, JobOutcome, JobQueue, StateStore,
-    StorageError,
+    BatchEventSink, BatchId, BlobStore, ByteStream, Clock, FileId, IdSource, InferenceStore, JobOutcome, JobQueue,
+    StateStore, StorageError,
 };
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -67,7 +67,11 @@ pub(crate) async fn release_input(files: &FilesService, stored: &StoredBatch) ->
         return Ok(());
     }
     files
-        .release_hold(&stored.input_blob_key, &stored.batch.input_file_id, &stored.batch.id)
+        .release_hold(
+            &stored.input_blob_key,
+            &FileId::new(&stored.batch.input_file_id),
+            &BatchId::new(&stored.batch.id),
+        )
         .await?;
     Ok(())
 }
@@ -335,7 +339,7 @@ impl Finalizer {
         };
         let file = self
             .files
-            .create_generated_file(&stored.project, file_id, new, body)
+            .create_generated_file(&stored.project, &FileId::new(file_id), new, body)
             .await?;
         Ok(file.id)
     }
@@ -420,7 +424,7 @@ impl Finalizer {
         };
         let at_ms = ended_at_s.map_or_else(|| self.clock.now_unix_ms(), |s| s.saturating_mul(1000));
         self.events
-            .batch_ended(&stored.project, &batch.id, batch.status.as_str(), at_ms)
+            .batch_ended(&stored.project, &BatchId::new(&batch.id), batch.status.as_str(), at_ms)
             .await?;
         Ok(())
     }

@@ -10,7 +10,7 @@ use super::stored::{list_all, Loaded, StoredBatch, ACTIVE_KIND, ACTIVE_OWNER, BA
 use super::{enqueue, BatchSettings, BatchesError, JobMessage};
 use crate::openai::batches::BatchStatus;
 use crate::ports::state::earliest_created_at;
-use crate::ports::{Clock, JobQueue, StateStore, StorageError};
+use crate::ports::{BatchId, Clock, JobQueue, StateStore, StorageError};
 use crate::scheduler::{ScheduleError, ScheduledTask};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -106,7 +106,7 @@ impl BatchRecovery {
                             enqueue(
                                 self.queue.as_ref(),
                                 &JobMessage::Validate {
-                                    batch_id: batch_id.to_owned(),
+                                    batch_id: BatchId::new(batch_id),
                                 },
                             )
                             .await?;
@@ -162,7 +162,7 @@ impl BatchRecovery {
                     enqueue(
                         self.queue.as_ref(),
                         &JobMessage::Chunk {
-                            batch_id: batch_id.to_owned(),
+                            batch_id: BatchId::new(batch_id),
                             chunk: index,
                         },
                     )

@@ -14,7 +14,7 @@ use super::stored::{
 };
 use super::{BatchRecovery, BatchesError, JobMessage};
 use crate::openai::batches::BatchStatus;
-use crate::ports::SoleWorkerGuard;
+use crate::ports::{BatchId, SoleWorkerGuard};
 use serde::Serialize;
 
 /// What a takeover found and did.
@@ -87,7 +87,7 @@ impl BatchRecovery {
             report.chunk_leases_broken += u64::from(broke_lease);
             if status == BatchStatus::InProgress && chunk.index < batch.chunks {
                 jobs.push(JobMessage::Chunk {
-                    batch_id: batch_id.to_owned(),
+                    batch_id: BatchId::new(batch_id),
                     chunk: chunk.index,
                 });
             }
@@ -96,15 +96,15 @@ impl BatchRecovery {
         if awaiting_provider {
             report.part_leases_broken += self.break_part_leases(batch_id, now_ms).await?;
             jobs.push(JobMessage::Native {
-                batch_id: batch_id.to_owned(),
+                batch_id: BatchId::new(batch_id),
             });
         }
         let finalize = JobMessage::Finalize {
-            batch_id: batch_id.to_owned(),
+            batch_id: BatchId::new(batch_id),
         };
         match status {
             BatchStatus::Validating => jobs.push(JobMessage::Validate {
-                batch_id: batch_id.to_owned(),
+                batch_id: BatchId::new(batch_id),
             }),
             BatchStatus::InProgress if awaiting_provider => {}
             BatchStatus::InProgress if batch.all_chunks_done() || batch.is_overdue(self.clock.as_ref()) => {

@@ -12,7 +12,7 @@ use super::stored::{active_marker, encode, BatchFormat, LeaseUntil, StoredBatch,
 use super::{enqueue, BatchApi, BatchesError, JobMessage};
 use crate::openai::batches::BatchObject;
 use crate::ports::credential_sealer::seal_json;
-use crate::ports::{ProjectId, Record, StorageError};
+use crate::ports::{BatchId, ProjectId, Record, StorageError};
 use crate::tensorzero::batch_request::BatchInferenceRequest;
 use crate::tensorzero::function_calls::{FunctionError, InferenceReply};
 use bytes::Bytes;
@@ -201,7 +201,7 @@ impl BatchApi {
         self.state.create(&record).await?;
         // If this send is lost, the poller enqueues the validation again.
         let validate = JobMessage::Validate {
-            batch_id: batch_id.clone(),
+            batch_id: BatchId::new(batch_id.clone()),
         };
         if let Err(err) = enqueue(self.queue.as_ref(), &validate).await {
             tracing::warn!(batch = %batch_id, error = %err, "could not enqueue the batch; the poller will");

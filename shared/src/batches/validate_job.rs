@@ -8,7 +8,7 @@ use super::lines::LineKinds;
 use super::stored::{chunk_id, edit, encode, Edit, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
 use super::{BatchSettings, BatchesError, JobMessage};
 use crate::openai::batches::{BatchError, BatchErrors, BatchStatus};
-use crate::ports::{BlobStore, Clock, JobQueue, Record, StateStore, StorageError};
+use crate::ports::{BatchId, BlobStore, Clock, JobQueue, Record, StateStore, StorageError};
 use std::sync::Arc;
 
 /// At most this many errors are listed on a failed batch (the record must stay small).
@@ -122,7 +122,7 @@ impl Planner {
         let jobs: Vec<String> = (0..chunk_count)
             .map(|chunk| {
                 JobMessage::Chunk {
-                    batch_id: batch_id.to_owned(),
+                    batch_id: BatchId::new(batch_id),
                     chunk,
                 }
                 .to_body()

@@ -32,10 +32,14 @@ pub struct BatchWorker {
 impl JobRunner for BatchWorker {
     async fn run(&self, job: &JobMessage, deadline: Instant) -> JobOutcome {
         let result = match job {
-            JobMessage::Validate { batch_id } => self.planner.run_validation(batch_id).await.map(|()| JobOutcome::Done),
-            JobMessage::Chunk { batch_id, chunk } => self.chunks.run_chunk(batch_id, *chunk, deadline).await,
-            JobMessage::Finalize { batch_id } => self.finalizer.finalize_job(batch_id).await,
-            JobMessage::Native { batch_id } => self.native.native_job(batch_id, deadline).await,
+            JobMessage::Validate { batch_id } => self
+                .planner
+                .run_validation(batch_id.as_str())
+                .await
+                .map(|()| JobOutcome::Done),
+            JobMessage::Chunk { batch_id, chunk } => self.chunks.run_chunk(batch_id.as_str(), *chunk, deadline).await,
+            JobMessage::Finalize { batch_id } => self.finalizer.finalize_job(batch_id.as_str()).await,
+            JobMessage::Native { batch_id } => self.native.native_job(batch_id.as_str(), deadline).await,
             JobMessage::AsyncRun { .. } | JobMessage::AsyncDeliver { .. } | JobMessage::WebhookDeliver { .. } => {
                 tracing::error!(
                     ?job,

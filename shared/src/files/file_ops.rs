@@ -7,7 +7,7 @@ use super::{cursor_for_id, decode, encode, project_prefix, FilesError, FilesServ
 use crate::idempotency::{IdempotencyKeys, Reservation};
 use crate::openai::files::{ExpiresAfter, FileDeleted, FileList, FileObject, FilePurpose};
 use crate::paging::{PageBounds, PageLimit};
-use crate::ports::{ByteStream, ListOrder, ListQuery, ProjectId, Record};
+use crate::ports::{ByteStream, FileId, ListOrder, ListQuery, ProjectId, Record};
 use crate::user_text::excerpt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,10 +140,11 @@ impl FilesService {
     pub async fn create_generated_file(
         &self,
         project: &ProjectId,
-        id: &str,
+        id: &FileId,
         new: NewFile,
         body: ByteStream,
     ) -> Result<FileObject, FilesError> {
+        let id = id.as_str();
         if let Some(record) = self.owned_record(FILE_KIND, id, project).await? {
             return Ok(decode::<StoredFile>(&record)?.file);
         }
@@ -156,8 +157,8 @@ impl FilesService {
     }
 
     /// A batch input file: its object and where its bytes are.
-    pub async fn batch_input(&self, project: &ProjectId, id: &str) -> Result<(FileObject, String), FilesError> {
-        let (record, stored) = self.live_file(project, id).await?;
+    pub async fn batch_input(&self, project: &ProjectId, id: &FileId) -> Result<(FileObject, String), FilesError> {
+        let (record, stored) = self.live_file(project, id.as_str()).await?;
         let stored = self.settle_direct_upload(record, stored).await?;
         if stored.file.purpose != FilePurpose::Batch {
             return Err(FilesError::invalid(

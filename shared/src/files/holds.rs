@@ -11,7 +11,7 @@
 use super::sweep::{Janitor, JanitorTask};
 use super::{decode, encode, FilesError, FilesService, FILE_KIND};
 use crate::openai::files::FileObject;
-use crate::ports::{ProjectId, Record, StorageError};
+use crate::ports::{BatchId, FileId, ProjectId, Record, StorageError};
 use serde::{Deserialize, Serialize};
 
 pub(crate) const HOLD_KIND: &str = "blob_hold";
@@ -26,7 +26,7 @@ const ATTEMPTS: usize = 50;
 struct BlobHold {
     /// The file the bytes belong to.
     file_id: String,
-    /// Who reads the bytes (e.g. batch ids).
+    /// Who reads the bytes (batch ids).
     holders: Vec<String>,
 }
 
@@ -36,11 +36,11 @@ impl FilesService {
     pub async fn hold_batch_input(
         &self,
         project: &ProjectId,
-        file_id: &str,
-        holder: &str,
+        file_id: &FileId,
+        holder: &BatchId,
     ) -> Result<(FileObject, String), FilesError> {
         let (_, blob_key) = self.batch_input(project, file_id).await?;
-        self.add_holder(&blob_key, file_id, holder).await?;
+        self.add_holder(&blob_key, file_id.as_str(), holder.as_str()).await?;
         // Read the file again after the hold is written: a delete that came in between either
         // sees the hold (and keeps the bytes) or is seen here.
         match self.batch_input(project, file_id).await {
@@ -54,7 +54,8 @@ impl FilesService {
 
     /// `holder` no longer needs the bytes of `file_id` at `blob_key`; if nobody else holds them
     /// and the file is deleted, they are deleted now. Idempotent.
-    pub async fn release_hold(&self, blob_key: &str, file_id: &str, holder: &str) -> Result<(), FilesError> {
+    pub async fn release_hold(&self, blob_key: &str, file_id: &FileId, holder: &BatchId) -> Result<(), FilesError> {
+        let (file_id, holder) = (file_id.as_str(), holder.as_str());
         let mut released = false;
         for _ in 0..ATTEMPTS {
             let Some(record) = self.state.get(HOLD_KIND, blob_key).await? else {

@@ -3,7 +3,7 @@
 use super::*;
 use crate::adapters::embedded::{FileBlobStore, SqliteStateStore};
 use crate::openai::files::{CreateUploadRequest, ExpiresAfter, FilePurpose};
-use crate::ports::ProjectId;
+use crate::ports::{BatchId, FileId, ProjectId};
 use crate::ports::{ByteStream, ListOrder, SystemClock, UuidV7Ids};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -610,19 +610,19 @@ async fn batch_file(f: &Fixture) -> (FileObject, String) {
 #[tokio::test]
 async fn a_delete_landing_between_the_check_and_the_hold_is_seen_by_the_holder() {
     let f = Fixture::new();
+    let batch_a = BatchId::new("batch_a");
     let (file, key) = batch_file(&f).await;
+    let file_id = FileId::new(&file.id);
     // The holder checked the file and writes its hold; the delete comes right after.
     f.files.add_holder(&key, &file.id, "batch_a").await.unwrap();
     f.files.delete_file(&ProjectId::new("p"), &file.id).await.unwrap();
     assert_eq!(f.blob_files_under("projects/p/files"), 1, "the delete saw the hold");
     // The holder's second look finds the file gone: it lets go, and the bytes go.
     assert!(matches!(
-        f.files
-            .hold_batch_input(&ProjectId::new("p"), &file.id, "batch_a")
-            .await,
+        f.files.hold_batch_input(&ProjectId::new("p"), &file_id, &batch_a).await,
         Err(FilesError::NotFound { .. })
     ));
-    f.files.release_hold(&key, &file.id, "batch_a").await.unwrap();
+    f.files.release_hold(&key, &file_id, &batch_a).await.unwrap();
     assert_eq!(f.blob_files_under("projects/p/files"), 0);
     assert!(f.files.holders_of(&key).await.unwrap().is_empty());
     assert!(f.files.state.get(holds::HOLD_KIND, &key).await.unwrap().is_none());
@@ -631,46 +631,51 @@ async fn a_delete_landing_between_the_check_and_the_hold_is_seen_by_the_holder()
 #[tokio::test]
 async fn releasing_before_or_after_the_delete_never_leaves_or_loses_bytes() {
     let f = Fixture::new();
+    let (batch_a, batch_b) = (BatchId::new("batch_a"), BatchId::new("batch_b"));
     // Released while the file lives: the bytes stay with the file; its delete removes them.
     let (file, key) = batch_file(&f).await;
+    let file_id = FileId::new(&file.id);
     f.files
-        .hold_batch_input(&ProjectId::new("p"), &file.id, "batch_a")
+        .hold_batch_input(&ProjectId::new("p"), &file_id, &batch_a)
         .await
         .unwrap();
-    f.files.release_hold(&key, &file.id, "batch_a").await.unwrap();
+    f.files.release_hold(&key, &file_id, &batch_a).await.unwrap();
     assert_eq!(read_all(&f.files, "p", &file.id).await, b"{\"a\":1}\n");
     f.files.delete_file(&ProjectId::new("p"), &file.id).await.unwrap();
     assert_eq!(f.blob_files_under("projects/p/files"), 0);
 
     // Deleted while held by two: the bytes go with the last release; releasing twice is harmless.
     let (file, key) = batch_file(&f).await;
+    let file_id = FileId::new(&file.id);
     f.files
-        .hold_batch_input(&ProjectId::new("p"), &file.id, "batch_a")
+        .hold_batch_input(&ProjectId::new("p"), &file_id, &batch_a)
         .await
         .unwrap();
     f.files
-        .hold_batch_input(&ProjectId::new("p"), &file.id, "batch_b")
+        .hold_batch_input(&ProjectId::new("p"), &file_id, &batch_b)
         .await
         .unwrap();
     f.files
-        .hold_batch_input(&ProjectId::new("p"), &file.id, "batch_b")
+        .hold_batch_input(&ProjectId::new("p"), &file_id, &batch_b)
         .await
         .unwrap();
     f.files.delete_file(&ProjectId::new("p"), &file.id).await.unwrap();
-    f.files.release_hold(&key, &file.id, "batch_a").await.unwrap();
-    f.files.release_hold(&key, &file.id, "batch_a").await.unwrap();
+    f.files.release_hold(&key, &file_id, &batch_a).await.unwrap();
+    f.files.release_hold(&key, &file_id, &batch_a).await.unwrap();
     assert_eq!(f.blob_files_under("projects/p/files"), 1);
-    f.files.release_hold(&key, &file.id, "batch_b").await.unwrap();
+    f.files.release_hold(&key, &file_id, &batch_b).await.unwrap();
     assert_eq!(f.blob_files_under("projects/p/files"), 0);
-    f.files.release_hold(&key, &file.id, "batch_b").await.unwrap();
+    f.files.release_hold(&key, &file_id, &batch_b).await.unwrap();
 }
 
 #[tokio::test]
 async fn an_expired_file_keeps_its_held_bytes_until_release() {
     let f = Fixture::new();
+    let batch_a = BatchId::new("batch_a");
     let (file, key) = batch_file(&f).await;
+    let file_id = FileId::new(&file.id);
     f.files
-        .hold_batch_input(&ProjectId::new("p"), &file.id, "batch_a")
+        .hold_batch_input(&ProjectId::new("p"), &file_id, &batch_a)
         .await
         .unwrap();
     f.advance(31 * 24 * 3600);
@@ -680,7 +685,7 @@ async fn an_expired_file_keeps_its_held_bytes_until_release() {
         "expired"
     );
     assert_eq!(f.blob_files_under("projects/p/files"), 1, "held");
-    f.files.release_hold(&key, &file.id, "batch_a").await.unwrap();
+    f.files.release_hold(&key, &file_id, &batch_a).await.unwrap();
     assert_eq!(f.blob_files_under("projects/p/files"), 0);
 }
 

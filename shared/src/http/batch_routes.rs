@@ -8,6 +8,7 @@ use super::BatchesState;
 use crate::auth::Principal;
 use crate::batches::{ListBatches, BATCH_PAGE};
 use crate::openai::batches::{BatchList, BatchObject, CreateBatchRequest};
+use crate::ports::BatchId;
 use crate::user_text::excerpt;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -94,7 +95,7 @@ async fn list_batches(
         .list_batches(
             &principal.project,
             ListBatches {
-                after: params.after.filter(|a| !a.is_empty()),
+                after: params.after.filter(|a| !a.is_empty()).map(BatchId::new),
                 limit,
             },
         )
@@ -130,6 +131,7 @@ async fn get_batch(
             .with_param("live"))
         }
     };
+    let id = BatchId::new(id);
     Ok(Json(state.batches.get_batch(&principal.project, &id, live).await?).into_response())
 }
 
@@ -151,5 +153,6 @@ async fn cancel_batch(
     ApiExtension(principal): ApiExtension<Principal>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
+    let id = BatchId::new(id);
     Ok(Json(state.batches.cancel_batch(&principal.project, &id).await?).into_response())
 }

@@ -143,6 +143,7 @@ impl JobHandler for JobDispatcher {
 mod tests {
     use super::*;
     use crate::adapters::embedded::MemoryQueue;
+    use crate::ports::{AsyncRequestId, BatchId, DeliveryId};
     use std::sync::Mutex;
 
     /// Records what it ran and answers `outcome`.
@@ -186,11 +187,11 @@ mod tests {
             .with_runner(JobFamily::Batch, batch.clone())
             .with_runner(JobFamily::Webhook, webhook.clone());
         let chunk = JobMessage::Chunk {
-            batch_id: "b".into(),
+            batch_id: BatchId::new("b"),
             chunk: 1,
         };
         let delivery = JobMessage::WebhookDeliver {
-            delivery_id: "d".into(),
+            delivery_id: DeliveryId::new("d"),
             attempt: 0,
         };
         assert_eq!(
@@ -224,7 +225,9 @@ mod tests {
         let dispatcher = JobDispatcher::new(Arc::new(MemoryQueue::new()), Duration::from_secs(60))
             .with_runner(JobFamily::AsyncRequest, Arc::new(Panics))
             .with_runner(JobFamily::Batch, batch.clone());
-        let poison = JobMessage::AsyncRun { request_id: "r".into() };
+        let poison = JobMessage::AsyncRun {
+            request_id: AsyncRequestId::new("r"),
+        };
         assert_eq!(
             dispatcher.handle_until(&poison.to_body(), deadline()).await,
             JobOutcome::Retry {
@@ -232,7 +235,7 @@ mod tests {
             }
         );
         let chunk = JobMessage::Chunk {
-            batch_id: "b".into(),
+            batch_id: BatchId::new("b"),
             chunk: 1,
         };
         assert_eq!(
@@ -254,7 +257,9 @@ mod tests {
         ] {
             assert_eq!(dispatcher.handle(body).await, JobOutcome::Done, "{body}");
         }
-        let run = JobMessage::AsyncRun { request_id: "r".into() };
+        let run = JobMessage::AsyncRun {
+            request_id: AsyncRequestId::new("r"),
+        };
         assert_eq!(
             dispatcher.handle(&run.to_body()).await,
             JobOutcome::Retry {
@@ -272,7 +277,10 @@ mod tests {
         });
         let dispatcher =
             JobDispatcher::new(queue.clone(), Duration::from_secs(60)).with_runner(JobFamily::Batch, retry);
-        let body = JobMessage::Finalize { batch_id: "b".into() }.to_body();
+        let body = JobMessage::Finalize {
+            batch_id: BatchId::new("b"),
+        }
+        .to_body();
         queue.send(&body, Duration::ZERO).await.unwrap();
         let message = queue
             .receive(1, Duration::ZERO, Duration::from_secs(900))
@@ -308,7 +316,7 @@ mod tests {
         let dispatcher = JobDispatcher::new(Arc::new(MemoryQueue::new()), Duration::from_secs(60))
             .with_metrics(Arc::clone(&metrics) as Arc<dyn MetricsSink>);
         let body = JobMessage::Chunk {
-            batch_id: "b".into(),
+            batch_id: BatchId::new("b"),
             chunk: 3,
         }
         .to_body();

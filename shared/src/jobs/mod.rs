@@ -7,29 +7,30 @@ mod dispatcher;
 
 pub use dispatcher::JobDispatcher;
 
-use crate::ports::JobOutcome;
+use crate::ports::{AsyncRequestId, BatchId, DeliveryId, JobOutcome};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-/// A job on the queue. The wire format is `{"job": "<kind>", …fields}`.
+/// A job on the queue. The wire format is `{"job": "<kind>", …fields}`; each id is the plain
+/// string on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "job", rename_all = "snake_case")]
 pub enum JobMessage {
     /// Validate a batch's input file and plan its chunks.
-    Validate { batch_id: String },
+    Validate { batch_id: BatchId },
     /// Run one chunk of a batch.
-    Chunk { batch_id: String, chunk: u32 },
+    Chunk { batch_id: BatchId, chunk: u32 },
     /// Finish a batch that is ready (e.g. just cancelled).
-    Finalize { batch_id: String },
+    Finalize { batch_id: BatchId },
     /// Move a batch's provider-native parts on (upload, create, cancel, collect).
-    Native { batch_id: String },
+    Native { batch_id: BatchId },
     /// Run an async inference request.
-    AsyncRun { request_id: String },
+    AsyncRun { request_id: AsyncRequestId },
     /// Deliver an async request's result to its webhook.
-    AsyncDeliver { request_id: String, attempt: u32 },
+    AsyncDeliver { request_id: AsyncRequestId, attempt: u32 },
     /// One attempt of a standalone webhook delivery.
-    WebhookDeliver { delivery_id: String, attempt: u32 },
+    WebhookDeliver { delivery_id: DeliveryId, attempt: u32 },
 }
 
 /// The families of work, each run by its own [`JobRunner`].
@@ -61,9 +62,9 @@ impl JobMessage {
             JobMessage::Validate { batch_id }
             | JobMessage::Chunk { batch_id, .. }
             | JobMessage::Finalize { batch_id }
-            | JobMessage::Native { batch_id } => batch_id,
-            JobMessage::AsyncRun { request_id } | JobMessage::AsyncDeliver { request_id, .. } => request_id,
-            JobMessage::WebhookDeliver { delivery_id, .. } => delivery_id,
+            | JobMessage::Native { batch_id } => batch_id.as_str(),
+            JobMessage::AsyncRun { request_id } | JobMessage::AsyncDeliver { request_id, .. } => request_id.as_str(),
+            JobMessage::WebhookDeliver { delivery_id, .. } => delivery_id.as_str(),
         }
     }
 
@@ -102,14 +103,14 @@ mod tests {
         let cases = [
             (
                 JobMessage::Validate {
-                    batch_id: "batch_1".into(),
+                    batch_id: BatchId::new("batch_1"),
                 },
                 json!({"job": "validate", "batch_id": "batch_1"}),
                 JobFamily::Batch,
             ),
             (
                 JobMessage::Chunk {
-                    batch_id: "batch_1".into(),
+                    batch_id: BatchId::new("batch_1"),
                     chunk: 3,
                 },
                 json!({"job": "chunk", "batch_id": "batch_1", "chunk": 3}),
@@ -117,21 +118,21 @@ mod tests {
             ),
             (
                 JobMessage::Finalize {
-                    batch_id: "batch_1".into(),
+                    batch_id: BatchId::new("batch_1"),
                 },
                 json!({"job": "finalize", "batch_id": "batch_1"}),
                 JobFamily::Batch,
             ),
             (
                 JobMessage::AsyncRun {
-                    request_id: "r1".into(),
+                    request_id: AsyncRequestId::new("r1"),
                 },
                 json!({"job": "async_run", "request_id": "r1"}),
                 JobFamily::AsyncRequest,
             ),
             (
                 JobMessage::AsyncDeliver {
-                    request_id: "r1".into(),
+                    request_id: AsyncRequestId::new("r1"),
                     attempt: 2,
                 },
                 json!({"job": "async_deliver", "request_id": "r1", "attempt": 2}),
@@ -139,7 +140,7 @@ mod tests {
             ),
             (
                 JobMessage::WebhookDeliver {
-                    delivery_id: "d1".into(),
+                    delivery_id: DeliveryId::new("d1"),
                     attempt: 0,
                 },
                 json!({"job": "webhook_deliver", "delivery_id": "d1", "attempt": 0}),

@@ -1,8 +1,8 @@
 //! What the batch engine tells the outside world about a batch that ended: webhook events in
 //! Nimbus, nothing in hosts and tests that do not care.
 
-use super::ProjectId;
 use super::StorageError;
+use super::{BatchId, ProjectId};
 use async_trait::async_trait;
 
 /// Told once a batch has reached a terminal status (`completed`, `failed`, `cancelled`,
@@ -14,7 +14,7 @@ pub trait BatchEventSink: Send + Sync {
     async fn batch_ended(
         &self,
         project: &ProjectId,
-        batch_id: &str,
+        batch_id: &BatchId,
         status: &str,
         at_ms: i64,
     ) -> Result<(), StorageError>;
@@ -29,7 +29,7 @@ impl BatchEventSink for NoBatchEvents {
     async fn batch_ended(
         &self,
         _project: &ProjectId,
-        _batch_id: &str,
+        _batch_id: &BatchId,
         _status: &str,
         _at_ms: i64,
     ) -> Result<(), StorageError> {

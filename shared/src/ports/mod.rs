@@ -7,6 +7,7 @@ pub mod blob;
 pub mod clock;
 pub mod credential_sealer;
 pub mod feedback_store;
+pub mod ids;
 pub mod inference_records;
 pub mod inference_store;
 pub mod jobs;
@@ -32,6 +33,7 @@ pub use credential_sealer::{
     SealError, MAX_SEALED_PLAINTEXT,
 };
 pub use feedback_store::FeedbackStore;
+pub use ids::{AsyncRequestId, BatchId, DeliveryId, FileId};
 pub use inference_store::{BatchPage, InferencePage, InferenceStore};
 pub use jobs::{JobHandler, JobOutcome, SoleWorkerGuard};
 pub use metrics::{MetricUnit, MetricsSink, NoMetrics};

@@ -195,7 +195,7 @@ impl JobRunner for BatchWebhooks {
             tracing::error!(?job, "a job of another family reached the webhook runner");
             return JobOutcome::Done;
         };
-        match self.deliver(delivery_id, *attempt).await {
+        match self.deliver(delivery_id.as_str(), *attempt).await {
             Ok(outcome) => outcome,
             Err(err) => {
                 tracing::warn!(delivery = %delivery_id, error = %err, "webhook attempt failed; it will be retried");

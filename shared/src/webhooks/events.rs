@@ -16,8 +16,8 @@ use super::errors::WebhooksError;
 use crate::jobs::JobMessage;
 use crate::paging::PageLimit;
 use crate::ports::{
-    BatchEventSink, Clock, IdSource, JobQueue, ListOrder, ListQuery, Priority, ProjectId, Record, StateStore,
-    StorageError, WebhookTransport,
+    BatchEventSink, BatchId, Clock, DeliveryId, IdSource, JobQueue, ListOrder, ListQuery, Priority, ProjectId, Record,
+    StateStore, StorageError, WebhookTransport,
 };
 use crate::records::{decode, encode, LeaseUntil, Loaded};
 use crate::scheduler::DueIndex;
@@ -57,18 +57,18 @@ pub(crate) struct StoredDelivery {
 }
 
 /// The record id of the delivery of `event` about `batch_id` to `endpoint_id`.
-pub fn delivery_id(endpoint_id: &str, batch_id: &str, event: BatchEventType) -> String {
-    format!("{endpoint_id}:{batch_id}:{}", event.status())
+pub fn delivery_id(endpoint_id: &str, batch_id: &BatchId, event: BatchEventType) -> DeliveryId {
+    DeliveryId::new(format!("{endpoint_id}:{batch_id}:{}", event.status()))
 }
 
 /// OpenAI's event body, as sent and signed.
-pub fn event_body(event_id: &str, event: BatchEventType, batch_id: &str, created_at_s: i64) -> String {
+pub fn event_body(event_id: &str, event: BatchEventType, batch_id: &BatchId, created_at_s: i64) -> String {
     serde_json::json!({
         "object": "event",
         "id": event_id,
         "type": event.as_str(),
         "created_at": created_at_s,
-        "data": {"id": batch_id},
+        "data": {"id": batch_id.as_str()},
     })
     .to_string()
 }
@@ -143,7 +143,7 @@ impl BatchWebhooks {
     async fn emit(
         &self,
         project: &ProjectId,
-        batch_id: &str,
+        batch_id: &BatchId,
         event: BatchEventType,
         at_ms: i64,
     ) -> Result<u32, StorageError> {
@@ -160,7 +160,7 @@ impl BatchWebhooks {
             let stored = StoredDelivery {
                 project: project.clone(),
                 endpoint_id: endpoint.id.clone(),
-                batch_id: batch_id.to_owned(),
+                batch_id: batch_id.to_string(),
                 event_type: event,
                 event_id: event_id.clone(),
                 delivery: Delivery::new(
@@ -176,7 +176,7 @@ impl BatchWebhooks {
             };
             let record = Record {
                 kind: DELIVERY_KIND.to_owned(),
-                id: id.clone(),
+                id: id.to_string(),
                 owner: endpoint.id.clone(),
                 created_at_ms: now_ms,
                 version: 1,
@@ -186,16 +186,18 @@ impl BatchWebhooks {
             match self.state.create(&record).await {
                 Ok(()) => {}
                 Err(StorageError::Conflict) => {
-                    self.reschedule_existing(&id).await?;
+                    self.reschedule_existing(id.as_str()).await?;
                     continue;
                 }
                 Err(err) => return Err(err),
             }
             created += 1;
             // Found by the scheduler if the message below is lost (or this process dies first).
-            self.due.set(DELIVERY_LANE, &id, now_ms + LOST_MESSAGE_GRACE_MS).await?;
-            if !self.send_attempt(&id, 1, Duration::ZERO).await {
-                self.due.set(DELIVERY_LANE, &id, now_ms).await?;
+            self.due
+                .set(DELIVERY_LANE, id.as_str(), now_ms + LOST_MESSAGE_GRACE_MS)
+                .await?;
+            if !self.send_attempt(id.as_str(), 1, Duration::ZERO).await {
+                self.due.set(DELIVERY_LANE, id.as_str(), now_ms).await?;
             }
         }
         Ok(created)
@@ -221,7 +223,7 @@ impl BatchWebhooks {
     /// found again in the due index).
     pub(crate) async fn send_attempt(&self, delivery_id: &str, attempt: u32, delay: Duration) -> bool {
         let job = JobMessage::WebhookDeliver {
-            delivery_id: delivery_id.to_owned(),
+            delivery_id: DeliveryId::new(delivery_id),
             attempt,
         };
         match self.queue.send_priority(&job.to_body(), Priority::P1, delay).await {
@@ -308,7 +310,7 @@ impl BatchEventSink for BatchWebhooks {
     async fn batch_ended(
         &self,
         project: &ProjectId,
-        batch_id: &str,
+        batch_id: &BatchId,
         status: &str,
         at_ms: i64,
     ) -> Result<(), StorageError> {

@@ -138,8 +138,8 @@ impl Fixture {
         self.endpoints.create(&ProjectId::new(project), request).await.unwrap()
     }
 
-    async fn delivery(&self, id: &str) -> Option<StoredDelivery> {
-        let record = self.state.get(DELIVERY_KIND, id).await.unwrap()?;
+    async fn delivery(&self, id: &DeliveryId) -> Option<StoredDelivery> {
+        let record = self.state.get(DELIVERY_KIND, id.as_str()).await.unwrap()?;
         Some(decode(&record).unwrap())
     }
 
@@ -149,9 +149,9 @@ impl Fixture {
             .unwrap()
     }
 
-    async fn run(&self, delivery_id: &str, attempt: u32) -> JobOutcome {
+    async fn run(&self, delivery_id: &DeliveryId, attempt: u32) -> JobOutcome {
         let job = JobMessage::WebhookDeliver {
-            delivery_id: delivery_id.to_owned(),
+            delivery_id: delivery_id.clone(),
             attempt,
         };
         JobRunner::run(&self.hooks, &job, Instant::now() + Duration::from_secs(60)).await
@@ -178,17 +178,17 @@ async fn a_batch_event_reaches_each_subscribed_endpoint_of_its_project_once() {
     let at_ms = ManualClock::START_MS - 3_000;
 
     f.hooks
-        .batch_ended(&ProjectId::new("p1"), "batch_1", "completed", at_ms)
+        .batch_ended(&ProjectId::new("p1"), &BatchId::new("batch_1"), "completed", at_ms)
         .await
         .unwrap();
     // A retried finalization reports the same ending again: nothing more is created or sent.
     f.clock.advance_ms(1_000);
     f.hooks
-        .batch_ended(&ProjectId::new("p1"), "batch_1", "completed", at_ms)
+        .batch_ended(&ProjectId::new("p1"), &BatchId::new("batch_1"), "completed", at_ms)
         .await
         .unwrap();
 
-    let id = delivery_id(&both.endpoint.id, "batch_1", BatchEventType::Completed);
+    let id = delivery_id(&both.endpoint.id, &BatchId::new("batch_1"), BatchEventType::Completed);
     assert_eq!(f.deliveries_of(&both.endpoint.id).await.len(), 1);
     assert!(f.deliveries_of(&failed_only.endpoint.id).await.is_empty());
     assert!(f.deliveries_of(&other_project.endpoint.id).await.is_empty());
@@ -229,11 +229,11 @@ async fn statuses_without_an_event_and_projects_without_endpoints_send_nothing()
     let f = Fixture::new();
     f.endpoint("p1", &["batch.completed"]).await;
     f.hooks
-        .batch_ended(&ProjectId::new("p1"), "batch_1", "in_progress", 0)
+        .batch_ended(&ProjectId::new("p1"), &BatchId::new("batch_1"), "in_progress", 0)
         .await
         .unwrap();
     f.hooks
-        .batch_ended(&ProjectId::new("p2"), "batch_2", "completed", 0)
+        .batch_ended(&ProjectId::new("p2"), &BatchId::new("batch_2"), "completed", 0)
         .await
         .unwrap();
     assert!(f.queue.take().is_empty());
@@ -245,10 +245,14 @@ async fn an_attempt_is_signed_with_the_endpoints_secret() {
     let f = Fixture::new();
     let endpoint = f.endpoint("p1", &["batch.cancelled"]).await;
     f.hooks
-        .batch_ended(&ProjectId::new("p1"), "batch_9", "cancelled", 0)
+        .batch_ended(&ProjectId::new("p1"), &BatchId::new("batch_9"), "cancelled", 0)
         .await
         .unwrap();
-    let id = delivery_id(&endpoint.endpoint.id, "batch_9", BatchEventType::Cancelled);
+    let id = delivery_id(
+        &endpoint.endpoint.id,
+        &BatchId::new("batch_9"),
+        BatchEventType::Cancelled,
+    );
     f.queue.take();
 
     assert_eq!(f.run(&id, 1).await, JobOutcome::Done);
@@ -280,10 +284,14 @@ async fn a_failed_attempt_is_retried_with_the_same_webhook_id() {
     let f = Fixture::new();
     let endpoint = f.endpoint("p1", &["batch.completed"]).await;
     f.hooks
-        .batch_ended(&ProjectId::new("p1"), "batch_1", "completed", 0)
+        .batch_ended(&ProjectId::new("p1"), &BatchId::new("batch_1"), "completed", 0)
         .await
         .unwrap();
-    let id = delivery_id(&endpoint.endpoint.id, "batch_1", BatchEventType::Completed);
+    let id = delivery_id(
+        &endpoint.endpoint.id,
+        &BatchId::new("batch_1"),
+        BatchEventType::Completed,
+    );
     f.queue.take();
     f.transport.script.lock().unwrap().push_back(PostOutcome::Response {
         status: 503,
@@ -327,10 +335,10 @@ async fn the_scheduler_queues_lost_attempts_and_purges_old_deliveries() {
     let f = Fixture::new();
     let endpoint = f.endpoint("p1", &["batch.expired"]).await;
     f.hooks
-        .batch_ended(&ProjectId::new("p1"), "batch_1", "expired", 0)
+        .batch_ended(&ProjectId::new("p1"), &BatchId::new("batch_1"), "expired", 0)
         .await
         .unwrap();
-    let id = delivery_id(&endpoint.endpoint.id, "batch_1", BatchEventType::Expired);
+    let id = delivery_id(&endpoint.endpoint.id, &BatchId::new("batch_1"), BatchEventType::Expired);
     f.queue.take(); // lost
 
     assert_eq!(f.pass().await["queued"], 0, "not before the message is presumed lost");
@@ -360,10 +368,14 @@ async fn deleting_an_endpoint_cancels_its_pending_deliveries() {
     let f = Fixture::new();
     let endpoint = f.endpoint("p1", &["batch.completed"]).await;
     f.hooks
-        .batch_ended(&ProjectId::new("p1"), "batch_1", "completed", 0)
+        .batch_ended(&ProjectId::new("p1"), &BatchId::new("batch_1"), "completed", 0)
         .await
         .unwrap();
-    let id = delivery_id(&endpoint.endpoint.id, "batch_1", BatchEventType::Completed);
+    let id = delivery_id(
+        &endpoint.endpoint.id,
+        &BatchId::new("batch_1"),
+        BatchEventType::Completed,
+    );
     f.endpoints
         .delete(&ProjectId::new("p1"), &endpoint.endpoint.id)
         .await
@@ -378,10 +390,14 @@ async fn deliveries_are_listed_under_their_endpoint_for_its_project_only() {
     let f = Fixture::new();
     let endpoint = f.endpoint("p1", &["batch.completed"]).await;
     f.hooks
-        .batch_ended(&ProjectId::new("p1"), "batch_1", "completed", 0)
+        .batch_ended(&ProjectId::new("p1"), &BatchId::new("batch_1"), "completed", 0)
         .await
         .unwrap();
-    let id = delivery_id(&endpoint.endpoint.id, "batch_1", BatchEventType::Completed);
+    let id = delivery_id(
+        &endpoint.endpoint.id,
+        &BatchId::new("batch_1"),
+        BatchEventType::Completed,
+    );
     f.run(&id, 1).await;
     let list = f
         .hooks
@@ -393,7 +409,7 @@ async fn deliveries_are_listed_under_their_endpoint_for_its_project_only() {
         .await
         .unwrap();
     assert_eq!(list.data.len(), 1);
-    assert_eq!(list.data[0].id, id);
+    assert_eq!(list.data[0].id, id.as_str());
     assert_eq!(list.data[0].state, DeliveryState::Succeeded);
     assert_eq!(list.data[0].attempts.len(), 1);
     let err = f
@@ -428,11 +444,24 @@ async fn a_restart_queues_pending_deliveries_at_once_not_when_the_due_index_look
     let endpoint = f.endpoint("p1", &["batch.completed"]).await;
     let finished = f.endpoint("p1", &["batch.completed"]).await;
     f.hooks
-        .batch_ended(&ProjectId::new("p1"), "batch_1", "completed", ManualClock::START_MS)
+        .batch_ended(
+            &ProjectId::new("p1"),
+            &BatchId::new("batch_1"),
+            "completed",
+            ManualClock::START_MS,
+        )
         .await
         .unwrap();
-    let id = delivery_id(&endpoint.endpoint.id, "batch_1", BatchEventType::Completed);
-    let done = delivery_id(&finished.endpoint.id, "batch_1", BatchEventType::Completed);
+    let id = delivery_id(
+        &endpoint.endpoint.id,
+        &BatchId::new("batch_1"),
+        BatchEventType::Completed,
+    );
+    let done = delivery_id(
+        &finished.endpoint.id,
+        &BatchId::new("batch_1"),
+        BatchEventType::Completed,
+    );
     assert_eq!(f.run(&done, 1).await, JobOutcome::Done);
     // The process dies before the other's first attempt: its message is gone, and the due index
     // would look only LOST_MESSAGE_GRACE_MS later.

@@ -26,7 +26,9 @@ use crate::auth::RevokedKeys;
 use crate::inference::InferenceService;
 use crate::openai::batches::BatchStatus;
 use crate::ports::credential_sealer::open_json;
-use crate::ports::{BlobStore, Clock, CredentialSealer, IdSource, JobOutcome, JobQueue, MetricsSink, StateStore};
+use crate::ports::{
+    BatchId, BlobStore, Clock, CredentialSealer, IdSource, JobOutcome, JobQueue, MetricsSink, StateStore,
+};
 use crate::records::LeaseUntil;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -93,7 +95,7 @@ pub(crate) async fn close_staging(
             Err(err) => return Err(err.into()),
         }
         let job = JobMessage::Native {
-            batch_id: batch.body.batch.id.clone(),
+            batch_id: BatchId::new(batch.body.batch.id.clone()),
         };
         enqueue(queue, &job).await?;
     }
@@ -202,7 +204,7 @@ impl NativeParts {
                 enqueue(
                     self.queue.as_ref(),
                     &JobMessage::Native {
-                        batch_id: batch_id.to_owned(),
+                        batch_id: BatchId::new(batch_id),
                     },
                 )
                 .await?;

@@ -8,7 +8,7 @@ use super::stored::{PartState, StoredPart};
 use super::{parts_of, NativeParts};
 use crate::batches::stored::{Loaded, StoredBatch, BATCH_KIND};
 use crate::batches::{enqueue, BatchesError, JobMessage};
-use crate::ports::StorageError;
+use crate::ports::{BatchId, StorageError};
 use crate::providers::CallContext;
 
 impl NativeParts {
@@ -41,7 +41,7 @@ impl NativeParts {
             enqueue(
                 self.queue.as_ref(),
                 &JobMessage::Native {
-                    batch_id: batch_id.clone(),
+                    batch_id: BatchId::new(batch_id.clone()),
                 },
             )
             .await?;
