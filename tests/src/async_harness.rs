@@ -1,4 +1,4 @@
-//! Async requests on real adapters, driven by hand: an [`AsyncApi`], its [`AsyncRunner`] (behind
+//! Async requests on real adapters, driven by hand: an [`AsyncApi`], its [`AsyncJobs`] (behind
 //! a [`JobDispatcher`], as a worker runs it) and its [`AsyncDueWork`] (the scheduler's task), over
 //! a state store that can refuse chosen writes and the fakes of [`crate::async_fakes`] (a scripted
 //! model, a recording webhook receiver, fixed secrets, a recording queue), with a clock the test
@@ -15,7 +15,7 @@ use crate::batch_inference_harness::config_for;
 use nimbus_shared::adapters::embedded::{FileBlobStore, MemoryQueue, SqliteStateStore};
 use nimbus_shared::app::{function_service, Adapters};
 use nimbus_shared::async_requests::{
-    AsyncApi, AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRequestView, AsyncRequests, AsyncRunner, AsyncSettings,
+    AsyncApi, AsyncDeps, AsyncDueWork, AsyncJobs, AsyncRequestView, AsyncRequests, AsyncSettings, EndpointCalls,
     SubmissionCheck,
 };
 use nimbus_shared::inference::InferenceService;
@@ -153,9 +153,9 @@ impl AsyncHarness {
         let receiver = FakeReceiver::new(events.clone());
         let secrets = Arc::new(FixedSecrets::default());
         secrets.set(PROJECT, &[SECRET]);
-        let runner = Arc::new(AsyncRunner::new(
+        let runner = Arc::new(AsyncJobs::new(
             Arc::clone(&requests),
-            AsyncExecutor { inference, functions },
+            EndpointCalls { inference, functions },
             Arc::clone(&receiver) as Arc<dyn WebhookTransport>,
             Arc::clone(&secrets) as Arc<dyn SecretSource>,
         ));

@@ -28,7 +28,7 @@ use crate::adapters::records::{
 };
 use crate::adapters::DeferredTasks;
 use crate::async_requests::{
-    AsyncApi, AsyncDeps, AsyncDueWork, AsyncExecutor, AsyncRequests, AsyncRunner, AsyncSettings, SubmissionCheck,
+    AsyncApi, AsyncDeps, AsyncDueWork, AsyncJobs, AsyncRequests, AsyncSettings, EndpointCalls, SubmissionCheck,
 };
 use crate::auth::{ApiKeyService, AuthMode, Authenticator, KeyTags, UntaggedKeys};
 use crate::batches::{batch_api, BatchDeps, BatchEngine, BatchModels, BatchSettings};
@@ -464,9 +464,9 @@ pub fn job_dispatcher(parts: &WorkerParts) -> JobDispatcher {
         .with_runner(JobFamily::Webhook, webhooks::batch_webhooks(&parts.adapters))
         .with_runner(
             JobFamily::AsyncRequest,
-            Arc::new(AsyncRunner::new(
+            Arc::new(AsyncJobs::new(
                 Arc::clone(&parts.async_requests),
-                AsyncExecutor {
+                EndpointCalls {
                     inference: Arc::clone(&parts.layers.inference),
                     functions: Arc::clone(&parts.layers.functions),
                 },

@@ -7,8 +7,8 @@
 //! `webhook-timestamp` and the signatures change): small bodies live in the delivery, larger ones
 //! ([`INLINE_BODY_MAX`]) in a blob beside the output.
 
+use super::jobs::{wait_until, AsyncJobs};
 use super::lifecycle::expect_due_move;
-use super::runner::{wait_until, AsyncRunner};
 use super::stored::{webhook_body_key, StoredRequest, KIND};
 use super::wire::webhook_body;
 use super::AsyncStatus;
@@ -24,7 +24,7 @@ const INLINE_BODY_MAX: usize = 16 * 1024;
 /// case the worker dies before recording its first attempt (the transport gives up after 10 s).
 const FIRST_ATTEMPT_GRACE_MS: i64 = 60_000;
 
-impl AsyncRunner {
+impl AsyncJobs {
     /// Save a concluded request (with the webhook body it owes, if any), then make the first
     /// webhook attempt and save its outcome, and schedule what comes next.
     pub(super) async fn finish(

@@ -3,8 +3,8 @@
 //! a webhook retry that is due gets its job; a request past its retention is deleted with its
 //! output.
 
+use super::jobs::expired_error;
 use super::requests::AsyncRequests;
-use super::runner::expired_error;
 use super::stored::{webhook_body_key, StoredRequest, KIND};
 use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;

@@ -7,8 +7,8 @@
 //! - [`AsyncApi`] (`api.rs`): submit, get, list, cancel. It mints every id and timestamp, and
 //!   checks a submission with a [`SubmissionCheck`] (`check.rs`: the configuration alone; the
 //!   API calls no model).
-//! - [`AsyncRunner`] (`runner.rs`, `deliver.rs`): the worker's `async_run` and `async_deliver`
-//!   jobs; it alone holds the [`AsyncExecutor`] (`execute.rs`: the model layers).
+//! - [`AsyncJobs`] (`jobs.rs`, `deliver.rs`): the worker's `async_run` and `async_deliver`
+//!   jobs; it alone holds the [`EndpointCalls`] (`endpoint_calls.rs`: the model layers).
 //! - [`AsyncDueWork`] (`due_work.rs`): the scheduler's pass over requests whose deadline came
 //!   (expiry in the queue, a worker gone, a webhook retry due).
 //! - [`AsyncRequests::take_over`] (`takeover.rs`): the local server's start, queueing again what a
@@ -29,11 +29,11 @@ mod check;
 mod classify;
 mod deliver;
 mod due_work;
+mod endpoint_calls;
 mod error;
-mod execute;
+mod jobs;
 mod lifecycle;
 mod requests;
-mod runner;
 mod stored;
 mod submit;
 mod takeover;
@@ -42,10 +42,10 @@ mod wire;
 pub use api::{AsyncApi, CancelOutcome, ListAsyncRequests, ASYNC_PAGE};
 pub use check::SubmissionCheck;
 pub use due_work::AsyncDueWork;
+pub use endpoint_calls::EndpointCalls;
 pub use error::AsyncError;
-pub use execute::AsyncExecutor;
+pub use jobs::AsyncJobs;
 pub use requests::{AsyncDeps, AsyncRequests, AsyncSettings};
-pub use runner::AsyncRunner;
 pub use stored::{AsyncStatus, WebhookStatus};
 pub use submit::{AsyncEndpoint, AsyncPredictDoc, RetryConfig};
 pub use wire::{AsyncRequestPage, AsyncRequestView};

@@ -8,7 +8,7 @@
 //! | [`Finalizer`] | `finalize.rs`, `tensorzero_pages.rs` | ends a batch: result files or inference pages, clean-up, its event |
 //! | [`NativeParts`] | `native/` | the `native` job and polls: lines on providers' own batch APIs |
 //! | [`BatchRecovery`] | `recovery.rs`, `takeover.rs` | the scheduled pass: finalize, requeue, poll, expire |
-//! | [`BatchWorker`] | `worker.rs` | hands each queued batch job to its role |
+//! | [`BatchJobs`] | `jobs.rs` | hands each queued batch job to its role |
 //!
 //! Two values are shared by roles: [`LineKinds`] (the formats' lines: the one way lines reach the
 //! model layers) and [`Live`] (running chunks' unsaved counts).
@@ -20,7 +20,7 @@ use super::lines::LineKinds;
 use super::live::Live;
 use super::native::NativeParts;
 use super::validate_job::Planner;
-use super::{BatchRecovery, BatchSettings, BatchWorker};
+use super::{BatchJobs, BatchRecovery, BatchSettings};
 use crate::auth::RevokedKeys;
 use crate::files::FilesService;
 use crate::idempotency::IdempotencyKeys;
@@ -119,11 +119,11 @@ impl BatchEngine {
     }
 
     /// The runner of the queue's batch jobs.
-    pub fn worker(&self) -> BatchWorker {
+    pub fn worker(&self) -> BatchJobs {
         let finalizer = self.finalizer();
         // One revocation cache for the worker's roles: a revoked key is read once, not per role.
         let revoked_keys = self.revoked_keys();
-        BatchWorker {
+        BatchJobs {
             planner: self.planner(Arc::clone(&finalizer)),
             chunks: self.chunk_runner(Arc::clone(&finalizer), Arc::clone(&revoked_keys)),
             native: Arc::new(self.native_parts(Arc::clone(&finalizer), revoked_keys)),

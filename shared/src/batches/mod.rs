@@ -4,7 +4,7 @@
 //!
 //! - [`BatchApi`] (`api.rs`): create (validates parameters; the input is validated by a job),
 //!   get, list, cancel; `/batch_inference` submit and poll. It mints every batch id.
-//! - Jobs on the queue ([`JobMessage`], handed by [`BatchWorker`], the batch family's
+//! - Jobs on the queue ([`JobMessage`], handed by [`BatchJobs`], the batch family's
 //!   [`crate::jobs::JobRunner`], to their role): `validate` (the planner, `validate_job.rs`)
 //!   streams the input file, plans chunks (byte ranges of the input object) and enqueues them;
 //!   `chunk` (the chunk runner, `chunk_run.rs`) runs a chunk's lines, each read once
@@ -32,6 +32,7 @@ mod native;
 mod progress;
 mod stored;
 pub(crate) use stored::ACTIVE_KIND as ACTIVE_BATCH_KIND;
+mod jobs;
 mod recovery;
 mod segment;
 mod slots;
@@ -41,7 +42,6 @@ mod tensorzero_api;
 mod tensorzero_pages;
 mod tensorzero_poll;
 mod validate_job;
-mod worker;
 
 pub use crate::jobs::JobMessage;
 pub use api::BatchApi;
@@ -49,12 +49,12 @@ pub use api::{ListBatches, BATCH_PAGE};
 pub use create_checks::{check_create_request, CheckedCreate};
 pub use engine::{batch_api, BatchDeps, BatchEngine, BatchModels};
 pub use input_validation::{BatchEndpoint, ChunkRange, MAX_REQUESTS};
+pub use jobs::BatchJobs;
 pub use lines::tensorzero::ItemResult;
 pub use recovery::{BatchRecovery, RecoveryReport};
 #[cfg(feature = "embedded")]
 pub use takeover::TakeoverReport;
 pub use tensorzero_api::{BatchInferenceCreated, BatchInferenceError, BatchInferencePoll, PollQuery, PollStatus};
-pub use worker::BatchWorker;
 
 use crate::files::FilesError;
 use crate::ports::{JobQueue, MetricUnit, MetricsSink, StorageError};

@@ -17,12 +17,12 @@ use std::sync::Arc;
 
 /// Runs model inputs for one project at a time.
 #[derive(Clone)]
-pub struct AsyncExecutor {
+pub struct EndpointCalls {
     pub inference: Arc<InferenceService>,
     pub functions: Arc<FunctionService>,
 }
 
-impl AsyncExecutor {
+impl EndpointCalls {
     /// Run `model_input` for `project`: the endpoint's JSON answer, or why it failed.
     pub(crate) async fn run(
         &self,

@@ -8,7 +8,7 @@
 //! both win.
 
 use super::classify::{RunFailure, API_KEY_REVOKED, ASYNC_REQUEST_EXPIRED, MODEL_PREDICT_ERROR};
-use super::execute::AsyncExecutor;
+use super::endpoint_calls::EndpointCalls;
 use super::requests::AsyncRequests;
 use super::stored::{output_key, Attempt, ErrorEntry, StoredRequest, KIND};
 use super::AsyncStatus;
@@ -31,20 +31,20 @@ const SLOT_WAIT_MIN: Duration = Duration::from_secs(2);
 const SLOT_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// Runs the async jobs.
-pub struct AsyncRunner {
+pub struct AsyncJobs {
     pub(super) requests: Arc<AsyncRequests>,
     /// Runs a request's model input.
-    executor: AsyncExecutor,
+    executor: EndpointCalls,
     /// Whether the key that submitted a request was revoked since.
     revoked_keys: RevokedKeys,
     pub(super) transport: Arc<dyn WebhookTransport>,
     pub(super) secrets: Arc<dyn SecretSource>,
 }
 
-impl AsyncRunner {
+impl AsyncJobs {
     pub fn new(
         requests: Arc<AsyncRequests>,
-        executor: AsyncExecutor,
+        executor: EndpointCalls,
         transport: Arc<dyn WebhookTransport>,
         secrets: Arc<dyn SecretSource>,
     ) -> Self {
@@ -61,7 +61,7 @@ impl AsyncRunner {
 }
 
 #[async_trait]
-impl JobRunner for AsyncRunner {
+impl JobRunner for AsyncJobs {
     async fn run(&self, job: &JobMessage, _deadline: Instant) -> JobOutcome {
         let result = match job {
             JobMessage::AsyncRun { request_id } => self.run_request(request_id.as_str()).await,
@@ -95,7 +95,7 @@ pub(super) fn wait_until(at_ms: i64, now_ms: i64) -> JobOutcome {
     }
 }
 
-impl AsyncRunner {
+impl AsyncJobs {
     async fn run_request(&self, request_id: &str) -> Result<JobOutcome, StorageError> {
         let requests = &self.requests;
         let state = requests.deps.state.as_ref();

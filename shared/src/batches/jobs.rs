@@ -21,7 +21,7 @@ const FOREIGN_JOB_RETRY: Duration = Duration::from_secs(60);
 
 /// Runs `validate`, `chunk` and `finalize` jobs: the [`JobRunner`] of [`crate::jobs::JobFamily::Batch`].
 /// Each job goes to the role that runs it (see `engine.rs`).
-pub struct BatchWorker {
+pub struct BatchJobs {
     pub(super) planner: Planner,
     pub(super) chunks: ChunkRunner,
     pub(super) finalizer: Arc<Finalizer>,
@@ -29,7 +29,7 @@ pub struct BatchWorker {
 }
 
 #[async_trait]
-impl JobRunner for BatchWorker {
+impl JobRunner for BatchJobs {
     async fn run(&self, job: &JobMessage, deadline: Instant) -> JobOutcome {
         let result = match job {
             JobMessage::Validate { batch_id } => self
