@@ -17,6 +17,8 @@ mod s3_blobs;
 mod sqs_queue;
 #[cfg(feature = "aws")]
 mod ssm_parameters;
+#[cfg(feature = "aws")]
+mod tls_roots;
 
 #[cfg(feature = "aws")]
 pub use dynamodb_state::{DynamoDbStateStore, OWNER_INDEX_ATTRIBUTES};
@@ -35,12 +37,17 @@ pub use sqs_queue::{delivered_receipt, SqsJobQueue};
 pub use ssm_parameters::SsmParameters;
 
 /// The SDK's HTTPS client: rustls with ring, the same crypto the provider HTTP client uses, so
-/// the binary carries one TLS stack (smaller, faster cold start).
+/// the binary carries one TLS stack (smaller, faster cold start), trusting Amazon's roots
+/// compiled in (`tls_roots.rs`: no certificate file is read at start).
 pub fn https_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
-    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
-    aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .build_https()
+    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider, TlsContext};
+    let builder = aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring));
+    match TlsContext::builder().with_trust_store(tls_roots::trust_store()).build() {
+        Ok(context) => builder.tls_context(context).build_https(),
+        // Building a context only stores what it is given; should that ever fail, the SDK's own
+        // default (the platform's roots) still connects.
+        Err(_) => builder.build_https(),
+    }
 }
 
 /// Shared AWS SDK configuration, loaded once per process. Loading makes no network calls:
