@@ -2,7 +2,7 @@
 //! creates; a retry with the same key (same project) finds that id instead of creating another.
 //! Keys are kept for 24 hours.
 
-use crate::ports::{Clock, ProjectId, Record, StateStore, StorageError};
+use crate::ports::{Clock, ProjectId, StateStore, StorageError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -65,15 +65,14 @@ impl IdempotencyKeys {
             resource_id: resource_id.to_owned(),
             fingerprint: fingerprint.to_owned(),
         };
-        let record = Record {
-            kind: KIND.to_owned(),
-            id: id.clone(),
-            owner: project.to_string(),
-            created_at_ms: now_ms,
-            version: 1,
-            expires_at: Some(now_ms.div_euclid(1000) + KEY_TTL_S),
-            body: serde_json::to_value(&body).map_err(|e| StorageError::Invalid(e.to_string()))?,
-        };
+        let record = crate::records::new_record(
+            KIND.to_owned(),
+            id.clone(),
+            project.to_string(),
+            now_ms,
+            Some(now_ms.div_euclid(1000) + KEY_TTL_S),
+            &body,
+        )?;
         for _ in 0..3 {
             match self.state.create(&record).await {
                 Ok(()) => return Ok(Reservation::New),

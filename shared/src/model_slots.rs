@@ -15,9 +15,9 @@
 //! (cancelled, expired) leaves the list through [`release`].
 
 use crate::jobs::JobMessage;
-use crate::ports::{AsyncRequestId, JobQueue, Priority, Record, StateStore, StorageError};
+use crate::ports::{AsyncRequestId, JobQueue, Priority, StateStore, StorageError};
 use crate::records::LeaseUntil;
-use crate::records::{edit, encode, list_all, Edit};
+use crate::records::{edit, list_all, Edit};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -201,15 +201,14 @@ pub async fn acquire_or_wait(state: &dyn StateStore, request: SlotRequest<'_>) -
             return Ok(outcome);
         }
         // The model's first use: make its record, then take slots from it.
-        let record = Record {
-            kind: KIND.to_owned(),
-            id: model.to_owned(),
-            owner: OWNER.to_owned(),
-            created_at_ms: 0,
-            version: 1,
-            expires_at: None,
-            body: encode(&Leases::default())?,
-        };
+        let record = crate::records::new_record(
+            KIND.to_owned(),
+            model.to_owned(),
+            OWNER.to_owned(),
+            0,
+            None,
+            &Leases::default(),
+        )?;
         match state.create(&record).await {
             Ok(()) | Err(StorageError::Conflict) => {}
             Err(err) => return Err(err),

@@ -19,6 +19,38 @@ pub fn encode<T: Serialize>(value: &T) -> Result<serde_json::Value, StorageError
     serde_json::to_value(value).map_err(|e| StorageError::Invalid(e.to_string()))
 }
 
+/// A new record (version 1): `body` as `kind`/`id`, owned by `owner`, created at
+/// `created_at_ms`, kept until `expires_at` (epoch seconds; `None`: kept). The one way a domain
+/// builds a record to create.
+pub(crate) fn new_record<T: Serialize>(
+    kind: impl Into<String>,
+    id: impl Into<String>,
+    owner: impl Into<String>,
+    created_at_ms: i64,
+    expires_at: Option<i64>,
+    body: &T,
+) -> Result<Record, StorageError> {
+    Ok(Record {
+        kind: kind.into(),
+        id: id.into(),
+        owner: owner.into(),
+        created_at_ms,
+        version: 1,
+        expires_at,
+        body: encode(body)?,
+    })
+}
+
+/// `record` at its next version carrying `body`, to write over `record.version`. The one way a
+/// domain builds a changed record (a [`Loaded`] body is written back with [`Loaded::save`]).
+pub(crate) fn next_version<T: Serialize>(record: &Record, body: &T) -> Result<Record, StorageError> {
+    Ok(Record {
+        version: record.version + 1,
+        body: encode(body)?,
+        ..record.clone()
+    })
+}
+
 /// A record with its decoded body, to change and write back at the next version.
 #[derive(Debug, Clone)]
 pub struct Loaded<T> {
@@ -54,14 +86,7 @@ impl<T: Serialize + DeserializeOwned> Loaded<T> {
 
     /// The record carrying the (changed) body at the next version, and the version it replaces.
     pub fn next(&self) -> Result<(Record, u64), StorageError> {
-        Ok((
-            Record {
-                version: self.record.version + 1,
-                body: encode(&self.body)?,
-                ..self.record.clone()
-            },
-            self.record.version,
-        ))
+        Ok((next_version(&self.record, &self.body)?, self.record.version))
     }
 
     /// Write the changed body back; [`StorageError::Conflict`] if someone wrote in between. On

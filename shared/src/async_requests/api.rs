@@ -16,7 +16,7 @@ use crate::paging::{PageBounds, PageLimit};
 use crate::ports::webhook_url::WebhookUrl;
 use crate::ports::{ListOrder, ListQuery, ProjectId, Record, StorageError};
 use crate::records::LeaseUntil;
-use crate::records::{decode, encode, Loaded};
+use crate::records::{decode, Loaded};
 use crate::user_text::excerpt;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -140,15 +140,14 @@ impl AsyncApi {
             due_version: Some(1),
             key_id: key_id.map(str::to_owned),
         };
-        let record = Record {
-            kind: KIND.to_owned(),
-            id: request_id.clone(),
-            owner: project.to_string(),
-            created_at_ms: now,
-            version: 1,
-            expires_at: Some(self.requests.expires_at_s(now)),
-            body: encode(&stored)?,
-        };
+        let record = crate::records::new_record(
+            KIND.to_owned(),
+            request_id.clone(),
+            project.to_string(),
+            now,
+            Some(self.requests.expires_at_s(now)),
+            &stored,
+        )?;
         self.requests.deps.state.create(&record).await?;
         // The expiry check comes due when the request may wait no longer; a worker that finishes
         // it first clears it.

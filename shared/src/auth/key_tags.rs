@@ -131,17 +131,16 @@ impl KeyTags {
     async fn create_secret(&self, clock: &dyn Clock) -> Result<Arc<Vec<u8>>, StorageError> {
         let mut bytes = [0u8; 32];
         rand::rng().fill_bytes(&mut bytes);
-        let record = Record {
-            kind: KEY_TAG_SECRET_KIND.to_owned(),
-            id: TAG_SECRET_ID.to_owned(),
-            owner: OWNER.to_owned(),
-            created_at_ms: clock.now_unix_ms(),
-            version: 1,
-            expires_at: None,
-            body: serde_json::json!({
+        let record = crate::records::new_record(
+            KEY_TAG_SECRET_KIND,
+            TAG_SECRET_ID,
+            OWNER,
+            clock.now_unix_ms(),
+            None,
+            &serde_json::json!({
                 "secret": base64::engine::general_purpose::STANDARD.encode(bytes),
             }),
-        };
+        )?;
         match self.state.create(&record).await {
             Ok(()) => {
                 let tag_secret = Arc::new(bytes.to_vec());

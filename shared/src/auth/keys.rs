@@ -161,15 +161,8 @@ impl ApiKeyService {
             created_at: now_ms.div_euclid(1000),
             revoked_at: None,
         };
-        let record = Record {
-            kind: KIND.to_owned(),
-            id: key_id.clone(),
-            owner: OWNER.to_owned(),
-            created_at_ms: now_ms,
-            version: 1,
-            expires_at: None,
-            body: serde_json::to_value(&stored).map_err(|e| StorageError::Invalid(e.to_string()))?,
-        };
+        let record =
+            crate::records::new_record(KIND.to_owned(), key_id.clone(), OWNER.to_owned(), now_ms, None, &stored)?;
         self.state.create(&record).await?;
         Ok(CreatedApiKey {
             info: stored.into(),
@@ -240,11 +233,7 @@ impl ApiKeyService {
                 return Ok(stored.into());
             }
             stored.revoked_at = Some(self.clock.now_unix_s());
-            let updated = Record {
-                version: record.version + 1,
-                body: serde_json::to_value(&stored).map_err(|e| StorageError::Invalid(e.to_string()))?,
-                ..record.clone()
-            };
+            let updated = crate::records::next_version(&record, &stored)?;
             match self
                 .revocations
                 .write_revoking(&stored.project, &updated, record.version)

@@ -48,15 +48,14 @@ impl Revocations {
         let counter = match self.state.get(REVOCATION_KIND, project.as_str()).await? {
             Some(counter) => counter,
             None => {
-                let counter = Record {
-                    kind: REVOCATION_KIND.to_owned(),
-                    id: project.to_string(),
-                    owner: project.to_string(),
-                    created_at_ms: self.clock.now_unix_ms(),
-                    version: 1,
-                    expires_at: None,
-                    body: serde_json::json!({ "project": project }),
-                };
+                let counter = crate::records::new_record(
+                    REVOCATION_KIND.to_owned(),
+                    project.to_string(),
+                    project.to_string(),
+                    self.clock.now_unix_ms(),
+                    None,
+                    &serde_json::json!({ "project": project }),
+                )?;
                 match self.state.create(&counter).await {
                     Ok(()) | Err(StorageError::Conflict) => {}
                     Err(err) => return Err(err),
@@ -64,10 +63,7 @@ impl Revocations {
                 return Err(StorageError::Conflict);
             }
         };
-        let bumped = Record {
-            version: counter.version + 1,
-            ..counter.clone()
-        };
+        let bumped = crate::records::next_version(&counter, &counter.body)?;
         self.state
             .update_all(&[(record.clone(), expected), (bumped, counter.version)])
             .await

@@ -3,9 +3,7 @@
 use super::create_checks::{check_create_request, CheckedCreate};
 use super::finalize::release_input;
 use super::live::Live;
-use super::stored::{
-    active_marker, decode, edit, encode, BatchFormat, Edit, LeaseUntil, Loaded, StoredBatch, BATCH_KIND,
-};
+use super::stored::{active_marker, decode, edit, BatchFormat, Edit, LeaseUntil, Loaded, StoredBatch, BATCH_KIND};
 use super::{enqueue, BatchSettings, BatchesError, JobMessage};
 use crate::files::FilesError;
 use crate::files::FilesService;
@@ -16,7 +14,7 @@ use crate::paging::{PageBounds, PageLimit};
 use crate::ports::{
     BatchId, BlobStore, Clock, CredentialSealer, FileId, IdSource, InferenceStore, JobQueue, ProjectId, StateStore,
 };
-use crate::ports::{ListOrder, ListQuery, Record, SortCursor, StorageError};
+use crate::ports::{ListOrder, ListQuery, SortCursor, StorageError};
 use crate::tensorzero::function_calls::FunctionChecks;
 use crate::user_text::excerpt;
 use std::sync::Arc;
@@ -163,15 +161,14 @@ impl BatchApi {
             Ok(()) | Err(StorageError::Conflict) => {}
             Err(err) => return Err(self.abandon_input(&stored, err).await),
         }
-        let record = Record {
-            kind: BATCH_KIND.to_owned(),
-            id: id.to_string(),
-            owner: project.to_string(),
-            created_at_ms: created_ms,
-            version: 1,
-            expires_at: None,
-            body: encode(&stored)?,
-        };
+        let record = crate::records::new_record(
+            BATCH_KIND.to_owned(),
+            id.to_string(),
+            project.to_string(),
+            created_ms,
+            None,
+            &stored,
+        )?;
         match self.state.create(&record).await {
             Ok(()) => {}
             Err(StorageError::Conflict) => {

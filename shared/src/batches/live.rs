@@ -9,7 +9,7 @@
 //! same conditional write that counts the segment, so a line is never in both; a record a dead
 //! run left is ignored once it is [`LIVE_STALE_MS`] old.
 
-use super::stored::{encode, list_all, Loaded, StoredBatch};
+use super::stored::{list_all, Loaded, StoredBatch};
 use super::BatchesError;
 use crate::ports::{Clock, Record, StateStore, StorageError};
 use serde::{Deserialize, Serialize};
@@ -188,16 +188,10 @@ impl Live {
                     }
                 }
                 None => {
-                    let record = Record {
-                        kind: LIVE_KIND.to_owned(),
-                        id: publisher.id.clone(),
-                        owner: publisher.owner.clone(),
-                        created_at_ms: 0,
-                        version: 1,
-                        // The store may drop it after a day; clean-up deletes it first.
-                        expires_at: Some(body.at_ms / 1000 + 86_400),
-                        body: encode(&body)?,
-                    };
+                    // The store may drop it after a day; clean-up deletes it first.
+                    let expires_at = Some(body.at_ms / 1000 + 86_400);
+                    let record =
+                        crate::records::new_record(LIVE_KIND, &publisher.id, &publisher.owner, 0, expires_at, &body)?;
                     match state.create(&record).await {
                         Ok(()) => return Ok(Loaded { record, body }),
                         Err(StorageError::Conflict) => {

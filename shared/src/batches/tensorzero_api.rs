@@ -8,11 +8,11 @@
 //! TensorZero leaves them out; `include_failures` lists them in `failed_inferences`.
 
 use super::lines::tensorzero::ItemResult;
-use super::stored::{active_marker, encode, BatchFormat, LeaseUntil, StoredBatch, TensorZeroPlan, BATCH_KIND};
+use super::stored::{active_marker, BatchFormat, LeaseUntil, StoredBatch, TensorZeroPlan, BATCH_KIND};
 use super::{enqueue, BatchApi, BatchesError, JobMessage};
 use crate::openai::batches::BatchObject;
 use crate::ports::credential_sealer::seal_json;
-use crate::ports::{BatchId, ProjectId, Record, StorageError};
+use crate::ports::{BatchId, ProjectId, StorageError};
 use crate::tensorzero::batch_request::BatchInferenceRequest;
 use crate::tensorzero::function_calls::{FunctionError, InferenceReply};
 use bytes::Bytes;
@@ -189,15 +189,14 @@ impl BatchApi {
         // The marker first: a batch the poller cannot see could never be recovered.
         let marker = active_marker(&batch_id, project, created_ms);
         self.state.create(&marker).await?;
-        let record = Record {
-            kind: BATCH_KIND.to_owned(),
-            id: batch_id.clone(),
-            owner: owner_of(project),
-            created_at_ms: created_ms,
-            version: 1,
-            expires_at: None,
-            body: encode(&stored)?,
-        };
+        let record = crate::records::new_record(
+            BATCH_KIND.to_owned(),
+            batch_id.clone(),
+            owner_of(project),
+            created_ms,
+            None,
+            &stored,
+        )?;
         self.state.create(&record).await?;
         // If this send is lost, the poller enqueues the validation again.
         let validate = JobMessage::Validate {

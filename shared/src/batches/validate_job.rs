@@ -5,10 +5,10 @@
 use super::finalize::Finalizer;
 use super::input_validation::{ChunkLimits, LineError};
 use super::lines::LineKinds;
-use super::stored::{chunk_id, edit, encode, Edit, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
+use super::stored::{chunk_id, edit, Edit, Loaded, StoredBatch, StoredChunk, BATCH_KIND, CHUNK_KIND};
 use super::{BatchSettings, BatchesError, JobMessage};
 use crate::openai::batches::{BatchError, BatchErrors, BatchStatus};
-use crate::ports::{BatchId, BlobStore, Clock, JobQueue, Record, StateStore, StorageError};
+use crate::ports::{BatchId, BlobStore, Clock, JobQueue, StateStore, StorageError};
 use std::sync::Arc;
 
 /// At most this many errors are listed on a failed batch (the record must stay small).
@@ -90,15 +90,14 @@ impl Planner {
                 lease: None,
                 enqueued_at_ms: now_ms,
             };
-            let record = Record {
-                kind: CHUNK_KIND.to_owned(),
-                id: chunk_id(batch_id, index),
-                owner: batch_id.to_owned(),
-                created_at_ms: i64::from(index),
-                version: 1,
-                expires_at: None,
-                body: encode(&chunk)?,
-            };
+            let record = crate::records::new_record(
+                CHUNK_KIND.to_owned(),
+                chunk_id(batch_id, index),
+                batch_id.to_owned(),
+                i64::from(index),
+                None,
+                &chunk,
+            )?;
             match self.state.create(&record).await {
                 Ok(()) | Err(StorageError::Conflict) => {}
                 Err(err) => return Err(err.into()),

@@ -214,7 +214,7 @@ impl FilesService {
             Ok(()) => Ok(settled),
             // Someone else settled it first: theirs is the same answer.
             Err(StorageError::Conflict) => match self.state.get(FILE_KIND, &record.id).await? {
-                Some(current) => super::decode(&current),
+                Some(current) => Ok(super::decode(&current)?),
                 None => Err(FilesError::file_not_found(&record.id)),
             },
             Err(err) => Err(err.into()),

@@ -3,7 +3,7 @@
 use super::limits::{check_filename, check_new_file, expires_at, max_bytes_for, too_large};
 use super::streams::limited;
 use super::sweep::{Janitor, JanitorTask, Marker};
-use super::{cursor_for_id, decode, encode, project_prefix, FilesError, FilesService, StoredFile, FILE_KIND};
+use super::{cursor_for_id, decode, project_prefix, FilesError, FilesService, StoredFile, FILE_KIND};
 use crate::idempotency::{IdempotencyKeys, Reservation};
 use crate::openai::files::{ExpiresAfter, FileDeleted, FileList, FileObject, FilePurpose};
 use crate::paging::{PageBounds, PageLimit};
@@ -280,15 +280,14 @@ impl FilesService {
                 )
                 .await?;
         }
-        let record = Record {
-            kind: FILE_KIND.to_owned(),
-            id: stored.file.id.clone(),
-            owner: project.to_string(),
-            created_at_ms: created_ms,
-            version: 1,
-            expires_at: stored.file.expires_at,
-            body: encode(&stored)?,
-        };
+        let record = crate::records::new_record(
+            FILE_KIND.to_owned(),
+            stored.file.id.clone(),
+            project.to_string(),
+            created_ms,
+            stored.file.expires_at,
+            &stored,
+        )?;
         self.state.create(&record).await?;
         Ok(())
     }

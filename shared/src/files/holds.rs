@@ -9,9 +9,9 @@
 //! are never deleted under a holder and never left behind (deleting them twice is harmless).
 
 use super::sweep::{Janitor, JanitorTask};
-use super::{decode, encode, FilesError, FilesService, FILE_KIND};
+use super::{decode, FilesError, FilesService, FILE_KIND};
 use crate::openai::files::FileObject;
-use crate::ports::{BatchId, FileId, ProjectId, Record, StorageError};
+use crate::ports::{BatchId, FileId, ProjectId, StorageError};
 use serde::{Deserialize, Serialize};
 
 pub(crate) const HOLD_KIND: &str = "blob_hold";
@@ -145,15 +145,14 @@ impl FilesService {
                         file_id: file_id.to_owned(),
                         holders: vec![holder.to_owned()],
                     };
-                    let record = Record {
-                        kind: HOLD_KIND.to_owned(),
-                        id: blob_key.to_owned(),
-                        owner: file_id.to_owned(),
-                        created_at_ms: self.clock.now_unix_ms(),
-                        version: 1,
-                        expires_at: None,
-                        body: encode(&hold)?,
-                    };
+                    let record = crate::records::new_record(
+                        HOLD_KIND.to_owned(),
+                        blob_key.to_owned(),
+                        file_id.to_owned(),
+                        self.clock.now_unix_ms(),
+                        None,
+                        &hold,
+                    )?;
                     self.state.create(&record).await
                 }
                 Some(record) => {

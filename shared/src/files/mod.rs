@@ -133,11 +133,7 @@ impl FilesService {
     /// Write `body` over `record` as its next version, unless someone changed it since it was read
     /// ([`StorageError::Conflict`]).
     pub(crate) async fn replace_body<T: Serialize>(&self, record: &Record, body: &T) -> Result<(), StorageError> {
-        let updated = Record {
-            version: record.version + 1,
-            body: serde_json::to_value(body).map_err(|e| StorageError::Invalid(e.to_string()))?,
-            ..record.clone()
-        };
+        let updated = crate::records::next_version(record, body)?;
         self.state.update(&updated, record.version).await
     }
 
@@ -152,14 +148,7 @@ impl FilesService {
     }
 }
 
-pub(crate) fn decode<T: serde::de::DeserializeOwned>(record: &Record) -> Result<T, FilesError> {
-    serde_json::from_value(record.body.clone())
-        .map_err(|e| StorageError::Backend(format!("corrupt {} record {}: {e}", record.kind, record.id)).into())
-}
-
-pub(crate) fn encode<T: Serialize>(value: &T) -> Result<serde_json::Value, FilesError> {
-    serde_json::to_value(value).map_err(|e| StorageError::Invalid(e.to_string()).into())
-}
+pub(crate) use crate::records::decode;
 
 #[cfg(test)]
 mod tests;

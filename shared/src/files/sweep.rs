@@ -56,15 +56,7 @@ impl<'a> Janitor<'a> {
     /// Run `task` at (or after) `due_ms`.
     pub async fn schedule(&self, task: JanitorTask, due_ms: i64) -> Result<Marker, FilesError> {
         let id = self.files.ids.prefixed("job_");
-        let record = Record {
-            kind: KIND.to_owned(),
-            id: id.clone(),
-            owner: OWNER.to_owned(),
-            created_at_ms: due_ms,
-            version: 1,
-            expires_at: None,
-            body: super::encode(&task)?,
-        };
+        let record = crate::records::new_record(KIND.to_owned(), id.clone(), OWNER.to_owned(), due_ms, None, &task)?;
         self.files.state.create(&record).await?;
         Ok(Marker(id))
     }
@@ -129,7 +121,7 @@ impl FilesService {
                 }
                 let result = match decode::<JanitorTask>(&marker) {
                     Ok(task) => self.run_task(task).await,
-                    Err(err) => Err(err),
+                    Err(err) => Err(err.into()),
                 };
                 match result {
                     Ok(()) => {

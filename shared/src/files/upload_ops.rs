@@ -4,9 +4,7 @@
 use super::limits::{check_filename, max_bytes_for, parse_purpose, too_large, MAX_PART_BYTES, UPLOAD_TTL_S};
 use super::streams::{limited, md5_tapped};
 use super::sweep::{Janitor, JanitorTask};
-use super::{
-    cursor_for_id, decode, encode, project_prefix, FilesError, FilesService, StoredFile, PART_KIND, UPLOAD_KIND,
-};
+use super::{cursor_for_id, decode, project_prefix, FilesError, FilesService, StoredFile, PART_KIND, UPLOAD_KIND};
 use crate::idempotency::{fingerprint, IdempotencyKeys, Reservation};
 use crate::openai::files::{CreateUploadRequest, FileObject, UploadObject, UploadPart};
 use crate::ports::{ByteStream, ListOrder, ListQuery, ProjectId, Record, StorageError};
@@ -123,18 +121,17 @@ impl FilesService {
                 upload.expires_at * 1000,
             )
             .await?;
-        let record = Record {
-            kind: UPLOAD_KIND.to_owned(),
+        let record = crate::records::new_record(
+            UPLOAD_KIND,
             id,
-            owner: project.to_string(),
-            created_at_ms: created_ms,
-            version: 1,
-            expires_at: Some(upload.expires_at + 7 * 24 * 3600),
-            body: encode(&StoredUpload {
+            project.to_string(),
+            created_ms,
+            Some(upload.expires_at + 7 * 24 * 3600),
+            &StoredUpload {
                 upload: upload.clone(),
                 expires_after: request.expires_after,
-            })?,
-        };
+            },
+        )?;
         match self.state.create(&record).await {
             Ok(()) => Ok(upload),
             // A concurrent request with the same key created it first: answer with that upload.
@@ -211,19 +208,18 @@ impl FilesService {
             created_at: created_ms.div_euclid(1000),
             upload_id: upload_id.to_owned(),
         };
-        let record = Record {
-            kind: PART_KIND.to_owned(),
-            id: part_id,
-            owner: upload_id.to_owned(),
-            created_at_ms: created_ms,
-            version: 1,
-            expires_at: None,
-            body: encode(&StoredPart {
+        let record = crate::records::new_record(
+            PART_KIND,
+            part_id,
+            upload_id,
+            created_ms,
+            None,
+            &StoredPart {
                 part: part.clone(),
                 bytes,
                 blob_key: blob_key.clone(),
-            })?,
-        };
+            },
+        )?;
         self.state.create(&record).await?;
         // Completed or cancelled meanwhile: this part will never be used.
         if let Err(err) = self.pending_upload(project, upload_id).await {

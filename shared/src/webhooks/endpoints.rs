@@ -12,7 +12,7 @@ use super::signing::SigningSecret;
 use crate::paging::{PageBounds, PageLimit};
 use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
 use crate::ports::{Clock, CredentialSealer, IdSource, ProjectId, Record, SealError, StateStore, StorageError};
-use crate::records::{decode, encode, list_all, Loaded};
+use crate::records::{decode, list_all, Loaded};
 use crate::user_text::excerpt;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -316,15 +316,7 @@ impl WebhookEndpoints {
             created_at: now_s,
             updated_at: now_s,
         };
-        let record = Record {
-            kind: ENDPOINT_KIND.to_owned(),
-            id,
-            owner: project.to_string(),
-            created_at_ms: now_ms,
-            version: 1,
-            expires_at: None,
-            body: encode(&stored)?,
-        };
+        let record = crate::records::new_record(ENDPOINT_KIND, id, project.to_string(), now_ms, None, &stored)?;
         self.state.create(&record).await?;
         Ok(CreatedEndpoint {
             endpoint: view(&record, &stored, now_ms),

@@ -16,10 +16,10 @@ use super::errors::WebhooksError;
 use crate::jobs::JobMessage;
 use crate::paging::PageLimit;
 use crate::ports::{
-    BatchEventSink, BatchId, Clock, DeliveryId, IdSource, JobQueue, ListOrder, ListQuery, Priority, ProjectId, Record,
+    BatchEventSink, BatchId, Clock, DeliveryId, IdSource, JobQueue, ListOrder, ListQuery, Priority, ProjectId,
     StateStore, StorageError, WebhookTransport,
 };
-use crate::records::{decode, encode, LeaseUntil, Loaded};
+use crate::records::{decode, LeaseUntil, Loaded};
 use crate::scheduler::DueIndex;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -174,15 +174,14 @@ impl BatchWebhooks {
                 lease_until_ms: LeaseUntil::NONE,
                 created_at_ms: now_ms,
             };
-            let record = Record {
-                kind: DELIVERY_KIND.to_owned(),
-                id: id.to_string(),
-                owner: endpoint.id.clone(),
-                created_at_ms: now_ms,
-                version: 1,
-                expires_at: Some((now_ms + PENDING_TTL_MS).div_euclid(1000)),
-                body: encode(&stored)?,
-            };
+            let record = crate::records::new_record(
+                DELIVERY_KIND.to_owned(),
+                id.to_string(),
+                endpoint.id.clone(),
+                now_ms,
+                Some((now_ms + PENDING_TTL_MS).div_euclid(1000)),
+                &stored,
+            )?;
             match self.state.create(&record).await {
                 Ok(()) => {}
                 Err(StorageError::Conflict) => {

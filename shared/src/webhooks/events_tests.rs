@@ -2,6 +2,7 @@ use super::*;
 use crate::jobs::JobRunner;
 use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
 use crate::ports::ProjectId;
+use crate::ports::Record;
 use crate::ports::{JobOutcome, PostOutcome, QueueMessage, UuidV7Ids};
 use crate::scheduler::ScheduledTask;
 use crate::webhooks::endpoints::{CreateEndpointRequest, CreatedEndpoint};

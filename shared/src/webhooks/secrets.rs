@@ -17,7 +17,7 @@ use super::sealed_secret::{context, StoredSigningSecret};
 use super::signing::SigningSecret;
 use crate::auth::{valid_project, Revocations};
 use crate::ports::{Clock, CredentialSealer, IdSource, ProjectId, Record, StateStore, StorageError};
-use crate::records::{decode, encode, get_owned, list_all};
+use crate::records::{decode, get_owned, list_all};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -168,15 +168,7 @@ impl WebhookSecrets {
             expires_at_ms: None,
             revoked: false,
         };
-        let record = Record {
-            kind: SECRET_KIND.to_owned(),
-            id,
-            owner: project.to_string(),
-            created_at_ms: now_ms,
-            version: 1,
-            expires_at: None,
-            body: encode(&stored)?,
-        };
+        let record = crate::records::new_record(SECRET_KIND, id, project.to_string(), now_ms, None, &stored)?;
         // The new secret exists before any older one gets its expiry: something always signs.
         self.state.create(&record).await?;
         let expires_at_ms = now_ms + ROTATION_OVERLAP_MS;
@@ -229,10 +221,8 @@ impl WebhookSecrets {
             // A record written before sealing is sealed with this write.
             stored.secret = self.sealed(&record, &stored.secret).await?;
             let updated = Record {
-                version: record.version + 1,
                 expires_at: Some(ttl),
-                body: encode(&stored)?,
-                ..record.clone()
+                ..crate::records::next_version(&record, &stored)?
             };
             let written = match revoking {
                 Some(project) => self.revocations.write_revoking(project, &updated, record.version).await,
@@ -261,11 +251,7 @@ impl WebhookSecrets {
             secret: self.sealed(record, &stored.secret).await?,
             ..stored.clone()
         };
-        let updated = Record {
-            version: record.version + 1,
-            body: encode(&sealed)?,
-            ..record.clone()
-        };
+        let updated = crate::records::next_version(record, &sealed)?;
         match self.state.update(&updated, record.version).await {
             Ok(()) | Err(StorageError::Conflict) => Ok(()),
             Err(err) => Err(err),

@@ -17,7 +17,6 @@ mod s3_blobs;
 mod sqs_queue;
 #[cfg(feature = "aws")]
 mod ssm_parameters;
-#[cfg(feature = "aws")]
 mod tls_roots;
 
 #[cfg(feature = "aws")]

@@ -4,9 +4,9 @@
 
 use super::stored::{part_id, PartSource, PartState, Reported, StoredPart, PART_KIND};
 use super::{parts_of, NativeParts};
-use crate::batches::stored::{encode, NativeGroup, StagedBlob, StoredChunk};
+use crate::batches::stored::{NativeGroup, StagedBlob, StoredChunk};
 use crate::batches::{BatchesError, NativeSettings};
-use crate::ports::{Record, StorageError};
+use crate::ports::StorageError;
 use crate::records::LeaseUntil;
 use std::collections::BTreeMap;
 
@@ -103,15 +103,14 @@ impl NativeParts {
                 result: None,
                 lease_until_ms: LeaseUntil::NONE,
             };
-            let record = Record {
-                kind: PART_KIND.to_owned(),
-                id: part_id(batch_id, index),
-                owner: batch_id.to_owned(),
-                created_at_ms: i64::from(index),
-                version: 1,
-                expires_at: None,
-                body: encode(&body)?,
-            };
+            let record = crate::records::new_record(
+                PART_KIND.to_owned(),
+                part_id(batch_id, index),
+                batch_id.to_owned(),
+                i64::from(index),
+                None,
+                &body,
+            )?;
             match self.state.create(&record).await {
                 Ok(()) | Err(StorageError::Conflict) => {}
                 Err(err) => return Err(err.into()),
