@@ -21,7 +21,7 @@ pub fn encode<T: Serialize>(value: &T) -> Result<serde_json::Value, StorageError
 
 /// A record with its decoded body, to change and write back at the next version.
 #[derive(Debug, Clone)]
-pub struct Loaded<T> {
+pub(crate) struct Loaded<T> {
     pub record: Record,
     pub body: T,
 }
@@ -40,7 +40,7 @@ impl<T: Serialize + DeserializeOwned> Loaded<T> {
     }
 
     /// The record of `kind`/`id` when `project` owns it (see [`get_owned`]).
-    pub async fn get_owned(
+    pub(crate) async fn get_owned(
         state: &dyn StateStore,
         kind: &str,
         id: &str,
@@ -78,7 +78,7 @@ impl<T: Serialize + DeserializeOwned> Loaded<T> {
 /// check that scopes a client's read to its project (a project's records are owned by it), so
 /// another project's id answers exactly like an unknown one. (A `/batch_inference` batch is owned
 /// by a partition of its project: its poll checks the body's project instead.)
-pub async fn get_owned(
+pub(crate) async fn get_owned(
     state: &dyn StateStore,
     kind: &str,
     id: &str,
@@ -91,7 +91,7 @@ pub async fn get_owned(
 }
 
 /// Every record of `kind` owned by `owner`, in ascending order (all pages).
-pub async fn list_all(state: &dyn StateStore, kind: &str, owner: &str) -> Result<Vec<Record>, StorageError> {
+pub(crate) async fn list_all(state: &dyn StateStore, kind: &str, owner: &str) -> Result<Vec<Record>, StorageError> {
     let mut records = Vec::new();
     let mut after = None;
     loop {
@@ -113,7 +113,7 @@ pub async fn list_all(state: &dyn StateStore, kind: &str, owner: &str) -> Result
 }
 
 /// What an edit decided about the record it was shown.
-pub enum Edit<R> {
+pub(crate) enum Edit<R> {
     /// Write the changed body back, then answer `R`.
     Save(R),
     /// Leave the record as it is and answer `R`.
@@ -122,7 +122,7 @@ pub enum Edit<R> {
 
 /// Read, change and conditionally write one record until the write wins: after a lost write,
 /// `change` sees the fresh body. `None` when the record does not exist.
-pub async fn edit<T, R>(
+pub(crate) async fn edit<T, R>(
     state: &dyn StateStore,
     kind: &str,
     id: &str,
