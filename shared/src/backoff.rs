@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Truncated exponential backoff: `first`, doubled for each earlier retry, at most `cap`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     pub first: Duration,
     pub cap: Duration,
 }
@@ -22,7 +22,7 @@ impl Backoff {
 
 /// How a wait is spread, from a uniform `sample` in `[0, 1)` (values outside are clamped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Jitter {
+pub(crate) enum Jitter {
     /// Half the wait plus a random part of the other half ("equal jitter").
     Equal,
     /// A random part of the whole wait ("full jitter").

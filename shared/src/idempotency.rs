@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 const KIND: &str = "idempotency";
 /// How long a key is remembered.
-pub const KEY_TTL_S: i64 = 24 * 3600;
+pub(crate) const KEY_TTL_S: i64 = 24 * 3600;
 /// The longest key accepted.
 pub const MAX_KEY_LEN: usize = 255;
 
@@ -21,7 +21,7 @@ struct StoredKey {
 
 /// What a key says about a create request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reservation {
+pub(crate) enum Reservation {
     /// First use: create the resource with the reserved id.
     New,
     /// Seen before: the resource (perhaps not finished yet) has this id; `same_request` is false
@@ -30,13 +30,13 @@ pub enum Reservation {
 }
 
 #[derive(Clone)]
-pub struct IdempotencyKeys {
+pub(crate) struct IdempotencyKeys {
     state: Arc<dyn StateStore>,
     clock: Arc<dyn Clock>,
 }
 
 /// A stable digest of a request's parameters.
-pub fn fingerprint(parts: &[&str]) -> String {
+pub(crate) fn fingerprint(parts: &[&str]) -> String {
     let mut hasher = Sha256::new();
     for part in parts {
         hasher.update(part.as_bytes());
@@ -51,7 +51,7 @@ impl IdempotencyKeys {
     }
 
     /// Reserve `resource_id` for (`project`, `scope`, `key`), or find what an earlier request reserved.
-    pub async fn reserve(
+    pub(crate) async fn reserve(
         &self,
         project: &ProjectId,
         scope: &str,

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 /// The bytes of `value` as compact JSON.
-pub fn json_len(value: &Value) -> usize {
+pub(crate) fn json_len(value: &Value) -> usize {
     struct Counter(usize);
     impl std::io::Write for Counter {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 /// The byte ranges of the non-blank lines of `bytes`, without their `\n`, in order.
-pub fn line_ranges(bytes: &[u8]) -> impl Iterator<Item = Range<usize>> + '_ {
+pub(crate) fn line_ranges(bytes: &[u8]) -> impl Iterator<Item = Range<usize>> + '_ {
     let mut start = 0;
     let mut done = false;
     std::iter::from_fn(move || {
@@ -33,7 +33,7 @@ pub fn lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> + '_ {
 }
 
 /// The non-blank lines of `bytes`, without their `\n`, in order, as slices sharing its buffer.
-pub fn line_bytes(bytes: &bytes::Bytes) -> Vec<bytes::Bytes> {
+pub(crate) fn line_bytes(bytes: &bytes::Bytes) -> Vec<bytes::Bytes> {
     line_ranges(bytes).map(|range| bytes.slice(range)).collect()
 }
 

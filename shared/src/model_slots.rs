@@ -16,8 +16,10 @@
 
 use crate::jobs::JobMessage;
 use crate::ports::{AsyncRequestId, JobQueue, Priority, StateStore, StorageError};
+#[cfg(feature = "embedded")]
+use crate::records::list_all;
 use crate::records::LeaseUntil;
-use crate::records::{edit, list_all, Edit};
+use crate::records::{edit, Edit};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -99,7 +101,7 @@ pub struct Waiting {
 
 /// How a request for slots ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Acquired {
+pub(crate) enum Acquired {
     /// This many slots were granted.
     Granted(u32),
     /// None: the request is listed as a waiter. `look_queued` says a later look of its own is
@@ -134,7 +136,10 @@ pub async fn acquire(state: &dyn StateStore, request: SlotRequest<'_>) -> Result
 }
 
 /// [`acquire`], telling a waiter whether a look of its own is already queued.
-pub async fn acquire_or_wait(state: &dyn StateStore, request: SlotRequest<'_>) -> Result<Acquired, StorageError> {
+pub(crate) async fn acquire_or_wait(
+    state: &dyn StateStore,
+    request: SlotRequest<'_>,
+) -> Result<Acquired, StorageError> {
     let SlotRequest {
         model,
         limit,
@@ -259,7 +264,8 @@ pub async fn release(
 
 /// Drop the slot leases of every run, of every model; how many. Only for a worker that knows no
 /// other run is alive. (Waiters stay listed: their requests are queued again at the same time.)
-pub async fn clear_all(state: &dyn StateStore) -> Result<u64, StorageError> {
+#[cfg(feature = "embedded")]
+pub(crate) async fn clear_all(state: &dyn StateStore) -> Result<u64, StorageError> {
     let mut cleared = 0;
     for record in list_all(state, KIND, OWNER).await? {
         let edited = edit(state, KIND, &record.id, |slots: &mut Leases| {

@@ -53,7 +53,7 @@ pub(crate) fn next_version<T: Serialize>(record: &Record, body: &T) -> Result<Re
 
 /// A record with its decoded body, to change and write back at the next version.
 #[derive(Debug, Clone)]
-pub struct Loaded<T> {
+pub(crate) struct Loaded<T> {
     pub record: Record,
     pub body: T,
 }
@@ -72,7 +72,7 @@ impl<T: Serialize + DeserializeOwned> Loaded<T> {
     }
 
     /// The record of `kind`/`id` when `project` owns it (see [`get_owned`]).
-    pub async fn get_owned(
+    pub(crate) async fn get_owned(
         state: &dyn StateStore,
         kind: &str,
         id: &str,
@@ -103,7 +103,7 @@ impl<T: Serialize + DeserializeOwned> Loaded<T> {
 /// check that scopes a client's read to its project (a project's records are owned by it), so
 /// another project's id answers exactly like an unknown one. (A `/batch_inference` batch is owned
 /// by a partition of its project: its poll checks the body's project instead.)
-pub async fn get_owned(
+pub(crate) async fn get_owned(
     state: &dyn StateStore,
     kind: &str,
     id: &str,
@@ -116,7 +116,7 @@ pub async fn get_owned(
 }
 
 /// Every record of `kind` owned by `owner`, in ascending order (all pages).
-pub async fn list_all(state: &dyn StateStore, kind: &str, owner: &str) -> Result<Vec<Record>, StorageError> {
+pub(crate) async fn list_all(state: &dyn StateStore, kind: &str, owner: &str) -> Result<Vec<Record>, StorageError> {
     let mut records = Vec::new();
     let mut after = None;
     loop {
@@ -138,7 +138,7 @@ pub async fn list_all(state: &dyn StateStore, kind: &str, owner: &str) -> Result
 }
 
 /// What an edit decided about the record it was shown.
-pub enum Edit<R> {
+pub(crate) enum Edit<R> {
     /// Write the changed body back, then answer `R`.
     Save(R),
     /// Leave the record as it is and answer `R`.
@@ -147,7 +147,7 @@ pub enum Edit<R> {
 
 /// Read, change and conditionally write one record until the write wins: after a lost write,
 /// `change` sees the fresh body. `None` when the record does not exist.
-pub async fn edit<T, R>(
+pub(crate) async fn edit<T, R>(
     state: &dyn StateStore,
     kind: &str,
     id: &str,

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 /// The bounds of one schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SchemaLimits {
+pub(crate) struct SchemaLimits {
     /// Serialized size.
     pub max_bytes: usize,
     /// JSON values in the schema (objects, arrays, strings, numbers, ...).
@@ -29,7 +29,7 @@ pub struct SchemaLimits {
 /// The bounds every client schema is held to (`output_schema`, `output_schemas[i]`, tool
 /// `parameters`, `response_format.json_schema.schema`): far above what structured-output schemas
 /// use (OpenAI's strict mode allows 5,000 properties, 10 levels of nesting and 1,000 enum values).
-pub const SCHEMA_LIMITS: SchemaLimits = SchemaLimits {
+pub(crate) const SCHEMA_LIMITS: SchemaLimits = SchemaLimits {
     max_bytes: 256 * 1024,
     max_nodes: 20_000,
     max_depth: 64,
@@ -41,7 +41,7 @@ pub const SCHEMA_LIMITS: SchemaLimits = SchemaLimits {
 
 /// Why a schema is refused before it is compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SchemaLimitError {
+pub(crate) enum SchemaLimitError {
     #[error("it is larger than {max} bytes")]
     TooLarge { max: usize },
     #[error("it has more than {max} values")]

@@ -32,7 +32,7 @@ const OTHER_CRATES_MAX: LevelFilter = LevelFilter::INFO;
 
 /// `RUST_LOG` as `level` or `target=level,…` (e.g. `info,nimbus_shared=debug`); `info` when unset
 /// or unreadable. Scoped by [`scoped_filter`].
-pub fn filter_from_env() -> Targets {
+pub(crate) fn filter_from_env() -> Targets {
     scoped_filter(std::env::var("RUST_LOG").ok().as_deref())
 }
 

@@ -17,7 +17,7 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 }
 
 /// The most characters of a client's value that a message quotes.
-pub const MAX_QUOTED_CHARS: usize = 64;
+pub(crate) const MAX_QUOTED_CHARS: usize = 64;
 
 /// `value` as it may appear in a message: whole when short, else its first
 /// [`MAX_QUOTED_CHARS`] characters followed by `…` and the full length in bytes.

@@ -10,11 +10,11 @@ use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use rand::TryRngCore as _;
 
 /// The key's length in bytes.
-pub const KEY_LEN: usize = 32;
+pub(crate) const KEY_LEN: usize = 32;
 const NONCE_LEN: usize = 12;
 
 /// A data key ready to seal and open.
-pub struct SealingCipher {
+pub(crate) struct SealingCipher {
     cipher: ChaCha20Poly1305,
 }
 
@@ -27,7 +27,7 @@ impl SealingCipher {
     }
 
     /// A fresh random key (for a sealer making its key on first use).
-    pub fn random_key() -> Result<[u8; KEY_LEN], SealError> {
+    pub(crate) fn random_key() -> Result<[u8; KEY_LEN], SealError> {
         let mut key = [0u8; KEY_LEN];
         random_bytes(&mut key)?;
         Ok(key)

@@ -19,25 +19,25 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// How long one webhook request may take, connection and response included.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most bytes of a receiver's response body read (the rest is dropped with the connection).
-pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 /// The one reason a tenant is told for a request that got no response, whatever went wrong (no
 /// address, refused, reset, TLS, time out): telling them apart would let a tenant map which hosts
 /// and ports exist. The cause goes to the operator's log.
-pub const UNREACHABLE: &str = "the destination could not be reached or did not answer in time";
+pub(crate) const UNREACHABLE: &str = "the destination could not be reached or did not answer in time";
 /// The reason a tenant is told when the host resolves to an address webhooks may not reach (the
 /// address itself is not told).
-pub const FORBIDDEN_DESTINATION: &str = "the webhook host resolves to a private, reserved or internal address";
+pub(crate) const FORBIDDEN_DESTINATION: &str = "the webhook host resolves to a private, reserved or internal address";
 
 /// The HTTP client could not be built (TLS backend initialisation).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot build the webhook HTTP client: {0}")]
-pub struct WebhookClientError(#[from] reqwest::Error);
+pub(crate) struct WebhookClientError(#[from] reqwest::Error);
 
 /// Sends webhooks with reqwest; see the module documentation for the guards.
 #[derive(Debug, Clone)]
-pub struct HttpWebhookTransport {
+pub(crate) struct HttpWebhookTransport {
     policy: UrlPolicy,
     client: reqwest::Client,
 }
@@ -49,7 +49,7 @@ impl HttpWebhookTransport {
     }
 
     /// A transport whose requests give up after `timeout`.
-    pub fn with_timeout(policy: UrlPolicy, timeout: Duration) -> Result<Self, WebhookClientError> {
+    pub(crate) fn with_timeout(policy: UrlPolicy, timeout: Duration) -> Result<Self, WebhookClientError> {
         Self::build(policy, policy, timeout)
     }
 

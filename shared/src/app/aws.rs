@@ -24,7 +24,7 @@ fn required_env(name: &'static str) -> Result<String, InitError> {
 }
 
 /// The environment variable holding the URL of `priority`'s queue.
-pub fn priority_queue_env(priority: Priority) -> String {
+pub(crate) fn priority_queue_env(priority: Priority) -> String {
     format!("NIMBUS_ASYNC_QUEUE_URL_P{}", priority.level())
 }
 
@@ -41,7 +41,7 @@ fn job_queue(sdk_config: &aws_config::SdkConfig, jobs_url: String) -> SqsJobQueu
 
 /// The sealer the environment chooses: KMS when it names a KMS key, else the Parameter Store key.
 /// The Parameter Store key is read through `parameters`, the process's one SSM adapter.
-pub fn sealer_of(sdk_config: &aws_config::SdkConfig, parameters: &SsmParameters) -> Arc<dyn CredentialSealer> {
+pub(crate) fn sealer_of(sdk_config: &aws_config::SdkConfig, parameters: &SsmParameters) -> Arc<dyn CredentialSealer> {
     if optional_env(SEALING_KEY_ENV).is_some() {
         Arc::new(KmsSealer::from_env(sdk_config))
     } else {
@@ -80,6 +80,6 @@ pub async fn adapters(sdk_config: &aws_config::SdkConfig) -> Result<Adapters, In
 }
 
 /// The jobs queue (`NIMBUS_JOBS_QUEUE_URL`) with the priority queues the environment names.
-pub fn job_queues(sdk_config: &aws_config::SdkConfig) -> Result<SqsJobQueue, InitError> {
+pub(crate) fn job_queues(sdk_config: &aws_config::SdkConfig) -> Result<SqsJobQueue, InitError> {
     Ok(job_queue(sdk_config, required_env("NIMBUS_JOBS_QUEUE_URL")?))
 }

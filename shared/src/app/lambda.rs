@@ -41,15 +41,15 @@ pub fn prepare_function(binary: &str) {
 
 /// How long a verified key is trusted before its record is read again (a revocation is seen at
 /// once regardless: every request reads the project's revocation version).
-pub const LAMBDA_AUTH_CACHE_TTL: Duration = Duration::from_secs(30);
+pub(crate) const LAMBDA_AUTH_CACHE_TTL: Duration = Duration::from_secs(30);
 
 /// File content above this is served by a redirect to a presigned S3 URL: a Lambda response
 /// behind API Gateway must stay under 6 MB.
-pub const LAMBDA_INLINE_CONTENT_LIMIT: u64 = 4 * 1024 * 1024;
+pub(crate) const LAMBDA_INLINE_CONTENT_LIMIT: u64 = 4 * 1024 * 1024;
 
 /// A chunk or validation not picked up this long after it was enqueued is enqueued again: longer
 /// than the queue's visibility timeout (6 × the worker's 300 s), so SQS redelivery comes first.
-pub const LAMBDA_REQUEUE_AFTER: Duration = Duration::from_secs(35 * 60);
+pub(crate) const LAMBDA_REQUEUE_AFTER: Duration = Duration::from_secs(35 * 60);
 
 fn lambda_batch_settings(config: &Config) -> BatchSettings {
     BatchSettings {
@@ -60,7 +60,7 @@ fn lambda_batch_settings(config: &Config) -> BatchSettings {
 
 /// The environment variable holding the SSM path prefix (e.g. `/nimbus/`) a function's role may
 /// read provider keys under; set on the functions that call providers.
-pub const PROVIDER_KEY_PREFIX_ENV: &str = "NIMBUS_PROVIDER_KEY_PREFIX";
+pub(crate) const PROVIDER_KEY_PREFIX_ENV: &str = "NIMBUS_PROVIDER_KEY_PREFIX";
 
 /// Adds to a function's adapters the clients its role reaches beyond the state table and the
 /// bucket (`template.yaml`). Each function names its own, so it links only those.
@@ -144,7 +144,7 @@ async fn lambda_config(sdk_config: &aws_config::SdkConfig) -> Result<LoadedConfi
 }
 
 /// `NIMBUS_PUBLIC_URL` when set (e.g. a custom domain in front of API Gateway), checked.
-pub fn public_url_from_env() -> Result<Option<PublicBaseUrl>, InitError> {
+pub(crate) fn public_url_from_env() -> Result<Option<PublicBaseUrl>, InitError> {
     match std::env::var("NIMBUS_PUBLIC_URL") {
         Ok(url) if !url.trim().is_empty() => Ok(Some(PublicBaseUrl::parse(url.trim())?)),
         _ => Ok(None),
@@ -305,10 +305,10 @@ fn poller_switch(sdk_config: &aws_config::SdkConfig) -> Option<Arc<dyn ScheduleS
 
 /// The poller starts new rounds of due work for at most this long: less than the schedule's
 /// minute, so passes do not pile up.
-pub const POLLER_PASS_WINDOW: Duration = Duration::from_secs(45);
+pub(crate) const POLLER_PASS_WINDOW: Duration = Duration::from_secs(45);
 
 /// Time kept, before the invocation's deadline, for the round under way and the tasks after it.
-pub const POLLER_RESERVE: Duration = Duration::from_secs(60);
+pub(crate) const POLLER_RESERVE: Duration = Duration::from_secs(60);
 
 /// When a poller pass invoked with `invocation_deadline` stops starting rounds (see
 /// [`Scheduler::run_once_until`]): within [`POLLER_PASS_WINDOW`] and [`POLLER_RESERVE`] before

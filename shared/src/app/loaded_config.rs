@@ -2,9 +2,9 @@
 //! references, then the functions layer compiles them (templates, schemas) — all at start-up, so
 //! that a bad file stops the process with the key that names it.
 
-use crate::config::{
-    read_bundled_config, read_config, read_local_config, Config, ConfigError, ConfigFiles, ConfigSources,
-};
+use crate::config::{read_bundled_config, read_local_config, Config, ConfigError, ConfigSources};
+#[cfg(feature = "aws")]
+use crate::config::{read_config, ConfigFiles};
 use crate::tensorzero::FunctionSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -36,7 +36,8 @@ impl LoadedConfig {
 }
 
 /// Read `toml_name` from `files`, then every file it references, and compile the functions.
-pub async fn load_config(files: &dyn ConfigFiles, toml_name: &str) -> Result<LoadedConfig, ConfigError> {
+#[cfg(feature = "aws")]
+pub(crate) async fn load_config(files: &dyn ConfigFiles, toml_name: &str) -> Result<LoadedConfig, ConfigError> {
     LoadedConfig::compile(read_config(files, toml_name).await?)
 }
 

@@ -14,14 +14,17 @@ mod init_error;
 #[cfg(feature = "aws")]
 pub mod lambda;
 #[cfg(feature = "aws")]
-pub mod lambda_host;
+pub(crate) mod lambda_host;
 pub(crate) mod limits;
 mod loaded_config;
-pub mod table_access;
+#[cfg(feature = "aws")]
+pub(crate) mod table_access;
 pub mod webhooks;
 
-pub use init_error::InitError;
-pub use loaded_config::{load_bundled_config, load_config, load_local_config, LoadedConfig};
+pub(crate) use init_error::InitError;
+#[cfg(feature = "aws")]
+pub(crate) use loaded_config::load_config;
+pub use loaded_config::{load_bundled_config, load_local_config, LoadedConfig};
 
 use crate::adapters::records::{
     RecordRetention, StateFeedbackStore, StateInferenceStore, StateModelCache, DEFAULT_RECORD_RETENTION_DAYS,
@@ -106,7 +109,8 @@ impl Adapters {
     }
 
     /// Send and receive jobs through `queue`.
-    pub fn with_queue(mut self, queue: Arc<dyn JobQueue>) -> Self {
+    #[cfg(feature = "aws")]
+    pub(crate) fn with_queue(mut self, queue: Arc<dyn JobQueue>) -> Self {
         self.queue = queue;
         self
     }
@@ -132,7 +136,7 @@ impl Adapters {
     }
 
     /// Seal credentials kept at rest with `sealer`.
-    pub fn with_sealer(mut self, sealer: Arc<dyn CredentialSealer>) -> Self {
+    pub(crate) fn with_sealer(mut self, sealer: Arc<dyn CredentialSealer>) -> Self {
         self.sealer = sealer;
         self
     }
@@ -178,7 +182,7 @@ impl Adapters {
         ))
     }
 
-    pub fn model_cache(&self) -> Arc<dyn ModelCache> {
+    pub(crate) fn model_cache(&self) -> Arc<dyn ModelCache> {
         Arc::new(StateModelCache::new(
             Arc::clone(&self.state),
             Arc::clone(&self.blobs),
@@ -195,25 +199,25 @@ impl Adapters {
     }
 
     /// How long inference and feedback records are kept ([`Adapters::with_record_retention_days`]).
-    pub fn record_retention(&self) -> RecordRetention {
+    pub(crate) fn record_retention(&self) -> RecordRetention {
         RecordRetention::new(self.record_retention_days, Arc::clone(&self.clock))
     }
 
     /// Keep inference and feedback records `days` (0 = forever).
-    pub fn with_record_retention_days(mut self, days: u32) -> Self {
+    pub(crate) fn with_record_retention_days(mut self, days: u32) -> Self {
         self.record_retention_days = days;
         self
     }
 
     /// Spread each due-work lane over `shards` owners.
-    pub fn with_due_index_shards(mut self, shards: u32) -> Self {
+    pub(crate) fn with_due_index_shards(mut self, shards: u32) -> Self {
         self.due_index_shards = shards;
         self
     }
 }
 
 /// `POST /feedback` checked against the configured metrics and the inferences in `records`.
-pub fn feedback_service(
+pub(crate) fn feedback_service(
     config: &Config,
     adapters: &Adapters,
     records: Arc<dyn InferenceStore>,
@@ -257,7 +261,7 @@ pub fn batch_engine(adapters: &Adapters, layers: &ModelLayers, settings: BatchSe
 
 /// The function layer's checks over a validated configuration: what the APIs that call no model
 /// (`/batch_inference`, `/async_predict`) check submissions with.
-pub fn function_checks(loaded: &LoadedConfig, adapters: &Adapters) -> FunctionChecks {
+pub(crate) fn function_checks(loaded: &LoadedConfig, adapters: &Adapters) -> FunctionChecks {
     FunctionChecks::new(
         Arc::clone(&loaded.functions),
         Arc::clone(&adapters.clock),
@@ -326,7 +330,7 @@ pub fn async_api(loaded: &LoadedConfig, adapters: &Adapters) -> Arc<AsyncApi> {
 }
 
 /// The state every host's routes share: authentication and request metrics.
-pub fn host_state(adapters: &Adapters, auth: AuthSettings) -> HostState {
+pub(crate) fn host_state(adapters: &Adapters, auth: AuthSettings) -> HostState {
     HostState {
         auth: Arc::new(Authenticator::new(adapters.api_keys(), auth.mode, auth.cache_ttl)),
         metrics: Arc::clone(&adapters.metrics),
@@ -364,7 +368,7 @@ impl ModelLayers {
 }
 
 /// The inference function's handlers' state.
-pub fn inference_state(loaded: &LoadedConfig, adapters: &Adapters, layers: &ModelLayers) -> InferenceState {
+pub(crate) fn inference_state(loaded: &LoadedConfig, adapters: &Adapters, layers: &ModelLayers) -> InferenceState {
     InferenceState {
         feedback: feedback_service(&loaded.config, adapters, Arc::clone(&layers.records)),
         lmi_api: Arc::new(LmiApi::new(
@@ -378,7 +382,7 @@ pub fn inference_state(loaded: &LoadedConfig, adapters: &Adapters, layers: &Mode
 }
 
 /// The files function's handlers' state.
-pub fn files_state(adapters: &Adapters, http: HttpSettings) -> FilesState {
+pub(crate) fn files_state(adapters: &Adapters, http: HttpSettings) -> FilesState {
     FilesState {
         files: Arc::new(adapters.files()),
         settings: http,
@@ -388,7 +392,7 @@ pub fn files_state(adapters: &Adapters, http: HttpSettings) -> FilesState {
 /// The batches function's handlers' state: the batch API and the async API. Neither calls a
 /// model (they check submissions against the configuration and queue them), so no model layer
 /// is built.
-pub fn batches_state(
+pub(crate) fn batches_state(
     loaded: &LoadedConfig,
     adapters: &Adapters,
     http: HttpSettings,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 /// A Lambda function of the stack (its template resource name is [`LambdaFunction::resource`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LambdaFunction {
+pub(crate) enum LambdaFunction {
     Inference,
     Files,
     Batches,
@@ -28,7 +28,7 @@ pub enum LambdaFunction {
 
 /// What a function may do with the state table's records, by kind (groups of kinds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TableAccess {
+pub(crate) struct TableAccess {
     /// Kinds it only reads (`GetItem`, and `Query` on `by_owner`).
     pub reads: &'static [&'static [&'static str]],
     /// Kinds it reads and writes (`PutItem`, `DeleteItem`, transactions of them).
@@ -60,6 +60,7 @@ const SCHEDULE: &[&str] = &[ARM_KIND];
 const FILES: &[&str] = &["file", "upload", "upload_part", "blob_hold", "janitor", "idempotency"];
 
 impl LambdaFunction {
+    #[cfg(test)]
     pub const ALL: [LambdaFunction; 5] = [Self::Inference, Self::Files, Self::Batches, Self::Worker, Self::Poller];
 
     /// The function's resource in template.yaml.
@@ -125,12 +126,14 @@ impl LambdaFunction {
 
 impl TableAccess {
     /// The kinds it only reads, each once.
-    pub fn read_kinds(&self) -> Vec<&'static str> {
+    #[cfg(test)]
+    pub(crate) fn read_kinds(&self) -> Vec<&'static str> {
         kinds(self.reads)
     }
 
     /// The kinds it writes, each once.
-    pub fn write_kinds(&self) -> Vec<&'static str> {
+    #[cfg(test)]
+    pub(crate) fn write_kinds(&self) -> Vec<&'static str> {
         kinds(self.writes)
     }
 
@@ -144,6 +147,7 @@ impl TableAccess {
 }
 
 /// The kinds of `groups`, sorted, each once.
+#[cfg(test)]
 fn kinds(groups: &[&'static [&'static str]]) -> Vec<&'static str> {
     let mut kinds: Vec<&'static str> = groups.iter().flat_map(|group| group.iter().copied()).collect();
     kinds.sort_unstable();
@@ -153,7 +157,7 @@ fn kinds(groups: &[&'static [&'static str]]) -> Vec<&'static str> {
 
 /// A function's state store limited to the records its role reaches ([`LambdaFunction::access`]):
 /// anything else fails as IAM would refuse it, naming the kind and this table.
-pub struct ScopedState {
+pub(crate) struct ScopedState {
     inner: Arc<dyn StateStore>,
     function: LambdaFunction,
 }
@@ -228,7 +232,8 @@ impl StateStore for ScopedState {
 }
 
 /// The table as `docs/table-access.json` holds it: per template resource, its kinds, sorted.
-pub fn table_access_json() -> serde_json::Value {
+#[cfg(test)]
+pub(crate) fn table_access_json() -> serde_json::Value {
     let functions: serde_json::Map<String, serde_json::Value> = LambdaFunction::ALL
         .into_iter()
         .map(|function| {

@@ -22,7 +22,7 @@ pub fn webhook_secrets(adapters: &Adapters) -> Arc<WebhookSecrets> {
 }
 
 /// Webhook endpoints, their URLs checked against the adapters' policy.
-pub fn webhook_endpoints(adapters: &Adapters) -> Arc<WebhookEndpoints> {
+pub(crate) fn webhook_endpoints(adapters: &Adapters) -> Arc<WebhookEndpoints> {
     Arc::new(WebhookEndpoints::new(
         Arc::clone(&adapters.state),
         Arc::clone(&adapters.clock),
@@ -51,7 +51,7 @@ pub fn batch_webhooks(adapters: &Adapters) -> Arc<BatchWebhooks> {
 /// [`HttpWebhookTransport`] of `policy`, its client built on the first post (a host that sends no
 /// webhook never builds it). Should the client fail to build, every post fails saying why: the
 /// deliveries record it and are retried.
-pub fn webhook_transport(policy: UrlPolicy) -> Arc<dyn WebhookTransport> {
+pub(crate) fn webhook_transport(policy: UrlPolicy) -> Arc<dyn WebhookTransport> {
     Arc::new(LazyHttpTransport {
         policy,
         client: OnceLock::new(),
@@ -82,7 +82,10 @@ impl WebhookTransport for LazyHttpTransport {
 
 /// `inner` with every post measured: `webhook_deliveries` by outcome (the receiver's status
 /// class, `refused`, `failed` or `timed_out`) and `webhook_delivery_duration`.
-pub fn metered_transport(inner: Arc<dyn WebhookTransport>, metrics: Arc<dyn MetricsSink>) -> Arc<dyn WebhookTransport> {
+pub(crate) fn metered_transport(
+    inner: Arc<dyn WebhookTransport>,
+    metrics: Arc<dyn MetricsSink>,
+) -> Arc<dyn WebhookTransport> {
     Arc::new(MeteredTransport { inner, metrics })
 }
 

@@ -26,7 +26,7 @@ use std::time::Duration;
 const MAX_BROUGHT_FORWARD: usize = 1000;
 
 /// How many requests a page of `GET /async_requests` lists: 1 to 100, 20 by default.
-pub const ASYNC_PAGE: PageBounds = PageBounds::new(20, 100);
+pub(crate) const ASYNC_PAGE: PageBounds = PageBounds::new(20, 100);
 
 /// `GET /async_requests`' query.
 #[derive(Debug, Clone, PartialEq, Eq)]

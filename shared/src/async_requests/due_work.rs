@@ -22,7 +22,7 @@ const ROUND: usize = 1000;
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct DueWorkReport {
+pub(crate) struct DueWorkReport {
     pub due: u64,
     pub expired: u64,
     pub requeued: u64,

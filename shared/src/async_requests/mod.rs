@@ -39,16 +39,20 @@ mod submit;
 mod takeover;
 mod wire;
 
-pub use api::{AsyncApi, CancelOutcome, ListAsyncRequests, ASYNC_PAGE};
+pub use api::{AsyncApi, ListAsyncRequests};
+pub(crate) use api::{CancelOutcome, ASYNC_PAGE};
 pub use check::SubmissionCheck;
 pub use due_work::AsyncDueWork;
 pub use endpoint_calls::EndpointCalls;
 pub use error::AsyncError;
 pub use jobs::AsyncJobs;
 pub use requests::{AsyncDeps, AsyncRequests, AsyncSettings};
-pub use stored::{AsyncStatus, WebhookStatus};
-pub use submit::{AsyncEndpoint, AsyncPredictDoc, RetryConfig};
-pub use wire::{AsyncRequestPage, AsyncRequestView};
+pub(crate) use stored::AsyncStatus;
+pub use stored::WebhookStatus;
+pub(crate) use submit::AsyncPredictDoc;
+pub use submit::RetryConfig;
+pub(crate) use wire::AsyncRequestPage;
+pub use wire::AsyncRequestView;
 
 /// The scheduler lane of async requests' due work.
-pub const DUE_LANE: &str = "async_request";
+pub(crate) const DUE_LANE: &str = "async_request";

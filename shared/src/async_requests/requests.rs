@@ -105,7 +105,7 @@ impl AsyncRequests {
     }
 
     /// Spread each due-work lane over `shards` owners ([`DueIndex::with_shards`]).
-    pub fn with_due_index_shards(mut self, shards: u32) -> Self {
+    pub(crate) fn with_due_index_shards(mut self, shards: u32) -> Self {
         self.due = self.due.with_shards(shards);
         self
     }

@@ -14,7 +14,7 @@ pub(crate) const KIND: &str = "async_request";
 /// Baseten's request statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum AsyncStatus {
+pub(crate) enum AsyncStatus {
     Queued,
     InProgress,
     Succeeded,
@@ -25,7 +25,7 @@ pub enum AsyncStatus {
 }
 
 impl AsyncStatus {
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         !matches!(self, Self::Queued | Self::InProgress)
     }
 
@@ -66,7 +66,7 @@ pub struct ErrorEntry {
 
 /// One run of the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Attempt {
+pub(crate) struct Attempt {
     pub started_at_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at_ms: Option<i64>,
@@ -128,13 +128,13 @@ pub(crate) struct StoredRequest {
 
 impl StoredRequest {
     /// When a request still queued expires.
-    pub fn queue_deadline_ms(&self) -> i64 {
+    pub(crate) fn queue_deadline_ms(&self) -> i64 {
         self.created_at_ms
             .saturating_add(i64::try_from(self.max_time_in_queue_s).unwrap_or(i64::MAX / 2000) * 1000)
     }
 
     /// The attempt a worker started and never finished (it died), if any.
-    pub fn open_attempt(&self) -> Option<&Attempt> {
+    pub(crate) fn open_attempt(&self) -> Option<&Attempt> {
         self.attempts.last().filter(|attempt| attempt.finished_at_ms.is_none())
     }
 
@@ -151,12 +151,12 @@ impl StoredRequest {
     }
 
     /// The blob key of the saved output, once there is one.
-    pub fn saved_output_key(&self) -> Option<String> {
+    pub(crate) fn saved_output_key(&self) -> Option<String> {
         self.output_bytes.map(|_| output_key(&self.project, &self.request_id))
     }
 
     /// Whether a webhook delivery still has attempts to make.
-    pub fn delivery_pending(&self) -> bool {
+    pub(crate) fn delivery_pending(&self) -> bool {
         self.delivery
             .as_ref()
             .is_some_and(|delivery| delivery.state == DeliveryState::Pending)

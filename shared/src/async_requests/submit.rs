@@ -10,11 +10,11 @@ use serde_json::{Map, Value};
 use std::time::Duration;
 
 /// The longest a request may wait in the queue (Baseten: 72 h).
-pub const MAX_TIME_IN_QUEUE_S: u64 = 259_200;
+pub(crate) const MAX_TIME_IN_QUEUE_S: u64 = 259_200;
 /// The shortest wait a caller may ask for.
-pub const MIN_TIME_IN_QUEUE_S: u64 = 10;
+pub(crate) const MIN_TIME_IN_QUEUE_S: u64 = 10;
 /// Baseten's default wait.
-pub const DEFAULT_TIME_IN_QUEUE_S: u64 = 600;
+pub(crate) const DEFAULT_TIME_IN_QUEUE_S: u64 = 600;
 
 const FIELDS: [&str; 6] = [
     "model_input",
@@ -31,7 +31,7 @@ const FIELDS: [&str; 6] = [
 #[serde(deny_unknown_fields)]
 #[schema(as = AsyncPredictRequest, example = json!({"model_input": {"model": "dummy", "messages": [{"role": "user", "content": "Hello"}]}}))]
 #[allow(dead_code)]
-pub struct AsyncPredictDoc {
+pub(crate) struct AsyncPredictDoc {
     /// The request body of `endpoint` (with `model`, or `function_name`/`model_name` for
     /// `/inference`).
     #[schema(value_type = Object)]
@@ -54,7 +54,7 @@ pub struct AsyncPredictDoc {
 #[serde(deny_unknown_fields)]
 #[schema(as = InferenceRetryConfig)]
 #[allow(dead_code)]
-pub struct RetryConfigDoc {
+pub(crate) struct RetryConfigDoc {
     #[schema(minimum = 1, maximum = 10)]
     max_attempts: Option<u32>,
     #[schema(minimum = 0, maximum = 10000)]
@@ -106,7 +106,7 @@ impl Default for RetryConfig {
 impl RetryConfig {
     /// The wait before the retry that follows failed attempt `attempt` (1-based): the initial
     /// delay doubled per attempt, capped at `max_delay_ms`.
-    pub fn delay_after(&self, attempt: u32) -> u64 {
+    pub(crate) fn delay_after(&self, attempt: u32) -> u64 {
         let backoff = Backoff {
             first: Duration::from_millis(self.initial_delay_ms),
             cap: Duration::from_millis(self.max_delay_ms),
@@ -117,7 +117,7 @@ impl RetryConfig {
 
 /// A checked submission (the webhook URL is checked by the service, against its URL policy).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Submission {
+pub(crate) struct Submission {
     pub endpoint: AsyncEndpoint,
     /// What runs: the chat/embeddings body (with `model`) or the `/inference` body.
     pub model_input: Map<String, Value>,
@@ -130,7 +130,10 @@ pub struct Submission {
 }
 
 /// Check `body`; `path_model` is the model of a per-model URL (`/models/{model}/…`).
-pub fn parse_submission(mut body: Map<String, Value>, path_model: Option<&str>) -> Result<Submission, AsyncError> {
+pub(crate) fn parse_submission(
+    mut body: Map<String, Value>,
+    path_model: Option<&str>,
+) -> Result<Submission, AsyncError> {
     if let Some(unknown) = body.keys().find(|key| !FIELDS.contains(&key.as_str())) {
         return Err(AsyncError::invalid(
             unknown.clone(),

@@ -93,7 +93,7 @@ impl Authenticator {
 
     /// Whether the key `key_id` was revoked since it was checked (one read when known): what an
     /// open stream asks now and then.
-    pub async fn key_revoked(&self, key_id: &str) -> Result<bool, AuthError> {
+    pub(crate) async fn key_revoked(&self, key_id: &str) -> Result<bool, AuthError> {
         self.revoked
             .is_revoked(key_id)
             .await

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
 /// Kind of the deployment's tag secret record (id [`TAG_SECRET_ID`]).
-pub const KEY_TAG_SECRET_KIND: &str = "key_tag_secret";
+pub(crate) const KEY_TAG_SECRET_KIND: &str = "key_tag_secret";
 const TAG_SECRET_ID: &str = "current";
 const OWNER: &str = "_deployment";
 /// Bytes of the HMAC kept in a key (hex-encoded: 32 characters).
@@ -94,7 +94,12 @@ impl KeyTags {
     }
 
     /// The tag of a key being minted, creating the tag secret if this is the first key.
-    pub async fn tag_for_new_key(&self, key_id: &str, secret: &str, clock: &dyn Clock) -> Result<String, StorageError> {
+    pub(crate) async fn tag_for_new_key(
+        &self,
+        key_id: &str,
+        secret: &str,
+        clock: &dyn Clock,
+    ) -> Result<String, StorageError> {
         let tag_secret = match self.read_secret().await? {
             Some(tag_secret) => tag_secret,
             None => self.create_secret(clock).await?,

@@ -93,7 +93,7 @@ fn parse_key(key: &str) -> Option<ParsedKey<'_>> {
     (valid_id && !secret.is_empty()).then_some(ParsedKey { id, secret, tag })
 }
 
-pub fn valid_project(project: &str) -> bool {
+pub(crate) fn valid_project(project: &str) -> bool {
     (1..=64).contains(&project.len())
         && project
             .bytes()
@@ -129,7 +129,7 @@ impl ApiKeyService {
     }
 
     /// The per-project revocation versions every revocation of a key bumps.
-    pub fn revocations(&self) -> &Revocations {
+    pub(crate) fn revocations(&self) -> &Revocations {
         &self.revocations
     }
 
@@ -194,7 +194,7 @@ impl ApiKeyService {
     /// Whether `key` is well formed and carries its tag (or is untagged while untagged keys are
     /// accepted): what can be known without reading its record. No read once the process knows
     /// the tag secret.
-    pub async fn may_exist(&self, key: &str) -> Result<bool, StorageError> {
+    pub(crate) async fn may_exist(&self, key: &str) -> Result<bool, StorageError> {
         let Some(ParsedKey { id, secret, tag }) = parse_key(key) else {
             return Ok(false);
         };
@@ -273,7 +273,8 @@ impl ApiKeyService {
         }
     }
 
-    pub async fn any_active(&self) -> Result<bool, StorageError> {
+    #[cfg(test)]
+    pub(crate) async fn any_active(&self) -> Result<bool, StorageError> {
         Ok(self.list().await?.iter().any(|k| k.revoked_at.is_none()))
     }
 

@@ -8,8 +8,13 @@ mod keys;
 mod revocations;
 mod revoked_keys;
 
-pub use authenticator::{AuthError, AuthMode, Authenticator, Principal};
-pub use key_tags::{KeyTags, UntaggedKeys, UntaggedKeysSettingError, KEY_TAG_SECRET_KIND};
-pub use keys::{valid_project, ApiKeyInfo, ApiKeyService, CreatedApiKey, KeyError};
-pub use revocations::{Revocations, REVOCATION_KIND};
-pub use revoked_keys::RevokedKeys;
+pub(crate) use authenticator::Principal;
+pub use authenticator::{AuthError, AuthMode, Authenticator};
+pub(crate) use key_tags::UntaggedKeysSettingError;
+#[cfg(feature = "aws")]
+pub(crate) use key_tags::KEY_TAG_SECRET_KIND;
+pub use key_tags::{KeyTags, UntaggedKeys};
+pub(crate) use keys::valid_project;
+pub use keys::ApiKeyService;
+pub(crate) use revocations::Revocations;
+pub(crate) use revoked_keys::RevokedKeys;

@@ -14,11 +14,11 @@ use crate::ports::{Clock, ProjectId, Record, StateStore, StorageError};
 use std::sync::Arc;
 
 /// Kind of the per-project revocation record (id: the project).
-pub const REVOCATION_KIND: &str = "revocation";
+pub(crate) const REVOCATION_KIND: &str = "revocation";
 
 /// Reads and bumps a project's revocation version.
 #[derive(Clone)]
-pub struct Revocations {
+pub(crate) struct Revocations {
     state: Arc<dyn StateStore>,
     clock: Arc<dyn Clock>,
 }

@@ -19,7 +19,7 @@ enum Known {
 }
 
 /// Answers "was this key revoked?" for work that recorded the id of the key that submitted it.
-pub struct RevokedKeys {
+pub(crate) struct RevokedKeys {
     keys: ApiKeyService,
     known: Mutex<HashMap<String, (ProjectId, Known)>>,
 }
@@ -43,12 +43,12 @@ impl RevokedKeys {
 
     /// Whether `key_id` is revoked (a key that does not exist counts as revoked): one read when
     /// known, three on first sight (key, its project's version, key again).
-    pub async fn is_revoked(&self, key_id: &str) -> Result<bool, StorageError> {
+    pub(crate) async fn is_revoked(&self, key_id: &str) -> Result<bool, StorageError> {
         Ok(self.revoked_at(key_id).await?.is_some())
     }
 
     /// When `key_id` was revoked (Unix ms; 0 for a key that does not exist), if it was.
-    pub async fn revoked_at(&self, key_id: &str) -> Result<Option<i64>, StorageError> {
+    pub(crate) async fn revoked_at(&self, key_id: &str) -> Result<Option<i64>, StorageError> {
         let known = self.known.lock().ok().and_then(|known| known.get(key_id).cloned());
         let project = match known {
             Some((_, Known::Revoked(at))) => return Ok(Some(at)),

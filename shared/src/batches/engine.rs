@@ -71,7 +71,7 @@ pub struct BatchEngine {
 /// Create, get, list and cancel batches; submit and poll `/batch_inference`, whose submissions
 /// are checked by `checks` (the configuration alone: the API calls no model, so a host that
 /// serves only the API needs no model layer).
-pub fn batch_api(deps: &BatchDeps, checks: FunctionChecks, settings: BatchSettings) -> BatchApi {
+pub(crate) fn batch_api(deps: &BatchDeps, checks: FunctionChecks, settings: BatchSettings) -> BatchApi {
     api_over(deps, checks, Arc::new(settings))
 }
 

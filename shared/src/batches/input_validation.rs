@@ -12,7 +12,7 @@ use serde_json::Value;
 use std::collections::HashSet;
 
 /// At most this many requests per batch.
-pub const MAX_REQUESTS: usize = 50_000;
+pub(crate) const MAX_REQUESTS: usize = 50_000;
 
 /// The endpoints a batch may target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,7 +263,7 @@ pub struct ChunkLimits {
 
 /// Plan the chunks of lines checked already (a `/batch_inference` batch's items, checked when it
 /// was submitted): every non-blank line is a request.
-pub fn plan_checked_lines(bytes: &[u8], limits: ChunkLimits) -> ValidationReport {
+pub(crate) fn plan_checked_lines(bytes: &[u8], limits: ChunkLimits) -> ValidationReport {
     let mut validator = Validator {
         endpoint: BatchEndpoint::ChatCompletions,
         model_exists: &|_| true,

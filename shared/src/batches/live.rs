@@ -89,7 +89,7 @@ impl LivePublisher {
     }
 
     /// When the run should wake to publish `pending` even if no line finishes before.
-    pub fn wake_at(&self, pending: (u64, u64)) -> Option<Instant> {
+    pub(crate) fn wake_at(&self, pending: (u64, u64)) -> Option<Instant> {
         self.with(|state| {
             if pending == state.published {
                 return state.at.filter(|_| pending != (0, 0)).map(|at| at + LIVE_HEARTBEAT);
@@ -115,7 +115,7 @@ impl LivePublisher {
     }
 
     /// The segment's write (with [`Self::reset`]'s record) won.
-    pub fn was_reset(&self, written: Option<Record>) {
+    pub(crate) fn was_reset(&self, written: Option<Record>) {
         self.with(|state| {
             if let (Some(loaded), Some(record)) = (state.record.as_mut(), written) {
                 loaded.body = LiveCounts::default();

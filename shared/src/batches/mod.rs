@@ -46,15 +46,13 @@ mod validate_job;
 pub use crate::jobs::JobMessage;
 pub use api::BatchApi;
 pub use api::{ListBatches, BATCH_PAGE};
-pub use create_checks::{check_create_request, CheckedCreate};
-pub use engine::{batch_api, BatchDeps, BatchEngine, BatchModels};
-pub use input_validation::{BatchEndpoint, ChunkRange, MAX_REQUESTS};
-pub use jobs::BatchJobs;
-pub use lines::tensorzero::ItemResult;
+pub use create_checks::check_create_request;
+pub(crate) use engine::{batch_api, BatchDeps, BatchEngine, BatchModels};
+pub use input_validation::BatchEndpoint;
+pub(crate) use jobs::BatchJobs;
 pub use recovery::{BatchRecovery, RecoveryReport};
-#[cfg(feature = "embedded")]
-pub use takeover::TakeoverReport;
-pub use tensorzero_api::{BatchInferenceCreated, BatchInferenceError, BatchInferencePoll, PollQuery, PollStatus};
+pub(crate) use tensorzero_api::BatchInferenceError;
+pub use tensorzero_api::{BatchInferenceCreated, BatchInferencePoll, PollQuery, PollStatus};
 
 use crate::files::FilesError;
 use crate::ports::{JobQueue, MetricUnit, MetricsSink, StorageError};

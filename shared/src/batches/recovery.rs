@@ -43,7 +43,7 @@ pub struct BatchRecovery {
 
 impl BatchRecovery {
     /// One pass over every active batch (times from its clock).
-    pub async fn run_pass(&self) -> Result<RecoveryReport, BatchesError> {
+    pub(crate) async fn run_pass(&self) -> Result<RecoveryReport, BatchesError> {
         let mut report = RecoveryReport::default();
         let markers = list_all(self.state.as_ref(), ACTIVE_KIND, ACTIVE_OWNER).await?;
         report.active_batches = markers.len() as u64;

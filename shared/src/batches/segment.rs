@@ -32,7 +32,7 @@ pub(crate) struct StagedLines {
 
 impl PendingSegment {
     /// Stage a line for its provider's batch API under `custom_id` (unique within the batch).
-    pub fn stage(&mut self, batch_id: &str, custom_id: &str, request: NativeRequest) {
+    pub(crate) fn stage(&mut self, batch_id: &str, custom_id: &str, request: NativeRequest) {
         self.lines += 1;
         let group = NativeGroup {
             model: request.model,

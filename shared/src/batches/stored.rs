@@ -76,7 +76,7 @@ impl NativeProgress {
     }
 
     /// Staging is closed and provider batches still owe results: the `native` job's work.
-    pub fn awaiting_provider(&self) -> bool {
+    pub(crate) fn awaiting_provider(&self) -> bool {
         self.closed && self.open()
     }
 }
@@ -128,14 +128,14 @@ pub(crate) fn active_marker(batch_id: &str, project: &ProjectId, created_ms: i64
 impl StoredBatch {
     /// Where a `/batch_inference` batch keeps what failed or never ran, once it has ended (only
     /// when its `request_counts.failed` is not 0).
-    pub fn failures_key(&self) -> String {
+    pub(crate) fn failures_key(&self) -> String {
         format!("batch_inference/{}/{}/failures.jsonl", self.project, self.batch.id)
     }
 }
 
 impl StoredBatch {
     /// Every planned chunk has finished (its flag and these counters move in one write).
-    pub fn all_chunks_done(&self) -> bool {
+    pub(crate) fn all_chunks_done(&self) -> bool {
         self.chunks > 0 && self.chunks_done >= self.chunks
     }
 
@@ -145,7 +145,7 @@ impl StoredBatch {
     }
 
     /// Where this batch keeps its per-segment results.
-    pub fn results_prefix(&self) -> String {
+    pub(crate) fn results_prefix(&self) -> String {
         format!("batches/{}/{}", self.project, self.batch.id)
     }
 }
@@ -210,7 +210,7 @@ pub(crate) struct StoredChunk {
 
 impl StoredChunk {
     /// When the run holding the chunk at `now_ms` lets go of it at the latest, if one holds it.
-    pub fn held_until(&self, now_ms: i64) -> Option<i64> {
+    pub(crate) fn held_until(&self, now_ms: i64) -> Option<i64> {
         self.lease.as_ref().and_then(|lease| lease.until_ms.held_until(now_ms))
     }
 }

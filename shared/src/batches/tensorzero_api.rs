@@ -123,7 +123,7 @@ impl BatchApi {
 
     /// [`Self::submit_batch_inference`] for the API key `key_id` (recorded: once it is revoked,
     /// the items not run yet fail with `api_key_revoked`).
-    pub async fn submit_batch_inference_by(
+    pub(crate) async fn submit_batch_inference_by(
         &self,
         project: &ProjectId,
         key_id: Option<&str>,

@@ -12,7 +12,7 @@ use crate::ports::{BatchId, BlobStore, Clock, JobQueue, StateStore, StorageError
 use std::sync::Arc;
 
 /// At most this many errors are listed on a failed batch (the record must stay small).
-pub const MAX_LISTED_ERRORS: usize = 500;
+pub(crate) const MAX_LISTED_ERRORS: usize = 500;
 
 fn batch_errors(errors: Vec<LineError>) -> BatchErrors {
     BatchErrors {

@@ -90,7 +90,7 @@ impl WebhooksConfig {
     }
 
     /// The retry schedule.
-    pub fn retry_delays(&self) -> Vec<std::time::Duration> {
+    pub(crate) fn retry_delays(&self) -> Vec<std::time::Duration> {
         self.retry_delays_s
             .iter()
             .map(|s| std::time::Duration::from_secs(*s))

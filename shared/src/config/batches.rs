@@ -56,8 +56,8 @@ fn default_native_poll_max_interval_ms() -> u64 {
     300_000
 }
 /// The OpenAI Batch API's limits on one input file.
-pub const NATIVE_MAX_LINES: u64 = 50_000;
-pub const NATIVE_MAX_BYTES: u64 = 200_000_000;
+pub(crate) const NATIVE_MAX_LINES: u64 = 50_000;
+pub(crate) const NATIVE_MAX_BYTES: u64 = 200_000_000;
 fn default_native_max_lines() -> u64 {
     NATIVE_MAX_LINES
 }

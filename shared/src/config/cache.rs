@@ -10,7 +10,7 @@ use super::ConfigError;
 use serde::{Deserialize, Serialize};
 
 /// The longest entry lifetime: large entries' S3 objects expire after 30 days (template.yaml).
-pub const MAX_CACHE_TTL_S: u64 = 30 * 24 * 3600;
+pub(crate) const MAX_CACHE_TTL_S: u64 = 30 * 24 * 3600;
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -73,7 +73,7 @@ impl CacheMode {
     }
 
     /// The mode of a dry run, which never writes: `on` reads only, `write_only` does nothing.
-    pub fn without_writes(self) -> Self {
+    pub(crate) fn without_writes(self) -> Self {
         match self {
             Self::On | Self::ReadOnly => Self::ReadOnly,
             Self::Off | Self::WriteOnly => Self::Off,

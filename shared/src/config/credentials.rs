@@ -85,7 +85,8 @@ impl<'de> Deserialize<'de> for CredentialLocation {
 impl super::Config {
     /// Every `ssm::` key of a configured provider, with the config key naming it
     /// (`models.M.providers.P.api_key_location`).
-    pub fn key_parameters(&self) -> Vec<(String, &str)> {
+    #[cfg(feature = "aws")]
+    pub(crate) fn key_parameters(&self) -> Vec<(String, &str)> {
         let mut found = Vec::new();
         for (model_name, model) in &self.models {
             for (provider_name, provider) in &model.providers {
@@ -108,7 +109,8 @@ impl super::Config {
     /// Every `ssm::` key is under `prefix` (e.g. `/nimbus/`), the only parameters a deployed
     /// function may read: checked at start-up, so a key outside fails the deploy's first
     /// invocation with the config key named rather than each request with an access error.
-    pub fn check_key_parameter_prefix(&self, prefix: &str) -> Result<(), super::ConfigError> {
+    #[cfg(feature = "aws")]
+    pub(crate) fn check_key_parameter_prefix(&self, prefix: &str) -> Result<(), super::ConfigError> {
         match self.key_parameters().into_iter().find(|(_, name)| !name.starts_with(prefix)) {
             Some((key, name)) => Err(super::ConfigError::invalid(
                 key,

@@ -33,7 +33,7 @@ pub struct ExtraHeaderEntry {
 
 impl ExtraBodyEntry {
     /// The model request's entry (applies to every provider), placed as given.
-    pub fn to_model(&self, placement: ExtraPlacement) -> model::ExtraBodyEntry {
+    pub(crate) fn to_model(&self, placement: ExtraPlacement) -> model::ExtraBodyEntry {
         let entry = match &self.value {
             Some(value) => model::ExtraBodyEntry::set(&self.pointer, value.clone()),
             None => model::ExtraBodyEntry::delete(&self.pointer),
@@ -44,7 +44,7 @@ impl ExtraBodyEntry {
 
 impl ExtraHeaderEntry {
     /// The model request's entry (applies to every provider), placed as given.
-    pub fn to_model(&self, placement: ExtraPlacement) -> model::ExtraHeaderEntry {
+    pub(crate) fn to_model(&self, placement: ExtraPlacement) -> model::ExtraHeaderEntry {
         let entry = match &self.value {
             Some(value) => model::ExtraHeaderEntry::set(&self.name, value),
             None => model::ExtraHeaderEntry::delete(&self.name),

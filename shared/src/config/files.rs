@@ -3,19 +3,21 @@
 //! here, and [`BlobConfigFiles`] reads a prefix of any [`BlobStore`] (S3 in Lambda).
 
 use super::ConfigError;
+#[cfg(feature = "aws")]
 use crate::ports::BlobStore;
 use async_trait::async_trait;
 use std::path::PathBuf;
+#[cfg(feature = "aws")]
 use std::sync::Arc;
 
 /// The default configuration directory (`infra/config/`), compiled into the binary so that its
 /// templates and schemas ship with every Lambda function.
-pub static BUNDLED_CONFIG_DIR: include_dir::Dir<'static> =
+pub(crate) static BUNDLED_CONFIG_DIR: include_dir::Dir<'static> =
     include_dir::include_dir!("$CARGO_MANIFEST_DIR/../infra/config");
 
 /// Reads files of one configuration directory.
 #[async_trait]
-pub trait ConfigFiles: Send + Sync {
+pub(crate) trait ConfigFiles: Send + Sync {
     /// The file at `path`, a [`normalise_config_path`] result.
     async fn read(&self, path: &str) -> Result<Vec<u8>, ConfigError>;
 }
@@ -23,7 +25,7 @@ pub trait ConfigFiles: Send + Sync {
 /// `path` as written in the config, made relative to the config directory (`/`-separated, no
 /// `.` or `..`). Absolute paths and paths leaving the directory are refused, so that the same
 /// directory works locally, bundled and from S3.
-pub fn normalise_config_path(key: &str, path: &str) -> Result<String, ConfigError> {
+pub(crate) fn normalise_config_path(key: &str, path: &str) -> Result<String, ConfigError> {
     if path.starts_with('/') || path.contains('\\') || path.contains(':') {
         return Err(ConfigError::invalid(
             key,
@@ -53,7 +55,7 @@ pub fn normalise_config_path(key: &str, path: &str) -> Result<String, ConfigErro
 
 /// Files of a directory on disk.
 #[derive(Debug, Clone)]
-pub struct LocalConfigFiles {
+pub(crate) struct LocalConfigFiles {
     dir: PathBuf,
 }
 
@@ -76,7 +78,7 @@ impl ConfigFiles for LocalConfigFiles {
 
 /// Files of a directory compiled into the binary ([`BUNDLED_CONFIG_DIR`] by default).
 #[derive(Debug, Clone, Copy)]
-pub struct BundledConfigFiles {
+pub(crate) struct BundledConfigFiles {
     dir: &'static include_dir::Dir<'static>,
 }
 
@@ -107,15 +109,18 @@ impl ConfigFiles for BundledConfigFiles {
 
 /// Files under a key prefix of a blob store (e.g. `conf/` of an S3 bucket).
 #[derive(Clone)]
-pub struct BlobConfigFiles {
+#[cfg(feature = "aws")]
+pub(crate) struct BlobConfigFiles {
     store: Arc<dyn BlobStore>,
     prefix: String,
     /// How locations are named in messages, e.g. `s3://bucket/`.
     display_root: String,
 }
 
+#[cfg(feature = "aws")]
 impl BlobConfigFiles {
     /// `prefix` is empty or ends with `/`.
+    #[cfg(feature = "aws")]
     pub fn new(store: Arc<dyn BlobStore>, prefix: impl Into<String>, display_root: impl Into<String>) -> Self {
         Self {
             store,
@@ -126,6 +131,7 @@ impl BlobConfigFiles {
 }
 
 #[async_trait]
+#[cfg(feature = "aws")]
 impl ConfigFiles for BlobConfigFiles {
     async fn read(&self, path: &str) -> Result<Vec<u8>, ConfigError> {
         let key = format!("{}{path}", self.prefix);

@@ -3,9 +3,9 @@
 //! function layer (`crate::tensorzero`) reads and compiles them.
 
 /// Variants share the entry types with providers.
-pub use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
+pub(crate) use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
 /// `none`, `auto`, `required` or `{ specific = "tool" }`: the model request's own type.
-pub use crate::model::ToolChoice;
+pub(crate) use crate::model::ToolChoice;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -208,11 +208,11 @@ impl Default for CandidateVariants {
 }
 
 /// The roles whose legacy `*_schema` / `*_template` keys name the schema or template.
-pub const LEGACY_ROLES: [&str; 3] = ["system", "user", "assistant"];
+pub(crate) const LEGACY_ROLES: [&str; 3] = ["system", "user", "assistant"];
 
 impl FunctionConfig {
     /// Every schema by name, legacy keys folded in: `(name, key path suffix, file path)`.
-    pub fn schema_paths(&self) -> Vec<(String, String, &str)> {
+    pub(crate) fn schema_paths(&self) -> Vec<(String, String, &str)> {
         let legacy = [&self.system_schema, &self.user_schema, &self.assistant_schema];
         let mut paths = Vec::new();
         for (role, path) in LEGACY_ROLES.iter().zip(legacy) {
@@ -229,7 +229,7 @@ impl FunctionConfig {
 
 impl ChatCompletionConfig {
     /// Every template by name, legacy keys folded in: `(name, key path suffix, file path)`.
-    pub fn template_paths(&self) -> Vec<(String, String, &str)> {
+    pub(crate) fn template_paths(&self) -> Vec<(String, String, &str)> {
         let legacy = [&self.system_template, &self.user_template, &self.assistant_template];
         let mut paths = Vec::new();
         for (role, path) in LEGACY_ROLES.iter().zip(legacy) {

@@ -27,14 +27,14 @@ pub enum LmiSchema {
 
 impl LmiSchema {
     /// The schema takes a prompt string rendered from the chat through a chat template.
-    pub fn uses_chat_template(self) -> bool {
+    pub(crate) fn uses_chat_template(self) -> bool {
         matches!(self, Self::RollingBatch | Self::TgiCompat | Self::DynamicBatch)
     }
 }
 
 /// The built-in chat templates (their sources are the LMI provider's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BuiltInChatTemplate {
+pub(crate) enum BuiltInChatTemplate {
     /// `chatml`, the default.
     Chatml,
     /// `llama3`.
@@ -46,7 +46,7 @@ pub enum BuiltInChatTemplate {
 impl BuiltInChatTemplate {
     pub const ALL: [Self; 3] = [Self::Chatml, Self::Llama3, Self::Mistral];
     /// Used when the configuration names no template.
-    pub const DEFAULT: Self = Self::Chatml;
+    pub(crate) const DEFAULT: Self = Self::Chatml;
 
     /// The name a configuration gives it.
     pub fn name(self) -> &'static str {
@@ -58,7 +58,7 @@ impl BuiltInChatTemplate {
     }
 
     /// The built-in template called `name`, if any.
-    pub fn from_name(name: &str) -> Option<Self> {
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|template| template.name() == name)
     }
 }
@@ -67,11 +67,11 @@ impl BuiltInChatTemplate {
 /// conversation (anything else failing in a render is the template's fault).
 #[derive(Debug, thiserror::Error)]
 #[error("the chat template raised an exception")]
-pub struct ChatTemplateRaised;
+pub(crate) struct ChatTemplateRaised;
 
 /// The environment chat templates compile and render in, set up as Hugging Face renders them:
 /// blocks trimmed, no escaping, Python string methods, `raise_exception(message)`.
-pub fn chat_template_environment() -> minijinja::Environment<'static> {
+pub(crate) fn chat_template_environment() -> minijinja::Environment<'static> {
     use minijinja::syntax::SyntaxConfig;
     let mut environment = minijinja::Environment::new();
     match SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build() {

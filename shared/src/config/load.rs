@@ -15,10 +15,10 @@ pub struct ConfigSources {
 }
 
 /// The TOML file's name in the bundled config directory (`infra/config/`).
-pub const BUNDLED_CONFIG_FILE: &str = "nimbus.toml";
+pub(crate) const BUNDLED_CONFIG_FILE: &str = "nimbus.toml";
 
 /// Read `toml_name` from `files`, then every file it references (relative to the same directory).
-pub async fn read_config(files: &dyn ConfigFiles, toml_name: &str) -> Result<ConfigSources, ConfigError> {
+pub(crate) async fn read_config(files: &dyn ConfigFiles, toml_name: &str) -> Result<ConfigSources, ConfigError> {
     let text = read_text(files, toml_name).await?;
     let config = Config::from_toml(&text)?;
     // Each file once, under the first key that names it; read concurrently (from S3, each read is
@@ -39,12 +39,12 @@ pub async fn read_config(files: &dyn ConfigFiles, toml_name: &str) -> Result<Con
 }
 
 /// [`read_config`] of the configuration compiled into the binaries (`infra/config/`).
-pub async fn read_bundled_config() -> Result<ConfigSources, ConfigError> {
+pub(crate) async fn read_bundled_config() -> Result<ConfigSources, ConfigError> {
     read_config(&super::files::BundledConfigFiles::default(), BUNDLED_CONFIG_FILE).await
 }
 
 /// [`read_config`] for a TOML file on disk; referenced files resolve against its directory.
-pub async fn read_local_config(path: &Path) -> Result<ConfigSources, ConfigError> {
+pub(crate) async fn read_local_config(path: &Path) -> Result<ConfigSources, ConfigError> {
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let name = path
         .file_name()
@@ -63,7 +63,7 @@ async fn read_text(files: &dyn ConfigFiles, path: &str) -> Result<String, Config
 
 impl Config {
     /// Every file the config references: `(key path, path as written)`.
-    pub fn referenced_files(&self) -> Vec<(String, String)> {
+    pub(crate) fn referenced_files(&self) -> Vec<(String, String)> {
         let mut files = Vec::new();
         for (name, tool) in &self.tools {
             files.push((format!("tools.{name}.parameters"), tool.parameters.clone()));

@@ -36,25 +36,39 @@ mod models;
 mod shorthand;
 mod tools;
 
-pub use async_requests::{AsyncRequestsConfig, WebhooksConfig, DEFAULT_WEBHOOK_RETRY_DELAYS};
-pub use batches::BatchesConfig;
-pub use cache::{CacheConfig, CacheMode, MAX_CACHE_TTL_S};
-pub use credentials::CredentialLocation;
-pub use extras::{ExtraBodyEntry, ExtraHeaderEntry};
-pub use files::{
-    normalise_config_path, BlobConfigFiles, BundledConfigFiles, ConfigFiles, LocalConfigFiles, BUNDLED_CONFIG_DIR,
-};
-pub use functions::{FunctionConfig, FunctionKind, VariantConfig};
-pub use gateway::{GatewayConfig, RetryConfig};
-pub use lmi::{
+pub use async_requests::DEFAULT_WEBHOOK_RETRY_DELAYS;
+pub(crate) use async_requests::{AsyncRequestsConfig, WebhooksConfig};
+pub(crate) use batches::BatchesConfig;
+pub(crate) use cache::{CacheConfig, CacheMode};
+pub(crate) use credentials::CredentialLocation;
+pub(crate) use extras::{ExtraBodyEntry, ExtraHeaderEntry};
+pub(crate) use files::normalise_config_path;
+#[cfg(feature = "aws")]
+pub(crate) use files::BlobConfigFiles;
+#[cfg(any(feature = "aws", test))]
+pub(crate) use files::ConfigFiles;
+#[cfg(test)]
+pub(crate) use files::{BundledConfigFiles, LocalConfigFiles};
+pub(crate) use functions::FunctionConfig;
+#[cfg(test)]
+pub(crate) use functions::FunctionKind;
+pub(crate) use gateway::GatewayConfig;
+pub use gateway::RetryConfig;
+pub(crate) use lmi::{
     chat_template_environment, BuiltInChatTemplate, ChatTemplateRaised, LmiApiConfig, LmiOutputFormatter,
     LmiProviderConfig, LmiSchema, SageMakerProviderConfig,
 };
-pub use load::{read_bundled_config, read_config, read_local_config, ConfigSources, BUNDLED_CONFIG_FILE};
-pub use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};
-pub use models::{BatchMode, DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
-pub use shorthand::{shorthand_model, ModelLookupError, SHORTHAND_PROVIDERS};
-pub use tools::ToolConfig;
+#[cfg(any(feature = "aws", test))]
+pub(crate) use load::read_config;
+pub(crate) use load::{read_bundled_config, read_local_config, ConfigSources};
+#[cfg(test)]
+pub(crate) use metrics::MetricOptimize;
+pub(crate) use metrics::{MetricConfig, MetricKind, MetricLevel};
+pub(crate) use models::{BatchMode, DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
+pub(crate) use shorthand::shorthand_model;
+#[cfg(test)]
+pub(crate) use shorthand::ModelLookupError;
+pub(crate) use tools::ToolConfig;
 
 use serde::Deserialize;
 use std::collections::BTreeMap;

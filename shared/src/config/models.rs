@@ -74,7 +74,7 @@ pub enum BatchMode {
 
 impl OpenAiProviderConfig {
     /// OpenAI itself with every default: what the `openai::MODEL` shorthand stands for.
-    pub fn for_model(model_name: &str) -> Self {
+    pub(crate) fn for_model(model_name: &str) -> Self {
         Self {
             model_name: model_name.to_owned(),
             api_base: default_api_base(),

@@ -7,10 +7,10 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// The providers a shorthand may name.
-pub const SHORTHAND_PROVIDERS: [&str; 2] = ["dummy", "openai"];
+pub(crate) const SHORTHAND_PROVIDERS: [&str; 2] = ["dummy", "openai"];
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ModelLookupError {
+pub(crate) enum ModelLookupError {
     #[error("unknown model `{}`", excerpt(.0))]
     UnknownModel(String),
     #[error(
@@ -25,7 +25,8 @@ pub enum ModelLookupError {
 
 impl Config {
     /// The model `name` stands for; see the module docs.
-    pub fn resolve_model(&self, name: &str) -> Result<Cow<'_, ModelConfig>, ModelLookupError> {
+    #[cfg(test)]
+    pub(crate) fn resolve_model(&self, name: &str) -> Result<Cow<'_, ModelConfig>, ModelLookupError> {
         resolve_model(&self.models, name)
     }
 }
@@ -42,7 +43,7 @@ pub(crate) fn resolve_model<'a>(
 
 /// The one-provider model a `provider::model` shorthand stands for (configured models are not
 /// consulted: callers check them first). The provider is named after its type.
-pub fn shorthand_model(name: &str) -> Result<ModelConfig, ModelLookupError> {
+pub(crate) fn shorthand_model(name: &str) -> Result<ModelConfig, ModelLookupError> {
     let Some((provider, model_name)) = name.split_once("::") else {
         return Err(ModelLookupError::UnknownModel(name.to_owned()));
     };

@@ -12,12 +12,12 @@ use crate::user_text::excerpt;
 use std::time::Duration;
 
 /// How long the upload URL is valid; an upload that has not landed by then is removed.
-pub const DIRECT_UPLOAD_TTL: Duration = Duration::from_secs(3600);
+pub(crate) const DIRECT_UPLOAD_TTL: Duration = Duration::from_secs(3600);
 
 /// Where to send the bytes. `upload_url` is `None` for stores without presigned URLs (the local
 /// server then takes the bytes itself at `PUT /v1/files/{id}/content`); `upload_headers` are the
 /// headers the PUT must carry as given (signed into the URL).
-pub struct DirectUploadTarget {
+pub(crate) struct DirectUploadTarget {
     pub file: FileObject,
     pub upload_url: Option<String>,
     pub upload_headers: Vec<(String, String)>,
@@ -25,7 +25,7 @@ pub struct DirectUploadTarget {
 }
 
 /// What the client declares of a direct upload's bytes.
-pub struct DeclaredBytes {
+pub(crate) struct DeclaredBytes {
     pub bytes: u64,
     /// The SHA-256 as 64 hex digits (what `sha256sum` prints), when declared.
     pub sha256: Option<String>,
@@ -47,7 +47,7 @@ fn parse_sha256(hex_digits: &str) -> Result<[u8; 32], FilesError> {
 }
 
 impl FilesService {
-    pub async fn create_direct_upload(
+    pub(crate) async fn create_direct_upload(
         &self,
         project: &ProjectId,
         filename: String,
@@ -114,7 +114,7 @@ impl FilesService {
     /// The bytes of a direct upload, for stores without presigned URLs (the local server). Where
     /// the store presigns (S3), the bytes go to the presigned URL only: it alone stores them once
     /// with the declared checksum, so this path refuses.
-    pub async fn put_direct_content(
+    pub(crate) async fn put_direct_content(
         &self,
         project: &ProjectId,
         id: &str,

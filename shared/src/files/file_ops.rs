@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a presigned download URL stays valid.
-pub const DOWNLOAD_URL_TTL: Duration = Duration::from_secs(300);
+pub(crate) const DOWNLOAD_URL_TTL: Duration = Duration::from_secs(300);
 
 /// A new file's metadata, as the client described it.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,7 +47,7 @@ impl Default for ListFiles {
 }
 
 /// A file being created: id and blob reserved, bytes maybe written, no record yet.
-pub struct FileDraft {
+pub(crate) struct FileDraft {
     id: String,
     created_ms: i64,
     blob_key: String,
@@ -57,7 +57,7 @@ pub struct FileDraft {
 }
 
 /// What an `Idempotency-Key` on a file upload found.
-pub enum FileReservation {
+pub(crate) enum FileReservation {
     /// An earlier request with the key created this file.
     Existing(FileObject),
     /// Create the file under this id.
@@ -98,14 +98,14 @@ impl FilesService {
 
     /// Reserve an id and a blob for a file whose metadata may arrive after its bytes
     /// (multipart fields come in any order).
-    pub async fn start_file(&self, project: &ProjectId) -> Result<FileDraft, FilesError> {
+    pub(crate) async fn start_file(&self, project: &ProjectId) -> Result<FileDraft, FilesError> {
         let (id, _) = self.mint("file-");
         self.start_file_with_id(project, &id).await
     }
 
     /// Like [`FilesService::start_file`] for an id minted earlier by this layer (an idempotent
     /// create's retry, a batch's reserved result file).
-    pub async fn start_file_with_id(&self, project: &ProjectId, id: &str) -> Result<FileDraft, FilesError> {
+    pub(crate) async fn start_file_with_id(&self, project: &ProjectId, id: &str) -> Result<FileDraft, FilesError> {
         let cursor = cursor_for_id("file-", id)
             .ok_or_else(|| FilesError::invalid(format!("'{}' is not a file id.", excerpt(id)), "id"))?;
         let blob_key = format!("{}/files/{id}", project_prefix(project));
@@ -121,7 +121,7 @@ impl FilesService {
     }
 
     /// The id a new file with this idempotency key gets, or the file an earlier request made.
-    pub async fn reserve_file_id(&self, project: &ProjectId, key: &str) -> Result<FileReservation, FilesError> {
+    pub(crate) async fn reserve_file_id(&self, project: &ProjectId, key: &str) -> Result<FileReservation, FilesError> {
         let (id, _) = self.mint("file-");
         let keys = IdempotencyKeys::new(Arc::clone(&self.state), Arc::clone(&self.clock));
         match keys.reserve(project, "files", key, &id, "").await? {
@@ -137,7 +137,7 @@ impl FilesService {
 
     /// Store a file the gateway generated (e.g. a batch's output) under a reserved id. If that
     /// file exists already (an earlier attempt got that far), it is returned as it is.
-    pub async fn create_generated_file(
+    pub(crate) async fn create_generated_file(
         &self,
         project: &ProjectId,
         id: &FileId,
@@ -157,7 +157,11 @@ impl FilesService {
     }
 
     /// A batch input file: its object and where its bytes are.
-    pub async fn batch_input(&self, project: &ProjectId, id: &FileId) -> Result<(FileObject, String), FilesError> {
+    pub(crate) async fn batch_input(
+        &self,
+        project: &ProjectId,
+        id: &FileId,
+    ) -> Result<(FileObject, String), FilesError> {
         let (record, stored) = self.live_file(project, id.as_str()).await?;
         let stored = self.settle_direct_upload(record, stored).await?;
         if stored.file.purpose != FilePurpose::Batch {
@@ -179,7 +183,12 @@ impl FilesService {
     }
 
     /// Stream the bytes into the draft's blob, failing past `max` bytes.
-    pub async fn write_file_bytes(&self, draft: &mut FileDraft, body: ByteStream, max: u64) -> Result<(), FilesError> {
+    pub(crate) async fn write_file_bytes(
+        &self,
+        draft: &mut FileDraft,
+        body: ByteStream,
+        max: u64,
+    ) -> Result<(), FilesError> {
         let (body, flag) = limited(body, max);
         match self.blobs.put_stream(&draft.blob_key, body).await {
             Ok(bytes) => {
@@ -200,7 +209,7 @@ impl FilesService {
     }
 
     /// Validate the metadata against the stored bytes and make the file visible, or discard it.
-    pub async fn finish_file(
+    pub(crate) async fn finish_file(
         &self,
         project: &ProjectId,
         draft: FileDraft,
@@ -256,7 +265,7 @@ impl FilesService {
     }
 
     /// Drop a draft's bytes (best effort: the janitor's guard removes them otherwise).
-    pub async fn discard_file(&self, draft: &FileDraft) {
+    pub(crate) async fn discard_file(&self, draft: &FileDraft) {
         if self.blobs.delete(&draft.blob_key).await.is_ok() {
             let _ = Janitor::new(self).cancel(&draft.guard).await;
         }

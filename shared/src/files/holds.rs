@@ -33,7 +33,7 @@ struct BlobHold {
 impl FilesService {
     /// A batch input file (see [`FilesService::batch_input`]) whose bytes `holder` holds until it
     /// calls [`FilesService::release_hold`]. A file deleted meanwhile answers 404 and is not held.
-    pub async fn hold_batch_input(
+    pub(crate) async fn hold_batch_input(
         &self,
         project: &ProjectId,
         file_id: &FileId,
@@ -54,7 +54,12 @@ impl FilesService {
 
     /// `holder` no longer needs the bytes of `file_id` at `blob_key`; if nobody else holds them
     /// and the file is deleted, they are deleted now. Idempotent.
-    pub async fn release_hold(&self, blob_key: &str, file_id: &FileId, holder: &BatchId) -> Result<(), FilesError> {
+    pub(crate) async fn release_hold(
+        &self,
+        blob_key: &str,
+        file_id: &FileId,
+        holder: &BatchId,
+    ) -> Result<(), FilesError> {
         let (file_id, holder) = (file_id.as_str(), holder.as_str());
         let mut released = false;
         for _ in 0..ATTEMPTS {

@@ -6,19 +6,19 @@ use crate::user_text::excerpt;
 
 const MIB: u64 = 1024 * 1024;
 /// Batch input files: 200 MB.
-pub const MAX_BATCH_FILE_BYTES: u64 = 200 * MIB;
+pub(crate) const MAX_BATCH_FILE_BYTES: u64 = 200 * MIB;
 /// Any other file: 512 MB.
-pub const MAX_FILE_BYTES: u64 = 512 * MIB;
+pub(crate) const MAX_FILE_BYTES: u64 = 512 * MIB;
 /// One upload part: 64 MB (API Gateway limits a Lambda request to far less).
 pub const MAX_PART_BYTES: u64 = 64 * MIB;
 /// Batch files expire after 30 days unless told otherwise.
-pub const BATCH_FILE_DEFAULT_TTL_S: i64 = 30 * 24 * 3600;
-pub const MIN_EXPIRES_AFTER_S: i64 = 3600;
-pub const MAX_EXPIRES_AFTER_S: i64 = 2_592_000;
+pub(crate) const BATCH_FILE_DEFAULT_TTL_S: i64 = 30 * 24 * 3600;
+pub(crate) const MIN_EXPIRES_AFTER_S: i64 = 3600;
+pub(crate) const MAX_EXPIRES_AFTER_S: i64 = 2_592_000;
 /// Uploads expire an hour after creation.
-pub const UPLOAD_TTL_S: i64 = 3600;
+pub(crate) const UPLOAD_TTL_S: i64 = 3600;
 
-pub fn max_bytes_for(purpose: FilePurpose) -> u64 {
+pub(crate) fn max_bytes_for(purpose: FilePurpose) -> u64 {
     match purpose {
         FilePurpose::Batch => MAX_BATCH_FILE_BYTES,
         _ => MAX_FILE_BYTES,
@@ -77,7 +77,7 @@ pub(crate) fn too_large(purpose: FilePurpose) -> FilesError {
 
 /// The request field an expiry policy came in, which names the parameter in its errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExpiryField {
+pub(crate) enum ExpiryField {
     /// `expires_after` of a file or upload (multipart names: `expires_after[anchor]`).
     FileExpiresAfter,
     /// `output_expires_after` of a batch: the policy of its output and error files.
@@ -108,7 +108,7 @@ impl ExpiryField {
 }
 
 /// Check an expiry policy (anchor `created_at`, 3600..=2592000 s): the seconds after the anchor.
-pub fn check_expires_after(after: &ExpiresAfter, field: ExpiryField) -> Result<i64, FilesError> {
+pub(crate) fn check_expires_after(after: &ExpiresAfter, field: ExpiryField) -> Result<i64, FilesError> {
     let name = field.name();
     if after.anchor != "created_at" {
         return Err(FilesError::invalid(

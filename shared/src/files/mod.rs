@@ -15,11 +15,13 @@ mod streams;
 pub mod sweep;
 mod upload_ops;
 
-pub use direct::{DeclaredBytes, DirectUploadTarget, DIRECT_UPLOAD_TTL};
-pub use file_ops::{FileContent, FileDraft, FileReservation, ListFiles, NewFile, DOWNLOAD_URL_TTL, FILE_PAGE};
+pub(crate) use direct::DeclaredBytes;
+pub use file_ops::{FileContent, ListFiles, NewFile, FILE_PAGE};
+pub(crate) use file_ops::{FileDraft, FileReservation};
 pub use holds::HOLD_BACKSTOP_MS;
-pub use limits::{check_expires_after, check_new_file, max_bytes_for, ExpiryField, MAX_FILE_BYTES, MAX_PART_BYTES};
-pub use streams::{md5_tapped, Md5Tap};
+pub(crate) use limits::{check_expires_after, max_bytes_for, ExpiryField, MAX_FILE_BYTES};
+pub use limits::{check_new_file, MAX_PART_BYTES};
+pub use streams::md5_tapped;
 
 use crate::openai::files::FileObject;
 use crate::ports::{BlobStore, Clock, IdSource, ProjectId, Record, SortCursor, StateStore, StorageError};

@@ -43,7 +43,7 @@ pub struct DigestTap<D>(Arc<Mutex<D>>);
 
 /// The MD5 of a stream (the server checks an upload's parts with it; `nimbus batch submit`, the
 /// bytes it checked).
-pub type Md5Tap = DigestTap<Md5>;
+pub(crate) type Md5Tap = DigestTap<Md5>;
 
 impl<D: Digest + Clone> DigestTap<D> {
     /// The digest's bytes (empty if a hashing thread panicked).
@@ -60,7 +60,9 @@ impl<D: Digest + Clone> DigestTap<D> {
 }
 
 /// `stream` as it was, and the digest `D` of what it let through.
-pub fn digest_tapped<D: Digest + Clone + Default + Send + 'static>(stream: ByteStream) -> (ByteStream, DigestTap<D>) {
+pub(crate) fn digest_tapped<D: Digest + Clone + Default + Send + 'static>(
+    stream: ByteStream,
+) -> (ByteStream, DigestTap<D>) {
     let tap = DigestTap::<D>::default();
     let hasher = tap.clone();
     let tapped = stream

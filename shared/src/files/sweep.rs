@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 /// The kind of a janitor task (its `created_at_ms` is when it is due).
-pub const JANITOR_KIND: &str = "janitor";
+pub(crate) const JANITOR_KIND: &str = "janitor";
 const KIND: &str = JANITOR_KIND;
 const OWNER: &str = "_due";
 /// A blob written before its record: if no record exists this long after, the blob is removed.
@@ -20,7 +20,7 @@ const BLOB_GUARD_GRACE_MS: i64 = 2 * 3600 * 1000;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "task", rename_all = "snake_case")]
-pub enum JanitorTask {
+pub(crate) enum JanitorTask {
     /// Delete a file (record, then bytes) once it expired.
     ExpireFile { project: ProjectId, file_id: String },
     /// Expire a pending upload and delete its parts.
@@ -42,9 +42,9 @@ pub struct SweepReport {
 
 /// Marker handle returned by [`Janitor::guard_blob`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Marker(String);
+pub(crate) struct Marker(String);
 
-pub struct Janitor<'a> {
+pub(crate) struct Janitor<'a> {
     files: &'a FilesService,
 }
 
@@ -62,7 +62,7 @@ impl<'a> Janitor<'a> {
     }
 
     /// Protect a blob about to be written: removed later unless its record appears.
-    pub async fn guard_blob(&self, kind: &str, id: &str, blob_key: &str) -> Result<Marker, FilesError> {
+    pub(crate) async fn guard_blob(&self, kind: &str, id: &str, blob_key: &str) -> Result<Marker, FilesError> {
         let task = JanitorTask::BlobGuard {
             kind: kind.to_owned(),
             id: id.to_owned(),
@@ -91,7 +91,7 @@ impl FilesService {
     }
 
     /// Run every janitor task due by `now_ms` (at most `max_tasks`).
-    pub async fn sweep_due(&self, now_ms: i64, max_tasks: usize) -> Result<SweepReport, FilesError> {
+    pub(crate) async fn sweep_due(&self, now_ms: i64, max_tasks: usize) -> Result<SweepReport, FilesError> {
         let mut report = SweepReport::default();
         let mut after = None;
         while (report.tasks_run + report.tasks_failed) < max_tasks as u64 {
@@ -181,13 +181,13 @@ impl FilesService {
 }
 
 /// The janitor's sweep as a scheduled task (`files_sweep` in the scheduler's report).
-pub struct FilesSweep {
+pub(crate) struct FilesSweep {
     files: FilesService,
 }
 
 impl FilesSweep {
     /// The most janitor tasks one pass runs; the rest wait for the next pass.
-    pub const MAX_TASKS_PER_PASS: usize = 10_000;
+    pub(crate) const MAX_TASKS_PER_PASS: usize = 10_000;
 
     pub fn new(files: FilesService) -> Self {
         Self { files }

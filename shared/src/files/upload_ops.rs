@@ -50,7 +50,7 @@ impl FilesService {
     /// parameters answers with the upload the first request created, as it is now (pending,
     /// completed with its `file`, cancelled or expired); other parameters are refused
     /// ([`FilesError::KeyReused`]).
-    pub async fn create_upload_once(
+    pub(crate) async fn create_upload_once(
         &self,
         project: &ProjectId,
         request: CreateUploadRequest,
@@ -179,7 +179,7 @@ impl FilesService {
         Ok((record, stored))
     }
 
-    pub async fn add_upload_part(
+    pub(crate) async fn add_upload_part(
         &self,
         project: &ProjectId,
         upload_id: &str,
@@ -233,7 +233,7 @@ impl FilesService {
     /// [`FilesService::complete_upload`] with an `Idempotency-Key`: a retry with the same key,
     /// upload, parts and MD5 answers with the completed upload (a first attempt that did not
     /// finish is finished now); other parameters are refused ([`FilesError::KeyReused`]).
-    pub async fn complete_upload_once(
+    pub(crate) async fn complete_upload_once(
         &self,
         project: &ProjectId,
         upload_id: &str,

@@ -15,12 +15,13 @@ use axum::response::{IntoResponse, Response};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+#[cfg(feature = "aws")]
 use std::time::Duration;
 use tokio::time::Instant;
 
 /// When the answer must have started, set per request by the host.
 #[derive(Debug, Clone)]
-pub struct AnswerDeadline {
+pub(crate) struct AnswerDeadline {
     pub at: Instant,
     /// Set by the handler when it answers with a stream (exempt).
     streaming: Arc<AtomicBool>,
@@ -34,7 +35,8 @@ impl PartialEq for AnswerDeadline {
 
 /// The deadline of a request that reached the front `elapsed` ago (the front counts from when it
 /// received it), under the host's `limit`: `None` without a limit (0).
-pub fn answer_deadline(limit: Duration, elapsed: Duration, now: Instant) -> Option<AnswerDeadline> {
+#[cfg(feature = "aws")]
+pub(crate) fn answer_deadline(limit: Duration, elapsed: Duration, now: Instant) -> Option<AnswerDeadline> {
     if limit.is_zero() {
         return None;
     }
@@ -46,10 +48,10 @@ pub fn answer_deadline(limit: Duration, elapsed: Duration, now: Instant) -> Opti
 
 /// A handler's word that it answers with a stream: call [`StreamAnswer::streaming`] before
 /// waiting for the stream's first chunk, and the deadline no longer applies.
-pub struct StreamAnswer(Option<Arc<AtomicBool>>);
+pub(crate) struct StreamAnswer(Option<Arc<AtomicBool>>);
 
 impl StreamAnswer {
-    pub fn streaming(&self) {
+    pub(crate) fn streaming(&self) {
         if let Some(flag) = &self.0 {
             flag.store(true, Ordering::SeqCst);
         }
@@ -69,7 +71,7 @@ impl<S: Send + Sync> FromRequestParts<S> for StreamAnswer {
 }
 
 /// The 504 answered at the deadline.
-pub fn answer_too_slow() -> ApiError {
+pub(crate) fn answer_too_slow() -> ApiError {
     ApiError::new(
         StatusCode::GATEWAY_TIMEOUT,
         "timeout",
@@ -83,7 +85,7 @@ pub fn answer_too_slow() -> ApiError {
 
 /// Answer [`answer_too_slow`] when the response has not started by the request's
 /// [`AnswerDeadline`], unless its handler answers with a stream.
-pub async fn answer_in_time(request: Request, next: Next) -> Response {
+pub(crate) async fn answer_in_time(request: Request, next: Next) -> Response {
     let Some(deadline) = request.extensions().get::<AnswerDeadline>().cloned() else {
         return next.run(request).await;
     };

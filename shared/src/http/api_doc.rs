@@ -16,7 +16,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder, Res
 use utoipa::{IntoResponses, ToSchema};
 
 /// A surface's error responses: any 4XX or 5XX, its body that surface's error shape `T`.
-pub struct ErrorResponses<T>(PhantomData<T>);
+pub(crate) struct ErrorResponses<T>(PhantomData<T>);
 
 impl<T: ToSchema> IntoResponses for ErrorResponses<T> {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
@@ -41,13 +41,13 @@ impl<T: ToSchema> IntoResponses for ErrorResponses<T> {
 }
 
 /// The OpenAI-compatible routes' errors: `{"error": {"message", "type", "param", "code"}}`.
-pub type OpenAiErrors = ErrorResponses<ErrorEnvelope>;
+pub(crate) type OpenAiErrors = ErrorResponses<ErrorEnvelope>;
 /// TensorZero's routes' errors: `{"error": "<message>"}`.
-pub type TensorZeroErrors = ErrorResponses<TensorZeroErrorBody>;
+pub(crate) type TensorZeroErrors = ErrorResponses<TensorZeroErrorBody>;
 /// The Baseten-style async routes' errors: `{"error", "code", "field"}`.
-pub type BasetenErrors = ErrorResponses<BasetenErrorBody>;
+pub(crate) type BasetenErrors = ErrorResponses<BasetenErrorBody>;
 /// The LMI API's errors (bad input is a 424, as DJL Serving answers it).
-pub type LmiErrors = ErrorResponses<LmiErrorBody>;
+pub(crate) type LmiErrors = ErrorResponses<LmiErrorBody>;
 
 /// The checked-in document (`docs/openapi.json`, kept current by `make openapi` and checked by
 /// `the_checked_in_document_is_current`): what `GET /openapi.json` serves.

@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 use utoipa_axum::router::OpenApiRouter;
 
 /// Baseten's limit on an `/async_predict` body.
-pub const MAX_ASYNC_BODY_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_ASYNC_BODY_BYTES: usize = 256 * 1024;
 
 pub(super) fn routes() -> OpenApiRouter<BatchesState> {
     OpenApiRouter::default()

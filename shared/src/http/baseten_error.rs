@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BasetenError {
+pub(crate) struct BasetenError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
@@ -17,7 +17,7 @@ pub struct BasetenError {
 
 impl BasetenError {
     /// An error raised outside the async domain, its code from its status.
-    pub fn from_status(status: StatusCode, message: String) -> Self {
+    pub(crate) fn from_status(status: StatusCode, message: String) -> Self {
         let code = match status.as_u16() {
             400 | 422 => "INVALID_REQUEST",
             401 | 403 => "UNAUTHORIZED",
@@ -75,7 +75,7 @@ impl IntoResponse for BasetenError {
 /// Baseten's error body: `{"error": "<message>", "code": "<CODE>"}`, plus the `field` a 400 names.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[schema(as = BasetenError)]
-pub struct BasetenErrorBody {
+pub(crate) struct BasetenErrorBody {
     pub error: String,
     /// `MODEL_INVALID_INPUT`, `MODEL_DOES_NOT_EXIST`, `ASYNC_REQUEST_NOT_FOUND`, `UNAUTHORIZED`, …
     pub code: String,

@@ -17,20 +17,21 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Bodies smaller than this do not count against the budget.
-pub const SMALL_BODY_BYTES: usize = 256 * 1024;
+pub(crate) const SMALL_BODY_BYTES: usize = 256 * 1024;
 /// Bytes of large bodies held at once, across all requests (at least one body of the largest size).
-pub const BUDGET_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const BUDGET_BYTES: usize = 16 * 1024 * 1024;
 /// The longest a body waits for its share of the budget before the request is refused (503).
-pub const BUDGET_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const BUDGET_WAIT: Duration = Duration::from_secs(30);
 
 static BUDGET: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(BUDGET_BYTES)));
 
 /// Held while a large body (and what was parsed from it) is alive; released on drop.
 #[derive(Debug, Default)]
-pub struct BodyPermit(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
+pub(crate) struct BodyPermit(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
 
 impl BodyPermit {
     /// Bytes of the budget held.
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.0.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
     }
@@ -57,7 +58,7 @@ impl BodyPermit {
 
 /// Why a body could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum BodyReadError {
+pub(crate) enum BodyReadError {
     #[error("the request body is larger than {0} bytes")]
     TooLarge(usize),
     #[error("the server is holding too many large request bodies; retry shortly")]
@@ -69,7 +70,7 @@ pub enum BodyReadError {
 /// Read `body` (at most `max_bytes`; `declared` is its `Content-Length`) while taking its share
 /// of the budget as its bytes arrive: nothing below [`SMALL_BODY_BYTES`], then its whole
 /// declared size (or `max_bytes` when unknown), growing only past what was declared.
-pub async fn read_within_budget(
+pub(crate) async fn read_within_budget(
     body: Body,
     declared: Option<usize>,
     max_bytes: usize,

@@ -39,12 +39,12 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// declared body gets longer: its size at [`MIN_BODY_RATE`].
 pub const DEFAULT_TOTAL_TIMEOUT: Duration = Duration::from_secs(300);
 /// The slowest steady rate (bytes per second) a large declared body is given time for.
-pub const MIN_BODY_RATE: u64 = 256 * 1024;
+pub(crate) const MIN_BODY_RATE: u64 = 256 * 1024;
 
 impl BodyTimeouts {
     /// The total deadline of a body that declares `content_length` bytes: the configured one, or
     /// longer for a body too large to arrive within it at [`MIN_BODY_RATE`].
-    pub fn total_for(&self, content_length: Option<u64>) -> Duration {
+    pub(crate) fn total_for(&self, content_length: Option<u64>) -> Duration {
         let at_min_rate = Duration::from_secs(content_length.unwrap_or(0) / MIN_BODY_RATE);
         self.total.max(at_min_rate)
     }
@@ -61,7 +61,7 @@ impl Default for BodyTimeouts {
 
 /// Which clock ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum BodyTimeout {
+pub(crate) enum BodyTimeout {
     #[error("no bytes of the request body arrived for {0:?}")]
     Idle(Duration),
     #[error("the request body was not received within {0:?}")]
@@ -69,7 +69,7 @@ pub enum BodyTimeout {
 }
 
 /// Wrap the body in the two clocks; when one ran out while the handler read it, answer 408.
-pub async fn read_bodies_in_time(request: Request, next: Next) -> Response {
+pub(crate) async fn read_bodies_in_time(request: Request, next: Next) -> Response {
     let timeouts = request.extensions().get::<BodyTimeouts>().copied().unwrap_or_default();
     let (parts, body) = request.into_parts();
     if body.is_end_stream() {

@@ -21,17 +21,17 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// The most unread body bytes read and discarded to keep a connection open.
-pub const DRAIN_LIMIT_BYTES: u64 = 1024 * 1024;
+pub(crate) const DRAIN_LIMIT_BYTES: u64 = 1024 * 1024;
 
 /// The longest an unread body is read for before the connection is given up.
-pub const DRAIN_TIME: Duration = Duration::from_secs(2);
+pub(crate) const DRAIN_TIME: Duration = Duration::from_secs(2);
 
 /// How long the rest of a body too large to drain is still read (and discarded) after the answer.
-pub const LINGER_TIME: Duration = Duration::from_secs(30);
+pub(crate) const LINGER_TIME: Duration = Duration::from_secs(30);
 
 /// Run the request, then drain what the handler left of its body (or mark the response
 /// `Connection: close` when that is too much).
-pub async fn drain_unread_body(request: Request, next: Next) -> Response {
+pub(crate) async fn drain_unread_body(request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
     if body.is_end_stream() {
         return next.run(Request::from_parts(parts, body)).await;

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 /// The message of the [`ApiError`] a response was rendered from, kept as a response extension so
 /// that another API surface (TensorZero's routes) can render the same error in its own shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiErrorMessage(pub String);
+pub(crate) struct ApiErrorMessage(pub String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {

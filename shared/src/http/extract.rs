@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 /// [`axum::extract::Path`] with envelope rejections (e.g. an id that is not UTF-8 once decoded).
-pub struct ApiPath<T>(pub T);
+pub(crate) struct ApiPath<T>(pub T);
 
 impl<S, T> FromRequestParts<S> for ApiPath<T>
 where
@@ -26,7 +26,7 @@ where
 
 /// A query string of string parameters read into `T`: a parameter given twice, or one `T` does
 /// not accept, is a 400 naming it.
-pub struct ApiQuery<T>(pub T);
+pub(crate) struct ApiQuery<T>(pub T);
 
 impl<S, T> FromRequestParts<S> for ApiQuery<T>
 where
@@ -68,7 +68,7 @@ fn query_params<T: DeserializeOwned>(pairs: Vec<(String, String)>) -> Result<T, 
 }
 
 /// [`axum::Extension`] with an envelope rejection (a missing extension is the server's fault).
-pub struct ApiExtension<T>(pub T);
+pub(crate) struct ApiExtension<T>(pub T);
 
 impl<S, T> FromRequestParts<S> for ApiExtension<T>
 where

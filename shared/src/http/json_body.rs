@@ -9,11 +9,11 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 /// The typed body and the raw JSON object it was read from.
-pub struct JsonBody<T> {
+pub(crate) struct JsonBody<T> {
     pub typed: T,
     pub raw: Map<String, Value>,
     /// A large body's share of the memory budget, held as long as the body is.
-    pub budget: BodyPermit,
+    _budget: BodyPermit,
 }
 
 impl<S, T> FromRequest<S> for JsonBody<T>
@@ -48,7 +48,7 @@ where
         Ok(JsonBody {
             typed: parsed.typed,
             raw: parsed.raw,
-            budget,
+            _budget: budget,
         })
     }
 }

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 const FAILED_DEPENDENCY: StatusCode = StatusCode::FAILED_DEPENDENCY;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LmiError {
+pub(crate) struct LmiError {
     pub status: StatusCode,
     pub message: String,
     /// The model's handler failed (LMI's `"message": "invoke handler failure"`).
@@ -50,7 +50,7 @@ impl LmiError {
 
     /// An error raised before the handler ran (authentication, body limit, routing) or by an
     /// extractor, with its status; client errors (400, 422) become LMI's 424.
-    pub fn from_status(status: StatusCode, message: String) -> Self {
+    pub(crate) fn from_status(status: StatusCode, message: String) -> Self {
         if matches!(status.as_u16(), 400 | 422) {
             return Self::invalid(message);
         }
@@ -75,7 +75,7 @@ impl LmiError {
 /// failed, also `"message": "invoke handler failure"`.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[schema(as = LmiError)]
-pub struct LmiErrorBody {
+pub(crate) struct LmiErrorBody {
     pub code: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

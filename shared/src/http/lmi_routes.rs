@@ -22,7 +22,7 @@ use serde_json::Value;
 use utoipa_axum::router::OpenApiRouter;
 
 /// The paths of this surface (errors on them are rendered in LMI's shapes).
-pub fn is_lmi_path(path: &str) -> bool {
+pub(crate) fn is_lmi_path(path: &str) -> bool {
     matches!(path, "/invocations" | "/ping") || path.starts_with("/predictions/")
 }
 

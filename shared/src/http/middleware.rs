@@ -36,7 +36,7 @@ fn trace_id(request: &Request) -> String {
 
 /// Request ids are UUIDv7 (`req_…`), unless the caller sent one.
 #[derive(Clone, Copy, Default)]
-pub struct MakeRequestUuidV7;
+pub(crate) struct MakeRequestUuidV7;
 
 impl MakeRequestId for MakeRequestUuidV7 {
     fn make_request_id<B>(&mut self, _request: &http::Request<B>) -> Option<RequestId> {
@@ -47,7 +47,7 @@ impl MakeRequestId for MakeRequestUuidV7 {
 
 /// Set `x-request-id` on the request (if absent), trace with it (and the X-Ray trace id, so a
 /// request's log lines can be found from its trace), and copy it to the response.
-pub fn add_request_id_layers(router: axum::Router) -> axum::Router {
+pub(crate) fn add_request_id_layers(router: axum::Router) -> axum::Router {
     router
         .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
         .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
@@ -75,7 +75,7 @@ const MAX_LOGGED_RESOURCE_ID: usize = 128;
 /// Name the resource a request is about in its span: the last parameter of its route
 /// (`/v1/batches/{batch_id}/cancel` → the batch's id), so that one batch's or request's lines can
 /// be filtered, from its HTTP requests to its jobs (whose spans carry the same `resource_id`).
-pub async fn record_resource_id(mut request: Request, next: Next) -> Response {
+pub(crate) async fn record_resource_id(mut request: Request, next: Next) -> Response {
     if let Ok(params) = request.extract_parts::<RawPathParams>().await {
         if let Some((_, value)) = params.iter().last() {
             let value: String = value.chars().take(MAX_LOGGED_RESOURCE_ID).collect();
@@ -86,7 +86,7 @@ pub async fn record_resource_id(mut request: Request, next: Next) -> Response {
 }
 
 /// Authenticate, then hand the [`Principal`] to the handler as an extension.
-pub async fn require_auth(
+pub(crate) async fn require_auth(
     State(state): State<HostState>,
     mut request: Request,
     next: Next,
@@ -108,7 +108,7 @@ pub async fn require_auth(
     })
 }
 
-pub async fn unknown_route(method: Method, uri: Uri) -> ApiError {
+pub(crate) async fn unknown_route(method: Method, uri: Uri) -> ApiError {
     ApiError::not_found(format!(
         "Unknown request URL: {} {}.",
         excerpt(method.as_str()),
@@ -117,7 +117,7 @@ pub async fn unknown_route(method: Method, uri: Uri) -> ApiError {
     .with_code("unknown_url")
 }
 
-pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+pub(crate) async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     ApiError::method_not_allowed(format!(
         "Method {} is not allowed for {}.",
         excerpt(method.as_str()),
@@ -131,7 +131,7 @@ const MAX_PLAIN_ERROR_BYTES: usize = 4096;
 
 /// A safety net: an error response that is not JSON (a framework rejection no handler mapped)
 /// becomes the OpenAI envelope, quoting a short prefix of its text.
-pub async fn envelope_every_error(request: Request, next: Next) -> Response {
+pub(crate) async fn envelope_every_error(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     let status = response.status();
     let is_json = response

@@ -1,22 +1,22 @@
 //! The HTTP surface: one axum router, served by `lambda_http` in Lambda and by a plain server
 //! locally. Handlers parse, call the business layer, and map errors; nothing else.
 
-pub mod answer_deadline;
-pub mod api_doc;
+pub(crate) mod answer_deadline;
+pub(crate) mod api_doc;
 mod api_routes;
 mod async_routes;
-pub mod baseten_error;
+pub(crate) mod baseten_error;
 mod batch_routes;
-pub mod body_budget;
+pub(crate) mod body_budget;
 pub mod body_deadline;
 mod body_drain;
 pub mod error;
 mod extract;
 mod files_routes;
 mod inference_routes;
-pub mod json_body;
-pub mod lmi_error;
-pub mod lmi_routes;
+pub(crate) mod json_body;
+pub(crate) mod lmi_error;
+pub(crate) mod lmi_routes;
 mod middleware;
 mod multipart_stream;
 mod openai_error;
@@ -28,7 +28,7 @@ mod revocable_stream;
 pub mod sse;
 mod state;
 mod tensorzero_batch_routes;
-pub mod tensorzero_error;
+pub(crate) mod tensorzero_error;
 mod tensorzero_openai_routes;
 mod tensorzero_records_routes;
 mod tensorzero_routes;
@@ -38,8 +38,8 @@ mod webhook_routes;
 
 pub use error::ApiError;
 pub use public_url::PublicBaseUrl;
-pub use state::{AppState, BatchesState, FilesState, HostState, HttpSettings, InferenceState};
-pub use tensorzero_error::{TensorZeroError, TensorZeroJson};
+pub use state::{AppState, HttpSettings};
+pub(crate) use state::{BatchesState, FilesState, HostState, InferenceState};
 
 use api_routes::routes;
 use axum::extract::DefaultBodyLimit;
@@ -48,7 +48,7 @@ use std::sync::Arc;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
 
 /// Largest JSON body accepted (API Gateway's own limit is 10 MB).
-pub const MAX_JSON_BODY_BYTES: usize = 10 * 1024 * 1024;
+pub(crate) const MAX_JSON_BODY_BYTES: usize = 10 * 1024 * 1024;
 
 /// The inference function's routes: chat completions, embeddings, models, `/inference`, the
 /// TensorZero-style records and feedback routes, the LMI API, health.
@@ -67,7 +67,8 @@ fn inference_function_routes() -> OpenApiRouter<InferenceState> {
 }
 
 /// The files function's routes: `/v1/files`, `/v1/uploads`, `/v1/direct_uploads`, health.
-pub fn files_router(host: HostState, state: FilesState) -> Router {
+#[cfg(feature = "aws")]
+pub(crate) fn files_router(host: HostState, state: FilesState) -> Router {
     host_router(
         host,
         Router::from(file_api_routes()).with_state(state),
@@ -77,7 +78,8 @@ pub fn files_router(host: HostState, state: FilesState) -> Router {
 
 /// The batches function's routes: `/v1/batches`, `/batch_inference`, `/async_predict`,
 /// `/v1/webhook_secrets`, `/v1/webhook_endpoints`, health.
-pub fn batches_router(host: HostState, state: BatchesState) -> Router {
+#[cfg(feature = "aws")]
+pub(crate) fn batches_router(host: HostState, state: BatchesState) -> Router {
     let routes = Router::from(batches_function_routes()).with_state(state);
     host_router(host, routes, OpenApiRouter::default())
 }
@@ -173,7 +175,7 @@ fn host_router(host: HostState, routes: Router, open: OpenApiRouter<HostState>) 
 
 /// Request ids, tracing, OpenAI-style 404/405 and an envelope for every error (TensorZero's error
 /// shape on its routes), `Host` checked, a 504 at the request's [`answer_deadline::AnswerDeadline`].
-pub fn with_common_layers(router: Router) -> Router {
+pub(crate) fn with_common_layers(router: Router) -> Router {
     let router = router
         .fallback(middleware::unknown_route)
         .method_not_allowed_fallback(middleware::method_not_allowed)

@@ -55,7 +55,8 @@ impl PublicBaseUrl {
 
     /// `https://{domain}` plus `/{stage}` unless the stage is API Gateway's `$default` (served at
     /// the root); `None` when `domain` is not a plain host name.
-    pub fn for_api_gateway(domain: &str, stage: Option<&str>) -> Option<Self> {
+    #[cfg(feature = "aws")]
+    pub(crate) fn for_api_gateway(domain: &str, stage: Option<&str>) -> Option<Self> {
         if !is_plain_host(domain) {
             return None;
         }
@@ -85,7 +86,7 @@ impl PublicBaseUrl {
 
 /// `host[:port]` where host is a DNS name or IPv4 address (letters, digits, `-`, `_`, dot-separated
 /// labels) or a bracketed IPv6 address, and port is 1 to 5 digits up to 65535.
-pub fn is_plain_host(value: &str) -> bool {
+pub(crate) fn is_plain_host(value: &str) -> bool {
     let (host, port) = if let Some(rest) = value.strip_prefix('[') {
         let Some((address, after)) = rest.split_once(']') else {
             return false;
@@ -130,7 +131,7 @@ fn is_dns_name(host: &str) -> bool {
 
 /// Refuse a request whose `Host` header is not a plain `host[:port]` (or is sent twice) with a
 /// 400 envelope; a request without `Host` (HTTP/1.0) passes.
-pub async fn reject_unusual_host(request: Request, next: Next) -> Response {
+pub(crate) async fn reject_unusual_host(request: Request, next: Next) -> Response {
     let mut hosts = request.headers().get_all(HOST).iter();
     let first = hosts.next();
     let plain = match (first, hosts.next()) {

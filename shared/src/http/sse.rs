@@ -21,12 +21,12 @@ pub const DONE: &[u8] = b"data: [DONE]\n\n";
 /// Frame chunks as SSE: each chunk a `data:` event, then `data: [DONE]`. An error becomes a
 /// `data: {"error": …}` event (OpenAI's envelope) and ends the stream (no `[DONE]`, so clients
 /// see it failed).
-pub fn sse_frames(chunks: ClientChunkStream) -> impl Stream<Item = Bytes> + Send + 'static {
+pub(crate) fn sse_frames(chunks: ClientChunkStream) -> impl Stream<Item = Bytes> + Send + 'static {
     sse_frames_with(chunks, |err| ApiError::from(err).envelope().to_string())
 }
 
 /// [`sse_frames`] for any serializable chunk, with the API surface's own error event.
-pub fn sse_frames_with<T, E, F>(
+pub(crate) fn sse_frames_with<T, E, F>(
     chunks: BoxStream<'static, Result<T, E>>,
     error_event: F,
 ) -> impl Stream<Item = Bytes> + Send + 'static
@@ -58,12 +58,12 @@ where
 }
 
 /// The HTTP response carrying the stream.
-pub fn sse_response(chunks: ClientChunkStream) -> Response {
+pub(crate) fn sse_response(chunks: ClientChunkStream) -> Response {
     sse_body_response(sse_frames(chunks))
 }
 
 /// An SSE response with `frames` as its body.
-pub fn sse_body_response(frames: impl Stream<Item = Bytes> + Send + 'static) -> Response {
+pub(crate) fn sse_body_response(frames: impl Stream<Item = Bytes> + Send + 'static) -> Response {
     let body = Body::from_stream(frames.map(Ok::<_, std::convert::Infallible>));
     (
         [

@@ -17,7 +17,7 @@ use serde_json::json;
 
 /// A TensorZero-style error response.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TensorZeroError {
+pub(crate) struct TensorZeroError {
     pub status: StatusCode,
     pub message: String,
 }
@@ -30,7 +30,7 @@ impl TensorZeroError {
         }
     }
 
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
 
@@ -38,11 +38,13 @@ impl TensorZeroError {
         Self::new(StatusCode::NOT_FOUND, message)
     }
 
-    pub fn bad_gateway(message: impl Into<String>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn bad_gateway(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_GATEWAY, message)
     }
 
-    pub fn gateway_timeout(message: impl Into<String>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn gateway_timeout(message: impl Into<String>) -> Self {
         Self::new(StatusCode::GATEWAY_TIMEOUT, message)
     }
 
@@ -62,7 +64,7 @@ impl TensorZeroError {
 /// TensorZero's error body: `{"error": "<message>"}`.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[schema(as = TensorZeroError)]
-pub struct TensorZeroErrorBody {
+pub(crate) struct TensorZeroErrorBody {
     pub error: String,
 }
 
@@ -121,7 +123,7 @@ impl From<FunctionError> for TensorZeroError {
 
 /// A JSON body read like [`JsonBody`] (malformed JSON, wrong types, missing and unknown fields
 /// named), rejected as a [`TensorZeroError`].
-pub struct TensorZeroJson<T>(pub T);
+pub(crate) struct TensorZeroJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for TensorZeroJson<T>
 where

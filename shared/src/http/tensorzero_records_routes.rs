@@ -20,7 +20,7 @@ use utoipa_axum::router::OpenApiRouter;
 use uuid::Uuid;
 
 /// Page sizes of `GET /episodes/{episode_id}/inferences`: 1 to 100, 20 by default.
-pub const EPISODE_PAGE: PageBounds = PageBounds::new(20, 100);
+pub(crate) const EPISODE_PAGE: PageBounds = PageBounds::new(20, 100);
 
 pub(super) fn routes() -> OpenApiRouter<InferenceState> {
     OpenApiRouter::default()

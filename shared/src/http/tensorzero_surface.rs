@@ -15,7 +15,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 /// Whether `path` is one of TensorZero's own routes (not its OpenAI-compatible `/openai/v1/…`).
-pub fn is_tensorzero_path(path: &str) -> bool {
+pub(crate) fn is_tensorzero_path(path: &str) -> bool {
     matches!(path, "/inference" | "/feedback" | "/batch_inference")
         || ["/batch_inference/", "/inferences/", "/episodes/"]
             .iter()
@@ -23,7 +23,7 @@ pub fn is_tensorzero_path(path: &str) -> bool {
 }
 
 /// Whether `path` is one of the Baseten-style async routes.
-pub fn is_baseten_path(path: &str) -> bool {
+pub(crate) fn is_baseten_path(path: &str) -> bool {
     matches!(path, "/async_predict" | "/async_requests")
         || ["/async_request/", "/models/"]
             .iter()
@@ -39,7 +39,7 @@ enum Surface {
 
 /// Re-render an OpenAI-envelope error on a TensorZero, Baseten-style or LMI route in that surface's
 /// shape, keeping the status and the other headers (request id, `retry-after`, …).
-pub async fn surface_error_bodies(request: Request, next: Next) -> Response {
+pub(crate) async fn surface_error_bodies(request: Request, next: Next) -> Response {
     let path = request.uri().path();
     let surface = if is_tensorzero_path(path) {
         Surface::TensorZero

@@ -17,8 +17,8 @@ use futures::stream::BoxStream;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use native_batch::one_failure;
-pub use validation::{validate_chat, validate_embeddings};
+pub(crate) use native_batch::one_failure;
+pub(crate) use validation::{validate_chat, validate_embeddings};
 
 /// Why an inference request produced no answer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -51,7 +51,7 @@ impl From<RoutingError> for InferenceError {
 }
 
 /// Streamed chunks as the client receives them; an `Err` item ends the stream.
-pub type ClientChunkStream = BoxStream<'static, Result<ChatCompletionChunk, ProviderError>>;
+pub(crate) type ClientChunkStream = BoxStream<'static, Result<ChatCompletionChunk, ProviderError>>;
 
 pub struct InferenceService {
     router: ModelRouter,
@@ -81,7 +81,7 @@ impl InferenceService {
         }
     }
 
-    pub fn list_models(&self) -> ModelList {
+    pub(crate) fn list_models(&self) -> ModelList {
         ModelList {
             object: "list",
             data: self
@@ -94,7 +94,7 @@ impl InferenceService {
 
     /// Whether requests naming `model` can be routed: a configured model or a `provider::model`
     /// shorthand (which [`Self::list_models`] and [`Self::get_model`] do not show).
-    pub fn can_route(&self, model: &str) -> bool {
+    pub(crate) fn can_route(&self, model: &str) -> bool {
         self.router.routes(model)
     }
 
@@ -105,7 +105,7 @@ impl InferenceService {
 
     /// A model [`Self::list_models`] lists (a configured model none of whose providers has its
     /// key is as unknown here as there).
-    pub fn get_model(&self, id: &str) -> Result<ModelObject, InferenceError> {
+    pub(crate) fn get_model(&self, id: &str) -> Result<ModelObject, InferenceError> {
         if self.router.callable_model_names().any(|name| name == id) {
             Ok(self.model_object(id))
         } else {
@@ -114,7 +114,7 @@ impl InferenceService {
     }
 
     /// A neutral request routed to the model's providers (entry points validate first).
-    pub async fn model_chat(
+    pub(crate) async fn model_chat(
         &self,
         request: &ModelRequest,
         credentials: &HashMap<String, String>,
@@ -123,7 +123,7 @@ impl InferenceService {
     }
 
     /// A neutral request streamed from the model's providers.
-    pub async fn model_chat_stream(
+    pub(crate) async fn model_chat_stream(
         &self,
         request: &ModelRequest,
         credentials: &HashMap<String, String>,

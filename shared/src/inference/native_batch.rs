@@ -14,7 +14,7 @@ use serde_json::Value;
 
 impl InferenceService {
     /// The request line `body` for a chat request: checked as the synchronous call checks it.
-    pub fn native_chat_body(
+    pub(crate) fn native_chat_body(
         &self,
         request: &OpenAiChatRequest,
         target: &NativeBatchTarget,
@@ -29,7 +29,7 @@ impl InferenceService {
 
     /// The completion a chat request line answers from its provider's batch output, with a
     /// minted id, the current time and the requested model name, as the synchronous call answers.
-    pub fn native_chat_completion(
+    pub(crate) fn native_chat_completion(
         &self,
         request: &OpenAiChatRequest,
         target: &NativeBatchTarget,
@@ -52,7 +52,7 @@ impl InferenceService {
     }
 
     /// The request line `body` for an embeddings request.
-    pub fn native_embeddings_body(
+    pub(crate) fn native_embeddings_body(
         &self,
         request: &EmbeddingRequest,
         target: &NativeBatchTarget,
@@ -65,7 +65,7 @@ impl InferenceService {
     }
 
     /// The embeddings answer of a request line from its provider's batch output.
-    pub fn native_embedding_response(
+    pub(crate) fn native_embedding_response(
         &self,
         request: &EmbeddingRequest,
         target: &NativeBatchTarget,
@@ -80,7 +80,7 @@ impl InferenceService {
 }
 
 /// A provider's failure for one request, as the router reports a model whose one provider failed.
-pub fn one_failure(model: &str, provider: &str, error: ProviderError) -> InferenceError {
+pub(crate) fn one_failure(model: &str, provider: &str, error: ProviderError) -> InferenceError {
     InferenceError::Routing(RoutingError::AllFailed {
         model: model.to_owned(),
         failures: vec![ProviderFailure {

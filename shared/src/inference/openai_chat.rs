@@ -31,7 +31,7 @@ impl InferenceService {
     }
 
     /// A stream of chunks sharing one minted id; the usage chunk only when the client asked.
-    pub async fn chat_stream(
+    pub(crate) async fn chat_stream(
         &self,
         request: &OpenAiChatRequest,
         credentials: &HashMap<String, String>,

@@ -15,13 +15,13 @@ use bounds::{
 };
 
 /// OpenAI's limits on chat completion parameters.
-pub const MAX_STOP_SEQUENCES: usize = 4;
-pub const MAX_CHOICES: i64 = 128;
-pub const MAX_TOP_LOGPROBS: i64 = 20;
-pub const MAX_LOGIT_BIAS_ENTRIES: usize = 300;
-pub const MAX_LOGIT_BIAS: f64 = 100.0;
+pub(crate) const MAX_STOP_SEQUENCES: usize = 4;
+pub(crate) const MAX_CHOICES: i64 = 128;
+pub(crate) const MAX_TOP_LOGPROBS: i64 = 20;
+pub(crate) const MAX_LOGIT_BIAS_ENTRIES: usize = 300;
+pub(crate) const MAX_LOGIT_BIAS: f64 = 100.0;
 
-pub fn validate_chat(request: &ChatCompletionRequest) -> Result<(), InferenceError> {
+pub(crate) fn validate_chat(request: &ChatCompletionRequest) -> Result<(), InferenceError> {
     array_not_empty("messages", request.messages.len())?;
     check_sampling(request)?;
     check_output_limits(request)?;
@@ -180,7 +180,7 @@ fn check_metadata(request: &ChatCompletionRequest) -> Result<(), InferenceError>
     })
 }
 
-pub fn validate_embeddings(request: &EmbeddingRequest) -> Result<(), InferenceError> {
+pub(crate) fn validate_embeddings(request: &EmbeddingRequest) -> Result<(), InferenceError> {
     let empty = match &request.input {
         EmbeddingInput::Text(text) => text.is_empty(),
         EmbeddingInput::Texts(texts) => texts.is_empty() || texts.iter().any(String::is_empty),

@@ -17,8 +17,9 @@ mod render;
 mod request;
 mod stream;
 
-pub use params::GenerationParameters;
-pub use request::{Inputs, LmiRequest, RollingRequest};
+#[cfg(test)]
+pub(crate) use params::GenerationParameters;
+pub(crate) use request::{Inputs, LmiRequest, RollingRequest};
 
 use crate::config::{LmiApiConfig, LmiOutputFormatter};
 use crate::inference::{InferenceError, InferenceService};
@@ -36,7 +37,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 /// The header SageMaker multi-model endpoints name the model in.
-pub const TARGET_MODEL_HEADER: &str = "X-Amzn-SageMaker-Target-Model";
+pub(crate) const TARGET_MODEL_HEADER: &str = "X-Amzn-SageMaker-Target-Model";
 
 /// Prompts of one dynamic batch answered at the same time, at most.
 const MAX_CONCURRENT_PROMPTS: usize = 8;

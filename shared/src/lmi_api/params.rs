@@ -23,7 +23,7 @@ const MAX_CHOICES: i64 = 128;
 
 /// The request's `parameters`, read.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct GenerationParameters {
+pub(crate) struct GenerationParameters {
     pub sampling: SamplingParams,
     pub pass_through: Map<String, Value>,
     /// Answer with `details`.

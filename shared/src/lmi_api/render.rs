@@ -19,7 +19,7 @@ pub fn to_json<T: Serialize>(value: &T) -> Result<Value, LmiApiError> {
 }
 
 /// The text of a choice (its text blocks, in order).
-pub fn choice_text(choice: &ModelChoice) -> String {
+pub(crate) fn choice_text(choice: &ModelChoice) -> String {
     choice
         .content
         .iter()
@@ -31,7 +31,7 @@ pub fn choice_text(choice: &ModelChoice) -> String {
 }
 
 /// `generated_text`, with the prompt before it when `return_full_text` was asked.
-pub fn full_text(prompt: &str, generated: &str, parameters: &GenerationParameters) -> String {
+pub(crate) fn full_text(prompt: &str, generated: &str, parameters: &GenerationParameters) -> String {
     if parameters.return_full_text {
         format!("{prompt}{generated}")
     } else {
@@ -40,7 +40,7 @@ pub fn full_text(prompt: &str, generated: &str, parameters: &GenerationParameter
 }
 
 /// `{"generated_text", "details"?}` for a rolling-batch request.
-pub fn rolling_answer(response: &ModelResponse, prompt: &str, parameters: &GenerationParameters) -> Value {
+pub(crate) fn rolling_answer(response: &ModelResponse, prompt: &str, parameters: &GenerationParameters) -> Value {
     let first = response.choices.first();
     let generated = first.map(choice_text).unwrap_or_default();
     let mut answer = Map::new();
@@ -124,7 +124,7 @@ fn counted_logprobs(choice: &ModelChoice) -> Option<u64> {
 }
 
 /// `{"generated_text"}` for one prompt of a dynamic batch.
-pub fn batch_answer(response: &ModelResponse, prompt: &str, parameters: &GenerationParameters) -> Value {
+pub(crate) fn batch_answer(response: &ModelResponse, prompt: &str, parameters: &GenerationParameters) -> Value {
     let generated = response.choices.first().map(choice_text).unwrap_or_default();
     json!({"generated_text": full_text(prompt, &generated, parameters)})
 }

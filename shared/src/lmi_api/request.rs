@@ -10,11 +10,11 @@ use serde_json::{Map, Value};
 const GENERATE_FIELDS: [&str; 3] = ["inputs", "parameters", "stream"];
 
 /// Prompts in one dynamic batch, at most.
-pub const MAX_BATCH_INPUTS: usize = 128;
+pub(crate) const MAX_BATCH_INPUTS: usize = 128;
 
 /// A request in one of LMI's schemas.
 #[derive(Debug, Clone, PartialEq)]
-pub enum LmiRequest {
+pub(crate) enum LmiRequest {
     /// A body with `messages`: OpenAI chat, as LMI ≥ 0.27 accepts on `/invocations` (the raw body).
     Chat(Map<String, Value>),
     /// `inputs` with `parameters`: rolling batch (one prompt) or dynamic batch (a list).
@@ -23,7 +23,7 @@ pub enum LmiRequest {
 
 /// `{"inputs", "parameters", "stream"}`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RollingRequest {
+pub(crate) struct RollingRequest {
     pub inputs: Inputs,
     pub parameters: GenerationParameters,
     pub stream: bool,
@@ -31,7 +31,7 @@ pub struct RollingRequest {
 
 /// One prompt, or a dynamic batch of prompts answered in order.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Inputs {
+pub(crate) enum Inputs {
     One(String),
     Many(Vec<String>),
 }

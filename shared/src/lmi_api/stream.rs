@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use std::collections::VecDeque;
 
 /// LMI's line for a failure during generation, with the failure's message under `error`.
-pub fn error_line(error: &ProviderError) -> Value {
+pub(crate) fn error_line(error: &ProviderError) -> Value {
     tracing::warn!(error = %error, "LMI stream failed mid-way");
     json!({
         "token": {"id": -1, "text": "", "log_prob": -1, "special_token": true},
@@ -51,7 +51,7 @@ fn read_chunk(chunk: &ModelChunk) -> (String, Option<FinishReason>, Option<u64>)
 
 /// What the last line of a rolling-batch stream carries besides its token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LastLine {
+pub(crate) struct LastLine {
     /// `generated_text` starts with the prompt.
     pub return_full_text: bool,
     /// `details` is added.
@@ -123,7 +123,7 @@ impl TokenLines {
 }
 
 /// A rolling-batch stream's token lines.
-pub fn token_lines(upstream: ChunkStream, prompt: String, last_line: LastLine) -> BoxStream<'static, Value> {
+pub(crate) fn token_lines(upstream: ChunkStream, prompt: String, last_line: LastLine) -> BoxStream<'static, Value> {
     let state = TokenLines {
         upstream,
         prompt,
@@ -172,7 +172,7 @@ async fn next_piece(slot: &mut Option<ChunkStream>) -> Option<Result<String, Pro
 
 /// A dynamic batch's `{"outputs": [...]}` lines: each line has the next piece of every prompt
 /// (in input order), until every prompt has finished.
-pub fn outputs_lines(streams: Vec<ChunkStream>) -> BoxStream<'static, Value> {
+pub(crate) fn outputs_lines(streams: Vec<ChunkStream>) -> BoxStream<'static, Value> {
     let slots: Vec<Option<ChunkStream>> = streams.into_iter().map(Some).collect();
     futures::stream::unfold(Some(slots), |slots| async move {
         let mut slots = slots?;
@@ -194,7 +194,7 @@ pub fn outputs_lines(streams: Vec<ChunkStream>) -> BoxStream<'static, Value> {
 
 /// LMI chat's stream: `chat.completion.chunk` objects; a failure (the provider's, or a chunk
 /// that cannot be rendered) ends it with OpenAI's error object.
-pub fn chat_lines(chunks: ClientChunkStream) -> BoxStream<'static, Value> {
+pub(crate) fn chat_lines(chunks: ClientChunkStream) -> BoxStream<'static, Value> {
     futures::stream::unfold(Some(chunks), |chunks| async move {
         let mut chunks = chunks?;
         match chunks.next().await? {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 /// Collects the first choice of a stream.
 #[derive(Debug, Default)]
-pub struct ChunkAccumulator {
+pub(crate) struct ChunkAccumulator {
     thought: String,
     text: String,
     refusal: String,
@@ -55,11 +55,6 @@ impl ChunkAccumulator {
                 }
             }
         }
-    }
-
-    /// The usage reported so far.
-    pub fn usage(&self) -> Option<&ModelUsage> {
-        self.usage.as_ref()
     }
 
     /// The answer the chunks add up to.

@@ -59,12 +59,12 @@ impl ExtraBodyEntry {
     }
 
     /// Only for the provider named `provider`.
-    pub fn for_provider(mut self, provider: impl Into<String>) -> Self {
+    pub(crate) fn for_provider(mut self, provider: impl Into<String>) -> Self {
         self.provider = Some(provider.into());
         self
     }
 
-    pub fn placed(mut self, placement: ExtraPlacement) -> Self {
+    pub(crate) fn placed(mut self, placement: ExtraPlacement) -> Self {
         self.placement = placement;
         self
     }
@@ -113,12 +113,12 @@ impl ExtraHeaderEntry {
     }
 
     /// Only for the provider named `provider`.
-    pub fn for_provider(mut self, provider: impl Into<String>) -> Self {
+    pub(crate) fn for_provider(mut self, provider: impl Into<String>) -> Self {
         self.provider = Some(provider.into());
         self
     }
 
-    pub fn placed(mut self, placement: ExtraPlacement) -> Self {
+    pub(crate) fn placed(mut self, placement: ExtraPlacement) -> Self {
         self.placement = placement;
         self
     }
@@ -126,7 +126,7 @@ impl ExtraHeaderEntry {
 
 /// An entry a request carries: scoped to a provider or not, placed before or after the
 /// provider's configured entries.
-pub trait ScopedExtra {
+pub(crate) trait ScopedExtra {
     fn provider(&self) -> Option<&str>;
     fn placement(&self) -> ExtraPlacement;
 }
@@ -151,7 +151,7 @@ impl ScopedExtra for ExtraHeaderEntry {
 
 /// The request's entries that apply to the provider named `provider` with this `placement`, in
 /// request order. A provider applies `Before…`, then its own configured entries, then `After…`.
-pub fn entries_for<'a, E: ScopedExtra>(
+pub(crate) fn entries_for<'a, E: ScopedExtra>(
     entries: &'a [E],
     provider: &'a str,
     placement: ExtraPlacement,
@@ -186,7 +186,7 @@ pub enum ExtraHeaderError {
 
 /// Apply the entries in order to a request's headers: a value replaces every value of the header,
 /// no value removes it.
-pub fn apply_extra_headers<'a>(
+pub(crate) fn apply_extra_headers<'a>(
     headers: &mut http::HeaderMap,
     entries: impl IntoIterator<Item = &'a ExtraHeaderEntry>,
 ) -> Result<(), ExtraHeaderError> {
@@ -209,7 +209,7 @@ pub fn apply_extra_headers<'a>(
 
 /// Apply the entries in order. Missing objects on the way are created; `-` appends to an array;
 /// deleting what is not there is not an error.
-pub fn apply_extra_body<'a>(
+pub(crate) fn apply_extra_body<'a>(
     body: &mut Value,
     entries: impl IntoIterator<Item = &'a ExtraBodyEntry>,
 ) -> Result<(), ExtraBodyError> {

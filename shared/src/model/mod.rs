@@ -9,16 +9,17 @@ mod extra;
 mod request;
 mod response;
 
-pub use accumulate::ChunkAccumulator;
-pub use content::{ContentBlock, FileData, Message, Role};
-pub use extra::{
+pub(crate) use accumulate::ChunkAccumulator;
+pub(crate) use content::FileData;
+pub use content::{ContentBlock, Message, Role};
+pub(crate) use extra::{
     apply_extra_body, apply_extra_headers, entries_for, ExtraBodyEntry, ExtraBodyError, ExtraEdit, ExtraHeaderEntry,
-    ExtraHeaderError, ExtraPlacement, ScopedExtra,
+    ExtraHeaderError, ExtraPlacement,
 };
-pub use request::{
-    ModelRequest, OpenAiPassThrough, OutputMode, SamplingParams, StreamOptions, ToolChoice, ToolDefinition,
-};
-pub use response::{ChunkBlock, ChunkChoice, FinishReason, ModelChoice, ModelChunk, ModelResponse, ModelUsage};
+pub use request::ModelRequest;
+pub(crate) use request::{OpenAiPassThrough, OutputMode, SamplingParams, StreamOptions, ToolChoice, ToolDefinition};
+pub(crate) use response::{ChunkBlock, ChunkChoice, FinishReason, ModelChunk};
+pub use response::{ModelChoice, ModelResponse, ModelUsage};
 
 #[cfg(test)]
 mod tests {

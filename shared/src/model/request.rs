@@ -46,11 +46,11 @@ pub struct ModelRequest {
 
 impl ModelRequest {
     /// How many choices are wanted (at least 1).
-    pub fn choice_count(&self) -> u32 {
+    pub(crate) fn choice_count(&self) -> u32 {
         self.params.n.unwrap_or(1).max(1)
     }
 
-    pub fn wants_stream_usage(&self) -> bool {
+    pub(crate) fn wants_stream_usage(&self) -> bool {
         self.stream.is_some_and(|s| s.include_usage)
     }
 }

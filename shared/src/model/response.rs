@@ -43,7 +43,7 @@ impl ModelUsage {
     }
 
     /// Token counts added (breakdowns dropped: they do not add up meaningfully).
-    pub fn summed(&self, other: &Self) -> Self {
+    pub(crate) fn summed(&self, other: &Self) -> Self {
         Self::new(
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,

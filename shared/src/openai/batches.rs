@@ -81,7 +81,7 @@ impl BatchUsage {
         self.total_tokens += input_tokens + output_tokens;
     }
 
-    pub fn add_usage(&mut self, other: &BatchUsage) {
+    pub(crate) fn add_usage(&mut self, other: &BatchUsage) {
         self.add(other.input_tokens, other.output_tokens);
     }
 }

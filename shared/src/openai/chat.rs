@@ -58,17 +58,17 @@ pub struct ChatCompletionRequest {
 
 impl ChatCompletionRequest {
     /// The output token cap, whichever of the two spellings was used.
-    pub fn max_output_tokens(&self) -> Option<u64> {
+    pub(crate) fn max_output_tokens(&self) -> Option<u64> {
         self.max_completion_tokens
             .or(self.max_tokens)
             .map(|max| u64::try_from(max).unwrap_or(0))
     }
 
-    pub fn wants_stream(&self) -> bool {
+    pub(crate) fn wants_stream(&self) -> bool {
         self.stream.unwrap_or(false)
     }
 
-    pub fn wants_stream_usage(&self) -> bool {
+    pub(crate) fn wants_stream_usage(&self) -> bool {
         self.stream_options
             .as_ref()
             .and_then(|o| o.include_usage)
@@ -352,7 +352,7 @@ impl Usage {
 
 /// One streamed chunk.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
-pub struct ChatCompletionChunk {
+pub(crate) struct ChatCompletionChunk {
     #[serde(default)]
     pub id: String,
     #[serde(default = "chunk_object")]
@@ -375,7 +375,7 @@ fn chunk_object() -> String {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
-pub struct ChunkChoice {
+pub(crate) struct ChunkChoice {
     #[serde(default)]
     pub index: u32,
     #[serde(default)]
@@ -387,7 +387,7 @@ pub struct ChunkChoice {
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
-pub struct ChunkDelta {
+pub(crate) struct ChunkDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -399,7 +399,7 @@ pub struct ChunkDelta {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
-pub struct ToolCallDelta {
+pub(crate) struct ToolCallDelta {
     pub index: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
@@ -410,7 +410,7 @@ pub struct ToolCallDelta {
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
-pub struct FunctionCallDelta {
+pub(crate) struct FunctionCallDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 /// The OpenAI chat body for `request`, naming `upstream_model`. Streaming fields are left to the
 /// caller; `extra_body` is not applied here.
-pub fn model_to_chat_body(request: &ModelRequest, upstream_model: &str) -> Map<String, Value> {
+pub(crate) fn model_to_chat_body(request: &ModelRequest, upstream_model: &str) -> Map<String, Value> {
     let mut body = request.openai_pass_through.fields.clone();
     body.insert("model".into(), json!(upstream_model));
     body.insert("messages".into(), Value::Array(messages_to_wire(request)));

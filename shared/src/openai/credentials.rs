@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 
 /// Take the gateway-only `credentials` object (`{"name": "key"}`) out of the raw body.
-pub fn take_credentials(raw: &mut Map<String, Value>) -> Result<HashMap<String, String>, ApiError> {
+pub(crate) fn take_credentials(raw: &mut Map<String, Value>) -> Result<HashMap<String, String>, ApiError> {
     match raw.remove("credentials") {
         None | Some(Value::Null) => Ok(HashMap::new()),
         Some(Value::Object(map)) => map

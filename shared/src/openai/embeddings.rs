@@ -28,7 +28,7 @@ pub enum EmbeddingInput {
 
 impl EmbeddingInput {
     /// Each input as text (token arrays spelled out as numbers), in order.
-    pub fn as_texts(&self) -> Vec<String> {
+    pub(crate) fn as_texts(&self) -> Vec<String> {
         let tokens_text = |tokens: &[u32]| tokens.iter().map(u32::to_string).collect::<Vec<_>>().join(" ");
         match self {
             Self::Text(text) => vec![text.clone()],
@@ -79,7 +79,7 @@ impl EmbeddingResponse {
     /// shortest `f32` form). `serde_json::to_value` would widen every `f32` to the nearest `f64`,
     /// printed with up to 17 digits, so a stored answer (a batch line, an async result) would
     /// differ from the same request answered directly.
-    pub fn to_json_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+    pub(crate) fn to_json_value(&self) -> Result<serde_json::Value, serde_json::Error> {
         serde_json::from_slice(&serde_json::to_vec(self)?)
     }
 }

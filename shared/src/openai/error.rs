@@ -31,17 +31,17 @@ impl ApiError {
         }
     }
 
-    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+    pub(crate) fn with_param(mut self, param: impl Into<String>) -> Self {
         self.param = Some(param.into());
         self
     }
 
-    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+    pub(crate) fn with_code(mut self, code: impl Into<String>) -> Self {
         self.code = Some(code.into());
         self
     }
 
-    pub fn invalid_request(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
     }
 
@@ -49,11 +49,11 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
     }
 
-    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+    pub(crate) fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", message)
     }
 
-    pub fn payload_too_large(message: impl Into<String>) -> Self {
+    pub(crate) fn payload_too_large(message: impl Into<String>) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", message)
     }
 

@@ -18,10 +18,10 @@ pub enum FilePurpose {
 }
 
 impl FilePurpose {
-    pub const UPLOADABLE: &'static str = "assistants, batch, fine-tune, vision, user_data, evals";
+    pub(crate) const UPLOADABLE: &'static str = "assistants, batch, fine-tune, vision, user_data, evals";
 
     /// Parse a purpose a client may upload with.
-    pub fn parse_uploadable(text: &str) -> Option<Self> {
+    pub(crate) fn parse_uploadable(text: &str) -> Option<Self> {
         match text {
             "assistants" => Some(Self::Assistants),
             "batch" => Some(Self::Batch),
@@ -94,7 +94,7 @@ pub struct ExpiresAfter {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
-pub struct CompleteUploadRequest {
+pub(crate) struct CompleteUploadRequest {
     pub part_ids: Vec<String>,
     #[serde(default)]
     pub md5: Option<String>,
@@ -116,7 +116,7 @@ pub struct UploadObject {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct UploadPart {
+pub(crate) struct UploadPart {
     pub id: String,
     pub object: String,
     pub created_at: i64,
@@ -125,7 +125,7 @@ pub struct UploadPart {
 
 /// A presigned (or local) URL the client PUTs the bytes to, skipping the API for the payload.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct DirectUpload {
+pub(crate) struct DirectUpload {
     pub object: &'static str,
     pub file: FileObject,
     pub upload_url: String,
@@ -139,7 +139,7 @@ pub struct DirectUpload {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
-pub struct CreateDirectUploadRequest {
+pub(crate) struct CreateDirectUploadRequest {
     pub filename: String,
     pub purpose: String,
     pub bytes: u64,

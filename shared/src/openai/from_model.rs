@@ -11,13 +11,13 @@ use crate::model::{
 
 /// What the answer is called on the wire: id, creation time and model name.
 #[derive(Debug, Clone, Copy)]
-pub struct AnswerIdentity<'a> {
+pub(crate) struct AnswerIdentity<'a> {
     pub id: &'a str,
     pub created: i64,
     pub model: &'a str,
 }
 
-pub fn finish_reason_to_model(reason: &str) -> FinishReason {
+pub(crate) fn finish_reason_to_model(reason: &str) -> FinishReason {
     match reason {
         "stop" => FinishReason::Stop,
         "length" => FinishReason::Length,
@@ -28,7 +28,7 @@ pub fn finish_reason_to_model(reason: &str) -> FinishReason {
 }
 
 /// OpenAI has no `stop_sequence` or `unknown`: both are reported as `stop`.
-pub fn finish_reason_to_wire(reason: FinishReason) -> &'static str {
+pub(crate) fn finish_reason_to_wire(reason: FinishReason) -> &'static str {
     match reason {
         FinishReason::Stop | FinishReason::StopSequence | FinishReason::Unknown => "stop",
         FinishReason::Length => "length",
@@ -37,7 +37,7 @@ pub fn finish_reason_to_wire(reason: FinishReason) -> &'static str {
     }
 }
 
-pub fn usage_to_model(usage: &Usage) -> ModelUsage {
+pub(crate) fn usage_to_model(usage: &Usage) -> ModelUsage {
     ModelUsage {
         input_tokens: usage.prompt_tokens,
         output_tokens: usage.completion_tokens,
@@ -46,7 +46,7 @@ pub fn usage_to_model(usage: &Usage) -> ModelUsage {
     }
 }
 
-pub fn usage_to_wire(usage: &ModelUsage) -> Usage {
+pub(crate) fn usage_to_wire(usage: &ModelUsage) -> Usage {
     Usage {
         prompt_tokens_details: usage.input_details.clone(),
         completion_tokens_details: usage.output_details.clone(),
@@ -95,7 +95,7 @@ pub fn completion_to_model(completion: ChatCompletion, raw: Option<String>) -> M
 
 /// A neutral response as the completion an OpenAI client receives. Text blocks are joined into
 /// `content` (`null` when there is none); thoughts and unknown blocks have no OpenAI field.
-pub fn model_to_completion(response: ModelResponse, identity: AnswerIdentity<'_>) -> ChatCompletion {
+pub(crate) fn model_to_completion(response: ModelResponse, identity: AnswerIdentity<'_>) -> ChatCompletion {
     ChatCompletion {
         id: identity.id.to_owned(),
         object: "chat.completion".to_owned(),
@@ -141,7 +141,7 @@ pub fn model_to_completion(response: ModelResponse, identity: AnswerIdentity<'_>
 }
 
 /// An upstream chunk as a neutral chunk; `raw` is the chunk as received.
-pub fn chunk_to_model(chunk: ChatCompletionChunk, raw: Option<String>) -> ModelChunk {
+pub(crate) fn chunk_to_model(chunk: ChatCompletionChunk, raw: Option<String>) -> ModelChunk {
     ModelChunk {
         choices: chunk
             .choices
@@ -180,7 +180,7 @@ pub fn chunk_to_model(chunk: ChatCompletionChunk, raw: Option<String>) -> ModelC
 }
 
 /// A neutral chunk as the chunk an OpenAI client receives.
-pub fn model_to_chunk(chunk: ModelChunk, identity: AnswerIdentity<'_>) -> ChatCompletionChunk {
+pub(crate) fn model_to_chunk(chunk: ModelChunk, identity: AnswerIdentity<'_>) -> ChatCompletionChunk {
     ChatCompletionChunk {
         id: identity.id.to_owned(),
         object: "chat.completion.chunk".to_owned(),

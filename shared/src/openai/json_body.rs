@@ -8,13 +8,13 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 /// The typed body and the raw JSON object it was read from.
-pub struct ParsedJson<T> {
+pub(crate) struct ParsedJson<T> {
     pub typed: T,
     pub raw: Map<String, Value>,
 }
 
 /// Parse `bytes` as a JSON object into `T`, naming the offending parameter on failure.
-pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<ParsedJson<T>, ApiError> {
+pub(crate) fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<ParsedJson<T>, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::invalid_request(
             "We could not parse the JSON body of your request: the body is empty. Send a JSON object.",
@@ -33,7 +33,7 @@ pub fn parse_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<ParsedJson<T
 }
 
 /// Read a JSON object into `T`, naming the offending parameter on failure.
-pub fn parse_json_object<T: DeserializeOwned>(raw: Map<String, Value>) -> Result<ParsedJson<T>, ApiError> {
+pub(crate) fn parse_json_object<T: DeserializeOwned>(raw: Map<String, Value>) -> Result<ParsedJson<T>, ApiError> {
     let raw = Value::Object(raw);
     // Deserialized from a reference: a large body's JSON tree is not copied.
     let typed = serde_path_to_error::deserialize::<_, T>(&raw).map_err(|err| {
@@ -84,7 +84,7 @@ const MAX_SERDE_MESSAGE_CHARS: usize = 512;
 
 /// A deserializer's message with every quoted client value (`string "…"`, `` `…` ``) cut to a short
 /// prefix, and the whole bounded: serde quotes what it could not accept, whatever its size.
-pub fn bounded_serde_message(message: &str) -> String {
+pub(crate) fn bounded_serde_message(message: &str) -> String {
     let mut out = String::with_capacity(message.len().min(MAX_SERDE_MESSAGE_CHARS + 16));
     let mut chars = message.char_indices();
     while let Some((_, quote)) = chars.next() {

@@ -3,14 +3,14 @@
 //! error type.
 
 /// The parameter every metadata problem names.
-pub const PARAM: &str = "metadata";
-pub const MAX_PAIRS: usize = 16;
-pub const MAX_KEY_CHARS: usize = 64;
-pub const MAX_VALUE_CHARS: usize = 512;
+pub(crate) const PARAM: &str = "metadata";
+pub(crate) const MAX_PAIRS: usize = 16;
+pub(crate) const MAX_KEY_CHARS: usize = 64;
+pub(crate) const MAX_VALUE_CHARS: usize = 512;
 
 /// What is wrong with a `metadata` object; `key` is the client's key, not yet excerpted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MetadataProblem<'a> {
+pub(crate) enum MetadataProblem<'a> {
     /// More than [`MAX_PAIRS`] pairs.
     TooManyPairs { count: usize },
     /// A key longer than [`MAX_KEY_CHARS`] characters.
@@ -20,7 +20,7 @@ pub enum MetadataProblem<'a> {
 }
 
 /// The number of pairs is within [`MAX_PAIRS`].
-pub fn check_pair_count(count: usize) -> Result<(), MetadataProblem<'static>> {
+pub(crate) fn check_pair_count(count: usize) -> Result<(), MetadataProblem<'static>> {
     if count > MAX_PAIRS {
         return Err(MetadataProblem::TooManyPairs { count });
     }
@@ -28,7 +28,7 @@ pub fn check_pair_count(count: usize) -> Result<(), MetadataProblem<'static>> {
 }
 
 /// One pair's key and value are within their lengths (the key is checked first).
-pub fn check_pair<'a>(key: &'a str, value: &str) -> Result<(), MetadataProblem<'a>> {
+pub(crate) fn check_pair<'a>(key: &'a str, value: &str) -> Result<(), MetadataProblem<'a>> {
     let length = key.chars().count();
     if length > MAX_KEY_CHARS {
         return Err(MetadataProblem::KeyTooLong { key, length });
@@ -41,7 +41,9 @@ pub fn check_pair<'a>(key: &'a str, value: &str) -> Result<(), MetadataProblem<'
 }
 
 /// Every limit over string pairs, in order: the count, then each pair.
-pub fn check_pairs<'a>(pairs: impl ExactSizeIterator<Item = (&'a str, &'a str)>) -> Result<(), MetadataProblem<'a>> {
+pub(crate) fn check_pairs<'a>(
+    pairs: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), MetadataProblem<'a>> {
     check_pair_count(pairs.len())?;
     for (key, value) in pairs {
         check_pair(key, value)?;

@@ -50,7 +50,8 @@ pub struct OpenAiChatRequest {
 
 impl OpenAiChatRequest {
     /// From a typed request alone (the raw body is its serialization).
-    pub fn from_typed(typed: ChatCompletionRequest) -> Self {
+    #[cfg(test)]
+    pub(crate) fn from_typed(typed: ChatCompletionRequest) -> Self {
         let raw = match serde_json::to_value(&typed) {
             Ok(Value::Object(map)) => map,
             _ => Map::new(),
@@ -58,13 +59,13 @@ impl OpenAiChatRequest {
         Self { typed, raw }
     }
 
-    pub fn to_model(&self) -> ModelRequest {
+    pub(crate) fn to_model(&self) -> ModelRequest {
         chat_request_to_model(&self.typed, &self.raw)
     }
 }
 
 /// The neutral request for a (validated) OpenAI chat request and the raw body it came from.
-pub fn chat_request_to_model(typed: &ChatCompletionRequest, raw: &Map<String, Value>) -> ModelRequest {
+pub(crate) fn chat_request_to_model(typed: &ChatCompletionRequest, raw: &Map<String, Value>) -> ModelRequest {
     let mut fields: Map<String, Value> = raw
         .iter()
         .filter(|(key, _)| !MODELLED_FIELDS.contains(&key.as_str()))

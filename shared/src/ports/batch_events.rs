@@ -19,20 +19,3 @@ pub trait BatchEventSink: Send + Sync {
         at_ms: i64,
     ) -> Result<(), StorageError>;
 }
-
-/// A sink that drops every event.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct NoBatchEvents;
-
-#[async_trait]
-impl BatchEventSink for NoBatchEvents {
-    async fn batch_ended(
-        &self,
-        _project: &ProjectId,
-        _batch_id: &BatchId,
-        _status: &str,
-        _at_ms: i64,
-    ) -> Result<(), StorageError> {
-        Ok(())
-    }
-}

@@ -12,7 +12,7 @@ const EPISODE_BIT: u128 = 1 << 23;
 const INDEX_BITS: u128 = EPISODE_BIT - 1;
 
 /// At most this many items in a batch whose ids derive from it.
-pub const MAX_DERIVED_ITEMS: u32 = (INDEX_BITS - 1) as u32;
+pub(crate) const MAX_DERIVED_ITEMS: u32 = (INDEX_BITS - 1) as u32;
 
 /// Which of an item's ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

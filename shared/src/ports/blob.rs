@@ -70,7 +70,7 @@ pub struct PresignedPut {
 }
 
 /// Reject keys that could escape a prefix or that S3 and file systems treat differently.
-pub fn validate_key(key: &str) -> Result<(), StorageError> {
+pub(crate) fn validate_key(key: &str) -> Result<(), StorageError> {
     let bad = key.is_empty()
         || key.len() > 1024
         || key.starts_with('/')

@@ -26,7 +26,7 @@ pub trait IdSource: Send + Sync {
 }
 
 /// Milliseconds since the epoch encoded in a UUIDv7 (0 for ids without a timestamp).
-pub fn uuid_unix_ms(uuid: &Uuid) -> i64 {
+pub(crate) fn uuid_unix_ms(uuid: &Uuid) -> i64 {
     uuid.get_timestamp()
         .map(|t| {
             let (secs, nanos) = t.to_unix();

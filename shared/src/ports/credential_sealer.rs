@@ -49,7 +49,7 @@ impl From<SealError> for StorageError {
 }
 
 /// Refuse a plaintext no adapter can seal: empty or longer than [`MAX_SEALED_PLAINTEXT`].
-pub fn check_sealable(plaintext: &[u8]) -> Result<(), SealError> {
+pub(crate) fn check_sealable(plaintext: &[u8]) -> Result<(), SealError> {
     if plaintext.is_empty() || plaintext.len() > MAX_SEALED_PLAINTEXT {
         return Err(SealError::Unavailable(format!(
             "cannot seal {} bytes: a sealed value holds 1 to {MAX_SEALED_PLAINTEXT} bytes",
@@ -61,12 +61,12 @@ pub fn check_sealable(plaintext: &[u8]) -> Result<(), SealError> {
 
 /// A sealed value as printable text: `prefix` (an adapter's format version, e.g. `v1.`) then
 /// base64 of `bytes`.
-pub fn encode_sealed(prefix: &str, bytes: &[u8]) -> String {
+pub(crate) fn encode_sealed(prefix: &str, bytes: &[u8]) -> String {
     format!("{prefix}{}", BASE64.encode(bytes))
 }
 
 /// The bytes of a value [`encode_sealed`] made with `prefix`; [`SealError::Corrupt`] for any other.
-pub fn decode_sealed(prefix: &str, sealed: &str) -> Result<Vec<u8>, SealError> {
+pub(crate) fn decode_sealed(prefix: &str, sealed: &str) -> Result<Vec<u8>, SealError> {
     let encoded = sealed
         .strip_prefix(prefix)
         .ok_or_else(|| SealError::Corrupt(format!("not a {prefix} sealed value")))?;
@@ -100,7 +100,7 @@ pub async fn open_json(
 /// A sealer for adapter sets that keep no credentials: every call fails with
 /// [`SealError::Unavailable`] saying so. Hosts that run provider-native batches set a real one.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NoCredentialSealer;
+pub(crate) struct NoCredentialSealer;
 
 #[async_trait]
 impl CredentialSealer for NoCredentialSealer {

@@ -13,10 +13,10 @@ use std::time::Duration;
 /// The status reported for a generation LMI ended with `finish_reason: "error"` (on a 200), for an
 /// error object without a usable `code`, and for a SageMaker `ModelError` without
 /// `OriginalStatusCode`: LMI's own status for a failed invocation.
-pub const MODEL_ERROR_STATUS: u16 = 424;
+pub(crate) const MODEL_ERROR_STATUS: u16 = 424;
 
 /// The answer's bytes as they arrive, split anywhere (not on line boundaries); an `Err` item ends it.
-pub type LmiByteStream = BoxStream<'static, Result<Bytes, ProviderError>>;
+pub(crate) type LmiByteStream = BoxStream<'static, Result<Bytes, ProviderError>>;
 
 /// Carries a JSON body to an LMI container and its answer back. A non-2xx answer (or SageMaker's
 /// `ModelError`) is a [`ProviderError::Http`] with the container's own status and message.

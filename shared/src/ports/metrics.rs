@@ -12,7 +12,7 @@ pub enum MetricUnit {
 
 impl MetricUnit {
     /// CloudWatch's name of the unit.
-    pub fn cloudwatch_name(self) -> &'static str {
+    pub(crate) fn cloudwatch_name(self) -> &'static str {
         match self {
             Self::Count => "Count",
             Self::Milliseconds => "Milliseconds",
@@ -21,7 +21,7 @@ impl MetricUnit {
 }
 
 /// One dimension: its name and value (e.g. `("route", "/v1/chat/completions")`).
-pub type Dimension<'a> = (&'static str, &'a str);
+pub(crate) type Dimension<'a> = (&'static str, &'a str);
 
 /// Where measurements go.
 pub trait MetricsSink: Send + Sync + std::fmt::Debug {
@@ -58,7 +58,7 @@ impl MetricsSink for NoMetrics {
 }
 
 /// The HTTP status class of a status code (`2xx`, `4xx`, …): a dimension of few values.
-pub fn status_class(status: u16) -> &'static str {
+pub(crate) fn status_class(status: u16) -> &'static str {
     match status {
         100..=199 => "1xx",
         200..=299 => "2xx",

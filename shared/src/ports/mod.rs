@@ -1,49 +1,54 @@
 //! Ports: the traits the domain talks to. Adapters (AWS and embedded) implement them.
 
 pub mod after_response;
-pub mod batch_events;
-pub mod batch_item_id;
+pub(crate) mod batch_events;
+pub(crate) mod batch_item_id;
 pub mod blob;
 pub mod clock;
-pub mod credential_sealer;
+pub(crate) mod credential_sealer;
 pub mod feedback_store;
 pub mod ids;
 pub mod inference_records;
-pub mod inference_store;
+pub(crate) mod inference_store;
 pub mod jobs;
-pub mod lmi_transport;
+pub(crate) mod lmi_transport;
 pub mod metrics;
-pub mod model_cache;
+pub(crate) mod model_cache;
 pub mod project;
-pub mod provider_call;
-pub mod provider_secrets;
+pub(crate) mod provider_call;
+pub(crate) mod provider_secrets;
 pub mod queue;
-pub mod schedule_switch;
+pub(crate) mod schedule_switch;
 pub mod state;
 pub mod webhook;
-pub mod webhook_url;
+pub(crate) mod webhook_url;
 
-pub use after_response::AfterResponse;
-pub use batch_events::{BatchEventSink, NoBatchEvents};
-pub use batch_item_id::{batch_base, BatchItemId, ItemIdKind, MAX_DERIVED_ITEMS};
+pub(crate) use after_response::AfterResponse;
+pub(crate) use batch_events::BatchEventSink;
+pub use batch_item_id::{batch_base, BatchItemId, ItemIdKind};
 pub use blob::{BlobStore, ByteStream, OneTimePut, PresignedPut};
-pub use clock::{Clock, IdSource, OffsetClock, SystemClock, UuidV7Ids};
-pub use credential_sealer::{
-    check_sealable, decode_sealed, encode_sealed, open_json, seal_json, CredentialSealer, NoCredentialSealer,
-    SealError, MAX_SEALED_PLAINTEXT,
-};
+pub(crate) use clock::IdSource;
+pub use clock::{Clock, OffsetClock, SystemClock, UuidV7Ids};
+pub(crate) use credential_sealer::{check_sealable, decode_sealed, encode_sealed, NoCredentialSealer};
+pub use credential_sealer::{open_json, seal_json, CredentialSealer, SealError, MAX_SEALED_PLAINTEXT};
 pub use feedback_store::FeedbackStore;
-pub use ids::{AsyncRequestId, BatchId, DeliveryId, FileId};
-pub use inference_store::{BatchPage, InferencePage, InferenceStore};
+pub(crate) use ids::FileId;
+pub use ids::{AsyncRequestId, BatchId, DeliveryId};
+pub use inference_store::InferenceStore;
+pub(crate) use inference_store::{BatchPage, InferencePage};
 pub use jobs::{JobHandler, JobOutcome, SoleWorkerGuard};
-pub use metrics::{MetricUnit, MetricsSink, NoMetrics};
+pub(crate) use metrics::MetricUnit;
+pub use metrics::{MetricsSink, NoMetrics};
 pub use model_cache::{CacheKey, CachedModelResponse, ModelCache};
 pub use project::ProjectId;
 pub(crate) use provider_secrets::check_parameter_name;
-pub use provider_secrets::{CachedProviderSecrets, NoProviderSecrets, ProviderSecrets, SecretError, SecretValue};
-pub use queue::{JobQueue, NoJobQueue, Priority, QueueMessage, UnknownPriority};
-pub use schedule_switch::{ScheduleSwitch, SwitchError};
-pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore, MAX_UPDATE_ALL};
+pub(crate) use provider_secrets::{CachedProviderSecrets, NoProviderSecrets};
+pub use provider_secrets::{ProviderSecrets, SecretError, SecretValue};
+#[cfg(feature = "aws")]
+pub(crate) use queue::NoJobQueue;
+pub use queue::{JobQueue, Priority, QueueMessage};
+pub(crate) use schedule_switch::{ScheduleSwitch, SwitchError};
+pub use state::{ListOrder, ListQuery, Page, Record, SortCursor, StateStore};
 pub use webhook::{PostOutcome, WebhookTransport};
 
 /// Failures of any storage-like port (blobs, state, queue).

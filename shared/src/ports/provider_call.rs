@@ -76,7 +76,7 @@ pub enum Recovery {
 
 impl Recovery {
     /// An upstream's HTTP error status.
-    pub fn of_status(status: u16) -> Self {
+    pub(crate) fn of_status(status: u16) -> Self {
         match status {
             408 | 409 | 429 => Self::Transient,
             501 | 505 => Self::Final,
@@ -103,7 +103,7 @@ impl ProviderError {
     }
 
     /// Worth another attempt at the same provider within the same request: [`Recovery::Transient`].
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         self.recovery() == Recovery::Transient
     }
 
@@ -117,7 +117,7 @@ impl ProviderError {
 
 /// The message of an error body: a string `error`, `error.message` (OpenAI's envelope), or a
 /// top-level `message` (LMI's dynamic-batch errors).
-pub fn upstream_error_message(body: &Value) -> Option<String> {
+pub(crate) fn upstream_error_message(body: &Value) -> Option<String> {
     let error = body.get("error");
     error
         .and_then(Value::as_str)

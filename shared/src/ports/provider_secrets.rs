@@ -24,7 +24,7 @@ const MAX_PARAMETER_LEVELS: usize = 15;
 /// Why a name is no parameter name (the message says what is wrong, never a value).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct InvalidParameterName(String);
+pub(crate) struct InvalidParameterName(String);
 
 /// A parameter name as SSM takes it, fully qualified: `/` then segments of letters, digits and
 /// `_.-` joined by `/`, at most 15 levels and 1011 characters, not under SSM's reserved `/aws` or
@@ -112,7 +112,7 @@ pub enum SecretError {
 
 /// No parameter store: every read fails saying so (a stack that wires none).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NoProviderSecrets;
+pub(crate) struct NoProviderSecrets;
 
 #[async_trait]
 impl ProviderSecrets for NoProviderSecrets {
@@ -127,7 +127,7 @@ impl ProviderSecrets for NoProviderSecrets {
 /// Reads each parameter once per process: the first caller reads it (concurrent callers wait for
 /// that one read), later callers get the kept value. A failed read is not kept, so the next use
 /// tries again (a store briefly unavailable at start-up fails only the requests made meanwhile).
-pub struct CachedProviderSecrets {
+pub(crate) struct CachedProviderSecrets {
     inner: Arc<dyn ProviderSecrets>,
     values: Mutex<HashMap<String, Arc<OnceCell<SecretValue>>>>,
 }

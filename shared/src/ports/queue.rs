@@ -27,7 +27,7 @@ impl Priority {
         }
     }
 
-    pub fn from_level(level: u8) -> Option<Self> {
+    pub(crate) fn from_level(level: u8) -> Option<Self> {
         Self::ALL.into_iter().find(|priority| priority.level() == level)
     }
 }
@@ -104,13 +104,16 @@ pub trait JobQueue: Send + Sync {
 
 /// The queue of a host that sends and receives no jobs (a Lambda function whose role reaches no
 /// queue): every call fails naming that.
-pub struct NoJobQueue;
+#[cfg(feature = "aws")]
+pub(crate) struct NoJobQueue;
 
+#[cfg(feature = "aws")]
 fn no_queue() -> StorageError {
     StorageError::Backend("this host has no job queue (its role reaches none)".into())
 }
 
 #[async_trait]
+#[cfg(feature = "aws")]
 impl JobQueue for NoJobQueue {
     async fn send(&self, _body: &str, _delay: Duration) -> Result<String, StorageError> {
         Err(no_queue())

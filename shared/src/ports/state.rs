@@ -73,10 +73,10 @@ pub struct Page {
 }
 
 /// The most records one [`StateStore::update_all`] may write.
-pub const MAX_UPDATE_ALL: usize = 25;
+pub(crate) const MAX_UPDATE_ALL: usize = 25;
 
 /// What every adapter rejects in [`StateStore::update_all`]: too many records, or one twice.
-pub fn check_update_all(updates: &[(Record, u64)]) -> Result<(), StorageError> {
+pub(crate) fn check_update_all(updates: &[(Record, u64)]) -> Result<(), StorageError> {
     if updates.len() > MAX_UPDATE_ALL {
         return Err(StorageError::Invalid(format!(
             "update_all takes at most {MAX_UPDATE_ALL} records"
@@ -98,7 +98,11 @@ pub fn check_update_all(updates: &[(Record, u64)]) -> Result<(), StorageError> {
 
 /// When the earliest record of `kind` owned by `owner` was created (for due-work owners: when the
 /// earliest work is due), `None` when there is none: one listing of one head.
-pub async fn earliest_created_at(state: &dyn StateStore, kind: &str, owner: &str) -> Result<Option<i64>, StorageError> {
+pub(crate) async fn earliest_created_at(
+    state: &dyn StateStore,
+    kind: &str,
+    owner: &str,
+) -> Result<Option<i64>, StorageError> {
     let first = state
         .list_heads_by_owner(&ListQuery {
             kind: kind.to_owned(),

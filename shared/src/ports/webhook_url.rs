@@ -12,10 +12,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use url::{Host, Url};
 
 /// The longest webhook URL accepted, in bytes.
-pub const MAX_WEBHOOK_URL_BYTES: usize = 2048;
+pub(crate) const MAX_WEBHOOK_URL_BYTES: usize = 2048;
 /// The one port webhooks go to (https's). Other ports would let a tenant probe which services
 /// listen where.
-pub const WEBHOOK_PORT: u16 = 443;
+pub(crate) const WEBHOOK_PORT: u16 = 443;
 
 /// Where webhooks may go.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub struct UrlPolicy {
 
 impl UrlPolicy {
     /// Whether a webhook may connect to `ip`: a public address, or a loopback one when allowed.
-    pub fn permits_address(&self, ip: IpAddr) -> bool {
+    pub(crate) fn permits_address(&self, ip: IpAddr) -> bool {
         !forbidden_address(ip) || (self.allow_loopback_http && ip.is_loopback())
     }
 }
@@ -162,7 +162,7 @@ impl From<WebhookUrl> for String {
 }
 
 /// `localhost` and the names under it (RFC 6761), with or without the final dot.
-pub fn is_loopback_name(name: &str) -> bool {
+pub(crate) fn is_loopback_name(name: &str) -> bool {
     let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
     name == "localhost" || name.ends_with(".localhost")
 }
@@ -232,7 +232,7 @@ const FORBIDDEN_V6: [(Ipv6Addr, u8); 14] = [
 /// [`UrlPolicy::permits_address`] for the development exception). IPv6 addresses that embed an
 /// IPv4 one (IPv4-mapped `::ffff:0:0/96`, IPv4-translated `::ffff:0:0:0/96`, NAT64 `64:ff9b::/96`,
 /// 6to4 `2002::/16`) are judged by the embedded address.
-pub fn forbidden_address(ip: IpAddr) -> bool {
+pub(crate) fn forbidden_address(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => forbidden_v4(v4),
         IpAddr::V6(v6) => forbidden_v6(v6),

@@ -15,14 +15,14 @@ use std::sync::Arc;
 const CONCURRENT_CALLS: usize = 8;
 
 /// The request as one call of the `n` sends it: without `n`.
-pub fn one_choice_request(request: &ModelRequest) -> ModelRequest {
+pub(crate) fn one_choice_request(request: &ModelRequest) -> ModelRequest {
     let mut single = request.clone();
     single.params.n = None;
     single
 }
 
 /// `n` non-streamed answers joined into one completion with `n` choices.
-pub async fn chat_n_times(
+pub(crate) async fn chat_n_times(
     chat: Arc<dyn ChatProvider>,
     request: &ModelRequest,
     ctx: CallContext<'_>,
@@ -51,7 +51,7 @@ pub fn joined(answers: Vec<ModelResponse>) -> Option<ModelResponse> {
 
 /// `n` streams of one choice each, merged as they come into one stream of `n` choices; the first
 /// call's `raw_request` stands for every call.
-pub async fn stream_n_times(
+pub(crate) async fn stream_n_times(
     streaming: Arc<dyn ChatStreamProvider>,
     request: &ModelRequest,
     ctx: CallContext<'_>,
@@ -78,7 +78,7 @@ where
 
 /// Chunks of every stream as they arrive, the `i`-th stream's choices carrying index `i`; the
 /// streams' usage is summed into one usage chunk at the end. An error ends the merged stream.
-pub fn merged_streams(streams: Vec<ChunkStream>) -> ChunkStream {
+pub(crate) fn merged_streams(streams: Vec<ChunkStream>) -> ChunkStream {
     let indexed = streams.into_iter().enumerate().map(|(index, stream)| {
         let index = u32::try_from(index).unwrap_or(u32::MAX);
         stream

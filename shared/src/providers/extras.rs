@@ -31,7 +31,12 @@ impl ConfiguredExtras {
 
     /// Edit `body` for the provider named `provider` with the request's `entries` around the
     /// configured ones.
-    pub fn edit_body(&self, body: &mut Value, entries: &[ExtraBodyEntry], provider: &str) -> Result<(), ProviderError> {
+    pub(crate) fn edit_body(
+        &self,
+        body: &mut Value,
+        entries: &[ExtraBodyEntry],
+        provider: &str,
+    ) -> Result<(), ProviderError> {
         let configured = |e| misconfigured(provider, "extra_body", e);
         let before = entries_for(entries, provider, ExtraPlacement::BeforeProviderConfig);
         let after = entries_for(entries, provider, ExtraPlacement::AfterProviderConfig);
@@ -42,7 +47,7 @@ impl ConfiguredExtras {
 
     /// Edit `headers` for the provider named `provider` with the request's `entries` around the
     /// configured ones.
-    pub fn edit_headers(
+    pub(crate) fn edit_headers(
         &self,
         headers: &mut http::HeaderMap,
         entries: &[ExtraHeaderEntry],

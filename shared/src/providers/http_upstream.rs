@@ -6,7 +6,7 @@ use super::extras::ConfiguredExtras;
 use super::retry::retry_after_from_headers;
 use super::{CallContext, ProviderError};
 use crate::model::ExtraHeaderEntry;
-pub use crate::ports::provider_call::upstream_error_message;
+pub(crate) use crate::ports::provider_call::upstream_error_message;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ const MAX_KEPT_ERROR_BODY: usize = 64 * 1024;
 /// The HTTP client could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the HTTP client could not be made: {0}")]
-pub struct HttpClientError(String);
+pub(crate) struct HttpClientError(String);
 
 /// The HTTP client of one provider (connection pooling, no Nagle delay).
 pub fn http_client(connect_timeout: Duration) -> Result<reqwest::Client, HttpClientError> {
@@ -45,7 +45,7 @@ pub(crate) struct HttpUpstream {
 impl HttpUpstream {
     /// A JSON POST of `body` to `url`, made ready by [`Self::prepare`]; `whole_request_timeout`
     /// bounds the call by the provider's timeout (not for streams, which their reader times).
-    pub async fn post_json(
+    pub(crate) async fn post_json(
         &self,
         url: &str,
         body: impl Into<reqwest::Body>,
@@ -65,7 +65,7 @@ impl HttpUpstream {
     /// `builder` as this upstream takes it: bounded by `timeout` when given, with the API key as
     /// a bearer token, then the headers: the request's placed before the configured ones, the
     /// configured ones, the request's placed after (a header without a value removes it).
-    pub async fn prepare(
+    pub(crate) async fn prepare(
         &self,
         mut builder: reqwest::RequestBuilder,
         timeout: Option<Duration>,
@@ -98,12 +98,12 @@ impl HttpUpstream {
     }
 
     /// A failed exchange: a timeout, else a connection error with the whole cause.
-    pub fn transport_error(&self, error: &reqwest::Error) -> ProviderError {
+    pub(crate) fn transport_error(&self, error: &reqwest::Error) -> ProviderError {
         self.transport_error_within(error, self.timeout)
     }
 
     /// [`Self::transport_error`] of a call bounded by `timeout` rather than the provider's.
-    pub fn transport_error_within(&self, error: &reqwest::Error, timeout: Duration) -> ProviderError {
+    pub(crate) fn transport_error_within(&self, error: &reqwest::Error, timeout: Duration) -> ProviderError {
         if error.is_timeout() {
             ProviderError::Timeout { after: timeout }
         } else {

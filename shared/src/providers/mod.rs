@@ -8,13 +8,13 @@ mod api_key;
 pub mod choices;
 pub mod dummy;
 mod extras;
-pub mod http_upstream;
+pub(crate) mod http_upstream;
 pub mod lmi;
 pub mod native_batch;
 pub mod openai;
 pub mod retry;
 pub mod router;
-pub mod synthetic_stream;
+pub(crate) mod synthetic_stream;
 
 pub use crate::ports::provider_call::{CallContext, ProviderError};
 
@@ -26,7 +26,7 @@ use native_batch::NativeBatchApi;
 use std::sync::Arc;
 
 /// Chunks of a streamed answer; an `Err` item ends the stream.
-pub type ChunkStream = BoxStream<'static, Result<ModelChunk, ProviderError>>;
+pub(crate) type ChunkStream = BoxStream<'static, Result<ModelChunk, ProviderError>>;
 
 /// A streamed answer that has started: who answers, what was sent, and the chunks.
 pub struct ModelStream {
@@ -48,7 +48,7 @@ impl ModelStream {
         }
     }
 
-    pub fn with_raw_request(mut self, raw_request: Option<String>) -> Self {
+    pub(crate) fn with_raw_request(mut self, raw_request: Option<String>) -> Self {
         self.raw_request = raw_request;
         self
     }
@@ -99,7 +99,7 @@ pub enum ChoiceSupport {
 
 impl ChoiceSupport {
     /// Whether `n` choices take `n` calls of a provider with this support.
-    pub fn needs_one_call_per_choice(self, n: u32) -> bool {
+    pub(crate) fn needs_one_call_per_choice(self, n: u32) -> bool {
         n > 1 && self == Self::OnePerCall
     }
 }
@@ -165,7 +165,7 @@ impl ProviderHandle {
     }
 
     /// The provider answers `n` choices in one call.
-    pub fn with_native_choices(mut self) -> Self {
+    pub(crate) fn with_native_choices(mut self) -> Self {
         self.choices = ChoiceSupport::Native;
         self
     }

@@ -14,7 +14,7 @@ pub struct RetryPolicy {
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryDecision {
+pub(crate) enum RetryDecision {
     /// Wait this long, then try the same provider again.
     RetryAfter(Duration),
     /// Stop trying this provider.
@@ -35,7 +35,13 @@ impl From<&RetryConfig> for RetryPolicy {
 impl RetryPolicy {
     /// Decide after failed attempt number `attempt` (0-based). `jitter` is a uniform sample from
     /// `[0, 1)`; the backoff is "equal jitter": half the exponential delay plus a random half.
-    pub fn decide(&self, attempt: u32, retryable: bool, retry_after: Option<Duration>, jitter: f64) -> RetryDecision {
+    pub(crate) fn decide(
+        &self,
+        attempt: u32,
+        retryable: bool,
+        retry_after: Option<Duration>,
+        jitter: f64,
+    ) -> RetryDecision {
         if !retryable || attempt >= self.max_retries {
             return RetryDecision::GiveUp;
         }
@@ -56,7 +62,7 @@ impl RetryPolicy {
 
 /// Parse `retry-after-ms` (milliseconds) or `retry-after` (seconds, or an HTTP date ignored as
 /// unknown) from response headers.
-pub fn retry_after_from_headers(headers: &http::HeaderMap) -> Option<Duration> {
+pub(crate) fn retry_after_from_headers(headers: &http::HeaderMap) -> Option<Duration> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         if ms.is_finite() && ms >= 0.0 {

@@ -26,7 +26,7 @@ use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 /// The most shorthand models kept built at once.
-pub const SHORTHAND_CACHE_LIMIT: usize = 256;
+pub(crate) const SHORTHAND_CACHE_LIMIT: usize = 256;
 /// Longer shorthand names are built per call, never kept.
 const MAX_CACHED_NAME_LEN: usize = 256;
 
@@ -145,13 +145,14 @@ impl ModelRouter {
     }
 
     /// The configured models (shorthand models are not listed).
-    pub fn model_names(&self) -> impl Iterator<Item = &str> {
+    #[cfg(test)]
+    pub(crate) fn model_names(&self) -> impl Iterator<Item = &str> {
         self.models.keys().map(String::as_str)
     }
 
     /// The configured models that can be called: those with at least one provider whose key is
     /// not an unset environment variable (what `/v1/models` lists).
-    pub fn callable_model_names(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn callable_model_names(&self) -> impl Iterator<Item = &str> {
         self.models
             .iter()
             .filter(|(_, model)| model.providers.iter().any(|p| p.missing_env_key.is_none()))
@@ -234,7 +235,8 @@ impl ModelRouter {
     }
 
     /// How many shorthand models are kept built.
-    pub fn cached_shorthand_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn cached_shorthand_count(&self) -> usize {
         self.shorthands.read().unwrap_or_else(PoisonError::into_inner).len()
     }
 
@@ -274,7 +276,11 @@ impl ModelRouter {
     /// Streamed chat. Fallback happens until a provider starts streaming; providers without
     /// native streaming are streamed from their complete answer. With `n > 1` every chunk's
     /// choice carries its `index`. The stream names the provider that answers.
-    pub async fn chat_stream(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelStream, RoutingError> {
+    pub(crate) async fn chat_stream(
+        &self,
+        request: &ModelRequest,
+        ctx: CallContext<'_>,
+    ) -> Result<ModelStream, RoutingError> {
         let model = self.model(&request.model)?;
         let n = request.choice_count();
         let (provider_name, mut stream) = self

@@ -7,7 +7,11 @@ use futures::StreamExt;
 /// Split a response into chunks: a chunk starting each choice's message, text pieces of about
 /// `piece_chars` characters (on word boundaries), the refusal, tool calls, then the finish chunk
 /// and — when `include_usage` — a usage chunk with no choices.
-pub fn chunks_from_response(response: &ModelResponse, piece_chars: usize, include_usage: bool) -> Vec<ModelChunk> {
+pub(crate) fn chunks_from_response(
+    response: &ModelResponse,
+    piece_chars: usize,
+    include_usage: bool,
+) -> Vec<ModelChunk> {
     let chunk = |choice: ChunkChoice| ModelChunk {
         choices: vec![choice],
         system_fingerprint: response.system_fingerprint.clone(),
@@ -69,13 +73,13 @@ pub fn chunks_from_response(response: &ModelResponse, piece_chars: usize, includ
 }
 
 /// The same chunks as a stream.
-pub fn stream_from_response(response: &ModelResponse, include_usage: bool) -> ChunkStream {
+pub(crate) fn stream_from_response(response: &ModelResponse, include_usage: bool) -> ChunkStream {
     futures::stream::iter(chunks_from_response(response, 16, include_usage).into_iter().map(Ok)).boxed()
 }
 
 /// Split text into pieces of at least `target` characters ending on whitespace; concatenating the
 /// pieces gives the text back exactly.
-pub fn split_text(text: &str, target: usize) -> Vec<String> {
+pub(crate) fn split_text(text: &str, target: usize) -> Vec<String> {
     let mut pieces = Vec::new();
     let mut current = String::new();
     for ch in text.chars() {

@@ -27,11 +27,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The kind of the one record that says whether the poller's schedule should be on.
-pub const ARM_KIND: &str = "scheduler_arm";
+pub(crate) const ARM_KIND: &str = "scheduler_arm";
 const ARM_ID: &str = "poller";
 /// Work due within this keeps the schedule on: more than the heartbeat's hour, so work due before
 /// the next heartbeat is never missed.
-pub const ARM_HORIZON_MS: i64 = 65 * 60 * 1000;
+pub(crate) const ARM_HORIZON_MS: i64 = 65 * 60 * 1000;
 /// Conditional-write races one change of the record retries before giving up with the conflict.
 const WRITE_ATTEMPTS: u32 = 5;
 /// The pause between turning the schedule off and looking for work once more.
@@ -104,7 +104,7 @@ impl Arming {
     }
 
     /// Due work was just written: make sure the schedule runs. One read while armed.
-    pub async fn arm(&self) -> Result<(), ArmError> {
+    pub(crate) async fn arm(&self) -> Result<(), ArmError> {
         if self.record(true).await?.wrote {
             self.switch.set_enabled(true).await?;
         }

@@ -7,7 +7,7 @@ use serde_json::json;
 use std::sync::Arc;
 
 /// The kind of a due-index entry.
-pub const DUE_WORK_KIND: &str = "due_work";
+pub(crate) const DUE_WORK_KIND: &str = "due_work";
 const KIND: &str = DUE_WORK_KIND;
 /// Conditional-write races [`DueIndex::set`] retries before giving up with the conflict.
 const SET_ATTEMPTS: u32 = 5;
@@ -17,10 +17,10 @@ const PAGE: usize = 100;
 /// Shards of each lane unless configured ([`DueIndex::with_shards`]): a lane written for every
 /// request spreads over this many owners (DynamoDB partitions of the `by_owner` index, each
 /// good for about 1,000 writes a second).
-pub const DEFAULT_DUE_INDEX_SHARDS: u32 = 4;
+pub(crate) const DEFAULT_DUE_INDEX_SHARDS: u32 = 4;
 
 /// The most shards a lane may have (each is one more query per listing).
-pub const MAX_DUE_INDEX_SHARDS: u32 = 64;
+pub(crate) const MAX_DUE_INDEX_SHARDS: u32 = 64;
 
 /// Due-time index over StateStore: one record per (lane, target): kind "due_work", id "{lane}:{target}",
 /// created_at_ms = due time (an owner's listing is then in due order), owner the target's shard of

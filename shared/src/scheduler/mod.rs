@@ -7,8 +7,12 @@
 mod arming;
 mod due_index;
 
-pub use arming::{ArmError, Arming, ScheduleState, ARM_HORIZON_MS, ARM_KIND};
-pub use due_index::{DueIndex, DueItem, DEFAULT_DUE_INDEX_SHARDS, DUE_WORK_KIND, MAX_DUE_INDEX_SHARDS};
+pub(crate) use arming::ARM_HORIZON_MS;
+#[cfg(feature = "aws")]
+pub(crate) use arming::ARM_KIND;
+pub use arming::{Arming, ScheduleState};
+pub use due_index::{DueIndex, DueItem};
+pub(crate) use due_index::{DEFAULT_DUE_INDEX_SHARDS, DUE_WORK_KIND, MAX_DUE_INDEX_SHARDS};
 
 use crate::ports::{Clock, StorageError};
 use async_trait::async_trait;
@@ -25,7 +29,7 @@ tokio::task_local! {
 
 /// Whether the running pass may start another round of work: before its deadline
 /// ([`Scheduler::run_once_until`]), always for a pass without one, never outside a pass.
-pub fn pass_has_time() -> bool {
+pub(crate) fn pass_has_time() -> bool {
     PASS_DEADLINE
         .try_with(|deadline| deadline.is_none_or(|deadline| Instant::now() < deadline))
         .unwrap_or(false)
@@ -94,7 +98,7 @@ impl Scheduler {
 
     /// Whether some task has work due by `until_ms`; a task that cannot tell counts as having
     /// some (the schedule stays on rather than leave work behind).
-    pub async fn has_work_before(&self, until_ms: i64) -> bool {
+    pub(crate) async fn has_work_before(&self, until_ms: i64) -> bool {
         for task in &self.tasks {
             match task.next_due().await {
                 Ok(Some(due_ms)) if due_ms <= until_ms => return true,

@@ -65,7 +65,7 @@ impl From<FunctionError> for ApiError {
 /// TensorZero's statuses for the function layer (`/inference` and its OpenAI-compatible routes):
 /// 400 bad input (also when every variant failed for the client's reason, e.g. a missing dynamic
 /// credential), 404 lookups, 408 when every variant timed out, 502 when they failed otherwise.
-pub fn function_error_status(error: &FunctionError) -> StatusCode {
+pub(crate) fn function_error_status(error: &FunctionError) -> StatusCode {
     match error {
         FunctionError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
         FunctionError::UnknownFunction(_) | FunctionError::UnknownVariant { .. } | FunctionError::UnknownModel(_) => {

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
 
 /// At most this many inputs in one batch.
-pub const MAX_BATCH_INPUTS: usize = 50_000;
+pub(crate) const MAX_BATCH_INPUTS: usize = 50_000;
 
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -81,7 +81,7 @@ pub struct BatchChatParams {
 
 /// One item, ready to queue: its ids and the line a worker runs.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PlannedItem {
+pub(crate) struct PlannedItem {
     pub inference_id: Uuid,
     pub episode_id: Uuid,
     /// `{"inference_id", "request"}`: the item's `/inference` request, as JSON (no newline).
@@ -91,7 +91,7 @@ pub struct PlannedItem {
 /// A checked batch: its id, function, variant, credentials and items (whose ids derive from the
 /// batch's: [`BatchItemId`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct PlannedBatch {
+pub(crate) struct PlannedBatch {
     pub batch_id: Uuid,
     pub function_name: String,
     pub variant: BatchVariant,
@@ -108,7 +108,7 @@ struct ItemLine {
 
 /// The ids at the head of an item line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
-pub struct ItemIds {
+pub(crate) struct ItemIds {
     pub inference_id: Uuid,
     pub episode_id: Uuid,
 }
@@ -135,13 +135,13 @@ impl From<IdsLine> for ItemIds {
 }
 
 /// The ids of a stored item line read by a batch run (its JSON), when it is one.
-pub fn item_ids(item: &Value) -> Option<ItemIds> {
+pub(crate) fn item_ids(item: &Value) -> Option<ItemIds> {
     IdsLine::deserialize(item).ok().map(ItemIds::from)
 }
 
 /// The ids of a stored item line straight from its bytes, nothing else of it read (a poll reads
 /// the ids of every item of a batch).
-pub fn item_ids_in(line: &[u8]) -> Option<ItemIds> {
+pub(crate) fn item_ids_in(line: &[u8]) -> Option<ItemIds> {
     serde_json::from_slice::<IdsLine>(line).ok().map(ItemIds::from)
 }
 
@@ -255,7 +255,7 @@ impl FunctionChecks {
     /// Check a `/batch_inference` request and split it into items: every list as long as
     /// `inputs`, one variant for the batch (drawn with the first episode id), every item checked
     /// as the worker will run it. Mints the inference ids and the missing episode ids.
-    pub fn plan_batch(&self, mut request: BatchInferenceRequest) -> Result<PlannedBatch, FunctionError> {
+    pub(crate) fn plan_batch(&self, mut request: BatchInferenceRequest) -> Result<PlannedBatch, FunctionError> {
         refuse(
             "model_name",
             request.model_name.take().is_some_and(|m| !m.is_null()),
@@ -346,7 +346,7 @@ impl FunctionChecks {
 impl FunctionService {
     /// Run one stored item line (its JSON; `None`: it is not JSON) with the batch's credentials:
     /// its ids (when the line can be read) and the record to store, or why the item failed.
-    pub async fn run_batch_line(
+    pub(crate) async fn run_batch_line(
         &self,
         project: &ProjectId,
         item: Option<Value>,
@@ -364,7 +364,7 @@ impl FunctionService {
 
     /// The model and neutral request a stored item line sends (for a provider's own batch API),
     /// or why it cannot be prepared (a worker run then reports it).
-    pub fn batch_line_request(
+    pub(crate) fn batch_line_request(
         &self,
         item: &Value,
         credentials: &HashMap<String, String>,
@@ -375,7 +375,7 @@ impl FunctionService {
 
     /// The record of a stored item line whose model answered `response` through `provider`'s
     /// own batch API.
-    pub fn native_batch_line_record(
+    pub(crate) fn native_batch_line_record(
         &self,
         project: &ProjectId,
         item: Option<Value>,

@@ -64,7 +64,7 @@ pub enum FeedbackError {
 
 /// How long a missing target is looked for again before the answer is 404: records are written
 /// just after the `/inference` response, so feedback sent at once may arrive first.
-pub const TARGET_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const TARGET_WAIT: Duration = Duration::from_secs(2);
 const TARGET_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Tags in this namespace are TensorZero's own; only `internal` feedback may set them.
@@ -99,7 +99,8 @@ impl FeedbackService {
     }
 
     /// Look for a missing target this long (default [`TARGET_WAIT`]).
-    pub fn with_target_wait(mut self, wait: Duration) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_target_wait(mut self, wait: Duration) -> Self {
         self.target_wait = wait;
         self
     }

@@ -5,14 +5,15 @@
 pub mod batch_request;
 pub mod feedback;
 pub mod function_calls;
-pub mod openai_compat;
+pub(crate) mod openai_compat;
 mod sampler;
 mod schemas;
 mod templates;
 
-pub use sampler::{episode_draw, VariantPolicy};
-pub use schemas::{CompiledSchema, SchemaCompileError, SchemaViolation};
-pub use templates::{TemplateError, TemplateInput, TemplateSet};
+pub(crate) use sampler::VariantPolicy;
+pub(crate) use schemas::CompiledSchema;
+pub use templates::TemplateInput;
+pub(crate) use templates::{TemplateError, TemplateSet};
 
 use crate::config::functions::{ChatCompletionConfig, FunctionConfig, FunctionKind, JsonMode};
 use crate::config::{normalise_config_path, Config, ConfigError, ToolConfig};
@@ -182,7 +183,7 @@ impl FunctionSet {
         self.templates.render(function, variant, template, input)
     }
 
-    pub fn has_template(&self, function: &str, variant: &str, template: &str) -> bool {
+    pub(crate) fn has_template(&self, function: &str, variant: &str, template: &str) -> bool {
         self.templates.contains(function, variant, template)
     }
 }
@@ -208,7 +209,7 @@ impl Function {
 
     /// The variant to try for `episode_id` once the variants in `failed` have failed; `None`
     /// when none is left.
-    pub fn choose_variant(&self, episode_id: Uuid, failed: &BTreeSet<String>) -> Option<&Variant> {
+    pub(crate) fn choose_variant(&self, episode_id: Uuid, failed: &BTreeSet<String>) -> Option<&Variant> {
         let name = self.policy.choose(&self.name, episode_id, failed)?;
         self.variants.get(name)
     }

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 /// A number in `[0, 1)` fixed by the function and the episode: the first 4 bytes of
 /// SHA-256(function name ‖ episode id bytes), big-endian, over 2^32.
-pub fn episode_draw(function_name: &str, episode_id: Uuid) -> f64 {
+pub(crate) fn episode_draw(function_name: &str, episode_id: Uuid) -> f64 {
     let mut hasher = Sha256::new();
     hasher.update(function_name.as_bytes());
     hasher.update(episode_id.as_bytes());
@@ -34,7 +34,7 @@ impl VariantPolicy {
     /// - `[experimentation]` static: a list is uniform, a table is normalised weights;
     /// - legacy `weight`s (when any is set): > 0 candidate, unset fallback (by name), 0 never;
     /// - neither: every variant uniformly.
-    pub fn from_function(config: &FunctionConfig) -> Self {
+    pub(crate) fn from_function(config: &FunctionConfig) -> Self {
         if let Some(ExperimentationConfig::Static(experiment)) = &config.experimentation {
             let candidates = match &experiment.candidate_variants {
                 CandidateVariants::List(names) => names.iter().map(|n| (n.clone(), 1.0)).collect(),

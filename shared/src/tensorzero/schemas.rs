@@ -110,7 +110,7 @@ impl CompiledSchema {
     }
 
     /// Parse JSON text, then [`Self::compile`].
-    pub fn from_json_text(text: &str) -> Result<Self, SchemaCompileError> {
+    pub(crate) fn from_json_text(text: &str) -> Result<Self, SchemaCompileError> {
         let value = serde_json::from_str(text).map_err(|e| SchemaCompileError(format!("not JSON: {e}")))?;
         Self::compile(value)
     }

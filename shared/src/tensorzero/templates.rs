@@ -32,7 +32,7 @@ pub enum TemplateError {
 }
 
 /// Every template of every variant.
-pub struct TemplateSet {
+pub(crate) struct TemplateSet {
     environment: Environment<'static>,
 }
 

@@ -18,15 +18,16 @@ use std::time::{Duration, Instant};
 /// by default); after the last, the delivery fails.
 pub use crate::config::DEFAULT_WEBHOOK_RETRY_DELAYS as RETRY_DELAYS;
 /// Attempts before a delivery fails for good: the first and one per [`RETRY_DELAYS`] entry.
-pub const MAX_ATTEMPTS: usize = RETRY_DELAYS.len() + 1;
+#[cfg(test)]
+pub(crate) const MAX_ATTEMPTS: usize = RETRY_DELAYS.len() + 1;
 /// The longest `Retry-After` honoured; a receiver asking for more gets this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// The `user-agent` of every webhook request.
-pub const USER_AGENT: &str = "Nimbus-Webhooks/1";
+pub(crate) const USER_AGENT: &str = "Nimbus-Webhooks/1";
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum DeliveryState {
+pub(crate) enum DeliveryState {
     Pending,
     Succeeded,
     Failed,
@@ -35,7 +36,7 @@ pub enum DeliveryState {
 
 /// Which signature headers a delivery carries.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, utoipa::ToSchema)]
-pub enum SignatureStyle {
+pub(crate) enum SignatureStyle {
     /// `webhook-signature` (Standard Webhooks) only.
     Standard,
     /// Also Baseten's `x-baseten-signature` and `x-baseten-request-id`.
@@ -44,7 +45,7 @@ pub enum SignatureStyle {
 
 /// The record of one attempt.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, utoipa::ToSchema)]
-pub struct DeliveryAttempt {
+pub(crate) struct DeliveryAttempt {
     pub at_ms: i64,
     /// The receiver's status, when it answered.
     pub status: Option<u16>,
@@ -55,7 +56,7 @@ pub struct DeliveryAttempt {
 
 /// One webhook message on its way to one URL.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, utoipa::ToSchema)]
-pub struct Delivery {
+pub(crate) struct Delivery {
     /// The `webhook-id` of every attempt; must not contain `.`.
     pub webhook_id: String,
     pub url: WebhookUrl,
@@ -99,7 +100,7 @@ impl Delivery {
         }
     }
 
-    pub fn is_final(&self) -> bool {
+    pub(crate) fn is_final(&self) -> bool {
         self.state != DeliveryState::Pending
     }
 
@@ -150,7 +151,7 @@ impl Delivery {
     /// attempt, then Succeeded / Failed / Pending with `next_attempt_at_ms` from `delays` (the
     /// wait after failed attempt n is `delays[n - 1]`; after the last, the delivery fails). A final
     /// delivery is left as it is.
-    pub async fn attempt_on(
+    pub(crate) async fn attempt_on(
         &mut self,
         transport: &dyn WebhookTransport,
         secrets: &[SigningSecret],
@@ -172,7 +173,7 @@ impl Delivery {
 
     /// Record an attempt that could not be sent at all (e.g. no secret to sign with) as a
     /// retryable failure on `delays`.
-    pub fn record_failure(&mut self, reason: &str, now_ms: i64, delays: &[Duration]) -> DeliveryState {
+    pub(crate) fn record_failure(&mut self, reason: &str, now_ms: i64, delays: &[Duration]) -> DeliveryState {
         if self.is_final() {
             return self.state;
         }

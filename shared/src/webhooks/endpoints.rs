@@ -18,18 +18,18 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// How many endpoints, or deliveries of one, a page lists: 1 to 100, 20 by default.
-pub const WEBHOOK_PAGE: PageBounds = PageBounds::new(20, 100);
+pub(crate) const WEBHOOK_PAGE: PageBounds = PageBounds::new(20, 100);
 
-pub const ENDPOINT_KIND: &str = "webhook_endpoint";
+pub(crate) const ENDPOINT_KIND: &str = "webhook_endpoint";
 const ID_PREFIX: &str = "whep_";
 const OBJECT: &str = "webhook_endpoint";
 
 /// At most this many endpoints per project.
-pub const MAX_ENDPOINTS: usize = 10;
+pub(crate) const MAX_ENDPOINTS: usize = 10;
 const MAX_NAME_CHARS: usize = 256;
 
 /// How long a rotated-out endpoint secret keeps signing when asked to.
-pub const SECRET_OVERLAP_MS: i64 = 24 * 3600 * 1000;
+pub(crate) const SECRET_OVERLAP_MS: i64 = 24 * 3600 * 1000;
 
 /// The events an endpoint may subscribe to: a batch reached a terminal status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -392,7 +392,7 @@ impl WebhookEndpoints {
 
     /// A new secret for the endpoint, shown once; the old one stops signing at once, or after
     /// 24 hours with `keep_old_for_24h` (both sign meanwhile).
-    pub async fn rotate_secret(
+    pub(crate) async fn rotate_secret(
         &self,
         project: &ProjectId,
         id: &str,

@@ -29,9 +29,9 @@ use std::time::Duration;
 pub const DELIVERY_KIND: &str = "webhook_delivery";
 /// The due-index lane of event deliveries: a pending delivery is due at its next attempt, a
 /// finished one at its purge time.
-pub const DELIVERY_LANE: &str = "webhook_delivery";
+pub(crate) const DELIVERY_LANE: &str = "webhook_delivery";
 /// How long a finished delivery is kept (listed under its endpoint) before it is purged.
-pub const DELIVERY_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
+pub(crate) const DELIVERY_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
 /// A delivery with a message on its way is looked at by the scheduler only this long after the
 /// message should have run (the message is then presumed lost).
 pub(crate) const LOST_MESSAGE_GRACE_MS: i64 = 5 * 60_000;
@@ -62,7 +62,7 @@ pub fn delivery_id(endpoint_id: &str, batch_id: &BatchId, event: BatchEventType)
 }
 
 /// OpenAI's event body, as sent and signed.
-pub fn event_body(event_id: &str, event: BatchEventType, batch_id: &BatchId, created_at_s: i64) -> String {
+pub(crate) fn event_body(event_id: &str, event: BatchEventType, batch_id: &BatchId, created_at_s: i64) -> String {
     serde_json::json!({
         "object": "event",
         "id": event_id,
@@ -75,7 +75,7 @@ pub fn event_body(event_id: &str, event: BatchEventType, batch_id: &BatchId, cre
 
 /// One delivery as listed under its endpoint.
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
-pub struct DeliveryView {
+pub(crate) struct DeliveryView {
     pub id: String,
     pub object: &'static str,
     /// The `webhook-id` header of every attempt.
@@ -91,7 +91,7 @@ pub struct DeliveryView {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
-pub struct DeliveryList {
+pub(crate) struct DeliveryList {
     pub object: &'static str,
     pub data: Vec<DeliveryView>,
     pub has_more: bool,
@@ -133,7 +133,7 @@ impl BatchWebhooks {
     }
 
     /// Spread the delivery lane over `shards` owners ([`DueIndex::with_shards`]).
-    pub fn with_due_index_shards(mut self, shards: u32) -> Self {
+    pub(crate) fn with_due_index_shards(mut self, shards: u32) -> Self {
         self.due = self.due.with_shards(shards);
         self
     }
@@ -235,7 +235,7 @@ impl BatchWebhooks {
     }
 
     /// The latest deliveries to an endpoint of `project`, newest first, with their attempts.
-    pub async fn list_deliveries(
+    pub(crate) async fn list_deliveries(
         &self,
         project: &ProjectId,
         endpoint_id: &str,

@@ -14,13 +14,11 @@ pub mod signing;
 #[cfg(test)]
 mod test_support;
 
-pub use crate::ports::webhook_url::{forbidden_address, UrlPolicy, WebhookUrl, WebhookUrlError};
-pub use delivery::{Delivery, DeliveryAttempt, DeliveryState, SignatureStyle};
-pub use endpoints::{
-    BatchEventType, CreateEndpointRequest, CreatedEndpoint, DeletedEndpoint, EndpointList, WebhookEndpoint,
-    WebhookEndpoints, WEBHOOK_PAGE,
-};
-pub use errors::WebhooksError;
-pub use events::{BatchWebhooks, BatchWebhooksDeps, DeliveryList, DeliveryView};
-pub use secrets::{CreatedSecret, RevokedSecret, SecretSource, SecretSummary, WebhookSecrets};
-pub use signing::{baseten_signature, standard_signature, SecretFormatError, SigningSecret};
+pub use crate::ports::webhook_url::{UrlPolicy, WebhookUrl};
+pub use endpoints::{BatchEventType, CreateEndpointRequest, WebhookEndpoints};
+pub(crate) use endpoints::{CreatedEndpoint, DeletedEndpoint, EndpointList, WebhookEndpoint, WEBHOOK_PAGE};
+pub(crate) use errors::WebhooksError;
+pub(crate) use events::{BatchWebhooks, BatchWebhooksDeps, DeliveryList};
+pub(crate) use secrets::{CreatedSecret, RevokedSecret, SecretSummary};
+pub use secrets::{SecretSource, WebhookSecrets};
+pub use signing::{standard_signature, SigningSecret};

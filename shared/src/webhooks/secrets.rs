@@ -23,18 +23,18 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-pub const SECRET_KIND: &str = "webhook_secret";
+pub(crate) const SECRET_KIND: &str = "webhook_secret";
 const ID_PREFIX: &str = "wsec_";
 const OBJECT: &str = "webhook_secret";
 
 /// How long an older secret keeps signing after a new one is created.
-pub const ROTATION_OVERLAP_MS: i64 = 24 * 3600 * 1000;
+pub(crate) const ROTATION_OVERLAP_MS: i64 = 24 * 3600 * 1000;
 
 /// How long a process reuses a project's secrets before reading them again.
-pub const CACHE_TTL_MS: i64 = 30_000;
+pub(crate) const CACHE_TTL_MS: i64 = 30_000;
 
 /// At most this many live secrets per project (each signs every webhook).
-pub const MAX_LIVE_SECRETS: usize = 10;
+pub(crate) const MAX_LIVE_SECRETS: usize = 10;
 
 /// What is stored for a secret: sealed (signing needs the `whsec_` string), and its mask.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]

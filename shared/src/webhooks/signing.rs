@@ -15,13 +15,13 @@ use base64::Engine;
 use std::fmt;
 
 /// The prefix of every signing secret.
-pub const SECRET_PREFIX: &str = "whsec_";
+pub(crate) const SECRET_PREFIX: &str = "whsec_";
 /// The fewest random bytes a secret may hold.
-pub const MIN_SECRET_BYTES: usize = 24;
+pub(crate) const MIN_SECRET_BYTES: usize = 24;
 /// The most random bytes a secret may hold.
-pub const MAX_SECRET_BYTES: usize = 64;
+pub(crate) const MAX_SECRET_BYTES: usize = 64;
 /// How many random bytes [`SigningSecret::generate`] draws.
-pub const GENERATED_SECRET_BYTES: usize = 32;
+pub(crate) const GENERATED_SECRET_BYTES: usize = 32;
 /// How many characters after `whsec_` [`SigningSecret::masked`] shows.
 const MASK_VISIBLE_CHARS: usize = 2;
 
@@ -123,7 +123,7 @@ pub fn standard_signature(secrets: &[SigningSecret], msg_id: &str, timestamp_s: 
 /// Baseten `X-BASETEN-SIGNATURE` value: `v1=<hex HMAC of the body>` per secret, comma-separated.
 /// The key is the secret string's bytes, NOT the decoded key Standard Webhooks uses. Empty when
 /// `secrets` is.
-pub fn baseten_signature(secrets: &[SigningSecret], body: &[u8]) -> String {
+pub(crate) fn baseten_signature(secrets: &[SigningSecret], body: &[u8]) -> String {
     secrets
         .iter()
         .map(|secret| format!("v1={}", hex::encode(hmac_sha256(secret.text.as_bytes(), &[body]))))

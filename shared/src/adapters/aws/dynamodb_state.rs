@@ -19,7 +19,7 @@ use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 
 /// The GSI that lists an owner's records in creation order.
-pub const OWNER_INDEX: &str = "by_owner";
+pub(crate) const OWNER_INDEX: &str = "by_owner";
 
 /// The attributes [`OWNER_INDEX`] projects besides the keys (`pk`, `owner_key`, `sort_key`):
 /// everything a record is but its body. The template's `NonKeyAttributes` must name exactly these.

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use std::io::Write as _;
 
 /// The CloudWatch namespace of every Nimbus metric.
-pub const NAMESPACE: &str = "Nimbus";
+pub(crate) const NAMESPACE: &str = "Nimbus";
 
 /// Dimensions each metric is also aggregated by alone (a second dimension set), so alarms and the
 /// dashboard can read, say, every provider call by outcome without listing models and providers.
@@ -25,7 +25,8 @@ pub struct EmfMetrics {
 impl EmfMetrics {
     /// Inside Lambda, EMF lines for the function named by `AWS_LAMBDA_FUNCTION_NAME`; elsewhere
     /// (the `nimbus` command on the AWS backend, whose stdout is its output) nothing.
-    pub fn for_lambda() -> std::sync::Arc<dyn MetricsSink> {
+    #[cfg(feature = "aws")]
+    pub(crate) fn for_lambda() -> std::sync::Arc<dyn MetricsSink> {
         match std::env::var("AWS_LAMBDA_FUNCTION_NAME") {
             Ok(function) => std::sync::Arc::new(Self::for_function(function)),
             Err(_) => std::sync::Arc::new(crate::ports::NoMetrics),
@@ -41,7 +42,7 @@ impl EmfMetrics {
 }
 
 /// One EMF line (without its newline).
-pub fn emf_line(
+pub(crate) fn emf_line(
     function: &str,
     name: &str,
     unit: MetricUnit,

@@ -5,7 +5,7 @@ use crate::ports::{ScheduleSwitch, SwitchError};
 use async_trait::async_trait;
 
 /// The environment variable naming the rule (set by template.yaml).
-pub const POLLER_RULE_ENV: &str = "NIMBUS_POLLER_RULE";
+pub(crate) const POLLER_RULE_ENV: &str = "NIMBUS_POLLER_RULE";
 
 /// `EnableRule` / `DisableRule` on one rule of the default event bus.
 pub struct EventBridgeSwitch {

@@ -21,9 +21,11 @@ mod tls_roots;
 
 #[cfg(feature = "aws")]
 pub use dynamodb_state::{DynamoDbStateStore, OWNER_INDEX_ATTRIBUTES};
-pub use emf_metrics::{emf_line, EmfMetrics};
+pub use emf_metrics::EmfMetrics;
 #[cfg(feature = "aws")]
-pub use eventbridge_switch::{EventBridgeSwitch, POLLER_RULE_ENV};
+pub use eventbridge_switch::EventBridgeSwitch;
+#[cfg(feature = "aws")]
+pub(crate) use eventbridge_switch::POLLER_RULE_ENV;
 #[cfg(feature = "aws")]
 pub use kms_sealer::{KmsSealer, SEALING_KEY_ENV};
 #[cfg(feature = "aws")]
@@ -51,7 +53,7 @@ pub fn https_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient 
 
 /// Shared AWS SDK configuration, loaded once per process. Loading makes no network calls:
 /// credentials resolve lazily on the first request.
-pub async fn load_sdk_config() -> aws_config::SdkConfig {
+pub(crate) async fn load_sdk_config() -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .http_client(https_client())
         .load()
@@ -59,7 +61,7 @@ pub async fn load_sdk_config() -> aws_config::SdkConfig {
 }
 
 /// A readable message from any SDK error, including the service's own error code and message.
-pub fn describe_sdk_error<E, R>(err: &aws_smithy_runtime_api::client::result::SdkError<E, R>) -> String
+pub(crate) fn describe_sdk_error<E, R>(err: &aws_smithy_runtime_api::client::result::SdkError<E, R>) -> String
 where
     E: std::error::Error + 'static,
     R: std::fmt::Debug,

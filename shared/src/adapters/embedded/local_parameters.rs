@@ -7,11 +7,11 @@ use async_trait::async_trait;
 use std::path::{Path, PathBuf};
 
 /// The folder of the data directory holding the parameters.
-pub const PARAMETERS_DIR: &str = "parameters";
+pub(crate) const PARAMETERS_DIR: &str = "parameters";
 
 /// [`ProviderSecrets`] over files under a data directory.
 #[derive(Debug, Clone)]
-pub struct LocalParameters {
+pub(crate) struct LocalParameters {
     root: PathBuf,
 }
 

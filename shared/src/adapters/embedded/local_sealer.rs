@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use tokio::sync::OnceCell;
 
 /// The key file's name in the data directory.
-pub const SEALING_KEY_FILE: &str = "sealing.key";
+pub(crate) const SEALING_KEY_FILE: &str = "sealing.key";
 /// The prefix of values this sealer makes.
 const VERSION_PREFIX: &str = "v1.";
 
@@ -40,7 +40,8 @@ impl LocalSealer {
     }
 
     /// Where the key is kept.
-    pub fn key_path(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn key_path(&self) -> &Path {
         &self.key_path
     }
 

@@ -3,6 +3,7 @@
 
 mod data_dir_lock;
 mod file_blobs;
+#[cfg(feature = "embedded")]
 mod local_parameters;
 #[cfg(feature = "embedded")]
 mod local_sealer;
@@ -12,11 +13,12 @@ mod queue_workers;
 #[cfg(feature = "embedded")]
 mod sqlite_state;
 
-pub use data_dir_lock::{DataDirLock, DataDirLockError};
+pub use data_dir_lock::DataDirLock;
 pub use file_blobs::FileBlobStore;
-pub use local_parameters::{LocalParameters, PARAMETERS_DIR};
 #[cfg(feature = "embedded")]
-pub use local_sealer::{LocalSealer, SEALING_KEY_FILE};
+pub(crate) use local_parameters::LocalParameters;
+#[cfg(feature = "embedded")]
+pub use local_sealer::LocalSealer;
 pub use memory_queue::MemoryQueue;
 pub use prometheus_metrics::PrometheusMetrics;
 pub use queue_workers::spawn_queue_workers;

@@ -52,7 +52,7 @@ pub(super) struct BatchPages<'a> {
 }
 
 impl BatchPages<'_> {
-    pub async fn put_page(
+    pub(crate) async fn put_page(
         &self,
         project: &ProjectId,
         batch_id: Uuid,
@@ -83,7 +83,7 @@ impl BatchPages<'_> {
         Ok(Some(span))
     }
 
-    pub async fn put_index(
+    pub(crate) async fn put_index(
         &self,
         project: &ProjectId,
         batch_id: Uuid,

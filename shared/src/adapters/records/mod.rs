@@ -34,4 +34,5 @@ pub use cache::StateModelCache;
 pub use feedback::StateFeedbackStore;
 pub use inferences::StateInferenceStore;
 pub use payload::SPILL_THRESHOLD_BYTES;
-pub use retention::{RecordRetention, DEFAULT_RECORD_RETENTION_DAYS, MAX_RECORD_RETENTION_DAYS};
+pub use retention::RecordRetention;
+pub(crate) use retention::{DEFAULT_RECORD_RETENTION_DAYS, MAX_RECORD_RETENTION_DAYS};

@@ -9,10 +9,10 @@ use crate::ports::Clock;
 use std::sync::Arc;
 
 /// The default retention: 90 days.
-pub const DEFAULT_RECORD_RETENTION_DAYS: u32 = 90;
+pub(crate) const DEFAULT_RECORD_RETENTION_DAYS: u32 = 90;
 
 /// The longest retention accepted (10 years); longer is "forever" (0).
-pub const MAX_RECORD_RETENTION_DAYS: u32 = 3650;
+pub(crate) const MAX_RECORD_RETENTION_DAYS: u32 = 3650;
 
 const DAY_S: i64 = 24 * 3600;
 
@@ -26,10 +26,6 @@ pub struct RecordRetention {
 impl RecordRetention {
     pub fn new(days: u32, clock: Arc<dyn Clock>) -> Self {
         Self { days, clock }
-    }
-
-    pub fn days(&self) -> u32 {
-        self.days
     }
 
     /// The `expires_at` (unix seconds) of a record created at `created_at_ms`; `None` = forever.

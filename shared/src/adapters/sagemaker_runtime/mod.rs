@@ -40,7 +40,7 @@ type LazyClient = Arc<OnceCell<Client>>;
 
 /// Opens SageMaker endpoint transports.
 #[derive(Debug, Default)]
-pub struct SageMakerRuntime {
+pub(crate) struct SageMakerRuntime {
     /// The base SDK configuration: loaded from the environment on first use unless given.
     sdk_config: Arc<OnceCell<SdkConfig>>,
     /// By region override (`None`: the configuration's region).
@@ -48,14 +48,6 @@ pub struct SageMakerRuntime {
 }
 
 impl SageMakerRuntime {
-    /// Clients from `sdk_config` instead of the environment.
-    pub fn with_sdk_config(sdk_config: SdkConfig) -> Self {
-        Self {
-            sdk_config: Arc::new(OnceCell::new_with(Some(sdk_config))),
-            clients: Mutex::default(),
-        }
-    }
-
     fn client_for(&self, region: Option<&str>) -> LazyClient {
         let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         Arc::clone(clients.entry(region.map(str::to_owned)).or_default())
@@ -75,7 +67,7 @@ impl SageMakerConnector for SageMakerRuntime {
 
 /// The transport to one SageMaker endpoint.
 #[derive(Debug)]
-pub struct EndpointTransport {
+pub(crate) struct EndpointTransport {
     provider: String,
     endpoint: SageMakerEndpoint,
     sdk_config: Arc<OnceCell<SdkConfig>>,

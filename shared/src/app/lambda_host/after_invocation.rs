@@ -26,7 +26,7 @@ use tower::Layer;
 
 /// What the runtime loop does once an invocation's response is delivered.
 #[derive(Clone)]
-pub enum AfterDelivery {
+pub(crate) enum AfterDelivery {
     /// Tell the extension ([`InvocationSettler`]) which invocation's response is out.
     NotifyExtension(Arc<watch::Sender<Option<String>>>),
     /// No extension: wait for the deferred work here, before asking for the next event.
@@ -45,14 +45,14 @@ impl AfterDelivery {
 }
 
 /// The extension's half: one call per INVOKE event.
-pub struct InvocationSettler {
+pub(crate) struct InvocationSettler {
     delivered: watch::Receiver<Option<String>>,
     deferred: Arc<DeferredTasks>,
 }
 
 impl InvocationSettler {
     /// Return once the response of `request_id` is delivered and no deferred work is left.
-    pub async fn after_invocation(&self, request_id: &str) {
+    pub(crate) async fn after_invocation(&self, request_id: &str) {
         let mut delivered = self.delivered.clone();
         // `wait_for` looks at the current value first: the runtime loop may be done already.
         if delivered
@@ -68,7 +68,7 @@ impl InvocationSettler {
 }
 
 /// The two halves for running with the extension: the runtime loop's and the extension's.
-pub fn extension_handoff(deferred: Arc<DeferredTasks>) -> (AfterDelivery, InvocationSettler) {
+pub(crate) fn extension_handoff(deferred: Arc<DeferredTasks>) -> (AfterDelivery, InvocationSettler) {
     let (sender, receiver) = watch::channel(None);
     (
         AfterDelivery::NotifyExtension(Arc::new(sender)),
@@ -90,7 +90,7 @@ async fn settle(deferred: &DeferredTasks, request_id: &str) {
 /// Wraps the runtime's invocation service (event in, response handed to the Runtime API) and
 /// applies [`AfterDelivery`] once the response is delivered, whatever the outcome.
 #[derive(Clone)]
-pub struct AfterInvocationLayer {
+pub(crate) struct AfterInvocationLayer {
     after: AfterDelivery,
 }
 
@@ -111,7 +111,7 @@ impl<S> Layer<S> for AfterInvocationLayer {
     }
 }
 
-pub struct AfterInvocation<S> {
+pub(crate) struct AfterInvocation<S> {
     inner: S,
     after: AfterDelivery,
 }

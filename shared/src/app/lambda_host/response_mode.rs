@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 
 /// How the Lambda service wants an invocation answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResponseMode {
+pub(crate) enum ResponseMode {
     /// One proxy response object (the HTTP API, ALB).
     Buffered,
     /// The streaming format, body chunks as they come (the streaming REST API, or a function URL
@@ -48,7 +48,7 @@ pub(crate) fn is_function_url_host(domain: Option<&str>) -> bool {
 /// The handler of the runtime loop: `buffered` and `streamed` serve the same router, as
 /// `lambda_http::run` and `lambda_http::run_with_streaming_response` would; each invocation
 /// goes to the one its [`ResponseMode`] asks for.
-pub struct ByResponseMode<B, S> {
+pub(crate) struct ByResponseMode<B, S> {
     buffered: B,
     streamed: S,
 }

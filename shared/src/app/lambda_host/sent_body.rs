@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
 /// `router` whose response bodies hold `deferred` open until they are sent (dropped).
-pub fn hold_deferred_work_until_sent(router: Router, deferred: Arc<DeferredTasks>) -> Router {
+pub(crate) fn hold_deferred_work_until_sent(router: Router, deferred: Arc<DeferredTasks>) -> Router {
     router.layer(axum::middleware::map_response_with_state(deferred, hold_until_sent))
 }
 

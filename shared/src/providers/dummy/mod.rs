@@ -23,12 +23,11 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use reply::{count_tokens, reply_for};
-pub use schema_instance::instance_for;
-pub use vectors::embedding_for;
+pub(crate) use reply::{count_tokens, reply_for};
+pub(crate) use vectors::embedding_for;
 
 #[derive(Debug, Clone)]
-pub struct DummyProvider {
+pub(crate) struct DummyProvider {
     name: String,
     config: DummyProviderConfig,
     extras: ConfiguredExtras,

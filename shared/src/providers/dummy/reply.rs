@@ -9,7 +9,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 /// Whitespace-separated words: the dummy's token count.
-pub fn count_tokens(text: &str) -> u64 {
+pub(crate) fn count_tokens(text: &str) -> u64 {
     u64::try_from(text.split_whitespace().count()).unwrap_or(u64::MAX)
 }
 
@@ -80,7 +80,7 @@ fn truncate_words(text: &str, max_words: usize) -> String {
 
 /// The dummy model's answer to `request`: `n` choices (choice 0 is the same whatever `n`),
 /// usage counting the prompt once and every choice's completion.
-pub fn reply_for(request: &ModelRequest) -> ModelResponse {
+pub(crate) fn reply_for(request: &ModelRequest) -> ModelResponse {
     let digest = digest_of(request);
     let instructions = request.system.as_deref().map(count_tokens).unwrap_or(0);
     let prompt_tokens: u64 =

@@ -46,7 +46,7 @@ const ANNOTATIONS: [&str; 8] = [
 ];
 
 /// A value valid against `schema`, varied by `seed` where the schema leaves a choice.
-pub fn instance_for(schema: &Value, seed: u64) -> Value {
+pub(crate) fn instance_for(schema: &Value, seed: u64) -> Value {
     let size = json_len(schema).max(1);
     let budget = u32::try_from(MAX_WORK_BYTES / size).unwrap_or(MAX_VALUES);
     let generator = Generator {

@@ -3,7 +3,7 @@
 use sha2::{Digest, Sha256};
 
 /// A `dimensions`-long vector of unit length, a pure function of `text`.
-pub fn embedding_for(text: &str, dimensions: usize) -> Vec<f32> {
+pub(crate) fn embedding_for(text: &str, dimensions: usize) -> Vec<f32> {
     let mut values = Vec::with_capacity(dimensions);
     let mut block: u64 = 0;
     while values.len() < dimensions {

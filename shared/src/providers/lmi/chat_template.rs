@@ -10,7 +10,7 @@ use serde::Serialize;
 
 /// A chat template that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ChatTemplateError {
+pub(crate) enum ChatTemplateError {
     #[error("the chat template does not compile: {0}")]
     DoesNotCompile(String),
 }
@@ -67,7 +67,7 @@ fn built_in(template: BuiltInChatTemplate) -> BuiltIn {
 }
 
 /// A compiled chat template.
-pub struct ChatTemplate {
+pub(crate) struct ChatTemplate {
     environment: Environment<'static>,
     bos_token: &'static str,
     eos_token: &'static str,

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 /// POSTs to the container's `endpoint_url` with the bearer key and the extra headers.
 #[derive(Debug, Clone)]
-pub struct HttpLmiTransport {
+pub(crate) struct HttpLmiTransport {
     endpoint_url: String,
     upstream: Arc<HttpUpstream>,
 }

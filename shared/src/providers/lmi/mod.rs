@@ -12,15 +12,13 @@ mod response;
 mod sagemaker_endpoint;
 mod stream;
 
-pub use chat_template::{ChatTemplate, ChatTemplateError};
-pub use http_transport::HttpLmiTransport;
-pub use protocol::{
-    finish_reason_from_lmi, finish_reason_to_lmi, is_error_line, is_forwarded_parameter, is_generation_parameter,
-    reported_error, ReportedError, ERROR_TOKEN_ID, MODELLED_PARAMETERS, MODEL_ERROR_STATUS,
-    OPENAI_FORWARDED_MODELLED_PARAMETERS, PASS_THROUGH_PARAMETERS,
-};
-pub use provider::{LmiBuildError, LmiProvider};
-pub use sagemaker_endpoint::sagemaker_endpoint;
+#[cfg(test)]
+pub(crate) use chat_template::{ChatTemplate, ChatTemplateError};
+#[cfg(test)]
+pub(crate) use protocol::MODEL_ERROR_STATUS;
+pub(crate) use protocol::{finish_reason_to_lmi, is_generation_parameter, PASS_THROUGH_PARAMETERS};
+pub(crate) use provider::LmiProvider;
+pub(crate) use sagemaker_endpoint::sagemaker_endpoint;
 
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use serde_json::Value;
 /// LMI generation parameters the neutral request does not model, passed through as sent: the
 /// common ones (`top_k`, `repetition_penalty`) and those of the lmi-dist, vLLM and TensorRT-LLM
 /// backends.
-pub const PASS_THROUGH_PARAMETERS: [&str; 17] = [
+pub(crate) const PASS_THROUGH_PARAMETERS: [&str; 17] = [
     "top_k",
     "repetition_penalty",
     "typical_p",
@@ -30,7 +30,7 @@ pub const PASS_THROUGH_PARAMETERS: [&str; 17] = [
 
 /// LMI generation parameters with a meaning the gateway models (sampling, token cap, stops, the
 /// shape of the answer).
-pub const MODELLED_PARAMETERS: [&str; 14] = [
+pub(crate) const MODELLED_PARAMETERS: [&str; 14] = [
     "do_sample",
     "seed",
     "temperature",
@@ -49,23 +49,24 @@ pub const MODELLED_PARAMETERS: [&str; 14] = [
 
 /// Modelled LMI parameters that an OpenAI client may still send to an LMI model as its own fields
 /// (the neutral request has no place for them): they go into `parameters` as sent.
-pub const OPENAI_FORWARDED_MODELLED_PARAMETERS: [&str; 3] = ["do_sample", "return_full_text", "decoder_input_details"];
+pub(crate) const OPENAI_FORWARDED_MODELLED_PARAMETERS: [&str; 3] =
+    ["do_sample", "return_full_text", "decoder_input_details"];
 
 /// A field an OpenAI client sent that an LMI prompt schema forwards into `parameters`.
-pub fn is_forwarded_parameter(name: &str) -> bool {
+pub(crate) fn is_forwarded_parameter(name: &str) -> bool {
     PASS_THROUGH_PARAMETERS.contains(&name) || OPENAI_FORWARDED_MODELLED_PARAMETERS.contains(&name)
 }
 
 /// One of LMI's generation parameters (modelled or passed through).
-pub fn is_generation_parameter(name: &str) -> bool {
+pub(crate) fn is_generation_parameter(name: &str) -> bool {
     PASS_THROUGH_PARAMETERS.contains(&name) || MODELLED_PARAMETERS.contains(&name)
 }
 
-pub use crate::ports::lmi_transport::MODEL_ERROR_STATUS;
+pub(crate) use crate::ports::lmi_transport::MODEL_ERROR_STATUS;
 
 /// LMI's finish reason (also the OpenAI names its chat schema uses) as the gateway's. No reason is
 /// a finished answer; `error` never gets here (it is an error).
-pub fn finish_reason_from_lmi(reason: Option<&str>) -> FinishReason {
+pub(crate) fn finish_reason_from_lmi(reason: Option<&str>) -> FinishReason {
     match reason {
         Some("length") => FinishReason::Length,
         Some("stop_sequence") => FinishReason::StopSequence,
@@ -77,7 +78,7 @@ pub fn finish_reason_from_lmi(reason: Option<&str>) -> FinishReason {
 }
 
 /// LMI's name for why generation stopped.
-pub fn finish_reason_to_lmi(reason: Option<FinishReason>) -> &'static str {
+pub(crate) fn finish_reason_to_lmi(reason: Option<FinishReason>) -> &'static str {
     match reason {
         Some(FinishReason::Length) => "length",
         Some(FinishReason::StopSequence) => "stop_sequence",
@@ -88,14 +89,14 @@ pub fn finish_reason_to_lmi(reason: Option<FinishReason>) -> &'static str {
 
 /// An error LMI reported in a body it answered (`{"error": …, "code"?}`), on a 200 or in a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReportedError {
+pub(crate) struct ReportedError {
     /// `code` when it is an HTTP error status, else [`MODEL_ERROR_STATUS`].
     pub status: u16,
     pub message: String,
 }
 
 /// The error a body reports, if it is an error object (a non-null `error`).
-pub fn reported_error(body: &Value) -> Option<ReportedError> {
+pub(crate) fn reported_error(body: &Value) -> Option<ReportedError> {
     body.get("error").filter(|e| !e.is_null())?;
     let message = upstream_error_message(body).unwrap_or_else(|| "the model reported an error".to_owned());
     let status = body
@@ -108,11 +109,11 @@ pub fn reported_error(body: &Value) -> Option<ReportedError> {
 }
 
 /// The token id LMI gives the token of a generation that failed.
-pub const ERROR_TOKEN_ID: i64 = -1;
+pub(crate) const ERROR_TOKEN_ID: i64 = -1;
 
 /// A rolling-batch / TGI line (or answer, or the first element of a list) that says generation
 /// failed: a token with id −1, or `details.finish_reason` (also spelled `finish reason`) `error`.
-pub fn is_error_line(value: &Value) -> bool {
+pub(crate) fn is_error_line(value: &Value) -> bool {
     let line = match value {
         Value::Array(items) => match items.first() {
             Some(first) => first,

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 /// Why an LMI provider could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LmiBuildError {
+pub(crate) enum LmiBuildError {
     #[error(transparent)]
     Template(#[from] ChatTemplateError),
     #[error(transparent)]
@@ -52,7 +52,7 @@ impl BodySettings {
 }
 
 #[derive(Debug)]
-pub struct LmiProvider {
+pub(crate) struct LmiProvider {
     name: String,
     schema: LmiSchema,
     /// Compiled at start-up for the prompt schemas.
@@ -64,7 +64,7 @@ pub struct LmiProvider {
 
 impl LmiProvider {
     /// A `type = "lmi"` provider; `secrets` reads an `ssm::` key.
-    pub fn over_http(
+    pub(crate) fn over_http(
         name: impl Into<String>,
         config: &LmiProviderConfig,
         secrets: Arc<dyn ProviderSecrets>,
@@ -82,7 +82,7 @@ impl LmiProvider {
     }
 
     /// A `type = "sagemaker"` provider over the transport the connector opened.
-    pub fn over_sagemaker(
+    pub(crate) fn over_sagemaker(
         name: impl Into<String>,
         config: &SageMakerProviderConfig,
         transport: Arc<dyn LmiTransport>,

@@ -209,7 +209,7 @@ fn generation_parameters(
 }
 
 /// The body of an embedding request: `{"inputs": [texts]}`.
-pub fn embedding_body(input: &EmbeddingInput) -> Result<Value, ProviderError> {
+pub(crate) fn embedding_body(input: &EmbeddingInput) -> Result<Value, ProviderError> {
     let texts: Vec<&str> = match input {
         EmbeddingInput::Text(text) => vec![text.as_str()],
         EmbeddingInput::Texts(texts) => texts.iter().map(String::as_str).collect(),

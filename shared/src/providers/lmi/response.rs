@@ -21,7 +21,7 @@ pub struct Generation {
 
 /// What LMI reports about a generation (`details: true`).
 #[derive(Debug, Default, Deserialize)]
-pub struct Details {
+pub(crate) struct Details {
     /// LMI's own examples spell it `finish reason`.
     #[serde(default, alias = "finish reason")]
     pub finish_reason: Option<String>,
@@ -48,7 +48,7 @@ impl Details {
 }
 
 /// A 200 whose generation ended with `finish_reason: "error"`: the model failed.
-pub fn model_reported_error(body: Option<Value>) -> ProviderError {
+pub(crate) fn model_reported_error(body: Option<Value>) -> ProviderError {
     ProviderError::Http {
         status: MODEL_ERROR_STATUS,
         message: "the model reported an error while generating (LMI finish_reason \"error\")".to_owned(),
@@ -134,7 +134,7 @@ fn chat_completion_answer(mut value: Value, raw_text: String) -> Result<ModelRes
 
 /// The finish reasons of a chat answer's (or chunk's) choices by index, read with LMI's map (its
 /// `eos_token` and `stop_sequence` besides OpenAI's names).
-pub fn lmi_finish_reasons(value: &Value) -> std::collections::HashMap<u64, FinishReason> {
+pub(crate) fn lmi_finish_reasons(value: &Value) -> std::collections::HashMap<u64, FinishReason> {
     value["choices"]
         .as_array()
         .into_iter()
@@ -149,7 +149,7 @@ pub fn lmi_finish_reasons(value: &Value) -> std::collections::HashMap<u64, Finis
 
 /// The vectors of an embedding answer: a list of vectors, `{"embeddings": [...]}`, or a list
 /// holding that list; `expected` of them.
-pub fn embedding_vectors(raw: &[u8], expected: usize) -> Result<Vec<Vec<f32>>, ProviderError> {
+pub(crate) fn embedding_vectors(raw: &[u8], expected: usize) -> Result<Vec<Vec<f32>>, ProviderError> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Answer {

@@ -5,7 +5,7 @@ use crate::ports::lmi_transport::SageMakerEndpoint;
 use std::time::Duration;
 
 /// The endpoint `config` names, asking streams for the answer shape of its schema.
-pub fn sagemaker_endpoint(config: &SageMakerProviderConfig) -> SageMakerEndpoint {
+pub(crate) fn sagemaker_endpoint(config: &SageMakerProviderConfig) -> SageMakerEndpoint {
     SageMakerEndpoint {
         endpoint_name: config.endpoint_name.clone(),
         region: config.region.clone(),

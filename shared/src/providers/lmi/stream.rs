@@ -22,7 +22,7 @@ use std::time::Duration;
 const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
 
 /// Whole lines out of bytes that arrive split anywhere.
-pub struct LineReader {
+pub(crate) struct LineReader {
     bytes: LmiByteStream,
     buffer: Vec<u8>,
     /// Where the search for the next `\n` resumes.
@@ -44,7 +44,7 @@ impl LineReader {
 
     /// The next line without its `\n` (and `\r`); the unterminated rest once the bytes end; `None`
     /// after that. No bytes for the idle timeout is a [`ProviderError::Timeout`].
-    pub async fn next_line(&mut self) -> Result<Option<String>, ProviderError> {
+    pub(crate) async fn next_line(&mut self) -> Result<Option<String>, ProviderError> {
         loop {
             if let Some(at) = self.buffer[self.scanned..].iter().position(|b| *b == b'\n') {
                 let end = self.scanned + at;
@@ -124,7 +124,7 @@ struct Token {
 
 /// Turns the payloads of one stream into chunks.
 #[derive(Debug)]
-pub struct ChunkMapper {
+pub(crate) struct ChunkMapper {
     schema: LmiSchema,
     /// A JSON value written over several lines, so far.
     partial: String,
@@ -150,7 +150,7 @@ impl ChunkMapper {
     }
 
     /// The chunks one line gives.
-    pub fn on_line(&mut self, line: &str) -> Result<Vec<ModelChunk>, ProviderError> {
+    pub(crate) fn on_line(&mut self, line: &str) -> Result<Vec<ModelChunk>, ProviderError> {
         let Some(data) = payload(line) else {
             return Ok(Vec::new());
         };
@@ -195,7 +195,7 @@ impl ChunkMapper {
     }
 
     /// The chunks owed when the bytes end: the finish and usage, when no last line gave them.
-    pub fn on_end(&mut self) -> Result<Vec<ModelChunk>, ProviderError> {
+    pub(crate) fn on_end(&mut self) -> Result<Vec<ModelChunk>, ProviderError> {
         if !self.partial.is_empty() {
             return Err(ProviderError::InvalidResponse(
                 "LMI stream ended inside a JSON value".to_owned(),
@@ -328,7 +328,7 @@ fn error_object(value: &Value) -> Option<ProviderError> {
 }
 
 /// Chunks from a streamed answer on `schema`; an `Err` item ends it.
-pub fn chunk_stream(bytes: LmiByteStream, schema: LmiSchema, idle_timeout: Duration) -> ChunkStream {
+pub(crate) fn chunk_stream(bytes: LmiByteStream, schema: LmiSchema, idle_timeout: Duration) -> ChunkStream {
     struct State {
         reader: LineReader,
         mapper: ChunkMapper,

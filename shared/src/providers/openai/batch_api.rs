@@ -18,7 +18,7 @@ use std::time::Duration;
 /// re-exported as `providers::openai::FILE_TRANSFER_TIMEOUT`; with the margin to save what the
 /// step did it must fit the worker Lambda's timeout (a test reads template.yaml). The batch
 /// engine also cuts each transfer at its invocation's own deadline.
-pub const FILE_TRANSFER_TIMEOUT: Duration = Duration::from_secs(240);
+pub(crate) const FILE_TRANSFER_TIMEOUT: Duration = Duration::from_secs(240);
 /// Batches asked for per page when listing them (OpenAI's most).
 const BATCH_PAGE_SIZE: u32 = 100;
 /// A listing that has not ended after this many pages is not read further.

@@ -3,7 +3,8 @@
 //! over its `/files` and `/batches` (see [`batch_api`]).
 
 mod batch_api;
-pub use batch_api::FILE_TRANSFER_TIMEOUT;
+#[cfg(test)]
+pub(crate) use batch_api::FILE_TRANSFER_TIMEOUT;
 mod stream;
 
 use super::api_key::ApiKeySource;
@@ -27,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
-pub struct OpenAiProvider {
+pub(crate) struct OpenAiProvider {
     config: OpenAiProviderConfig,
     upstream: HttpUpstream,
 }
@@ -45,7 +46,7 @@ impl OpenAiProvider {
 
     /// A provider sharing `client` (and its connection pool) with others; the client's connect
     /// timeout is used, not the config's.
-    pub fn with_client(
+    pub(crate) fn with_client(
         name: impl Into<String>,
         config: OpenAiProviderConfig,
         client: reqwest::Client,

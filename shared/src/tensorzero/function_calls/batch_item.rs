@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 /// The variant a batch runs, and the model it calls (whose concurrency slots the items take).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchVariant {
+pub(crate) struct BatchVariant {
     pub name: String,
     pub model: String,
 }
@@ -29,7 +29,7 @@ pub struct BatchVariant {
 impl FunctionChecks {
     /// The variant of `function` a batch runs: `pinned` (404 when unknown), else the one drawn
     /// for `first_episode`, as `/inference` would draw it.
-    pub fn batch_variant(
+    pub(crate) fn batch_variant(
         &self,
         function: &str,
         pinned: Option<&str>,
@@ -59,7 +59,7 @@ impl FunctionChecks {
 
     /// Everything the worker will check before calling the model (input schemas, templates,
     /// tools, the output schema), done now so that a bad item fails the submission.
-    pub fn check_batch_item(&self, call: &InferenceCall) -> Result<(), FunctionError> {
+    pub(crate) fn check_batch_item(&self, call: &InferenceCall) -> Result<(), FunctionError> {
         self.prepare_batch_item(call).map(|_| ())
     }
 
@@ -97,7 +97,7 @@ impl FunctionChecks {
 impl FunctionService {
     /// Run one item on its pinned variant: the variant's timeout and retries apply, no other
     /// variant is tried, nothing is cached. The record to store, or why there is none.
-    pub async fn infer_batch_item(
+    pub(crate) async fn infer_batch_item(
         &self,
         project: &ProjectId,
         call: &InferenceCall,
@@ -119,7 +119,7 @@ impl FunctionService {
 
     /// The model request an item sends, for a provider's own batch API: what
     /// [`Self::infer_batch_item`] would send.
-    pub fn batch_item_request(&self, call: &InferenceCall) -> Result<ModelRequest, FunctionError> {
+    pub(crate) fn batch_item_request(&self, call: &InferenceCall) -> Result<ModelRequest, FunctionError> {
         self.checks()
             .prepare_batch_item(call)
             .map(|(_, prepared)| prepared.request)
@@ -127,7 +127,7 @@ impl FunctionService {
 
     /// The record of an item whose model answered through a provider's own batch API
     /// (`provider`): built exactly as [`Self::infer_batch_item`] builds it.
-    pub fn native_batch_item_record(
+    pub(crate) fn native_batch_item_record(
         &self,
         project: &ProjectId,
         call: &InferenceCall,

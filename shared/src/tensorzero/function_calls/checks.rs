@@ -51,7 +51,7 @@ impl FunctionChecks {
         self.clock.now_unix_ms()
     }
 
-    pub fn new_id(&self) -> Uuid {
+    pub(crate) fn new_id(&self) -> Uuid {
         self.ids.new_uuid()
     }
 

@@ -7,7 +7,7 @@ const EARLIEST_EPISODE_S: u64 = 1_579_751_960;
 
 /// Why a client's episode id was refused (each a 400).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EpisodeIdError {
+pub(crate) enum EpisodeIdError {
     #[error("Invalid Episode ID: Failed to parse UUID as v7: {0}")]
     NotAUuid(String),
     #[error("Invalid Episode ID: Version must be 7, got {0}")]
@@ -19,7 +19,7 @@ pub enum EpisodeIdError {
 }
 
 /// Check a client's episode id against the clock (`now_ms`).
-pub fn parse_episode_id(text: &str, now_ms: i64) -> Result<Uuid, EpisodeIdError> {
+pub(crate) fn parse_episode_id(text: &str, now_ms: i64) -> Result<Uuid, EpisodeIdError> {
     let id = Uuid::parse_str(text).map_err(|e| EpisodeIdError::NotAUuid(e.to_string()))?;
     let version = id.get_version_num();
     if version != 7 {

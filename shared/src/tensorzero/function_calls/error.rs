@@ -60,7 +60,7 @@ impl FunctionError {
     }
 
     /// Every variant failed for the client's reason, or every one timed out.
-    pub fn uniform_failure(&self) -> Option<FailureKind> {
+    pub(crate) fn uniform_failure(&self) -> Option<FailureKind> {
         let Self::AllVariantsFailed(failures) = self else {
             return None;
         };

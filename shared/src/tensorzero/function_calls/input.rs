@@ -130,13 +130,13 @@ pub struct ToolCallInput {
 
 impl ToolCallInput {
     /// The name the model used: `raw_name` when sent back from an answer, else `name`.
-    pub fn called_name(&self) -> Option<&str> {
+    pub(crate) fn called_name(&self) -> Option<&str> {
         self.raw_name.as_deref().or(self.name.as_deref())
     }
 
     /// The arguments as JSON text: `raw_arguments`, else `arguments` (a string as is, anything
     /// else serialized).
-    pub fn arguments_text(&self) -> String {
+    pub(crate) fn arguments_text(&self) -> String {
         if let Some(raw) = &self.raw_arguments {
             return raw.clone();
         }

@@ -17,20 +17,24 @@ mod stream;
 mod streaming;
 mod validate;
 
-pub use batch_item::BatchVariant;
-pub use checks::FunctionChecks;
-pub use episode::{parse_episode_id, EpisodeIdError};
-pub use error::{FailureKind, FunctionError, VariantFailure};
-pub use input::FunctionInput;
+pub(crate) use batch_item::BatchVariant;
+pub(crate) use checks::FunctionChecks;
+pub(crate) use episode::parse_episode_id;
+pub(crate) use error::{FailureKind, FunctionError};
 pub use model_call::ModelCall;
-pub use output::{FunctionOutput, JsonOutput, OutputBlock};
-pub use persist::InferencePersistence;
-pub use prepare::{DEFAULT_FUNCTION, JSON_TOOL_NAME};
-pub use reply::{InferenceReply, RawEntry};
-pub use request::{CacheOptions, ChatCompletionParams, InferenceRequest};
-pub use service::{FunctionService, InferenceResult, InferenceStream};
-pub use stream::{ChunkBody, ContentChunk, InferenceChunk, UsageReport};
-pub use validate::{EditScope, Includes, InferenceCall, InferenceTarget, ScopedEdit};
+pub(crate) use output::FunctionOutput;
+pub use output::OutputBlock;
+pub(crate) use persist::InferencePersistence;
+pub(crate) use prepare::DEFAULT_FUNCTION;
+pub use reply::InferenceReply;
+pub(crate) use request::InferenceRequest;
+pub(crate) use service::{FunctionService, InferenceResult};
+#[cfg(test)]
+pub(crate) use stream::UsageReport;
+pub(crate) use stream::{ChunkBody, ContentChunk, InferenceChunk};
+#[cfg(test)]
+pub(crate) use validate::Includes;
+pub(crate) use validate::InferenceCall;
 
 #[cfg(test)]
 pub(crate) mod tests;

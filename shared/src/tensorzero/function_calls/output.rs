@@ -59,7 +59,7 @@ impl FunctionOutput {
 }
 
 /// The function output of a model's first choice.
-pub fn function_output(kind: FunctionKind, choice: Option<&ModelChoice>, rules: &AnswerRules) -> FunctionOutput {
+pub(crate) fn function_output(kind: FunctionKind, choice: Option<&ModelChoice>, rules: &AnswerRules) -> FunctionOutput {
     let content = choice.map(|c| c.content.as_slice()).unwrap_or_default();
     match kind {
         FunctionKind::Chat => FunctionOutput::Chat(content.iter().map(|block| chat_block(block, rules)).collect()),
@@ -83,7 +83,7 @@ fn chat_block(block: &ContentBlock, rules: &AnswerRules) -> OutputBlock {
 }
 
 /// A tool call with its validated name and arguments (null where validation fails).
-pub fn tool_call_block(id: &str, raw_name: &str, raw_arguments: &str, rules: &AnswerRules) -> OutputBlock {
+pub(crate) fn tool_call_block(id: &str, raw_name: &str, raw_arguments: &str, rules: &AnswerRules) -> OutputBlock {
     let offered = rules.tools.iter().find(|t| t.provider_name == raw_name);
     let parsed: Option<Value> = serde_json::from_str(raw_arguments).ok();
     let arguments = match (offered, parsed) {
@@ -122,7 +122,7 @@ fn json_output(content: &[ContentBlock], rules: &AnswerRules) -> JsonOutput {
 }
 
 /// The answer parsed and checked against the output schema; `None` when either fails.
-pub fn parse_json_answer(raw: &str, rules: &AnswerRules) -> Option<Value> {
+pub(crate) fn parse_json_answer(raw: &str, rules: &AnswerRules) -> Option<Value> {
     let parsed: Value = serde_json::from_str(raw).ok()?;
     match &rules.output_schema {
         Some(schema) if schema.validate(&parsed).is_err() => None,

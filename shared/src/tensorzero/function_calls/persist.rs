@@ -71,7 +71,7 @@ impl InferencePersistence {
     }
 
     /// Write `response` to the cache after the response, if writing is on.
-    pub fn remember(&self, key: CacheKey, mode: CacheMode, response: &ModelResponse) {
+    pub(crate) fn remember(&self, key: CacheKey, mode: CacheMode, response: &ModelResponse) {
         if !mode.writes() {
             return;
         }

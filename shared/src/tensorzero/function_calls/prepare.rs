@@ -15,14 +15,14 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 /// The name of the built-in passthrough function that `model_name` requests run.
-pub const DEFAULT_FUNCTION: &str = "tensorzero::default";
+pub(crate) const DEFAULT_FUNCTION: &str = "tensorzero::default";
 
 /// The tool a json function in `json_mode = "tool"` answers through.
-pub const JSON_TOOL_NAME: &str = "respond";
+pub(crate) const JSON_TOOL_NAME: &str = "respond";
 
 /// The variant being prepared and the function it belongs to.
 #[derive(Debug, Clone, Copy)]
-pub struct VariantPlan<'a> {
+pub(crate) struct VariantPlan<'a> {
     pub function_name: &'a str,
     pub variant_name: &'a str,
     pub kind: FunctionKind,
@@ -60,7 +60,7 @@ pub struct PreparedCall {
     pub rules: AnswerRules,
 }
 
-pub fn prepare(
+pub(crate) fn prepare(
     functions: &FunctionSet,
     plan: VariantPlan<'_>,
     call: &InferenceCall,

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"model_name": "dummy", "input": {"messages": [{"role": "user", "content": "Hello"}]}}))]
-pub struct InferenceRequest {
+pub(crate) struct InferenceRequest {
     #[serde(default)]
     pub function_name: Option<String>,
     #[serde(default)]
@@ -70,7 +70,7 @@ pub struct InferenceRequest {
 /// `params`: inference-time parameters per variant type.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct InferenceParams {
+pub(crate) struct InferenceParams {
     #[serde(default)]
     pub chat_completion: ChatCompletionParams,
 }
@@ -109,7 +109,7 @@ pub struct ChatCompletionParams {
 /// A tool defined with the request (`parameters` is the schema itself).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct AdditionalTool {
+pub(crate) struct AdditionalTool {
     pub name: String,
     #[serde(default)]
     pub description: Option<String>,
@@ -124,7 +124,7 @@ pub struct AdditionalTool {
 /// `cache_options`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CacheOptions {
+pub(crate) struct CacheOptions {
     #[serde(default)]
     pub enabled: Option<CacheMode>,
     #[serde(default)]
@@ -135,7 +135,7 @@ pub struct CacheOptions {
 /// a model and maybe one of its providers, or always) and the edit (`value`, or `delete: true`).
 #[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct InferenceEdit {
+pub(crate) struct InferenceEdit {
     #[serde(default)]
     pub variant_name: Option<String>,
     #[serde(default)]

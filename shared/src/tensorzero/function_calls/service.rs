@@ -46,10 +46,10 @@ pub struct InferenceResult {
 }
 
 /// A streamed function inference that has started.
-pub struct InferenceStream {
+pub(crate) struct InferenceStream {
     pub function_name: String,
+    #[cfg(test)]
     pub inference_id: Uuid,
-    pub episode_id: Uuid,
     pub variant_name: String,
     /// Function chunks; an `Err` item ends the stream.
     pub chunks: BoxStream<'static, Result<InferenceChunk, FunctionError>>,
@@ -91,7 +91,7 @@ impl FunctionService {
         self.checks.now_ms()
     }
 
-    pub fn new_id(&self) -> Uuid {
+    pub(crate) fn new_id(&self) -> Uuid {
         self.ids.new_uuid()
     }
 
@@ -100,7 +100,11 @@ impl FunctionService {
     }
 
     /// A complete answer; its record (and cache entry) are written after the response.
-    pub async fn infer(&self, project: &ProjectId, call: &InferenceCall) -> Result<InferenceResult, FunctionError> {
+    pub(crate) async fn infer(
+        &self,
+        project: &ProjectId,
+        call: &InferenceCall,
+    ) -> Result<InferenceResult, FunctionError> {
         let started = Instant::now();
         let target = self.checks.resolve(call)?;
         let inference_id = self.ids.new_uuid();
@@ -230,7 +234,7 @@ impl FunctionService {
     /// A streamed answer: variants fall back until one starts streaming (its first chunk within
     /// the variant's `ttft_ms`); after that, errors end the stream. The record (and cache entry)
     /// are written once the stream has ended.
-    pub async fn infer_stream(
+    pub(crate) async fn infer_stream(
         &self,
         project: &ProjectId,
         call: &InferenceCall,
@@ -290,8 +294,8 @@ impl FunctionService {
                     };
                     return Ok(InferenceStream {
                         function_name: target.name().to_owned(),
+                        #[cfg(test)]
                         inference_id,
-                        episode_id: call.episode_id,
                         variant_name: plan.variant_name.to_owned(),
                         chunks: function_chunks(
                             started_stream.first,

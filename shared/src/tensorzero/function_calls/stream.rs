@@ -11,7 +11,7 @@ use uuid::Uuid;
 /// A piece of a chat answer.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum ContentChunk {
+pub(crate) enum ContentChunk {
     Text {
         id: String,
         text: String,
@@ -47,14 +47,14 @@ impl From<&ModelUsage> for UsageReport {
 /// The answer part of a chunk.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
-pub enum ChunkBody {
+pub(crate) enum ChunkBody {
     Chat { content: Vec<ContentChunk> },
     Json { raw: String },
 }
 
 /// One streamed chunk of a function's answer.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct InferenceChunk {
+pub(crate) struct InferenceChunk {
     pub inference_id: Uuid,
     pub episode_id: Uuid,
     pub variant_name: String,
@@ -68,7 +68,7 @@ pub struct InferenceChunk {
 
 /// Turns model chunks into function chunks, remembering each tool call's id.
 #[derive(Debug)]
-pub struct ChunkTranslator {
+pub(crate) struct ChunkTranslator {
     pub inference_id: Uuid,
     pub episode_id: Uuid,
     pub variant_name: String,
@@ -100,7 +100,7 @@ impl ChunkTranslator {
     }
 
     /// The function chunk for a model chunk; `None` when it carries nothing to send.
-    pub fn translate(&mut self, chunk: &ModelChunk) -> Option<InferenceChunk> {
+    pub(crate) fn translate(&mut self, chunk: &ModelChunk) -> Option<InferenceChunk> {
         let mut content = Vec::new();
         let mut raw = String::new();
         let mut finish_reason = None;

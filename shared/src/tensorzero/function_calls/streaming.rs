@@ -28,7 +28,7 @@ pub(super) struct StartedModelStream {
 
 impl StartedModelStream {
     /// A cached answer, streamed.
-    pub fn from_cache(response: &ModelResponse) -> Self {
+    pub(crate) fn from_cache(response: &ModelResponse) -> Self {
         Self {
             first: None,
             rest: stream_from_response(response, true),

@@ -88,7 +88,7 @@ pub struct InferenceCall {
 
 impl InferenceCall {
     /// The cache mode in effect: the request's, else `default`; a dryrun never writes.
-    pub fn effective_cache_mode(&self, default: CacheMode) -> CacheMode {
+    pub(crate) fn effective_cache_mode(&self, default: CacheMode) -> CacheMode {
         let mode = self.cache_mode.unwrap_or(default);
         if self.dryrun {
             mode.without_writes()
@@ -101,7 +101,11 @@ impl InferenceCall {
 impl InferenceRequest {
     /// Check everything that does not depend on the function's configuration. `new_episode`
     /// mints an id when the request has none; `now_ms` bounds a given one.
-    pub fn into_call(self, now_ms: i64, new_episode: impl FnOnce() -> Uuid) -> Result<InferenceCall, FunctionError> {
+    pub(crate) fn into_call(
+        self,
+        now_ms: i64,
+        new_episode: impl FnOnce() -> Uuid,
+    ) -> Result<InferenceCall, FunctionError> {
         let target = match (self.function_name, self.model_name) {
             (Some(function), None) => InferenceTarget::Function(function),
             (None, Some(model)) => InferenceTarget::Model(model),

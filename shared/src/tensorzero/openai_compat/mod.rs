@@ -5,5 +5,5 @@
 mod reply;
 mod request;
 
-pub use reply::{completion_of, CompletionChunker};
-pub use request::{inference_request_of, OpenAiTarget, EMBEDDING_MODEL_PREFIX, FUNCTION_PREFIX, MODEL_PREFIX};
+pub(crate) use reply::{completion_of, CompletionChunker};
+pub(crate) use request::{inference_request_of, EMBEDDING_MODEL_PREFIX, MODEL_PREFIX};

@@ -37,7 +37,7 @@ fn usage(input_tokens: u64, output_tokens: u64) -> Value {
 }
 
 /// The completion for a finished inference; `created` in Unix seconds.
-pub fn completion_of(result: &InferenceResult, created: i64) -> Value {
+pub(crate) fn completion_of(result: &InferenceResult, created: i64) -> Value {
     let mut text = String::new();
     let mut tool_calls = Vec::new();
     match &result.output {
@@ -78,7 +78,7 @@ pub fn completion_of(result: &InferenceResult, created: i64) -> Value {
 
 /// Turns function chunks into OpenAI chunks (tool calls numbered in order of appearance).
 #[derive(Debug)]
-pub struct CompletionChunker {
+pub(crate) struct CompletionChunker {
     model: String,
     created: i64,
     include_usage: bool,

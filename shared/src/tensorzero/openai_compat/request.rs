@@ -7,13 +7,13 @@ use crate::tensorzero::function_calls::{FunctionError, InferenceRequest};
 use crate::user_text::excerpt;
 use serde_json::{json, Map, Value};
 
-pub const FUNCTION_PREFIX: &str = "tensorzero::function_name::";
-pub const MODEL_PREFIX: &str = "tensorzero::model_name::";
-pub const EMBEDDING_MODEL_PREFIX: &str = "tensorzero::embedding_model_name::";
+pub(crate) const FUNCTION_PREFIX: &str = "tensorzero::function_name::";
+pub(crate) const MODEL_PREFIX: &str = "tensorzero::model_name::";
+pub(crate) const EMBEDDING_MODEL_PREFIX: &str = "tensorzero::embedding_model_name::";
 
 /// What an OpenAI `model` names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OpenAiTarget {
+pub(crate) enum OpenAiTarget {
     Function(String),
     Model(String),
 }
@@ -34,7 +34,9 @@ impl OpenAiTarget {
 }
 
 /// The `/inference` request an OpenAI chat body stands for.
-pub fn inference_request_of(mut body: Map<String, Value>) -> Result<(OpenAiTarget, InferenceRequest), FunctionError> {
+pub(crate) fn inference_request_of(
+    mut body: Map<String, Value>,
+) -> Result<(OpenAiTarget, InferenceRequest), FunctionError> {
     let model = match body.remove("model") {
         Some(Value::String(model)) => model,
         _ => return Err(FunctionError::invalid("`model` is required and must be a string")),
