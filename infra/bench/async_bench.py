@@ -387,7 +387,7 @@ def render(results: dict[str, Any]) -> str:
             "",
             f"`nimbus-async-requests-bench` (`infra/bench/src/async_requests_bench.rs`) drives {requests['requests']} "
             "requests (model `dummy`, a webhook, a project with a webhook secret) through what the Lambda functions run: "
-            "the batches function's `AsyncService::submit`, the SQS event source (receive, then delete after success), "
+            "the batches function's `AsyncApi::submit`, the SQS event source (receive, then delete after success), "
             "the worker's job dispatcher (`async_run`: run, save the output, first webhook attempt — answered 200 by a "
             "stand-in transport), and, after the retention period, the poller's scheduler pass that deletes the request "
             "and its output. State, blobs and queue are the embedded adapters wrapped in counters: each call of the "
