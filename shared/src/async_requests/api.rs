@@ -14,7 +14,7 @@ use super::DUE_LANE;
 use crate::jobs::JobMessage;
 use crate::paging::{PageBounds, PageLimit};
 use crate::ports::webhook_url::WebhookUrl;
-use crate::ports::{ListOrder, ListQuery, ProjectId, Record, StorageError};
+use crate::ports::{AsyncRequestId, ListOrder, ListQuery, ProjectId, Record, StorageError};
 use crate::records::LeaseUntil;
 use crate::records::{decode, Loaded};
 use crate::user_text::excerpt;
@@ -161,7 +161,7 @@ impl AsyncApi {
             return Err(err.into());
         }
         let job = JobMessage::AsyncRun {
-            request_id: crate::ports::AsyncRequestId::new(request_id.clone()),
+            request_id: AsyncRequestId::new(request_id.clone()),
         };
         if let Err(err) = self
             .requests

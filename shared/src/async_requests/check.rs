@@ -3,7 +3,7 @@
 //! checks. No model is called, so the API holds no model layer.
 
 use super::submit::AsyncEndpoint;
-use crate::config::{shorthand_model, Config};
+use crate::config::Config;
 use crate::inference::{validate_chat, validate_embeddings, InferenceError};
 use crate::openai::chat::ChatCompletionRequest;
 use crate::openai::credentials::take_credentials;
@@ -32,7 +32,7 @@ impl SubmissionCheck {
 
     /// Whether `model` can be routed: a configured model or a valid shorthand (the router's rule).
     fn routes(&self, model: &str) -> bool {
-        self.models.contains(model) || shorthand_model(model).is_ok()
+        crate::config::names_a_model(model, |name| self.models.contains(name))
     }
 
     /// Whether `model_id` can be run on `endpoint` (checked at submission).

@@ -103,3 +103,33 @@ async fn a_poison_output_schema_is_refused_at_submission() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn a_submission_names_a_model_exactly_when_the_router_routes_it() {
+    let check = submission_check().await;
+    let config = crate::config::Config::from_toml(CONFIG).unwrap();
+    let adapters = Adapters::new(
+        Arc::new(SqliteStateStore::in_memory().unwrap()),
+        Arc::new(FileBlobStore::open(tempfile::tempdir().unwrap().keep()).unwrap()),
+        Arc::new(MemoryQueue::new()),
+    );
+    let router = crate::app::inference_service(&config, &adapters).unwrap();
+    let empty = Map::new();
+    for (name, known) in [
+        ("dummy", true),
+        ("dummy::echo", true),
+        ("openai::gpt-4o-mini", true),
+        ("openai::", false),
+        ("nope::model", false),
+        ("unknown", false),
+    ] {
+        for endpoint in [
+            AsyncEndpoint::ChatCompletions,
+            AsyncEndpoint::Embeddings,
+            AsyncEndpoint::Inference,
+        ] {
+            assert_eq!(check.knows(endpoint, name, &empty), known, "{name} on {endpoint:?}");
+        }
+        assert_eq!(router.can_route(name), known, "{name}");
+    }
+}

@@ -8,7 +8,7 @@ use super::requests::AsyncRequests;
 use super::stored::{webhook_body_key, StoredRequest, KIND};
 use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;
-use crate::ports::StorageError;
+use crate::ports::{AsyncRequestId, StorageError};
 use crate::records::Loaded;
 use crate::scheduler::{another_round, ScheduleError, ScheduledTask};
 use async_trait::async_trait;
@@ -117,7 +117,7 @@ impl AsyncRequests {
                         // Its worker is gone and its message may be too: queue it again (a
                         // duplicate message is harmless, the claim is conditional).
                         let job = JobMessage::AsyncRun {
-                            request_id: crate::ports::AsyncRequestId::new(request_id),
+                            request_id: AsyncRequestId::new(request_id),
                         };
                         self.deps
                             .queue
@@ -136,7 +136,7 @@ impl AsyncRequests {
                 }
                 let attempt = delivery.map_or(0, |d| d.attempts.len()) + 1;
                 let job = JobMessage::AsyncDeliver {
-                    request_id: crate::ports::AsyncRequestId::new(request_id),
+                    request_id: AsyncRequestId::new(request_id),
                     attempt: u32::try_from(attempt).unwrap_or(u32::MAX),
                 };
                 self.deps

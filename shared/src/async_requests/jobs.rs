@@ -15,7 +15,7 @@ use super::AsyncStatus;
 use crate::auth::RevokedKeys;
 use crate::jobs::{JobMessage, JobRunner};
 use crate::model_slots::{self, Acquired, SlotRequest, Waiting};
-use crate::ports::{JobOutcome, Priority, StorageError, WebhookTransport};
+use crate::ports::{AsyncRequestId, JobOutcome, Priority, StorageError, WebhookTransport};
 use crate::records::LeaseUntil;
 use crate::records::Loaded;
 use crate::webhooks::SecretSource;
@@ -34,7 +34,7 @@ const SLOT_WAIT_MAX: Duration = Duration::from_secs(60);
 pub struct AsyncJobs {
     pub(super) requests: Arc<AsyncRequests>,
     /// Runs a request's model input.
-    executor: EndpointCalls,
+    endpoint_calls: EndpointCalls,
     /// Whether the key that submitted a request was revoked since.
     revoked_keys: RevokedKeys,
     pub(super) transport: Arc<dyn WebhookTransport>,
@@ -44,7 +44,7 @@ pub struct AsyncJobs {
 impl AsyncJobs {
     pub fn new(
         requests: Arc<AsyncRequests>,
-        executor: EndpointCalls,
+        endpoint_calls: EndpointCalls,
         transport: Arc<dyn WebhookTransport>,
         secrets: Arc<dyn SecretSource>,
     ) -> Self {
@@ -52,7 +52,7 @@ impl AsyncJobs {
         let revoked_keys = RevokedKeys::new(Arc::clone(&deps.state), Arc::clone(&deps.clock), Arc::clone(&deps.ids));
         Self {
             requests,
-            executor,
+            endpoint_calls,
             revoked_keys,
             transport,
             secrets,
@@ -224,7 +224,7 @@ impl AsyncJobs {
     /// message comes back after `wait` instead.
     async fn run_again_after(&self, request_id: &str, priority: Priority, wait: Duration) -> JobOutcome {
         let job = JobMessage::AsyncRun {
-            request_id: crate::ports::AsyncRequestId::new(request_id),
+            request_id: AsyncRequestId::new(request_id),
         };
         match self
             .requests
@@ -279,7 +279,7 @@ impl AsyncJobs {
         let requests = &self.requests;
         let request = &loaded.body;
         let result = self
-            .executor
+            .endpoint_calls
             .run(&request.project, request.endpoint, &request.model_input)
             .await;
         self.release_slot(slot, &request.request_id).await;

@@ -6,7 +6,7 @@ use super::stored::{ErrorEntry, StoredRequest};
 use super::wire::webhook_body;
 use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;
-use crate::ports::StorageError;
+use crate::ports::{AsyncRequestId, StorageError};
 use crate::records::LeaseUntil;
 use crate::webhooks::delivery::{Delivery, SignatureStyle};
 use std::time::Duration;
@@ -25,7 +25,7 @@ impl AsyncRequests {
                 .set(DUE_LANE, &request.request_id, now + self.lease_ms())
                 .await?;
             let job = JobMessage::AsyncDeliver {
-                request_id: crate::ports::AsyncRequestId::new(request.request_id.clone()),
+                request_id: AsyncRequestId::new(request.request_id.clone()),
                 attempt: 1,
             };
             self.deps
@@ -59,7 +59,7 @@ impl AsyncRequests {
                 self.move_due_entry(request, look_at).await?;
                 if by_message {
                     let job = JobMessage::AsyncDeliver {
-                        request_id: crate::ports::AsyncRequestId::new(request.request_id.clone()),
+                        request_id: AsyncRequestId::new(request.request_id.clone()),
                         attempt: u32::try_from(made + 1).unwrap_or(u32::MAX),
                     };
                     self.deps

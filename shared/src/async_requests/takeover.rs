@@ -6,7 +6,7 @@ use super::requests::AsyncRequests;
 use super::stored::{StoredRequest, KIND};
 use super::{AsyncStatus, DUE_LANE};
 use crate::jobs::JobMessage;
-use crate::ports::{SoleWorkerGuard, StorageError};
+use crate::ports::{AsyncRequestId, SoleWorkerGuard, StorageError};
 use crate::records::LeaseUntil;
 use crate::records::Loaded;
 use std::time::Duration;
@@ -42,7 +42,7 @@ impl AsyncRequests {
                 }
             }
             let job = JobMessage::AsyncRun {
-                request_id: crate::ports::AsyncRequestId::new(item.target.clone()),
+                request_id: AsyncRequestId::new(item.target.clone()),
             };
             self.deps
                 .queue
@@ -68,7 +68,7 @@ impl AsyncRequests {
             return Ok(false);
         }
         let job = JobMessage::AsyncDeliver {
-            request_id: crate::ports::AsyncRequestId::new(request.request_id.clone()),
+            request_id: AsyncRequestId::new(request.request_id.clone()),
             attempt: u32::try_from(delivery.attempts.len() + 1).unwrap_or(u32::MAX),
         };
         self.deps

@@ -65,9 +65,9 @@ pub(crate) use load::{read_bundled_config, read_local_config, ConfigSources};
 pub(crate) use metrics::MetricOptimize;
 pub(crate) use metrics::{MetricConfig, MetricKind, MetricLevel};
 pub(crate) use models::{BatchMode, DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
-pub(crate) use shorthand::shorthand_model;
 #[cfg(test)]
 pub(crate) use shorthand::ModelLookupError;
+pub(crate) use shorthand::{names_a_model, shorthand_model};
 pub(crate) use tools::ToolConfig;
 
 use serde::Deserialize;

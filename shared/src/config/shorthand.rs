@@ -41,6 +41,12 @@ pub(crate) fn resolve_model<'a>(
     }
 }
 
+/// Whether `name` names a model: one configured (`configured` says) or a valid shorthand. The one
+/// rule the router and the async submission checks route by.
+pub(crate) fn names_a_model(name: &str, configured: impl FnOnce(&str) -> bool) -> bool {
+    configured(name) || shorthand_model(name).is_ok()
+}
+
 /// The one-provider model a `provider::model` shorthand stands for (configured models are not
 /// consulted: callers check them first). The provider is named after its type.
 pub(crate) fn shorthand_model(name: &str) -> Result<ModelConfig, ModelLookupError> {

@@ -166,7 +166,7 @@ impl ModelRouter {
 
     /// Whether `model` can be routed: a configured model or a valid shorthand.
     pub fn routes(&self, model: &str) -> bool {
-        self.contains(model) || shorthand_model(model).is_ok()
+        crate::config::names_a_model(model, |name| self.contains(name))
     }
 
     /// The first provider, in routing order, of configured model `model` that runs batch jobs on

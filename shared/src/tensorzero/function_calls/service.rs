@@ -56,10 +56,10 @@ pub(crate) struct InferenceStream {
 }
 
 pub struct FunctionService {
+    /// The configured functions, the clock and the ids (every id a call mints).
     checks: FunctionChecks,
     inference: Arc<InferenceService>,
     persistence: InferencePersistence,
-    ids: Arc<dyn IdSource>,
 }
 
 impl FunctionService {
@@ -69,12 +69,11 @@ impl FunctionService {
         persistence: InferencePersistence,
         ids: Arc<dyn IdSource>,
     ) -> Self {
-        let checks = FunctionChecks::new(functions, Arc::clone(&persistence.clock), Arc::clone(&ids));
+        let checks = FunctionChecks::new(functions, Arc::clone(&persistence.clock), ids);
         Self {
             checks,
             inference,
             persistence,
-            ids,
         }
     }
 
@@ -92,7 +91,7 @@ impl FunctionService {
     }
 
     pub(crate) fn new_id(&self) -> Uuid {
-        self.ids.new_uuid()
+        self.checks.new_id()
     }
 
     pub(super) fn persistence(&self) -> &InferencePersistence {
@@ -107,7 +106,7 @@ impl FunctionService {
     ) -> Result<InferenceResult, FunctionError> {
         let started = Instant::now();
         let target = self.checks.resolve(call)?;
-        let inference_id = self.ids.new_uuid();
+        let inference_id = self.checks.new_id();
         let mut failed = BTreeSet::new();
         let mut failures = Vec::new();
         while let Some(plan) = self.checks.next_plan(target, call, &failed) {
@@ -180,7 +179,7 @@ impl FunctionService {
         let looked_up = Instant::now();
         if let Some(response) = self.persistence.cached(&key, mode, call.cache_max_age_s).await {
             return Ok(ModelCall {
-                id: self.ids.new_uuid(),
+                id: self.checks.new_id(),
                 model: prepared.request.model.clone(),
                 provider: response.provider_name.clone(),
                 response,
@@ -210,7 +209,7 @@ impl FunctionService {
                 Ok(response) => {
                     self.persistence.remember(key, mode, &response);
                     return Ok(ModelCall {
-                        id: self.ids.new_uuid(),
+                        id: self.checks.new_id(),
                         model: prepared.request.model.clone(),
                         provider: response.provider_name.clone(),
                         response,
@@ -240,7 +239,7 @@ impl FunctionService {
         call: &InferenceCall,
     ) -> Result<InferenceStream, FunctionError> {
         let target = self.checks.resolve(call)?;
-        let inference_id = self.ids.new_uuid();
+        let inference_id = self.checks.new_id();
         let mode = self.persistence.mode(call);
         let mut failed = BTreeSet::new();
         let mut failures = Vec::new();
@@ -280,7 +279,7 @@ impl FunctionService {
                         call: call.clone(),
                         prepared,
                         inference_id,
-                        model_call_id: self.ids.new_uuid(),
+                        model_call_id: self.checks.new_id(),
                         function_name: target.name().to_owned(),
                         variant_name: plan.variant_name.to_owned(),
                         kind: plan.kind,
