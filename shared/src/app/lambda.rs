@@ -87,25 +87,31 @@ fn writing_due_work(adapters: Adapters, sdk_config: &aws_config::SdkConfig) -> R
     })
 }
 
-/// The poller's: the job queues, the sealing key and provider keys (one SSM client for both).
-fn running_jobs(adapters: Adapters, sdk_config: &aws_config::SdkConfig) -> Result<Adapters, InitError> {
-    let parameters = SsmParameters::new(sdk_config);
+/// The job queues and the sealing key (its data key kept in `parameters` unless a KMS key is
+/// named): what every function that queues work or seals credentials reaches.
+fn queueing_jobs(
+    adapters: Adapters,
+    sdk_config: &aws_config::SdkConfig,
+    parameters: &SsmParameters,
+) -> Result<Adapters, InitError> {
     Ok(adapters
         .with_queue(Arc::new(aws::job_queues(sdk_config)?))
-        .with_sealer(aws::sealer_of(sdk_config, &parameters))
-        .with_provider_secrets(Arc::new(parameters)))
+        .with_sealer(aws::sealer_of(sdk_config, parameters)))
 }
 
-/// The batches function's: the job queues and the sealing key (it queues work and seals dynamic
-/// credentials; it calls no provider, so it reads no provider key), and it writes due work.
+/// The poller's: [`queueing_jobs`] and provider keys (one SSM client for both).
+fn running_jobs(adapters: Adapters, sdk_config: &aws_config::SdkConfig) -> Result<Adapters, InitError> {
+    let parameters = SsmParameters::new(sdk_config);
+    Ok(queueing_jobs(adapters, sdk_config, &parameters)?.with_provider_secrets(Arc::new(parameters)))
+}
+
+/// The batches function's: [`queueing_jobs`] (it calls no provider, so it reads no provider key),
+/// and it writes due work.
 fn queueing_jobs_writing_due_work(
     adapters: Adapters,
     sdk_config: &aws_config::SdkConfig,
 ) -> Result<Adapters, InitError> {
-    let parameters = SsmParameters::new(sdk_config);
-    let adapters = adapters
-        .with_queue(Arc::new(aws::job_queues(sdk_config)?))
-        .with_sealer(aws::sealer_of(sdk_config, &parameters));
+    let adapters = queueing_jobs(adapters, sdk_config, &SsmParameters::new(sdk_config))?;
     writing_due_work(adapters, sdk_config)
 }
 

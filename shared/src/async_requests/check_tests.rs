@@ -28,7 +28,8 @@ type = "chat_completion"
 model = "dummy"
 "#;
 
-async fn submission_check() -> SubmissionCheck {
+/// The test configuration, loaded from a directory with its files, and adapters beside it.
+async fn stack() -> (crate::app::LoadedConfig, Adapters) {
     let dir = tempfile::tempdir().unwrap().keep();
     for (path, text) in [
         ("nimbus.toml", CONFIG),
@@ -46,6 +47,11 @@ async fn submission_check() -> SubmissionCheck {
         Arc::new(FileBlobStore::open(dir.join("blobs")).unwrap()),
         Arc::new(MemoryQueue::new()),
     );
+    (loaded, adapters)
+}
+
+async fn submission_check() -> SubmissionCheck {
+    let (loaded, adapters) = stack().await;
     SubmissionCheck::new(&loaded.config, function_checks(&loaded, &adapters))
 }
 
@@ -106,14 +112,9 @@ async fn a_poison_output_schema_is_refused_at_submission() {
 
 #[tokio::test]
 async fn a_submission_names_a_model_exactly_when_the_router_routes_it() {
-    let check = submission_check().await;
-    let config = crate::config::Config::from_toml(CONFIG).unwrap();
-    let adapters = Adapters::new(
-        Arc::new(SqliteStateStore::in_memory().unwrap()),
-        Arc::new(FileBlobStore::open(tempfile::tempdir().unwrap().keep()).unwrap()),
-        Arc::new(MemoryQueue::new()),
-    );
-    let router = crate::app::inference_service(&config, &adapters).unwrap();
+    let (loaded, adapters) = stack().await;
+    let check = SubmissionCheck::new(&loaded.config, function_checks(&loaded, &adapters));
+    let router = crate::app::inference_service(&loaded.config, &adapters).unwrap();
     let empty = Map::new();
     for (name, known) in [
         ("dummy", true),
