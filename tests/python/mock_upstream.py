@@ -13,6 +13,12 @@ last). A request whose last message contains a marker behaves differently:
 - `[call:NAME]`: the answer is a call of tool NAME with arguments `{"zone": "UTC"}` (streamed in two
   pieces); `[call-garbled:NAME]` the same with arguments that are not JSON.
 - `[reply-json]`: every choice's content is `JSON_REPLY` (a JSON object) instead of the greeting.
+- `<say>TEXT</say>` anywhere in the messages (a system prompt too; the first one wins): every choice's
+  content is TEXT (streamed in two pieces), so a configured variant can answer its own way.
+- `[judge]` anywhere in the messages: the answer is `JUDGE_REPLY`, a best-of-n judge choosing
+  candidate 0 (`{"thinking": …, "answer_choice": 0}`); it wins over `<say>…</say>`.
+- `[reasoning]`: the answer also carries `reasoning_content` `REASONING` (a delta of its own when
+  streamed), as OpenAI-compatible reasoning servers send it.
 
 `hold(marker)` keeps the answers to requests mentioning `marker` back (they are recorded at once)
 until its block ends, so a test can look at a gateway while calls are in flight.
@@ -40,6 +46,11 @@ CALL_MARKER = re.compile(r"\[call(-garbled)?:([A-Za-z0-9_-]+)\]")
 TOOL_ARGUMENTS = '{"zone": "UTC"}'
 JSON_REPLY_MARKER = "[reply-json]"
 JSON_REPLY = '{"answer": "yes"}'
+SAY_MARKER = re.compile(r"<say>(.*?)</say>", re.DOTALL)
+JUDGE_MARKER = "[judge]"
+JUDGE_REPLY = '{"thinking": "candidate 0 answers best", "answer_choice": 0}'
+REASONING_MARKER = "[reasoning]"
+REASONING = "Thinking it over."
 HOLD_LIMIT_SECONDS = 60.0
 
 
@@ -65,6 +76,30 @@ def _last_text(body: dict[str, Any]) -> str:
     if isinstance(content, list):
         return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
     return ""
+
+
+def _all_text(body: dict[str, Any]) -> list[str]:
+    """Every message's text, in order (system prompts included)."""
+    texts = []
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts.extend(part.get("text", "") for part in content if isinstance(part, dict))
+    return texts
+
+
+def _scripted_content(body: dict[str, Any]) -> str | None:
+    """The content `[judge]` or `<say>TEXT</say>` asks for, if any."""
+    texts = _all_text(body)
+    if any(JUDGE_MARKER in text for text in texts):
+        return JUDGE_REPLY
+    for text in texts:
+        said = SAY_MARKER.search(text)
+        if said:
+            return said.group(1)
+    return None
 
 
 class RecordingUpstream:
@@ -112,11 +147,13 @@ class RecordingUpstream:
                 if body.get("stream") and STREAM_STALL_MARKER in text:
                     self._stalling_stream(body)
                     return
+                reasoning = REASONING if REASONING_MARKER in text else None
+                scripted = _scripted_content(body)
                 if body.get("stream"):
-                    self._stream(body, finish_reason, breaks=STREAM_BREAK_MARKER in text)
+                    self._stream(body, finish_reason, breaks=STREAM_BREAK_MARKER in text, content=scripted, reasoning=reasoning)
                     return
-                content = JSON_REPLY if JSON_REPLY_MARKER in text else None
-                self._answer(body, finish_reason, content)
+                content = scripted if scripted is not None else JSON_REPLY if JSON_REPLY_MARKER in text else None
+                self._answer(body, finish_reason, content, reasoning)
 
             def _tool_call(self, body: dict[str, Any], name: str, arguments: str) -> None:
                 usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
@@ -141,7 +178,9 @@ class RecordingUpstream:
                 payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
                 self._send(200, "text/event-stream", payload.encode())
 
-            def _answer(self, body: dict[str, Any], finish_reason: str, content: str | None = None) -> None:
+            def _answer(
+                self, body: dict[str, Any], finish_reason: str, content: str | None = None, reasoning: str | None = None
+            ) -> None:
                 n = int(body.get("n") or 1)
                 choices = [
                     {
@@ -151,15 +190,42 @@ class RecordingUpstream:
                     }
                     for i in range(n)
                 ]
+                if reasoning is not None:
+                    for choice in choices:
+                        choice["message"]["reasoning_content"] = reasoning
                 usage = {"prompt_tokens": 4, "completion_tokens": 4 * n, "total_tokens": 4 + 4 * n}
                 answer = {"id": "chatcmpl-up", "created": 1, "model": body.get("model"), "object": "chat.completion"}
                 answer.update(choices=choices, usage=usage)
                 self._send(200, "application/json", json.dumps(answer).encode())
 
-            def _stream(self, body: dict[str, Any], finish_reason: str, *, breaks: bool) -> None:
+            def _stream(
+                self,
+                body: dict[str, Any],
+                finish_reason: str,
+                *,
+                breaks: bool,
+                content: str | None = None,
+                reasoning: str | None = None,
+            ) -> None:
                 n = int(body.get("n") or 1)
                 base = {"id": "chatcmpl-up", "created": 1, "model": body.get("model"), "object": "chat.completion.chunk"}
                 events: list[dict[str, Any]] = []
+                if reasoning is not None:
+                    for index in range(n):
+                        delta = {"index": index, "delta": {"reasoning_content": reasoning}, "finish_reason": None}
+                        events.append({**base, "choices": [delta]})
+                if content is not None:
+                    half = len(content) // 2
+                    for piece in (content[:half], content[half:]):
+                        for index in range(n):
+                            events.append({**base, "choices": [{"index": index, "delta": {"content": piece}, "finish_reason": None}]})
+                    for index in range(n):
+                        events.append({**base, "choices": [{"index": index, "delta": {}, "finish_reason": finish_reason}]})
+                    usage = {"prompt_tokens": 4, "completion_tokens": 4 * n, "total_tokens": 4 + 4 * n}
+                    events.append({**base, "choices": [], "usage": usage})
+                    payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+                    self._send(200, "text/event-stream", payload.encode())
+                    return
                 for piece in ("Hello ", "from choice "):
                     for index in range(n):
                         events.append({**base, "choices": [{"index": index, "delta": {"content": piece}, "finish_reason": None}]})
@@ -226,6 +292,16 @@ class RecordingUpstream:
     def bodies(self) -> list[dict[str, Any]]:
         with self._lock:
             return [request.body for request in self.requests]
+
+    def count(self) -> int:
+        """How many requests arrived so far (a mark for `since`)."""
+        with self._lock:
+            return len(self.requests)
+
+    def since(self, mark: int) -> list[RecordedRequest]:
+        """The requests that arrived after `count()` returned `mark`, oldest first."""
+        with self._lock:
+            return self.requests[mark:]
 
     def last(self) -> RecordedRequest:
         with self._lock:
