@@ -4,6 +4,7 @@ fields compared one at a time, and the bad inputs whose error statuses are compa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -326,6 +327,12 @@ SCENARIOS = [
         upstream=(*BASE, TOOL_STRICT),
     ),
     Scenario(
+        "openai_json_function",
+        openai={"model": "tensorzero::function_name::extract", "messages": said(f"Openai json <say>{STRICT_JSON}</say>")},
+        reply=(OPENAI_REPLY,),
+        upstream=BASE,
+    ),
+    Scenario(
         "openai_stream",
         openai={"model": "tensorzero::function_name::plain", "stream": True, "messages": said("Hello openai stream")},
         reply=(OPENAI_STREAM,),
@@ -461,6 +468,27 @@ FOCUSED: list[tuple[str, str, Extract, tuple[str, ...]]] = [
         first_body(lambda body: [(m["role"], m.get("tool_calls"), m.get("tool_call_id")) for m in body["messages"]]),
         (),
     ),
+]
+
+
+# The same for replies: (name, scenario, the field of its reply, why it differs today).
+REPLY_FIELDS: list[tuple[str, str, Callable[[Any], Any], tuple[str, ...]]] = [
+    ("parsed_key_order", "json_strict", lambda reply: list(reply["output"]["parsed"]), (ORDER,)),
+    ("raw_usage_data_key_order", "raw_response", lambda reply: list(reply["raw_usage"][0]["data"]), (ORDER,)),
+    ("openai_message_key_order", "openai_json_function", lambda reply: list(reply["choices"][0]["message"]), (ORDER,)),
+    (
+        "openai_content_key_order",
+        "openai_json_function",
+        lambda reply: list(json.loads(reply["choices"][0]["message"]["content"])),
+        (),
+    ),
+    (
+        "openai_usage",
+        "openai_function",
+        lambda reply: {k: v for k, v in reply["usage"].items() if k != "tensorzero_cost"},
+        (ORDER,),
+    ),
+    ("openai_model", "openai_tools", lambda reply: (reply["model"], reply["object"], reply.get("system_fingerprint")), ()),
 ]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,17 @@ from typing import Any
 import pytest
 
 import differential_kit as dk
-from differential_cases import BAD_INPUT, FOCUSED, OBSERVABILITY, SCENARIOS, Extract, Scenario, because, said
+from differential_cases import (
+    BAD_INPUT,
+    FOCUSED,
+    OBSERVABILITY,
+    REPLY_FIELDS,
+    SCENARIOS,
+    Extract,
+    Scenario,
+    because,
+    said,
+)
 import nimbus_testkit as kit
 from mock_upstream import RecordingUpstream
 
@@ -116,6 +126,20 @@ def test_same_upstream_field(gateways: Gateways, scenario_name: str, extract: Ex
     tensorzero, nimbus = run(scenario, gateways)
     assert tensorzero.upstream and nimbus.upstream, (len(tensorzero.upstream), len(nimbus.upstream))
     dk.assert_same(extract(tensorzero.upstream_dicts()), extract(nimbus.upstream_dicts()), ordered=True, what=scenario_name)
+
+
+@pytest.mark.parametrize(
+    ("scenario_name", "extract"),
+    [
+        pytest.param(scenario, extract, id=name, marks=[because(*reasons)] if reasons else [])
+        for name, scenario, extract, reasons in REPLY_FIELDS
+    ],
+)
+def test_same_reply_field(gateways: Gateways, scenario_name: str, extract: Callable[[Any], Any]) -> None:
+    scenario = next(s for s in SCENARIOS if s.name == scenario_name)
+    tensorzero, nimbus = run(scenario, gateways)
+    assert (tensorzero.status, nimbus.status) == (200, 200), (tensorzero.reply, nimbus.reply)
+    dk.assert_same(extract(tensorzero.reply), extract(nimbus.reply), ordered=True, what=scenario_name)
 
 
 # --------------------------------------------------------------------------------------------
