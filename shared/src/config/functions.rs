@@ -4,6 +4,7 @@
 
 /// Variants share the entry types with providers.
 pub(crate) use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
+pub use super::variants::{BestOfNConfig, MixtureOfNConfig, VariantConfig};
 /// `none`, `auto`, `required` or `{ specific = "tool" }`: the model request's own type.
 pub(crate) use crate::model::ToolChoice;
 use serde::{Deserialize, Serialize};
@@ -57,21 +58,6 @@ pub enum FunctionKind {
 #[serde(deny_unknown_fields)]
 pub struct PathEntry {
     pub path: String,
-}
-
-/// A variant; `type` selects the kind (only `chat_completion` today).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum VariantConfig {
-    ChatCompletion(ChatCompletionConfig),
-}
-
-impl VariantConfig {
-    pub fn chat_completion(&self) -> &ChatCompletionConfig {
-        match self {
-            Self::ChatCompletion(config) => config,
-        }
-    }
 }
 
 /// A `chat_completion` variant: one model call with templates and parameters.
