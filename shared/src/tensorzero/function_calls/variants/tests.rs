@@ -32,6 +32,10 @@ model = "bad"
 type = "experimental_best_of_n_sampling"
 candidates = ["a", "b", "a"]
 evaluator = { model = "good" }
+[functions.chat.variants.bon_tool]
+type = "experimental_best_of_n_sampling"
+candidates = ["a", "b"]
+evaluator = { model = "good", json_mode = "tool" }
 [functions.chat.variants.lone]
 type = "experimental_best_of_n_sampling"
 candidates = ["a", "broken"]
@@ -294,6 +298,28 @@ fn the_judge_request_is_a_json_call_with_the_judges_schema_and_its_own_parameter
         prepared.request.output,
         crate::model::OutputMode::JsonSchema { .. }
     ));
+}
+
+#[test]
+fn a_judge_in_tool_mode_answers_through_the_respond_tool() {
+    let (service, _) = service_for(&config());
+    let call = call(&service, pinned("chat", "bon_tool"));
+    let judge_call = best_of_n::judge_call(&call).unwrap();
+    let function = service.functions().function("chat").unwrap();
+    let plan = VariantPlan::for_variant(function, function.variant("bon_tool").unwrap());
+    let prepared = best_of_n::judge_request(service.functions(), plan, &judge_call, &["x", "y"]).unwrap();
+    let [tool] = prepared.request.tools.as_slice() else {
+        panic!("one tool: {:?}", prepared.request.tools)
+    };
+    assert_eq!(tool.name, "respond");
+    assert_eq!(
+        tool.parameters.as_ref().unwrap()["required"],
+        json!(["thinking", "answer_choice"])
+    );
+    assert_eq!(
+        prepared.request.tool_choice,
+        Some(crate::model::ToolChoice::Specific("respond".into()))
+    );
 }
 
 #[test]
