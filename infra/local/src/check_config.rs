@@ -28,11 +28,18 @@ pub fn summary(loaded: &LoadedConfig) -> String {
                 None if policy.fallbacks().contains(&variant.name) => "fallback".to_owned(),
                 None => "pinned only".to_owned(),
             };
-            let _ = writeln!(
-                out,
-                "  variant {}: model {} ({role})",
-                variant.name, variant.config.model
-            );
+            let candidates = variant.definition.candidates();
+            let runs = if candidates.is_empty() {
+                format!("model {}", variant.config.model)
+            } else {
+                format!(
+                    "{} of {}, then model {}",
+                    variant.definition.type_name(),
+                    candidates.join(", "),
+                    variant.config.model
+                )
+            };
+            let _ = writeln!(out, "  variant {}: {runs} ({role})", variant.name);
         }
     }
     out

@@ -54,12 +54,14 @@ impl FunctionConfig {
         for (variant_name, variant) in &self.variants {
             let variant_key = format!("{key}.variants.{variant_name}");
             check_name(&variant_key, variant_name, "variant")?;
-            let variant = variant.chat_completion();
-            variant.validate(&variant_key, self.kind, context)?;
+            variant.check_kind(&variant_key, self.kind, &self.variants)?;
+            let prompt_key = format!("{variant_key}.{}", variant.prompt_key());
+            let prompt_key = prompt_key.trim_end_matches('.');
+            variant.prompt().validate(prompt_key, context)?;
             for schema in &schema_names {
                 if !variant.template_paths().iter().any(|(n, _, _)| n == schema) {
                     return Err(ConfigError::invalid(
-                        format!("{variant_key}.templates.{schema}"),
+                        format!("{prompt_key}.templates.{schema}"),
                         format!(
                             "the function has the schema `{schema}`, so every variant needs a template of that name"
                         ),
@@ -67,6 +69,7 @@ impl FunctionConfig {
                 }
             }
         }
+        super::variants::check_variant_graph(&key, &self.variants)?;
         self.check_sampling(&key)
     }
 
@@ -134,7 +137,7 @@ impl FunctionConfig {
 
     fn check_sampling(&self, key: &str) -> Result<(), ConfigError> {
         for (variant_name, variant) in &self.variants {
-            let Some(weight) = variant.chat_completion().weight else {
+            let Some(weight) = variant.weight() else {
                 continue;
             };
             let weight_key = format!("{key}.variants.{variant_name}.weight");
@@ -212,7 +215,7 @@ impl FunctionConfig {
 }
 
 impl ChatCompletionConfig {
-    fn validate(&self, key: &str, kind: FunctionKind, context: &FunctionContext<'_>) -> Result<(), ConfigError> {
+    fn validate(&self, key: &str, context: &FunctionContext<'_>) -> Result<(), ConfigError> {
         if let Err(err) = resolve_model(context.models, &self.model) {
             let message = match err {
                 ModelLookupError::UnknownModel(_) => format!(
@@ -232,12 +235,6 @@ impl ChatCompletionConfig {
                     format!("the template `{template}` is also given by `{template}_template`: keep one"),
                 ));
             }
-        }
-        if kind == FunctionKind::Chat && self.json_mode.is_some() {
-            return Err(ConfigError::invalid(
-                format!("{key}.json_mode"),
-                "only variants of json functions take json_mode",
-            ));
         }
         self.check_params(key)?;
         self.check_extras(key)

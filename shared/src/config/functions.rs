@@ -59,19 +59,53 @@ pub struct PathEntry {
     pub path: String,
 }
 
-/// A variant; `type` selects the kind (only `chat_completion` today).
+/// A variant; `type` selects the kind. `chat_completion` makes one model call;
+/// `experimental_chain_of_thought` is one call whose json answer carries its reasoning;
+/// `experimental_best_of_n_sampling` and `experimental_mixture_of_n` run other variants of the
+/// function (candidates), then a judge or a fuser whose keys are a `chat_completion` table
+/// without `type`. Accessors and load-time rules: `super::variants`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum VariantConfig {
     ChatCompletion(ChatCompletionConfig),
+    /// TensorZero's code spells it `_sampling`; its documentation `experimental_best_of_n`.
+    #[serde(rename = "experimental_best_of_n_sampling", alias = "experimental_best_of_n")]
+    BestOfN(BestOfNConfig),
+    #[serde(rename = "experimental_mixture_of_n")]
+    MixtureOfN(MixtureOfNConfig),
+    #[serde(rename = "experimental_chain_of_thought")]
+    ChainOfThought(ChatCompletionConfig),
 }
 
-impl VariantConfig {
-    pub fn chat_completion(&self) -> &ChatCompletionConfig {
-        match self {
-            Self::ChatCompletion(config) => config,
-        }
-    }
+/// `experimental_best_of_n_sampling`: the candidates, then a judge that picks one.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BestOfNConfig {
+    /// Variant names of the same function; a repeat is one more draw.
+    pub candidates: Vec<String>,
+    pub evaluator: ChatCompletionConfig,
+    #[serde(default)]
+    pub weight: Option<f64>,
+    /// Covers the candidates and the judge together.
+    #[serde(default)]
+    pub timeouts: Option<VariantTimeouts>,
+    /// Deprecated: becomes each candidate's `timeouts` at load.
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+}
+
+/// `experimental_mixture_of_n`: the candidates, then a fuser that writes one answer from them.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MixtureOfNConfig {
+    pub candidates: Vec<String>,
+    pub fuser: ChatCompletionConfig,
+    #[serde(default)]
+    pub weight: Option<f64>,
+    #[serde(default)]
+    pub timeouts: Option<VariantTimeouts>,
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
 }
 
 /// A `chat_completion` variant: one model call with templates and parameters.

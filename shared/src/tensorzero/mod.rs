@@ -15,7 +15,7 @@ pub(crate) use schemas::CompiledSchema;
 pub use templates::TemplateInput;
 pub(crate) use templates::{TemplateError, TemplateSet};
 
-use crate::config::functions::{ChatCompletionConfig, FunctionConfig, FunctionKind, JsonMode};
+use crate::config::functions::{ChatCompletionConfig, FunctionConfig, FunctionKind, JsonMode, VariantConfig};
 use crate::config::{normalise_config_path, Config, ConfigError, ToolConfig};
 use crate::user_text::excerpt;
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,11 +41,14 @@ pub struct Function {
     policy: VariantPolicy,
 }
 
-/// One `chat_completion` variant.
+/// One variant.
 #[derive(Debug)]
 pub struct Variant {
     pub name: String,
+    /// The variant's own model call: the variant itself, or its judge or fuser.
     pub config: ChatCompletionConfig,
+    /// The variant as configured (its type, candidates and time limits).
+    pub definition: VariantConfig,
     /// The effective json mode: the configured one, `strict` by default for json functions,
     /// `None` for chat functions.
     pub json_mode: Option<JsonMode>,
@@ -128,8 +131,8 @@ impl FunctionSet {
             (FunctionKind::Chat, _) => None,
         };
         let mut variants = BTreeMap::new();
-        for (variant_name, variant) in &config.variants {
-            let variant = variant.chat_completion();
+        for (variant_name, definition) in &config.variants {
+            let variant = definition.prompt();
             for (template, suffix, path) in variant.template_paths() {
                 let template_key = format!("{key}.variants.{variant_name}.{suffix}");
                 let source = files.text(&template_key, path)?.to_owned();
@@ -144,6 +147,7 @@ impl FunctionSet {
             let compiled = Variant {
                 name: variant_name.clone(),
                 config: variant.clone(),
+                definition: definition.clone(),
                 json_mode,
             };
             variants.insert(variant_name.clone(), compiled);

@@ -77,6 +77,8 @@ pub(crate) struct ChunkTranslator {
     tool_call_ids: BTreeMap<u32, String>,
     /// When set, usage reports zero tokens (a cached answer).
     zero_usage: bool,
+    /// Usage of model calls made before the stream, added to the reported usage.
+    earlier_usage: UsageReport,
 }
 
 impl ChunkTranslator {
@@ -96,7 +98,17 @@ impl ChunkTranslator {
             json_tool: rules.json_tool,
             tool_call_ids: BTreeMap::new(),
             zero_usage,
+            earlier_usage: UsageReport {
+                input_tokens: 0,
+                output_tokens: 0,
+            },
         }
+    }
+
+    /// Report `usage` (of model calls made before the stream) in the usage chunk too.
+    pub(crate) fn with_earlier_usage(mut self, usage: &ModelUsage) -> Self {
+        self.earlier_usage = UsageReport::from(usage);
+        self
     }
 
     /// The function chunk for a model chunk; `None` when it carries nothing to send.
@@ -110,14 +122,19 @@ impl ChunkTranslator {
                 self.piece(block, &mut content, &mut raw);
             }
         }
+        let earlier = self.earlier_usage;
         let usage = chunk.usage.as_ref().map(|usage| {
-            if self.zero_usage {
+            let own = if self.zero_usage {
                 UsageReport {
                     input_tokens: 0,
                     output_tokens: 0,
                 }
             } else {
                 UsageReport::from(usage)
+            };
+            UsageReport {
+                input_tokens: own.input_tokens + earlier.input_tokens,
+                output_tokens: own.output_tokens + earlier.output_tokens,
             }
         });
         let body = match self.kind {
