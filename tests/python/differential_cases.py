@@ -35,7 +35,14 @@ ALLOWED_TOOLS = (
 )
 STREAM_ORIGINAL = "#30 §1 item 12: streaming with include_original_response is a 400 (TensorZero: original_chunk per chunk)"
 RETRIES = "#30 §1 item 14: Nimbus makes 3 attempts on a failing provider (TensorZero: 1)"
-VARIANTS = "#30 §2 BoN/MoN not landed: Nimbus refuses experimental_best_of_n_sampling / experimental_mixture_of_n"
+ENSEMBLE_PROMPTS = (
+    "by design: the best-of-n judge's and mixture-of-n fuser's prompts are worded by Nimbus (same structure, own text), "
+    "and candidates are recorded in the order they reach the mock"
+)
+BEST_OF_N_STREAM = (
+    "not in the issue: a streamed best-of-n answer is one chunk from Nimbus (content, usage and finish_reason); "
+    "TensorZero sends the content chunk, then usage and finish_reason in a chunk of their own"
+)
 # Not in the issue.
 STREAM_FLAG = "not in the issue: TensorZero sends `stream: false` upstream on a non-streamed request, Nimbus leaves `stream` out"
 ACCEPT = (
@@ -348,8 +355,8 @@ SCENARIOS = [
                 "stream": stream,
                 "input": says(f"Which is best ({function} {variant} {stream})?"),
             },
-            reply=(VARIANTS,),
-            upstream=(VARIANTS, *BASE),
+            reply=() if not stream else (BEST_OF_N_STREAM,) if variant == "best" else (STREAM_END,),
+            upstream=(ENSEMBLE_PROMPTS, *BASE),
             variants=True,
             concurrent=True,
         )
