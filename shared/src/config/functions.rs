@@ -6,6 +6,10 @@
 pub(crate) use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
 /// `none`, `auto`, `required` or `{ specific = "tool" }`: the model request's own type.
 pub(crate) use crate::model::ToolChoice;
+/// The experiment types live in their own module; re-exported here where functions name them.
+pub use super::experimentation::{
+    AdaptiveAlgorithm, AdaptiveExperimentation, CandidateVariants, ExperimentationConfig, StaticExperimentation,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -67,6 +71,13 @@ pub enum VariantConfig {
 }
 
 impl VariantConfig {
+    /// The legacy sampling weight, whatever the variant's type.
+    pub fn weight(&self) -> Option<f64> {
+        match self {
+            Self::ChatCompletion(config) => config.weight,
+        }
+    }
+
     pub fn chat_completion(&self) -> &ChatCompletionConfig {
         match self {
             Self::ChatCompletion(config) => config,
@@ -174,37 +185,6 @@ pub struct StreamingTimeouts {
     pub ttft_ms: Option<u64>,
     #[serde(default)]
     pub total_ms: Option<u64>,
-}
-
-/// `[functions.F.experimentation]`; `type` selects the kind (only `static` today).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ExperimentationConfig {
-    Static(StaticExperimentation),
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct StaticExperimentation {
-    #[serde(default)]
-    pub candidate_variants: CandidateVariants,
-    /// Tried in order once every candidate has failed.
-    #[serde(default)]
-    pub fallback_variants: Vec<String>,
-}
-
-/// A list (drawn uniformly) or a `{ variant = weight }` table (weights normalised).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(untagged)]
-pub enum CandidateVariants {
-    List(Vec<String>),
-    Weights(BTreeMap<String, f64>),
-}
-
-impl Default for CandidateVariants {
-    fn default() -> Self {
-        Self::List(Vec::new())
-    }
 }
 
 /// The roles whose legacy `*_schema` / `*_template` keys name the schema or template.

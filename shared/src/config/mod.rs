@@ -26,6 +26,7 @@ mod credentials;
 mod extras;
 mod files;
 mod function_checks;
+pub mod experimentation;
 pub mod functions;
 mod gateway;
 mod http_provider;
@@ -61,9 +62,7 @@ pub(crate) use lmi::{
 #[cfg(any(feature = "aws", test))]
 pub(crate) use load::read_config;
 pub(crate) use load::{read_bundled_config, read_local_config, ConfigSources};
-#[cfg(test)]
-pub(crate) use metrics::MetricOptimize;
-pub(crate) use metrics::{MetricConfig, MetricKind, MetricLevel};
+pub(crate) use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};
 pub(crate) use models::{BatchMode, DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
 #[cfg(test)]
 pub(crate) use shorthand::ModelLookupError;
@@ -154,6 +153,7 @@ impl Config {
         let context = function_checks::FunctionContext {
             models: &self.models,
             tools: &self.tools,
+            metrics: &self.metrics,
         };
         for (name, function) in &self.functions {
             function.validate(name, &context)?;
