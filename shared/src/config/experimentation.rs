@@ -247,10 +247,16 @@ fn check_listed(entries: Vec<(String, String)>, variants: &BTreeSet<&str>) -> Re
     let mut seen = BTreeSet::new();
     for (entry_key, name) in entries {
         if !variants.contains(name.as_str()) {
-            return Err(ConfigError::invalid(entry_key, format!("variant `{name}` is not defined")));
+            return Err(ConfigError::invalid(
+                entry_key,
+                format!("variant `{name}` is not defined"),
+            ));
         }
         if !seen.insert(name.clone()) {
-            return Err(ConfigError::invalid(entry_key, format!("variant `{name}` is listed twice")));
+            return Err(ConfigError::invalid(
+                entry_key,
+                format!("variant `{name}` is listed twice"),
+            ));
         }
     }
     Ok(())
@@ -370,4 +376,4 @@ impl AdaptiveExperimentation {
 
 #[cfg(test)]
 #[path = "experimentation_tests.rs"]
-mod tests;
+pub(crate) mod tests;

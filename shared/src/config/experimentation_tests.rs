@@ -1,7 +1,8 @@
 use super::*;
 use crate::config::{Config, ConfigError};
 
-const BASE: &str = r#"
+/// A model, a boolean metric `good` and a chat function `f` with variants `a`, `b` and `c`.
+pub(crate) const BASE: &str = r#"
 [models.m]
 routing = ["d"]
 [models.m.providers.d]
@@ -84,7 +85,10 @@ fn adaptive_values_are_checked_and_name_their_key() {
         ("update_period_s = 0", "update_period_s"),
         ("min_prob = -0.1", "min_prob"),
         ("min_prob = 0.6", "min_prob"),
-        ("min_samples_per_variant = 20\nmax_samples_per_variant = 10", "max_samples_per_variant"),
+        (
+            "min_samples_per_variant = 20\nmax_samples_per_variant = 10",
+            "max_samples_per_variant",
+        ),
     ] {
         let text = format!("type = \"adaptive\"\nmetric = \"good\"\ncandidate_variants = [\"a\", \"b\"]\n{extra}");
         error_at(&text, &format!("{key}.{field}"));
@@ -117,7 +121,9 @@ fn adaptive_names_must_exist_and_be_unique() {
         &format!("{key}.fallback_variants[0]"),
     );
     assert!(parse("type = \"adaptive\"\ncandidate_variants = [\"a\"]").is_err());
-    assert!(parse("type = \"adaptive\"\nmetric = \"good\"\ncandidate_variants = [\"a\"]\nalgorithm = \"ucb\"").is_err());
+    assert!(
+        parse("type = \"adaptive\"\nmetric = \"good\"\ncandidate_variants = [\"a\"]\nalgorithm = \"ucb\"").is_err()
+    );
     assert!(parse("type = \"adaptive\"\nmetric = \"good\"\ncandidate_variants = [\"a\"]\nwhat = 1").is_err());
 }
 
@@ -146,8 +152,9 @@ fn legacy_types_convert() {
             every_variant: false,
         })
     );
-    let legacy = parse("type = \"track_and_stop\"\nmetric = \"good\"\ncandidate_variants = [\"a\", \"b\"]\ndelta = 0.2")
-        .unwrap();
+    let legacy =
+        parse("type = \"track_and_stop\"\nmetric = \"good\"\ncandidate_variants = [\"a\", \"b\"]\ndelta = 0.2")
+            .unwrap();
     assert_eq!(
         legacy,
         ExperimentationConfig::Adaptive(AdaptiveExperimentation {
@@ -156,7 +163,10 @@ fn legacy_types_convert() {
         })
     );
     // The legacy track_and_stop has no `algorithm`; its values are checked like adaptive ones.
-    assert!(parse("type = \"track_and_stop\"\nmetric = \"good\"\ncandidate_variants = [\"a\"]\nalgorithm = \"track_and_stop\"").is_err());
+    assert!(parse(
+        "type = \"track_and_stop\"\nmetric = \"good\"\ncandidate_variants = [\"a\"]\nalgorithm = \"track_and_stop\""
+    )
+    .is_err());
     error_at(
         "type = \"track_and_stop\"\nmetric = \"good\"\ncandidate_variants = [\"a\"]\ndelta = 2.0",
         "functions.f.experimentation.delta",
@@ -169,7 +179,10 @@ fn legacy_types_convert() {
 
 #[test]
 fn weight_beside_experimentation_and_namespaces_are_refused() {
-    let weighted = BASE.replace("[functions.f.variants.a]\ntype = \"chat_completion\"", "[functions.f.variants.a]\ntype = \"chat_completion\"\nweight = 1.0");
+    let weighted = BASE.replace(
+        "[functions.f.variants.a]\ntype = \"chat_completion\"",
+        "[functions.f.variants.a]\ntype = \"chat_completion\"\nweight = 1.0",
+    );
     let text = Config::from_toml(&format!(
         "{weighted}\n[functions.f.experimentation]\ntype = \"adaptive\"\nmetric = \"good\"\ncandidate_variants = [\"a\"]"
     ))
@@ -180,9 +193,11 @@ fn weight_beside_experimentation_and_namespaces_are_refused() {
         "\"static\"\ncandidate_variants = [\"a\"]",
         "\"adaptive\"\nmetric = \"good\"\ncandidate_variants = [\"a\"]",
     ] {
-        let text = parse(&format!("type = {kind}\n[functions.f.experimentation.namespaces.x]\ntype = \"static\""))
-            .unwrap_err()
-            .to_string();
+        let text = parse(&format!(
+            "type = {kind}\n[functions.f.experimentation.namespaces.x]\ntype = \"static\""
+        ))
+        .unwrap_err()
+        .to_string();
         assert!(text.contains("namespaces"), "{text}");
     }
 }

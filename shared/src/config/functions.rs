@@ -2,14 +2,14 @@
 //! TOML. Paths to templates and schemas are kept as written (relative to the config file); the
 //! function layer (`crate::tensorzero`) reads and compiles them.
 
-/// Variants share the entry types with providers.
-pub(crate) use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
-/// `none`, `auto`, `required` or `{ specific = "tool" }`: the model request's own type.
-pub(crate) use crate::model::ToolChoice;
 /// The experiment types live in their own module; re-exported here where functions name them.
 pub use super::experimentation::{
     AdaptiveAlgorithm, AdaptiveExperimentation, CandidateVariants, ExperimentationConfig, StaticExperimentation,
 };
+/// Variants share the entry types with providers.
+pub(crate) use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
+/// `none`, `auto`, `required` or `{ specific = "tool" }`: the model request's own type.
+pub(crate) use crate::model::ToolChoice;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -192,12 +192,7 @@ async fn get_experiment(
 ) -> Result<Json<ExperimentReport>, TensorZeroError> {
     let ApiExtension(_principal) = principal?;
     let ApiPath(name) = path?;
-    let not_found = || {
-        TensorZeroError::not_found(format!(
-            "Function `{}` has no adaptive experiment.",
-            excerpt(&name)
-        ))
-    };
+    let not_found = || TensorZeroError::not_found(format!("Function `{}` has no adaptive experiment.", excerpt(&name)));
     let function = state.functions.functions().function(&name).map_err(|_| not_found())?;
     match state.experiments.report(function).await? {
         Some(report) => Ok(Json(report)),

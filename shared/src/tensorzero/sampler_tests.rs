@@ -151,7 +151,13 @@ fn weighted_picks_cover_the_edges() {
 
 #[test]
 fn a_bound_episode_keeps_its_variant_then_falls_back_in_order_then_draws_the_rest() {
-    let variants = [variant("a", None), variant("b", None), variant("c", None), variant("d", None)].concat();
+    let variants = [
+        variant("a", None),
+        variant("b", None),
+        variant("c", None),
+        variant("d", None),
+    ]
+    .concat();
     let policy = policy_of(
         &variants,
         "[metrics.m]\ntype = \"boolean\"\nlevel = \"inference\"\noptimize = \"max\"\n[functions.f.experimentation]\ntype = \"adaptive\"\nmetric = \"m\"\ncandidate_variants = [\"a\", \"b\"]\nfallback_variants = [\"d\", \"c\"]",

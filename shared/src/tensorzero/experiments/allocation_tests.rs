@@ -46,13 +46,23 @@ fn matches_the_cone_program_within_tolerance() {
             0.05,
             &[0.405883, 0.26993, 0.269274, 0.054912],
         ),
-        (&[0.3, 0.9], &[0.21, 0.09], &[500, 500], 0.01, 0.0, &[0.604367, 0.395633]),
+        (
+            &[0.3, 0.9],
+            &[0.21, 0.09],
+            &[500, 500],
+            0.01,
+            0.0,
+            &[0.604367, 0.395633],
+        ),
     ];
     for (means, variances, counts, epsilon, min_prob, expected) in cases {
         let got = optimal_allocation(&arms(means, variances, counts), epsilon, min_prob);
         assert!((got.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{got:?}");
         for (g, e) in got.iter().zip(expected) {
-            assert!((g - e).abs() < 1e-4, "means {means:?}: got {got:?}, the cone program {expected:?}");
+            assert!(
+                (g - e).abs() < 1e-4,
+                "means {means:?}: got {got:?}, the cone program {expected:?}"
+            );
         }
     }
 }

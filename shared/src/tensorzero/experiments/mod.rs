@@ -16,8 +16,9 @@ mod task;
 
 pub use decision::Decision;
 pub use stopping::VariantStats;
-pub(crate) use store::{EPISODE_KIND, OBSERVATION_KIND, STATE_KIND};
 pub use store::{ExperimentStore, StoredExperiment};
+#[cfg(feature = "aws")]
+pub(crate) use store::{EPISODE_KIND, OBSERVATION_KIND, STATE_KIND};
 pub use task::ExperimentUpdates;
 
 use super::{Function, FunctionSet};
@@ -153,7 +154,11 @@ impl Experiments {
             return first_fallback();
         };
         let now = self.clock.now_unix_ms();
-        match self.store.bind_episode(project, &function.name, episode_id, drawn, now).await {
+        match self
+            .store
+            .bind_episode(project, &function.name, episode_id, drawn, now)
+            .await
+        {
             Ok(bound) if allowed.contains(bound.as_str()) => Some(bound),
             Ok(_) => first_fallback(),
             Err(err) => {
@@ -276,7 +281,9 @@ impl ExperimentFeedback {
             ((FeedbackTarget::Episode, episode_id), _) => {
                 let mut after = None;
                 loop {
-                    let page = inferences.list_episode(project, episode_id, after, EPISODE_PAGE).await?;
+                    let page = inferences
+                        .list_episode(project, episode_id, after, EPISODE_PAGE)
+                        .await?;
                     after = page.records.last().map(|r| r.inference_id);
                     for record in &page.records {
                         if functions.contains(&record.function_name) {

@@ -22,7 +22,11 @@ impl VariantStats {
     pub(crate) fn from_values(variant: &str, values: &[f64]) -> Self {
         let count = values.len() as u64;
         let n = values.len() as f64;
-        let mean = if values.is_empty() { 0.0 } else { values.iter().sum::<f64>() / n };
+        let mean = if values.is_empty() {
+            0.0
+        } else {
+            values.iter().sum::<f64>() / n
+        };
         let variance = if values.len() < 2 {
             0.0
         } else {

@@ -20,7 +20,14 @@ fn statistics_are_count_mean_and_sample_variance() {
 
 #[test]
 fn the_leader_has_the_best_mean_ties_to_the_smaller_variance_per_sample() {
-    let arms = Arms::new(&[stats("a", 10, 0.5, 0.2), stats("b", 10, 0.7, 0.3), stats("c", 20, 0.7, 0.3)], true);
+    let arms = Arms::new(
+        &[
+            stats("a", 10, 0.5, 0.2),
+            stats("b", 10, 0.7, 0.3),
+            stats("c", 20, 0.7, 0.3),
+        ],
+        true,
+    );
     assert_eq!(arms.leader(), Some(2));
     let minimise = Arms::new(&[stats("a", 10, 0.5, 0.2), stats("b", 10, 0.7, 0.3)], false);
     assert_eq!(minimise.leader(), Some(0));
@@ -57,7 +64,11 @@ fn it_stops_when_the_smallest_glr_exceeds_ln_of_one_plus_ln_n_over_delta() {
     assert_eq!(close.winner(10, 0.2, 0.05), Some(0));
     // The smallest GLR decides: a third arm close to the leader keeps it going.
     let three = Arms::new(
-        &[stats("a", 100, 0.8, 0.16), stats("b", 100, 0.5, 0.25), stats("c", 100, 0.79, 0.16)],
+        &[
+            stats("a", 100, 0.8, 0.16),
+            stats("b", 100, 0.5, 0.25),
+            stats("c", 100, 0.79, 0.16),
+        ],
         true,
     );
     assert_eq!(three.winner(10, 0.0, 0.05), None);

@@ -71,7 +71,7 @@ impl ExperimentStore {
     }
 
     /// Bind the episode to `variant` unless it is bound already; the variant it is bound to.
-    pub(crate) async fn bind_episode(
+    pub async fn bind_episode(
         &self,
         project: &ProjectId,
         function: &str,
@@ -102,7 +102,7 @@ impl ExperimentStore {
     }
 
     /// Count one feedback value for `variant` of `function`'s experiment on `metric`.
-    pub(crate) async fn observe(
+    pub async fn observe(
         &self,
         project: &ProjectId,
         (function, metric, variant): (&str, &str, &str),
@@ -129,7 +129,7 @@ impl ExperimentStore {
     }
 
     /// The latest `limit` values counted for `variant` (newest first), live ones only.
-    pub(crate) async fn latest_values(
+    pub async fn latest_values(
         &self,
         (function, metric, variant): (&str, &str, &str),
         limit: u64,
@@ -174,7 +174,7 @@ impl ExperimentStore {
     }
 
     /// Store `experiment` as `function`'s (replacing what was).
-    pub(crate) async fn save(&self, function: &str, experiment: &StoredExperiment) -> Result<(), StorageError> {
+    pub async fn save(&self, function: &str, experiment: &StoredExperiment) -> Result<(), StorageError> {
         put(self.state.as_ref(), STATE_KIND, function, 5, |current| {
             let record = match current {
                 Some(current) => next_version(current, experiment)?,

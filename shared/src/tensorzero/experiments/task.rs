@@ -2,8 +2,8 @@
 //! since the last time (at once when it never was), from the latest counted values per candidate.
 
 use super::decision::Decision;
-use super::store::{ExperimentStore, StoredExperiment};
 use super::stopping::VariantStats;
+use super::store::{ExperimentStore, StoredExperiment};
 use super::Experiment;
 use crate::scheduler::{ScheduleError, ScheduledTask};
 use async_trait::async_trait;

@@ -72,7 +72,9 @@ impl FunctionChecks {
             return Ok(resolved);
         };
         let bound = experiments.episode_variant(project, function, call.episode_id).await;
-        let bound = bound.and_then(|name| function.variant(&name).ok()).map(|v| v.name.as_str());
+        let bound = bound
+            .and_then(|name| function.variant(&name).ok())
+            .map(|v| v.name.as_str());
         Ok(Resolved::Function(function, bound))
     }
 
