@@ -21,6 +21,18 @@ pub fn summary(loaded: &LoadedConfig) -> String {
     for function in loaded.functions.functions() {
         let kind = format!("{:?}", function.config.kind).to_lowercase();
         let _ = writeln!(out, "function {} ({kind})", function.name);
+        if let Some(adaptive) = function.adaptive() {
+            let _ = writeln!(
+                out,
+                "  experiment: adaptive on metric {} (min {} samples per variant, δ {}, ε {}, updated every {} s; `nimbus experiments {}` shows it)",
+                adaptive.metric,
+                adaptive.min_samples_per_variant,
+                adaptive.delta,
+                adaptive.epsilon,
+                adaptive.update_period_s,
+                function.name
+            );
+        }
         let policy = function.policy();
         for variant in function.variants() {
             let role = match policy.candidates().iter().find(|(n, _)| *n == variant.name) {

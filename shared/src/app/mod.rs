@@ -49,6 +49,7 @@ use crate::ports::{
 };
 use crate::providers::router::ModelRouter;
 use crate::scheduler::{Scheduler, DEFAULT_DUE_INDEX_SHARDS};
+use crate::tensorzero::experiments::{ExperimentFeedback, ExperimentStore, ExperimentUpdates, Experiments};
 use crate::tensorzero::feedback::FeedbackService;
 use crate::tensorzero::function_calls::{FunctionChecks, FunctionService, InferencePersistence};
 use crate::webhooks::UrlPolicy;
@@ -199,6 +200,14 @@ impl Adapters {
     }
 
     /// How long inference and feedback records are kept ([`Adapters::with_record_retention_days`]).
+    /// Adaptive experiments' records; episode bindings and counted values kept as long as the
+    /// inference and feedback records.
+    pub fn experiment_store(&self) -> ExperimentStore {
+        let keep_for = (self.record_retention_days > 0)
+            .then(|| Duration::from_secs(u64::from(self.record_retention_days) * 24 * 3600));
+        ExperimentStore::new(Arc::clone(&self.state), keep_for)
+    }
+
     pub(crate) fn record_retention(&self) -> RecordRetention {
         RecordRetention::new(self.record_retention_days, Arc::clone(&self.clock))
     }
@@ -218,16 +227,31 @@ impl Adapters {
 
 /// `POST /feedback` checked against the configured metrics and the inferences in `records`.
 pub(crate) fn feedback_service(
-    config: &Config,
+    loaded: &LoadedConfig,
     adapters: &Adapters,
     records: Arc<dyn InferenceStore>,
 ) -> Arc<FeedbackService> {
-    Arc::new(FeedbackService::new(
-        config.metrics.clone(),
+    let service = FeedbackService::new(
+        loaded.config.metrics.clone(),
         records,
         adapters.feedback_store(),
         Arc::clone(&adapters.clock),
         Arc::clone(&adapters.ids),
+    );
+    let experiments = loaded.functions.experiments();
+    if experiments.is_empty() {
+        return Arc::new(service);
+    }
+    let counting = ExperimentFeedback::new(adapters.experiment_store(), experiments);
+    Arc::new(service.with_experiments(Arc::new(counting)))
+}
+
+/// The inference path's side of adaptive experiments: episodes bound to variants.
+pub fn experiments(loaded: &LoadedConfig, adapters: &Adapters) -> Arc<Experiments> {
+    Arc::new(Experiments::new(
+        adapters.experiment_store(),
+        Arc::clone(&adapters.clock),
+        &loaded.functions,
     ))
 }
 
@@ -297,12 +321,16 @@ pub fn function_service(
         clock: Arc::clone(&adapters.clock),
         metrics: Arc::clone(&adapters.metrics),
     };
-    Arc::new(FunctionService::new(
+    let service = FunctionService::new(
         Arc::clone(&loaded.functions),
         inference,
         persistence,
         Arc::clone(&adapters.ids),
-    ))
+    );
+    if loaded.functions.experiments().is_empty() {
+        return Arc::new(service);
+    }
+    Arc::new(service.with_experiments(experiments(loaded, adapters)))
 }
 
 /// Async requests' records, due entries and slots over `adapters` (what the API, the runner and
@@ -370,7 +398,8 @@ impl ModelLayers {
 /// The inference function's handlers' state.
 pub(crate) fn inference_state(loaded: &LoadedConfig, adapters: &Adapters, layers: &ModelLayers) -> InferenceState {
     InferenceState {
-        feedback: feedback_service(&loaded.config, adapters, Arc::clone(&layers.records)),
+        feedback: feedback_service(loaded, adapters, Arc::clone(&layers.records)),
+        experiments: experiments(loaded, adapters),
         lmi_api: Arc::new(LmiApi::new(
             Arc::clone(&layers.inference),
             loaded.config.lmi_api.clone(),
@@ -487,6 +516,10 @@ pub fn scheduler(parts: &WorkerParts) -> Scheduler {
         .with_task(Arc::new(parts.batches.recovery()))
         .with_task(Arc::new(AsyncDueWork::new(Arc::clone(&parts.async_requests))))
         .with_task(webhooks::batch_webhooks(&parts.adapters))
+        .with_task(Arc::new(ExperimentUpdates::new(
+            parts.adapters.experiment_store(),
+            parts.layers.functions.functions().experiments().to_vec(),
+        )))
 }
 
 #[cfg(all(test, feature = "embedded"))]

@@ -13,6 +13,7 @@
 use crate::auth::KEY_TAG_SECRET_KIND;
 use crate::ports::{ListQuery, Page, Record, StateStore, StorageError};
 use crate::scheduler::ARM_KIND;
+use crate::tensorzero::experiments::{EPISODE_KIND, OBSERVATION_KIND, STATE_KIND};
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -56,6 +57,9 @@ const ASYNC_WORK: &[&str] = &["async_request", "due_work", "model_slots"];
 /// The record that says whether the poller's schedule is armed: written by whoever writes due work
 /// and by the poller (`scheduler::Arming`).
 const SCHEDULE: &[&str] = &[ARM_KIND];
+/// Adaptive experiments as inferences use them: episodes bound to a variant, the decision read.
+const EXPERIMENT_EPISODES: &[&str] = &[EPISODE_KIND];
+const EXPERIMENT_DECISIONS: &[&str] = &[STATE_KIND];
 /// A file's and an upload's records.
 const FILES: &[&str] = &["file", "upload", "upload_part", "blob_hold", "janitor", "idempotency"];
 
@@ -79,9 +83,13 @@ impl LambdaFunction {
         match self {
             // Internet-facing: keys and revocations read-only; no webhook secret or endpoint,
             // no batch, file or async record.
+            // Feedback on an experiment's metric is counted for its variant (`experiment_observation`).
             Self::Inference => TableAccess {
-                reads: &[AUTH],
-                writes: &[&["inference", "model_cache", "feedback"]],
+                reads: &[AUTH, EXPERIMENT_DECISIONS],
+                writes: &[
+                    &["inference", "model_cache", "feedback", OBSERVATION_KIND],
+                    EXPERIMENT_EPISODES,
+                ],
             },
             Self::Files => TableAccess {
                 reads: &[AUTH],
@@ -100,24 +108,27 @@ impl LambdaFunction {
             },
             // Runs the queued jobs: signs with the webhook secrets and endpoints, never writes them.
             Self::Worker => TableAccess {
-                reads: &[AUTH, &["webhook_secret", "webhook_endpoint"]],
+                reads: &[AUTH, &["webhook_secret", "webhook_endpoint"], EXPERIMENT_DECISIONS],
                 writes: &[
                     BATCH_WORK,
                     ASYNC_WORK,
                     SCHEDULE,
                     &["inference", "model_cache", "webhook_delivery"],
+                    EXPERIMENT_EPISODES,
                 ],
             },
             // The scheduler's pass: files sweep, batch recovery and expiry, due async work and
             // event deliveries (queued, not signed here).
+            // … and adaptive experiments recomputed from their counted feedback.
             Self::Poller => TableAccess {
-                reads: &[AUTH, &["webhook_endpoint"]],
+                reads: &[AUTH, &["webhook_endpoint", OBSERVATION_KIND]],
                 writes: &[
                     FILES,
                     BATCH_WORK,
                     ASYNC_WORK,
                     SCHEDULE,
                     &["inference", "webhook_delivery"],
+                    EXPERIMENT_DECISIONS,
                 ],
             },
         }

@@ -2,17 +2,16 @@
 //! tools, variants, templates beside schemas). Files are read and compiled by `crate::tensorzero`.
 
 use super::extras::{check_extra_body, check_extra_headers};
-use super::functions::{
-    CandidateVariants, ChatCompletionConfig, ExperimentationConfig, FunctionConfig, FunctionKind, ToolChoice,
-};
+use super::functions::{ChatCompletionConfig, FunctionConfig, FunctionKind, ToolChoice};
 use super::shorthand::{resolve_model, ModelLookupError};
-use super::{ConfigError, ModelConfig, ToolConfig};
+use super::{ConfigError, MetricConfig, ModelConfig, ToolConfig};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a function's checks need from the rest of the config.
 pub(crate) struct FunctionContext<'a> {
     pub models: &'a BTreeMap<String, ModelConfig>,
     pub tools: &'a BTreeMap<String, ToolConfig>,
+    pub metrics: &'a BTreeMap<String, MetricConfig>,
 }
 
 fn check_name(key: &str, name: &str, what: &str) -> Result<(), ConfigError> {
@@ -70,7 +69,7 @@ impl FunctionConfig {
             }
         }
         super::variants::check_variant_graph(&key, &self.variants)?;
-        self.check_sampling(&key)
+        self.check_sampling(&key, context)
     }
 
     fn check_schemas(&self, key: &str) -> Result<(), ConfigError> {
@@ -135,7 +134,7 @@ impl FunctionConfig {
         }
     }
 
-    fn check_sampling(&self, key: &str) -> Result<(), ConfigError> {
+    fn check_sampling(&self, key: &str, context: &FunctionContext<'_>) -> Result<(), ConfigError> {
         for (variant_name, variant) in &self.variants {
             let Some(weight) = variant.weight() else {
                 continue;
@@ -151,66 +150,13 @@ impl FunctionConfig {
                 return Err(ConfigError::invalid(weight_key, "must be a finite number >= 0"));
             }
         }
-        let Some(ExperimentationConfig::Static(static_config)) = &self.experimentation else {
-            return Ok(());
-        };
-        let key = format!("{key}.experimentation");
-        let candidates: Vec<(String, String)> = match &static_config.candidate_variants {
-            CandidateVariants::List(names) => names
-                .iter()
-                .enumerate()
-                .map(|(i, n)| (format!("{key}.candidate_variants[{i}]"), n.clone()))
-                .collect(),
-            CandidateVariants::Weights(weights) => {
-                for (name, weight) in weights {
-                    if !weight.is_finite() || *weight < 0.0 {
-                        return Err(ConfigError::invalid(
-                            format!("{key}.candidate_variants.{name}"),
-                            "weights must be finite numbers >= 0",
-                        ));
-                    }
-                }
-                if !weights.is_empty() && weights.values().all(|w| *w == 0.0) {
-                    return Err(ConfigError::invalid(
-                        format!("{key}.candidate_variants"),
-                        "at least one weight must be positive",
-                    ));
-                }
-                weights
-                    .keys()
-                    .map(|n| (format!("{key}.candidate_variants.{n}"), n.clone()))
-                    .collect()
+        match &self.experimentation {
+            Some(experimentation) => {
+                let variants = self.variants.keys().map(String::as_str).collect();
+                experimentation.validate(&format!("{key}.experimentation"), &variants, context.metrics)
             }
-        };
-        let fallbacks = static_config
-            .fallback_variants
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (format!("{key}.fallback_variants[{i}]"), n.clone()));
-        let mut seen = BTreeSet::new();
-        let mut any = false;
-        for (entry_key, name) in candidates.into_iter().chain(fallbacks) {
-            any = true;
-            if !self.variants.contains_key(&name) {
-                return Err(ConfigError::invalid(
-                    entry_key,
-                    format!("variant `{name}` is not defined"),
-                ));
-            }
-            if !seen.insert(name.clone()) {
-                return Err(ConfigError::invalid(
-                    entry_key,
-                    format!("variant `{name}` is listed twice"),
-                ));
-            }
+            None => Ok(()),
         }
-        if !any {
-            return Err(ConfigError::invalid(
-                key,
-                "must name at least one variant in candidate_variants or fallback_variants",
-            ));
-        }
-        Ok(())
     }
 }
 

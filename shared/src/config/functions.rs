@@ -2,6 +2,10 @@
 //! TOML. Paths to templates and schemas are kept as written (relative to the config file); the
 //! function layer (`crate::tensorzero`) reads and compiles them.
 
+/// The experiment types live in their own module; re-exported here where functions name them.
+pub use super::experimentation::{
+    AdaptiveAlgorithm, AdaptiveExperimentation, CandidateVariants, ExperimentationConfig, StaticExperimentation,
+};
 /// Variants share the entry types with providers.
 pub(crate) use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
 /// `none`, `auto`, `required` or `{ specific = "tool" }`: the model request's own type.
@@ -208,37 +212,6 @@ pub struct StreamingTimeouts {
     pub ttft_ms: Option<u64>,
     #[serde(default)]
     pub total_ms: Option<u64>,
-}
-
-/// `[functions.F.experimentation]`; `type` selects the kind (only `static` today).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ExperimentationConfig {
-    Static(StaticExperimentation),
-}
-
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct StaticExperimentation {
-    #[serde(default)]
-    pub candidate_variants: CandidateVariants,
-    /// Tried in order once every candidate has failed.
-    #[serde(default)]
-    pub fallback_variants: Vec<String>,
-}
-
-/// A list (drawn uniformly) or a `{ variant = weight }` table (weights normalised).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(untagged)]
-pub enum CandidateVariants {
-    List(Vec<String>),
-    Weights(BTreeMap<String, f64>),
-}
-
-impl Default for CandidateVariants {
-    fn default() -> Self {
-        Self::List(Vec::new())
-    }
 }
 
 /// The roles whose legacy `*_schema` / `*_template` keys name the schema or template.

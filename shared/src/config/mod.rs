@@ -23,6 +23,7 @@ mod async_requests;
 mod batches;
 mod cache;
 mod credentials;
+pub mod experimentation;
 mod extras;
 mod files;
 mod function_checks;
@@ -62,9 +63,7 @@ pub(crate) use lmi::{
 #[cfg(any(feature = "aws", test))]
 pub(crate) use load::read_config;
 pub(crate) use load::{read_bundled_config, read_local_config, ConfigSources};
-#[cfg(test)]
-pub(crate) use metrics::MetricOptimize;
-pub(crate) use metrics::{MetricConfig, MetricKind, MetricLevel};
+pub(crate) use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};
 pub(crate) use models::{BatchMode, DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
 #[cfg(test)]
 pub(crate) use shorthand::ModelLookupError;
@@ -158,6 +157,7 @@ impl Config {
         let context = function_checks::FunctionContext {
             models: &self.models,
             tools: &self.tools,
+            metrics: &self.metrics,
         };
         for (name, function) in &self.functions {
             function.validate(name, &context)?;

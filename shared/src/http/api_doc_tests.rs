@@ -60,7 +60,8 @@ async fn every_documented_operation_is_served() {
             .replace("{request_id}", "x")
             .replace("{inference_id}", "0190f0a4-0000-7000-8000-000000000000")
             .replace("{episode_id}", "0190f0a4-0000-7000-8000-000000000000")
-            .replace("{batch_id}", "0190f0a4-0000-7000-8000-000000000000");
+            .replace("{batch_id}", "0190f0a4-0000-7000-8000-000000000000")
+            .replace("{function_name}", "draft_email");
         assert!(!concrete.contains('{'), "{path}: an unknown path parameter");
         let methods = [
             ("GET", &item.get),

@@ -9,6 +9,7 @@ use crate::files::FilesService;
 use crate::inference::InferenceService;
 use crate::lmi_api::LmiApi;
 use crate::ports::{InferenceStore, MetricsSink};
+use crate::tensorzero::experiments::Experiments;
 use crate::tensorzero::feedback::FeedbackService;
 use crate::tensorzero::function_calls::FunctionService;
 use crate::webhooks::{BatchWebhooks, WebhookEndpoints, WebhookSecrets};
@@ -32,6 +33,8 @@ pub struct InferenceState {
     pub records: Arc<dyn InferenceStore>,
     /// `POST /feedback`.
     pub feedback: Arc<FeedbackService>,
+    /// `GET /experiments/{function_name}`.
+    pub experiments: Arc<Experiments>,
     /// `/invocations`, `/predictions/{model}`: the LMI API.
     pub lmi_api: Arc<LmiApi>,
 }

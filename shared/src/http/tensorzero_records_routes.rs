@@ -10,6 +10,7 @@ use super::InferenceState;
 use crate::auth::Principal;
 use crate::paging::PageBounds;
 use crate::ports::inference_records::InferenceRecord;
+use crate::tensorzero::experiments::ExperimentReport;
 use crate::tensorzero::feedback::{FeedbackId, FeedbackRequest};
 use crate::user_text::excerpt;
 use axum::extract::rejection::QueryRejection;
@@ -27,6 +28,7 @@ pub(super) fn routes() -> OpenApiRouter<InferenceState> {
         .routes(routes!(get_inference))
         .routes(routes!(list_episode_inferences))
         .routes(routes!(feedback))
+        .routes(routes!(get_experiment))
 }
 
 fn parse_uuid(name: &str, value: &str) -> Result<Uuid, TensorZeroError> {
@@ -171,6 +173,31 @@ async fn feedback(
     let ApiExtension(principal) = principal?;
     let feedback_id = state.feedback.submit(&principal.project, request).await?;
     Ok(Json(FeedbackAccepted { feedback_id }))
+}
+
+/// `GET /experiments/{function_name}`: where a function's adaptive experiment stands (the share
+/// of new episodes each variant gets, each candidate's counted feedback, the winner once there
+/// is one). The experiment is the deployment's: every project's feedback counts.
+#[utoipa::path(
+    get,
+    path = "/experiments/{function_name}",
+    tag = "tensorzero",
+    params(("function_name" = String, Path, description = "A function with `type = \"adaptive\"` experimentation")),
+    responses((status = 200, body = ExperimentReport), super::api_doc::TensorZeroErrors)
+)]
+async fn get_experiment(
+    State(state): State<InferenceState>,
+    principal: Result<ApiExtension<Principal>, ApiError>,
+    path: Result<ApiPath<String>, ApiError>,
+) -> Result<Json<ExperimentReport>, TensorZeroError> {
+    let ApiExtension(_principal) = principal?;
+    let ApiPath(name) = path?;
+    let not_found = || TensorZeroError::not_found(format!("Function `{}` has no adaptive experiment.", excerpt(&name)));
+    let function = state.functions.functions().function(&name).map_err(|_| not_found())?;
+    match state.experiments.report(function).await? {
+        Some(report) => Ok(Json(report)),
+        None => Err(not_found()),
+    }
 }
 
 #[cfg(test)]

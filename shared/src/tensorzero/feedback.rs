@@ -2,6 +2,7 @@
 //! `demonstration`, given on one inference or one episode of the caller's project, checked and
 //! stored as a [`FeedbackRecord`].
 
+use super::experiments::ExperimentFeedback;
 use super::CompiledSchema;
 use crate::config::{MetricConfig, MetricKind, MetricLevel};
 use crate::ports::inference_records::{
@@ -78,6 +79,8 @@ pub struct FeedbackService {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdSource>,
     target_wait: Duration,
+    /// Counts metric values for adaptive experiments (none: not counted).
+    experiments: Option<Arc<ExperimentFeedback>>,
 }
 
 impl FeedbackService {
@@ -95,7 +98,14 @@ impl FeedbackService {
             clock,
             ids,
             target_wait: TARGET_WAIT,
+            experiments: None,
         }
+    }
+
+    /// Count metric values for adaptive experiments through `experiments`.
+    pub fn with_experiments(mut self, experiments: Arc<ExperimentFeedback>) -> Self {
+        self.experiments = Some(experiments);
+        self
     }
 
     /// Look for a missing target this long (default [`TARGET_WAIT`]).
@@ -138,17 +148,20 @@ impl FeedbackService {
         }
         .ok_or_else(|| FeedbackError::Invalid(missing_target_message(&metric_name, target)))?;
         check_value_type(&metric_name, kind, &value)?;
+        let mut inference = None;
         let value = match target {
             FeedbackTarget::Inference => {
                 let record = self
                     .wait_for(|| self.inferences.get(project, target_id))
                     .await?
                     .ok_or(FeedbackError::TargetNotFound { target, id: target_id })?;
-                if kind == FeedbackKind::Demonstration {
+                let value = if kind == FeedbackKind::Demonstration {
                     demonstration_value(&record, value)?
                 } else {
                     value
-                }
+                };
+                inference = Some(record);
+                value
             }
             FeedbackTarget::Episode => {
                 self.wait_for(|| async { Ok(self.inferences.episode_exists(project, target_id).await?.then_some(())) })
@@ -162,13 +175,14 @@ impl FeedbackService {
             return Ok(FeedbackId(feedback_id));
         }
         let now_ms = self.clock.now_unix_ms();
+        let counted = metric_value(&value);
         self.store
             .put(&FeedbackRecord {
                 project: project.clone(),
                 feedback_id,
                 target_type: target,
                 target_id,
-                metric_name,
+                metric_name: metric_name.clone(),
                 kind,
                 value,
                 tags,
@@ -176,6 +190,26 @@ impl FeedbackService {
                 timestamp: now_ms,
             })
             .await?;
+        if let (Some(experiments), Some(counted)) = (&self.experiments, counted) {
+            if experiments.counts(&metric_name) {
+                let observed = experiments
+                    .observe(
+                        project,
+                        &metric_name,
+                        (target, target_id),
+                        inference.as_ref(),
+                        self.inferences.as_ref(),
+                        feedback_id,
+                        counted,
+                        now_ms,
+                    )
+                    .await;
+                if let Err(err) = observed {
+                    // The feedback is stored; only the experiment misses this value.
+                    tracing::warn!(%feedback_id, error = %err, "could not count the feedback for its experiment");
+                }
+            }
+        }
         Ok(FeedbackId(feedback_id))
     }
 
@@ -227,6 +261,14 @@ impl FeedbackService {
             }
             tokio::time::sleep(TARGET_POLL_INTERVAL.min(deadline - now)).await;
         }
+    }
+}
+
+/// A metric value as a number: a boolean as 0 or 1, a number as it is.
+fn metric_value(value: &Value) -> Option<f64> {
+    match value {
+        Value::Bool(b) => Some(if *b { 1.0 } else { 0.0 }),
+        other => other.as_f64(),
     }
 }
 

@@ -3,6 +3,7 @@
 //! [`crate::app::load_config`]; the `/inference` endpoint reads it.
 
 pub mod batch_request;
+pub mod experiments;
 pub mod feedback;
 pub mod function_calls;
 pub(crate) mod openai_compat;
@@ -28,6 +29,8 @@ pub struct FunctionSet {
     functions: BTreeMap<String, Function>,
     tools: BTreeMap<String, Tool>,
     templates: TemplateSet,
+    /// The functions' adaptive experiments.
+    experiments: Vec<experiments::Experiment>,
 }
 
 /// One function, its compiled schemas and its variants.
@@ -108,6 +111,7 @@ impl FunctionSet {
             let compiled = set.compile_function(name, function, &files)?;
             set.functions.insert(name.clone(), compiled);
         }
+        set.experiments = experiments::experiments_of(&set, &config.metrics);
         Ok(set)
     }
 
@@ -172,6 +176,11 @@ impl FunctionSet {
         self.functions.values()
     }
 
+    /// The functions' adaptive experiments.
+    pub(crate) fn experiments(&self) -> &[experiments::Experiment] {
+        &self.experiments
+    }
+
     pub fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.get(name)
     }
@@ -214,8 +223,24 @@ impl Function {
     /// The variant to try for `episode_id` once the variants in `failed` have failed; `None`
     /// when none is left.
     pub(crate) fn choose_variant(&self, episode_id: Uuid, failed: &BTreeSet<String>) -> Option<&Variant> {
-        let name = self.policy.choose(&self.name, episode_id, failed)?;
+        self.choose_bound_variant(episode_id, failed, None)
+    }
+
+    /// [`Self::choose_variant`] for an episode `bound` to a variant by an adaptive experiment:
+    /// that one first, then the fallbacks in order, then the other candidates.
+    pub(crate) fn choose_bound_variant(
+        &self,
+        episode_id: Uuid,
+        failed: &BTreeSet<String>,
+        bound: Option<&str>,
+    ) -> Option<&Variant> {
+        let name = self.policy.choose(&self.name, episode_id, failed, bound)?;
         self.variants.get(name)
+    }
+
+    /// The function's adaptive experiment, if it has one.
+    pub fn adaptive(&self) -> Option<&crate::config::experimentation::AdaptiveExperimentation> {
+        self.config.experimentation.as_ref()?.adaptive()
     }
 
     /// The schema `name` (`system`, `user`, `assistant` or a named one), if the function has it.

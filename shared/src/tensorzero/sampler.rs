@@ -1,5 +1,7 @@
 //! Which variant serves an inference: a draw that is deterministic per episode (an episode keeps
-//! its variant), weighted candidates first, then fallbacks in order; failed variants drop out.
+//! its variant), weighted candidates first, then fallbacks in order; failed variants drop out. An
+//! adaptive experiment's episode comes bound to a variant (`crate::tensorzero::experiments`): that
+//! one first, then the fallbacks in order, then the other candidates drawn uniformly.
 
 use crate::config::functions::{CandidateVariants, ExperimentationConfig, FunctionConfig};
 use sha2::{Digest, Sha256};
@@ -35,12 +37,23 @@ impl VariantPolicy {
     /// - legacy `weight`s (when any is set): > 0 candidate, unset fallback (by name), 0 never;
     /// - neither: every variant uniformly.
     pub(crate) fn from_function(config: &FunctionConfig) -> Self {
-        if let Some(ExperimentationConfig::Static(experiment)) = &config.experimentation {
-            let candidates = match &experiment.candidate_variants {
-                CandidateVariants::List(names) => names.iter().map(|n| (n.clone(), 1.0)).collect(),
-                CandidateVariants::Weights(weights) => weights.iter().map(|(n, w)| (n.clone(), *w)).collect(),
-            };
-            return Self::new(candidates, experiment.fallback_variants.clone());
+        match &config.experimentation {
+            Some(ExperimentationConfig::Static(experiment)) if experiment.every_variant => {
+                let every = config.variants.keys().map(|n| (n.clone(), 1.0)).collect();
+                return Self::new(every, Vec::new());
+            }
+            Some(ExperimentationConfig::Static(experiment)) => {
+                let candidates = match &experiment.candidate_variants {
+                    CandidateVariants::List(names) => names.iter().map(|n| (n.clone(), 1.0)).collect(),
+                    CandidateVariants::Weights(weights) => weights.iter().map(|(n, w)| (n.clone(), *w)).collect(),
+                };
+                return Self::new(candidates, experiment.fallback_variants.clone());
+            }
+            Some(ExperimentationConfig::Adaptive(experiment)) => {
+                let candidates = experiment.candidate_variants.iter().map(|n| (n.clone(), 1.0)).collect();
+                return Self::new(candidates, experiment.fallback_variants.clone());
+            }
+            None => {}
         }
         let weights: Vec<(&String, Option<f64>)> = config
             .variants
@@ -72,15 +85,30 @@ impl VariantPolicy {
 
     /// The variant to try next: drawn from the candidates not in `failed` (weights normalised
     /// over those left), else the first fallback not in `failed`; `None` when all have failed.
-    pub fn choose(&self, function_name: &str, episode_id: Uuid, failed: &BTreeSet<String>) -> Option<&str> {
-        let left: Vec<&(String, f64)> = self.candidates.iter().filter(|(n, _)| !failed.contains(n)).collect();
-        if let Some(name) = pick_weighted(&left, episode_draw(function_name, episode_id)) {
-            return Some(name);
+    /// With the episode's `bound` variant (adaptive experiments): that one while it has not
+    /// failed, then the fallbacks in order, then the candidates left.
+    pub fn choose<'a>(
+        &'a self,
+        function_name: &str,
+        episode_id: Uuid,
+        failed: &BTreeSet<String>,
+        bound: Option<&'a str>,
+    ) -> Option<&'a str> {
+        let drawn = || {
+            let left: Vec<&(String, f64)> = self.candidates.iter().filter(|(n, _)| !failed.contains(n)).collect();
+            pick_weighted(&left, episode_draw(function_name, episode_id))
+        };
+        let fallback = || {
+            self.fallbacks
+                .iter()
+                .find(|name| !failed.contains(*name))
+                .map(String::as_str)
+        };
+        match bound {
+            Some(bound) if !failed.contains(bound) => Some(bound),
+            Some(_) => fallback().or_else(drawn),
+            None => drawn().or_else(fallback),
         }
-        self.fallbacks
-            .iter()
-            .find(|name| !failed.contains(*name))
-            .map(String::as_str)
     }
 }
 

@@ -55,7 +55,7 @@ fn legacy_weights_make_candidates_fallbacks_and_never() {
     let id = episode(7);
     let mut failed = BTreeSet::new();
     let mut order = Vec::new();
-    while let Some(name) = policy.choose("f", id, &failed) {
+    while let Some(name) = policy.choose("f", id, &failed, None) {
         order.push(name.to_owned());
         failed.insert(name.to_owned());
     }
@@ -94,7 +94,7 @@ fn experimentation_lists_are_uniform_and_tables_normalised() {
 fn count_choices(policy: &VariantPolicy, episodes: u128, failed: &BTreeSet<String>) -> BTreeMap<String, u32> {
     let mut counts = BTreeMap::new();
     for n in 0..episodes {
-        if let Some(name) = policy.choose("f", episode(n), failed) {
+        if let Some(name) = policy.choose("f", episode(n), failed, None) {
             *counts.entry(name.to_owned()).or_insert(0) += 1;
         }
     }
@@ -105,8 +105,8 @@ fn count_choices(policy: &VariantPolicy, episodes: u128, failed: &BTreeSet<Strin
 fn an_episode_keeps_its_variant_and_the_distribution_follows_the_weights() {
     let policy = VariantPolicy::new(vec![("x".into(), 0.7), ("y".into(), 0.3)], vec![]);
     for n in 0..100 {
-        let first = policy.choose("f", episode(n), &BTreeSet::new());
-        assert_eq!(first, policy.choose("f", episode(n), &BTreeSet::new()));
+        let first = policy.choose("f", episode(n), &BTreeSet::new(), None);
+        assert_eq!(first, policy.choose("f", episode(n), &BTreeSet::new(), None));
     }
     let counts = count_choices(&policy, 10_000, &BTreeSet::new());
     assert!((6700..=7300).contains(&counts["x"]), "{counts:?}");
@@ -125,14 +125,14 @@ fn failed_variants_are_removed_and_the_rest_renormalised() {
     // The same episode with the same failures resamples to the same variant.
     for n in 0..200 {
         assert_eq!(
-            policy.choose("f", episode(n), &failed),
-            policy.choose("f", episode(n), &failed)
+            policy.choose("f", episode(n), &failed, None),
+            policy.choose("f", episode(n), &failed, None)
         );
     }
     let all = BTreeSet::from(["x".to_owned(), "y".to_owned(), "z".to_owned()]);
-    assert_eq!(policy.choose("f", episode(1), &all), Some("w"));
+    assert_eq!(policy.choose("f", episode(1), &all, None), Some("w"));
     let everything = BTreeSet::from(["x".to_owned(), "y".to_owned(), "z".to_owned(), "w".to_owned()]);
-    assert_eq!(policy.choose("f", episode(1), &everything), None);
+    assert_eq!(policy.choose("f", episode(1), &everything, None), None);
 }
 
 #[test]
@@ -147,4 +147,35 @@ fn weighted_picks_cover_the_edges() {
     assert!(VariantPolicy::new(vec![("z".into(), 0.0)], vec![])
         .candidates()
         .is_empty());
+}
+
+#[test]
+fn a_bound_episode_keeps_its_variant_then_falls_back_in_order_then_draws_the_rest() {
+    let variants = [
+        variant("a", None),
+        variant("b", None),
+        variant("c", None),
+        variant("d", None),
+    ]
+    .concat();
+    let policy = policy_of(
+        &variants,
+        "[metrics.m]\ntype = \"boolean\"\nlevel = \"inference\"\noptimize = \"max\"\n[functions.f.experimentation]\ntype = \"adaptive\"\nmetric = \"m\"\ncandidate_variants = [\"a\", \"b\"]\nfallback_variants = [\"d\", \"c\"]",
+    );
+    let id = episode(3);
+    let mut failed = BTreeSet::new();
+    let mut order = Vec::new();
+    while let Some(name) = policy.choose("f", id, &failed, Some("b")) {
+        order.push(name.to_owned());
+        failed.insert(name.to_owned());
+    }
+    assert_eq!(order, ["b", "d", "c", "a"]);
+}
+
+#[test]
+fn legacy_uniform_without_lists_draws_every_variant() {
+    let variants = [variant("a", None), variant("b", None)].concat();
+    let policy = policy_of(&variants, "[functions.f.experimentation]\ntype = \"uniform\"");
+    assert_eq!(policy.candidates(), &[("a".to_owned(), 1.0), ("b".to_owned(), 1.0)]);
+    assert!(policy.fallbacks().is_empty());
 }

@@ -8,23 +8,25 @@ use super::error::FunctionError;
 use super::prepare::{prepare, VariantPlan, DEFAULT_FUNCTION};
 use super::validate::{InferenceCall, InferenceTarget};
 use crate::config::functions::FunctionKind;
-use crate::ports::{Clock, IdSource};
+use crate::ports::{Clock, IdSource, ProjectId};
+use crate::tensorzero::experiments::Experiments;
 use crate::tensorzero::{Function, FunctionSet};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use uuid::Uuid;
 
-/// What `call` runs: a configured function or the passthrough for a model.
+/// What `call` runs: a configured function (with the variant its episode is bound to by an
+/// adaptive experiment, if it is) or the passthrough for a model.
 #[derive(Clone, Copy)]
 pub(super) enum Resolved<'a> {
-    Function(&'a Function),
+    Function(&'a Function, Option<&'a str>),
     Model(&'a str),
 }
 
 impl Resolved<'_> {
     pub(super) fn name(&self) -> &str {
         match self {
-            Self::Function(f) => &f.name,
+            Self::Function(f, _) => &f.name,
             Self::Model(_) => DEFAULT_FUNCTION,
         }
     }
@@ -36,11 +38,44 @@ pub struct FunctionChecks {
     functions: Arc<FunctionSet>,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdSource>,
+    /// Adaptive experiments' episode bindings (none: their variants are drawn as static ones).
+    experiments: Option<Arc<Experiments>>,
 }
 
 impl FunctionChecks {
     pub fn new(functions: Arc<FunctionSet>, clock: Arc<dyn Clock>, ids: Arc<dyn IdSource>) -> Self {
-        Self { functions, clock, ids }
+        Self {
+            functions,
+            clock,
+            ids,
+            experiments: None,
+        }
+    }
+
+    /// Bind episodes of adaptive experiments through `experiments`.
+    pub fn with_experiments(mut self, experiments: Arc<Experiments>) -> Self {
+        self.experiments = Some(experiments);
+        self
+    }
+
+    /// [`Self::resolve`], and for a function under an adaptive experiment (no pinned variant),
+    /// the variant the call's episode is bound to.
+    pub(super) async fn resolve_bound<'a>(
+        &'a self,
+        project: &ProjectId,
+        call: &'a InferenceCall,
+    ) -> Result<Resolved<'a>, FunctionError> {
+        let resolved = self.resolve(call)?;
+        let (Resolved::Function(function, _), None, Some(experiments)) =
+            (resolved, &call.variant_name, &self.experiments)
+        else {
+            return Ok(resolved);
+        };
+        let bound = experiments.episode_variant(project, function, call.episode_id).await;
+        let bound = bound
+            .and_then(|name| function.variant(&name).ok())
+            .map(|v| v.name.as_str());
+        Ok(Resolved::Function(function, bound))
     }
 
     pub fn functions(&self) -> &FunctionSet {
@@ -79,7 +114,7 @@ impl FunctionChecks {
                         }
                     }
                 }
-                Ok(Resolved::Function(function))
+                Ok(Resolved::Function(function, None))
             }
             InferenceTarget::Model(model) => Ok(Resolved::Model(model)),
         }
@@ -101,11 +136,11 @@ impl FunctionChecks {
                 config: None,
                 function: None,
             }),
-            Resolved::Function(function) => {
+            Resolved::Function(function, bound) => {
                 let variant = match &call.variant_name {
                     Some(pinned) if failed.contains(pinned) => return None,
                     Some(pinned) => function.variant(pinned).ok()?,
-                    None => function.choose_variant(call.episode_id, failed)?,
+                    None => function.choose_bound_variant(call.episode_id, failed, bound)?,
                 };
                 Some(VariantPlan::for_variant(function, variant))
             }

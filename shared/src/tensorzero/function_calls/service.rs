@@ -79,6 +79,12 @@ impl FunctionService {
         }
     }
 
+    /// Bind episodes of adaptive experiments through `experiments`.
+    pub fn with_experiments(mut self, experiments: Arc<crate::tensorzero::experiments::Experiments>) -> Self {
+        self.checks = self.checks.with_experiments(experiments);
+        self
+    }
+
     /// What calls are checked with before a model is called.
     pub fn checks(&self) -> &FunctionChecks {
         &self.checks
@@ -107,7 +113,7 @@ impl FunctionService {
         call: &InferenceCall,
     ) -> Result<InferenceResult, FunctionError> {
         let started = Instant::now();
-        let target = self.checks.resolve(call)?;
+        let target = self.checks.resolve_bound(project, call).await?;
         let inference_id = self.checks.new_id();
         let attempt = Attempt::new(project, call);
         let mut failed = BTreeSet::new();
@@ -130,7 +136,7 @@ impl FunctionService {
         project: &ProjectId,
         call: &InferenceCall,
     ) -> Result<InferenceStream, FunctionError> {
-        let target = self.checks.resolve(call)?;
+        let target = self.checks.resolve_bound(project, call).await?;
         let inference_id = self.checks.new_id();
         let attempt = Attempt::new(project, call);
         let mut failed = BTreeSet::new();
