@@ -73,6 +73,7 @@ fn thoughts_and_unknown_blocks_have_no_openai_field() {
         raw_response: None,
         raw_request: None,
         provider_name: String::new(),
+        provider_type: String::new(),
     };
     let wire = model_to_completion(model, IDENTITY);
     assert_eq!(wire.choices[0].message.content.as_deref(), Some("ab"));

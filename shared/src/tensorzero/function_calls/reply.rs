@@ -50,7 +50,7 @@ impl InferenceReply {
         let raw_text = call.response.raw_response.clone();
         let entry = |data: Value| RawEntry {
             model_inference_id: call.id,
-            provider_type: call.provider.clone(),
+            provider_type: call.response.provider_type.clone(),
             api_type: "chat_completions".to_owned(),
             data,
         };

@@ -163,7 +163,7 @@ impl FunctionService {
                 }
             }
         }
-        Err(FunctionError::AllVariantsFailed(failures))
+        Err(FunctionError::variants_failed(call.variant_name.is_some(), failures))
     }
 
     /// Call one variant's model, retrying as the variant says, within its timeout.
@@ -317,7 +317,7 @@ impl FunctionService {
                 }
             }
         }
-        Err(FunctionError::AllVariantsFailed(failures))
+        Err(FunctionError::variants_failed(call.variant_name.is_some(), failures))
     }
 
     /// The stream and its first chunk, or why it did not start.

@@ -64,6 +64,10 @@ pub(crate) struct InferenceChunk {
     pub usage: Option<UsageReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<FinishReason>,
+    /// The provider's chunk as received (`include_original_response`; absent for providers that
+    /// have no wire chunks, such as the dummy, and for cached answers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original_chunk: Option<String>,
 }
 
 /// Turns model chunks into function chunks, remembering each tool call's id.
@@ -120,13 +124,13 @@ impl ChunkTranslator {
                 UsageReport::from(usage)
             }
         });
+        // A chunk carrying the provider's original is sent even when it has nothing else, as
+        // TensorZero sends one chunk per provider chunk.
+        let original_chunk = chunk.raw_chunk.clone();
+        let worth_sending = usage.is_some() || finish_reason.is_some() || original_chunk.is_some();
         let body = match self.kind {
-            FunctionKind::Chat if !content.is_empty() || usage.is_some() || finish_reason.is_some() => {
-                ChunkBody::Chat { content }
-            }
-            FunctionKind::Json if !raw.is_empty() || usage.is_some() || finish_reason.is_some() => {
-                ChunkBody::Json { raw }
-            }
+            FunctionKind::Chat if !content.is_empty() || worth_sending => ChunkBody::Chat { content },
+            FunctionKind::Json if !raw.is_empty() || worth_sending => ChunkBody::Json { raw },
             _ => return None,
         };
         Some(InferenceChunk {
@@ -136,6 +140,7 @@ impl ChunkTranslator {
             body,
             usage,
             finish_reason,
+            original_chunk,
         })
     }
 
