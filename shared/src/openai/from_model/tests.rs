@@ -106,3 +106,36 @@ fn chunks_round_trip_through_the_neutral_chunk() {
         assert_eq!(back, wire);
     }
 }
+
+#[test]
+fn reasoning_content_becomes_thoughts() {
+    let answer = completion_to_model(
+        completion(json!({
+            "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "4", "reasoning_content": "2 and 2"}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+        })),
+        None,
+    );
+    assert_eq!(
+        answer.choices[0].content,
+        vec![
+            ContentBlock::Thought {
+                text: "2 and 2".into(),
+                signature: None
+            },
+            ContentBlock::Text { text: "4".into() }
+        ]
+    );
+    let chunk: ChatCompletionChunk = serde_json::from_value(json!({
+        "id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+        "choices": [{"index": 0, "delta": {"reasoning_content": "hmm"}, "finish_reason": null}]
+    }))
+    .unwrap();
+    let chunk = chunk_to_model(chunk, None);
+    assert_eq!(
+        chunk.choices[0].content,
+        vec![ChunkBlock::Thought { text: "hmm".into() }]
+    );
+}

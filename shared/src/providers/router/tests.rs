@@ -497,3 +497,28 @@ async fn tensorzero_requests_make_one_attempt_per_provider_unless_configured() {
         .unwrap();
     assert_eq!(configured.calls(), 2);
 }
+
+#[tokio::test]
+async fn answers_name_the_providers_type() {
+    let config = crate::config::Config::from_toml(
+        "[models.m]\nrouting = [\"mine\"]\n[models.m.providers.mine]\ntype = \"dummy\"\n",
+    )
+    .unwrap();
+    let secrets: Arc<dyn ProviderSecrets> = Arc::new(NoProviderSecrets);
+    let deps = ProviderDeps {
+        shared_client: None,
+        sagemaker: None,
+        secrets: &secrets,
+    };
+    let models = vec![routed_model("m", &config.models["m"], deps).unwrap()];
+    let router = ModelRouter::new(models, RetryPolicy::from(&config.gateway.retries));
+    let none = HashMap::new();
+    let answer = router
+        .chat(&request(), CallContext { credentials: &none })
+        .await
+        .unwrap();
+    assert_eq!(
+        (answer.provider_name.as_str(), answer.provider_type.as_str()),
+        ("mine", "dummy")
+    );
+}

@@ -267,4 +267,26 @@ mod tests {
             .unwrap();
         assert_eq!(serde_json::to_value(piece).unwrap()["raw"], "{\"a\"");
     }
+
+    #[test]
+    fn a_kept_provider_chunk_rides_along_as_original_chunk() {
+        let mut translator = ChunkTranslator::new(
+            Uuid::nil(),
+            Uuid::nil(),
+            "v".into(),
+            FunctionKind::Chat,
+            &AnswerRules::default(),
+            false,
+        );
+        let plain =
+            serde_json::to_value(translator.translate(&chunk(vec![ChunkBlock::Text { text: "a".into() }]))).unwrap();
+        assert!(plain.get("original_chunk").is_none());
+        // Even a chunk with nothing else to say is sent when it carries the original.
+        let empty = ModelChunk {
+            raw_chunk: Some(r#"{"choices":[]}"#.into()),
+            ..chunk(Vec::new())
+        };
+        let sent = serde_json::to_value(translator.translate(&empty).unwrap()).unwrap();
+        assert_eq!(sent["original_chunk"], json!(r#"{"choices":[]}"#));
+    }
 }
