@@ -13,6 +13,8 @@ last). A request whose last message contains a marker behaves differently:
 - `[call:NAME]`: the answer is a call of tool NAME with arguments `{"zone": "UTC"}` (streamed in two
   pieces); `[call-garbled:NAME]` the same with arguments that are not JSON.
 - `[reply-json]`: every choice's content is `JSON_REPLY` (a JSON object) instead of the greeting.
+- `[reasoning]`: every choice also carries `reasoning_content` `REASONING` (streamed: in a chunk of
+  its own before the content), as vLLM, DeepSeek and SGLang send a reasoning model's thinking.
 
 `hold(marker)` keeps the answers to requests mentioning `marker` back (they are recorded at once)
 until its block ends, so a test can look at a gateway while calls are in flight.
@@ -40,6 +42,8 @@ CALL_MARKER = re.compile(r"\[call(-garbled)?:([A-Za-z0-9_-]+)\]")
 TOOL_ARGUMENTS = '{"zone": "UTC"}'
 JSON_REPLY_MARKER = "[reply-json]"
 JSON_REPLY = '{"answer": "yes"}'
+REASONING_MARKER = "[reasoning]"
+REASONING = "Thinking it over"
 HOLD_LIMIT_SECONDS = 60.0
 
 
@@ -112,11 +116,12 @@ class RecordingUpstream:
                 if body.get("stream") and STREAM_STALL_MARKER in text:
                     self._stalling_stream(body)
                     return
+                reasoning = REASONING if REASONING_MARKER in text else None
                 if body.get("stream"):
-                    self._stream(body, finish_reason, breaks=STREAM_BREAK_MARKER in text)
+                    self._stream(body, finish_reason, breaks=STREAM_BREAK_MARKER in text, reasoning=reasoning)
                     return
                 content = JSON_REPLY if JSON_REPLY_MARKER in text else None
-                self._answer(body, finish_reason, content)
+                self._answer(body, finish_reason, content, reasoning)
 
             def _tool_call(self, body: dict[str, Any], name: str, arguments: str) -> None:
                 usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
@@ -141,12 +146,15 @@ class RecordingUpstream:
                 payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
                 self._send(200, "text/event-stream", payload.encode())
 
-            def _answer(self, body: dict[str, Any], finish_reason: str, content: str | None = None) -> None:
+            def _answer(
+                self, body: dict[str, Any], finish_reason: str, content: str | None = None, reasoning: str | None = None
+            ) -> None:
                 n = int(body.get("n") or 1)
+                message = lambda i: {"role": "assistant", "content": content or f"Hello from choice {i}"}  # noqa: E731
                 choices = [
                     {
                         "index": i,
-                        "message": {"role": "assistant", "content": content or f"Hello from choice {i}"},
+                        "message": {**message(i), **({"reasoning_content": reasoning} if reasoning else {})},
                         "finish_reason": finish_reason,
                     }
                     for i in range(n)
@@ -156,10 +164,14 @@ class RecordingUpstream:
                 answer.update(choices=choices, usage=usage)
                 self._send(200, "application/json", json.dumps(answer).encode())
 
-            def _stream(self, body: dict[str, Any], finish_reason: str, *, breaks: bool) -> None:
+            def _stream(self, body: dict[str, Any], finish_reason: str, *, breaks: bool, reasoning: str | None = None) -> None:
                 n = int(body.get("n") or 1)
                 base = {"id": "chatcmpl-up", "created": 1, "model": body.get("model"), "object": "chat.completion.chunk"}
                 events: list[dict[str, Any]] = []
+                if reasoning:
+                    for index in range(n):
+                        delta = {"role": "assistant", "content": None, "reasoning_content": reasoning}
+                        events.append({**base, "choices": [{"index": index, "delta": delta, "finish_reason": None}]})
                 for piece in ("Hello ", "from choice "):
                     for index in range(n):
                         events.append({**base, "choices": [{"index": index, "delta": {"content": piece}, "finish_reason": None}]})

@@ -603,3 +603,70 @@ fn the_token_cap_goes_under_the_configured_key() {
         ["max_completion_tokens"]
     );
 }
+
+#[test]
+fn allowed_tools_go_as_openais_allowed_tools_choice_and_restrict_elsewhere() {
+    let tool = |name: &str| crate::model::ToolDefinition {
+        name: name.into(),
+        description: None,
+        parameters: Some(json!({"type": "object"})),
+        strict: None,
+    };
+    let request = ModelRequest {
+        model: "m".into(),
+        tools: vec![tool("a"), tool("b")],
+        tool_choice: Some(crate::model::ToolChoice::Required),
+        allowed_tools: Some(vec!["b".into()]),
+        ..ModelRequest::default()
+    };
+    let provider = OpenAiProvider::new(
+        "p",
+        OpenAiProviderConfig::for_model("m"),
+        Arc::new(crate::ports::NoProviderSecrets),
+    )
+    .unwrap();
+    let body = provider.upstream_chat_body(&request, false).unwrap();
+    let names: Vec<&str> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "allowed_tools", "allowed_tools": {"mode": "required",
+            "tools": [{"type": "function", "function": {"name": "b"}}]}})
+    );
+    // A server without that tool choice (the plain body other providers send): only `b`.
+    let plain = crate::openai::chat_body::model_to_chat_body(&request, "m");
+    assert_eq!(plain["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(plain["tools"][0]["function"]["name"], "b");
+    assert_eq!(plain["tool_choice"], json!("required"));
+}
+
+#[test]
+fn reasoning_parameters_go_upstream_as_openai_fields() {
+    let request = ModelRequest {
+        model: "m".into(),
+        params: crate::model::SamplingParams {
+            reasoning_effort: Some("low".into()),
+            service_tier: Some("flex".into()),
+            verbosity: Some("high".into()),
+            thinking_budget_tokens: Some(100),
+            ..Default::default()
+        },
+        ..ModelRequest::default()
+    };
+    let provider = OpenAiProvider::new(
+        "p",
+        OpenAiProviderConfig::for_model("m"),
+        Arc::new(crate::ports::NoProviderSecrets),
+    )
+    .unwrap();
+    let body = provider.upstream_chat_body(&request, false).unwrap();
+    assert_eq!(body["reasoning_effort"], "low");
+    assert_eq!(body["service_tier"], "flex");
+    assert_eq!(body["verbosity"], "high");
+    assert!(body.get("thinking_budget_tokens").is_none());
+}
