@@ -553,6 +553,11 @@ async fn an_ssm_key_the_store_cannot_give_is_a_provider_error_without_the_stores
     assert!(seen.lock().unwrap().bodies.is_empty());
 }
 
+/// A provider whose bodies are looked at, never sent.
+fn offline_provider(config: OpenAiProviderConfig) -> OpenAiProvider {
+    OpenAiProvider::new("p", config, Arc::new(crate::ports::NoProviderSecrets)).unwrap()
+}
+
 #[test]
 fn the_token_cap_goes_under_the_configured_key() {
     let request = |completion_spelling: bool| ModelRequest {
@@ -568,11 +573,10 @@ fn the_token_cap_goes_under_the_configured_key() {
         ..ModelRequest::default()
     };
     let provider = |field| {
-        let config = OpenAiProviderConfig {
+        offline_provider(OpenAiProviderConfig {
             max_tokens_field: field,
             ..OpenAiProviderConfig::for_model("m")
-        };
-        OpenAiProvider::new("p", config, Arc::new(crate::ports::NoProviderSecrets)).unwrap()
+        })
     };
     use crate::config::MaxTokensField;
     let cap_keys = |body: Value| {
@@ -619,12 +623,7 @@ fn allowed_tools_go_as_openais_allowed_tools_choice_and_restrict_elsewhere() {
         allowed_tools: Some(vec!["b".into()]),
         ..ModelRequest::default()
     };
-    let provider = OpenAiProvider::new(
-        "p",
-        OpenAiProviderConfig::for_model("m"),
-        Arc::new(crate::ports::NoProviderSecrets),
-    )
-    .unwrap();
+    let provider = offline_provider(OpenAiProviderConfig::for_model("m"));
     let body = provider.upstream_chat_body(&request, false).unwrap();
     let names: Vec<&str> = body["tools"]
         .as_array()
@@ -658,12 +657,7 @@ fn reasoning_parameters_go_upstream_as_openai_fields() {
         },
         ..ModelRequest::default()
     };
-    let provider = OpenAiProvider::new(
-        "p",
-        OpenAiProviderConfig::for_model("m"),
-        Arc::new(crate::ports::NoProviderSecrets),
-    )
-    .unwrap();
+    let provider = offline_provider(OpenAiProviderConfig::for_model("m"));
     let body = provider.upstream_chat_body(&request, false).unwrap();
     assert_eq!(body["reasoning_effort"], "low");
     assert_eq!(body["service_tier"], "flex");

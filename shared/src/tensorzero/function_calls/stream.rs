@@ -213,16 +213,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn chat_chunks_carry_ids_and_tool_call_ids_persist() {
-        let mut translator = ChunkTranslator::new(
+    /// A chat function's translator, as for variant `v`.
+    fn chat_translator() -> ChunkTranslator {
+        ChunkTranslator::new(
             Uuid::nil(),
             Uuid::nil(),
             "v".into(),
             FunctionKind::Chat,
             &AnswerRules::default(),
             false,
-        );
+        )
+    }
+
+    #[test]
+    fn chat_chunks_carry_ids_and_tool_call_ids_persist() {
+        let mut translator = chat_translator();
         let text = translator
             .translate(&chunk(vec![ChunkBlock::Text { text: "hi".into() }]))
             .unwrap();
@@ -270,14 +275,7 @@ mod tests {
 
     #[test]
     fn a_kept_provider_chunk_rides_along_as_original_chunk() {
-        let mut translator = ChunkTranslator::new(
-            Uuid::nil(),
-            Uuid::nil(),
-            "v".into(),
-            FunctionKind::Chat,
-            &AnswerRules::default(),
-            false,
-        );
+        let mut translator = chat_translator();
         let plain =
             serde_json::to_value(translator.translate(&chunk(vec![ChunkBlock::Text { text: "a".into() }]))).unwrap();
         assert!(plain.get("original_chunk").is_none());
