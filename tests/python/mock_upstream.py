@@ -235,10 +235,11 @@ class RecordingUpstream:
                 self, body: dict[str, Any], finish_reason: str, content: str | None = None, reasoning: str | None = None
             ) -> None:
                 n = int(body.get("n") or 1)
+                message = lambda i: {"role": "assistant", "content": content or f"Hello from choice {i}"}  # noqa: E731
                 choices = [
                     {
                         "index": i,
-                        "message": {"role": "assistant", "content": content or f"Hello from choice {i}"},
+                        "message": {**message(i), **({"reasoning_content": reasoning} if reasoning else {})},
                         "finish_reason": finish_reason,
                     }
                     for i in range(n)

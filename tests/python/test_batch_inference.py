@@ -78,7 +78,8 @@ def test_a_chat_batch_renders_templates_and_gives_each_item_its_params(alpha: Ga
     for topic, recipient, params in ((first, "Bob", given), (second, "Eve", TUNED)):
         sent = upstream.one_with_text(topic).body
         assert sent["messages"] == [system, {"role": "user", "content": f"Write an email to {recipient} about {topic}."}]
-        assert {name: sent.get(name) for name in TUNED} == params, sent
+        # The cap goes as `max_completion_tokens`, as TensorZero's `openai` provider sends it.
+        assert {name: sent.get("max_completion_tokens" if name == "max_tokens" else name) for name in TUNED} == params, sent
 
 
 def test_a_variant_without_params_sends_only_the_items_own(alpha: Gateway, upstream: RecordingUpstream) -> None:
@@ -174,11 +175,21 @@ def test_each_item_gets_its_own_tools_and_tool_settings(alpha: Gateway, upstream
         chat_reply(created, 2, "upstream"),
     ]
     sent = [upstream.one_with_text(tag).body for tag in tags]
-    assert [offered(body) for body in sent] == [["get_time"], ["get_weather", "get_forecast"], ["get_weather", "get_time"]]
-    assert sent[0]["tool_choice"] == {"type": "function", "function": {"name": "get_time"}}
-    assert sent[1]["tool_choice"] == "required"
+    # As TensorZero's `openai` provider: every tool is offered, `allowed_tools` (plus the item's own
+    # tools) go as OpenAI's `allowed_tools` tool choice (a specific choice becomes mode `auto`).
+    assert [offered(body) for body in sent] == [
+        ["get_weather", "get_time"],
+        ["get_weather", "get_time", "get_forecast"],
+        ["get_weather", "get_time"],
+    ]
+    allowed = lambda mode, *names: {  # noqa: E731
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": mode, "tools": [{"type": "function", "function": {"name": n}} for n in names]},
+    }
+    assert sent[0]["tool_choice"] == allowed("auto", "get_time")
+    assert sent[1]["tool_choice"] == allowed("required", "get_weather", "get_forecast")
     assert sent[2]["tool_choice"] == "auto"  # the function's
-    assert sent[1]["tools"][1]["function"]["parameters"] == FORECAST_TOOL["parameters"]
+    assert sent[1]["tools"][2]["function"]["parameters"] == FORECAST_TOOL["parameters"]
     assert [body.get("parallel_tool_calls") for body in sent] == [None, True, False]
     assert "parallel_tool_calls" not in sent[0]
 

@@ -99,8 +99,9 @@ def test_fields_nimbus_does_not_do_are_400s_naming_them(tz: TensorZeroGateway) -
         400, inference, tz, function_name="plain_chat", provider_tools=[{"tool": {"type": "web_search"}}]
     )
     assert "provider_tools" in message
-    # Raw provider data comes with whole answers, not streamed ones.
-    for field in ("include_raw_usage", "include_raw_response", "include_original_response"):
+    # Raw provider data comes with whole answers, not streamed ones (streamed chunks carry their
+    # `original_chunk` with include_original_response).
+    for field in ("include_raw_usage", "include_raw_response"):
         message = tzk.expect_error(400, inference, tz, function_name="plain_chat", stream=True, **{field: True})
         assert field in message
 
@@ -113,12 +114,16 @@ def test_a_missing_dynamic_credential_is_a_400(tz: TensorZeroGateway) -> None:
 # 404 ----------------------------------------------------------------------------------------
 
 
-def test_unknown_function_variant_and_model_are_404s(tz: TensorZeroGateway) -> None:
+def test_unknown_function_and_variant_are_404s(tz: TensorZeroGateway) -> None:
     assert "no_such_function" in tzk.expect_error(404, inference, tz, function_name="no_such_function")
     assert "no_such_variant" in tzk.expect_error(
         404, inference, tz, function_name="draft_email", variant_name="no_such_variant", input=tzk.email_input()
     )
-    assert "no-such-model" in tzk.expect_error(404, inference, tz, model_name="no-such-model")
+
+
+def test_an_unknown_model_name_is_a_400_as_in_tensorzero(tz: TensorZeroGateway) -> None:
+    message = tzk.expect_error(400, inference, tz, model_name="no-such-model")
+    assert "no-such-model" in message and "not found in the model table" in message
 
 
 # 408 / 502 ----------------------------------------------------------------------------------

@@ -52,10 +52,16 @@ def test_the_functions_tools_and_tool_settings_reach_the_model(tz: TensorZeroGat
     assert sent["tool_choice"] == "auto"
 
 
-def test_allowed_tools_limits_what_the_model_is_offered(tz: TensorZeroGateway, tz_upstream: RecordingUpstream) -> None:
+def test_allowed_tools_goes_as_openais_allowed_tools_choice(tz: TensorZeroGateway, tz_upstream: RecordingUpstream) -> None:
+    """As TensorZero's `openai` provider: every tool is sent, and the allowed ones are the tool choice."""
     marker = tzk.tag()
     tz.inference(function_name="tools_relay", input=tzk.says(marker), allowed_tools=["get_time"])
-    assert offered(tz_upstream.one_with_text(marker).body) == ["get_time"]
+    sent = tz_upstream.one_with_text(marker).body
+    assert offered(sent) == ["get_weather", "get_time"]
+    assert sent["tool_choice"] == {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "get_time"}}]},
+    }
 
 
 def test_additional_tools_are_offered_beside_the_configured_ones(tz: TensorZeroGateway, tz_upstream: RecordingUpstream) -> None:
@@ -68,8 +74,9 @@ def test_additional_tools_are_offered_beside_the_configured_ones(tz: TensorZeroG
         parallel_tool_calls=True,
     )
     sent = tz_upstream.one_with_text(marker).body
-    assert offered(sent) == ["get_weather", "get_forecast"]
-    forecast = sent["tools"][1]["function"]
+    assert offered(sent) == ["get_weather", "get_time", "get_forecast"]
+    assert [t["function"]["name"] for t in sent["tool_choice"]["allowed_tools"]["tools"]] == ["get_weather", "get_forecast"]
+    forecast = sent["tools"][2]["function"]
     assert forecast["parameters"] == FORECAST_TOOL["parameters"]
     assert forecast["description"] == FORECAST_TOOL["description"]
     assert sent["parallel_tool_calls"] is True

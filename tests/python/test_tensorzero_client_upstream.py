@@ -110,17 +110,21 @@ def test_provider_scoped_request_edits_apply_only_to_that_provider(tz: TensorZer
     sent = relay(
         tz,
         tz_upstream,
-        extra_body=[
-            {"model_name": "mock", "provider_name": "mock", "pointer": "/for_provider", "value": 1},
-            {"model_name": "mock", "provider_name": "elsewhere", "pointer": "/for_elsewhere", "value": 1},
-        ],
-        extra_headers=[
-            {"model_name": "mock", "provider_name": "mock", "name": "x-for-provider", "value": "1"},
-            {"model_name": "mock", "provider_name": "elsewhere", "name": "x-for-elsewhere", "value": "1"},
-        ],
+        extra_body=[{"model_name": "mock", "provider_name": "mock", "pointer": "/for_provider", "value": 1}],
+        extra_headers=[{"model_name": "mock", "provider_name": "mock", "name": "x-for-provider", "value": "1"}],
     )
-    assert sent.body.get("for_provider") == 1 and "for_elsewhere" not in sent.body
-    assert sent.header_values("x-for-provider") == ["1"] and sent.header_values("x-for-elsewhere") == []
+    assert sent.body.get("for_provider") == 1
+    assert sent.header_values("x-for-provider") == ["1"]
+
+
+def test_edits_scoped_to_a_model_or_provider_that_does_not_exist_are_400s(tz: TensorZeroGateway) -> None:
+    """TensorZero refuses an edit whose scope names nothing it could ever apply to."""
+    no_provider = [{"model_name": "mock", "provider_name": "elsewhere", "pointer": "/x", "value": 1}]
+    message = tzk.expect_error(400, tz.inference, function_name="relay", input=tzk.says("x"), extra_body=no_provider)
+    assert "elsewhere" in message
+    no_model = [{"model_name": "no-such-model", "name": "x-a", "value": "1"}]
+    message = tzk.expect_error(400, tz.inference, function_name="relay", input=tzk.says("x"), extra_headers=no_model)
+    assert "no-such-model" in message
 
 
 def test_edits_apply_to_model_name_inferences_too(tz: TensorZeroGateway, tz_upstream: RecordingUpstream) -> None:

@@ -294,6 +294,7 @@ fn model_response(text: String) -> ModelResponse {
         raw_response: Some("{\"id\":\"resp-1\"}".into()),
         raw_request: Some("{\"model\":\"m\"}".into()),
         provider_name: "p".into(),
+        provider_type: "dummy".into(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! `nimbus check-config`: what a configuration defines, one line per model, function and variant.
 
 use nimbus_shared::app::LoadedConfig;
+use nimbus_shared::tensorzero::Variant;
 use std::fmt::Write;
 
 pub fn summary(loaded: &LoadedConfig) -> String {
@@ -51,10 +52,29 @@ pub fn summary(loaded: &LoadedConfig) -> String {
                     variant.config.model
                 )
             };
-            let _ = writeln!(out, "  variant {}: {runs} ({role})", variant.name);
+            let _ = writeln!(
+                out,
+                "  variant {}: {runs} ({role}){}",
+                variant.name,
+                json_mode_note(variant)
+            );
         }
     }
     out
+}
+
+/// json functions' variants: their json mode, saying when it is the default (TensorZero refuses
+/// a json variant without `json_mode`; Nimbus accepts it and uses `strict`).
+fn json_mode_note(variant: &Variant) -> String {
+    let Some(mode) = variant.json_mode else {
+        return String::new();
+    };
+    let mode = format!("{mode:?}").to_lowercase();
+    if variant.config.json_mode.is_some() {
+        format!(", json_mode {mode}")
+    } else {
+        format!(", json_mode {mode} (default: not set)")
+    }
 }
 
 #[cfg(test)]
@@ -75,7 +95,35 @@ mod tests {
             "  variant formal: model dummy (candidate, weight 0.7)",
             "  variant careful: model dummy-fallback (fallback)",
             "function extract_contact (json)",
+            "  variant strict: model dummy (candidate, weight 1), json_mode strict",
             "  variant backup: model dummy-slow (fallback)",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_json_variant_without_json_mode_says_the_default() {
+        use nimbus_shared::app::LoadedConfig;
+        use nimbus_shared::config::Config;
+        let config = Config::from_toml(
+            r#"
+[functions.f]
+type = "json"
+[functions.f.variants.unset]
+type = "chat_completion"
+model = "dummy::x"
+[functions.f.variants.tool]
+type = "chat_completion"
+model = "dummy::x"
+json_mode = "tool"
+"#,
+        )
+        .unwrap();
+        let text = summary(&LoadedConfig::without_files(config).unwrap());
+        for line in [
+            "  variant unset: model dummy::x (candidate, weight 1), json_mode strict (default: not set)",
+            "  variant tool: model dummy::x (candidate, weight 1), json_mode tool",
         ] {
             assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
         }

@@ -245,7 +245,8 @@ impl StateStore for ScopedState {
 /// The table as `docs/table-access.json` holds it: per template resource, its kinds, sorted.
 #[cfg(test)]
 pub(crate) fn table_access_json() -> serde_json::Value {
-    let functions: serde_json::Map<String, serde_json::Value> = LambdaFunction::ALL
+    // Sorted by resource (serde_json keeps insertion order).
+    let functions: std::collections::BTreeMap<String, serde_json::Value> = LambdaFunction::ALL
         .into_iter()
         .map(|function| {
             let access = function.access();
@@ -255,7 +256,7 @@ pub(crate) fn table_access_json() -> serde_json::Value {
             )
         })
         .collect();
-    serde_json::Value::Object(functions)
+    serde_json::Value::Object(functions.into_iter().collect())
 }
 
 #[cfg(test)]

@@ -102,7 +102,7 @@ pub(crate) fn function_failure(error: &FunctionError) -> RunFailure {
         FunctionError::UnknownFunction(_) | FunctionError::UnknownVariant { .. } | FunctionError::UnknownModel(_) => {
             (MODEL_DOES_NOT_EXIST, false)
         }
-        FunctionError::AllVariantsFailed(_) => match error.uniform_failure() {
+        FunctionError::AllVariantsFailed(_) | FunctionError::PinnedVariantFailed(_) => match error.uniform_failure() {
             Some(FailureKind::Client) => (MODEL_INVALID_INPUT, false),
             Some(FailureKind::Timeout) => (MODEL_PREDICT_TIMEOUT, true),
             _ => (MODEL_UNAVAILABLE, true),

@@ -147,6 +147,17 @@ pub struct ChatCompletionConfig {
     /// json functions only; unset means `strict` there.
     #[serde(default)]
     pub json_mode: Option<JsonMode>,
+    /// Reasoning models' effort (`minimal`, `low`, `medium`, `high`…), passed to OpenAI as is.
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+    #[serde(default)]
+    pub service_tier: Option<ServiceTier>,
+    /// A thinking budget, for providers that take one (none yet: OpenAI warns and ignores it).
+    #[serde(default)]
+    pub thinking_budget_tokens: Option<i32>,
+    /// How long an answer should be (`low`, `medium`, `high`), passed to OpenAI as is.
+    #[serde(default)]
+    pub verbosity: Option<String>,
     #[serde(default)]
     pub retries: RetriesConfig,
     #[serde(default)]
@@ -164,6 +175,27 @@ pub enum JsonMode {
     On,
     Strict,
     Tool,
+}
+
+/// The processing tier asked of the provider (TensorZero's values).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceTier {
+    Auto,
+    Default,
+    Priority,
+    Flex,
+}
+
+impl ServiceTier {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Default => "default",
+            Self::Priority => "priority",
+            Self::Flex => "flex",
+        }
+    }
 }
 
 /// Truncated exponential backoff between attempts of one variant.

@@ -17,8 +17,13 @@ pub struct GatewayConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RetryConfig {
+    /// The OpenAI-style routes (`/v1/…`, batches, async requests).
     #[serde(default = "default_max_retries")]
     pub max_retries: u32,
+    /// TensorZero's routes (`/inference`, `/openai/v1/…`, `/batch_inference`): TensorZero makes
+    /// one attempt per provider (a variant's `retries` retry the whole variant), so 0 by default.
+    #[serde(default)]
+    pub inference_max_retries: u32,
     #[serde(default = "default_initial_backoff_ms")]
     pub initial_backoff_ms: u64,
     #[serde(default = "default_max_backoff_ms")]
@@ -45,6 +50,7 @@ impl Default for RetryConfig {
     fn default() -> Self {
         Self {
             max_retries: default_max_retries(),
+            inference_max_retries: 0,
             initial_backoff_ms: default_initial_backoff_ms(),
             max_backoff_ms: default_max_backoff_ms(),
             max_retry_after_ms: default_max_retry_after_ms(),
@@ -55,11 +61,13 @@ impl Default for RetryConfig {
 impl GatewayConfig {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let r = &self.retries;
-        if r.max_retries > 10 {
-            return Err(ConfigError::invalid(
-                "gateway.retries.max_retries",
-                "must be at most 10",
-            ));
+        for (key, retries) in [
+            ("gateway.retries.max_retries", r.max_retries),
+            ("gateway.retries.inference_max_retries", r.inference_max_retries),
+        ] {
+            if retries > 10 {
+                return Err(ConfigError::invalid(key, "must be at most 10"));
+            }
         }
         if r.initial_backoff_ms == 0 || r.initial_backoff_ms > r.max_backoff_ms {
             return Err(ConfigError::invalid(

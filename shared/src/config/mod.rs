@@ -64,6 +64,8 @@ pub(crate) use lmi::{
 pub(crate) use load::read_config;
 pub(crate) use load::{read_bundled_config, read_local_config, ConfigSources};
 pub(crate) use metrics::{MetricConfig, MetricKind, MetricLevel, MetricOptimize};
+#[cfg(test)]
+pub(crate) use models::MaxTokensField;
 pub(crate) use models::{BatchMode, DummyProviderConfig, ModelConfig, OpenAiProviderConfig, ProviderConfig};
 #[cfg(test)]
 pub(crate) use shorthand::ModelLookupError;

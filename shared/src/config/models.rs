@@ -32,6 +32,19 @@ pub enum ProviderConfig {
     Sagemaker(SageMakerProviderConfig),
 }
 
+impl ProviderConfig {
+    /// The provider's `type` as written in the configuration (what TensorZero reports as a
+    /// model call's `provider_type`).
+    pub(crate) fn type_name(&self) -> &'static str {
+        match self {
+            Self::Openai(_) => "openai",
+            Self::Dummy(_) => "dummy",
+            Self::Lmi(_) => "lmi",
+            Self::Sagemaker(_) => "sagemaker",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct OpenAiProviderConfig {
@@ -59,6 +72,29 @@ pub struct OpenAiProviderConfig {
     /// default) or as a batch of the upstream's own OpenAI Batch API (`native`).
     #[serde(default)]
     pub batch: BatchMode,
+    /// The body key of the token cap: `max_completion_tokens` (OpenAI's, and what its reasoning
+    /// models require) or `max_tokens` (for OpenAI-compatible servers that know only that one).
+    /// Unset: `/inference` sends `max_completion_tokens` (as TensorZero's `openai` provider does),
+    /// the OpenAI routes keep the client's spelling.
+    #[serde(default)]
+    pub max_tokens_field: Option<MaxTokensField>,
+}
+
+/// Which key carries the token cap upstream.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensField {
+    MaxCompletionTokens,
+    MaxTokens,
+}
+
+impl MaxTokensField {
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            Self::MaxCompletionTokens => "max_completion_tokens",
+            Self::MaxTokens => "max_tokens",
+        }
+    }
 }
 
 /// Where the requests of a batch job are answered.
@@ -84,6 +120,7 @@ impl OpenAiProviderConfig {
             extra_body: Vec::new(),
             extra_headers: Vec::new(),
             batch: BatchMode::Workers,
+            max_tokens_field: None,
         }
     }
 }

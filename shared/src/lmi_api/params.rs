@@ -121,7 +121,10 @@ impl GenerationParameters {
             model: model.to_owned(),
             messages: vec![Message::new(Role::User, vec![ContentBlock::text_block(prompt)])],
             params: self.sampling.clone(),
-            stream: stream.then_some(StreamOptions { include_usage: true }),
+            stream: stream.then_some(StreamOptions {
+                include_usage: true,
+                ..StreamOptions::default()
+            }),
             openai_pass_through: OpenAiPassThrough {
                 fields: self.pass_through.clone(),
                 max_completion_tokens_spelling: false,

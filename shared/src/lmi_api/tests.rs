@@ -142,6 +142,7 @@ fn response(text: &str, finish: FinishReason, extra_choices: usize) -> ModelResp
         raw_response: None,
         raw_request: None,
         provider_name: String::new(),
+        provider_type: String::new(),
     }
 }
 

@@ -89,6 +89,7 @@ impl ChunkAccumulator {
             raw_response,
             raw_request: None,
             provider_name: String::new(),
+            provider_type: String::new(),
         }
     }
 }

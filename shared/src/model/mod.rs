@@ -17,7 +17,9 @@ pub(crate) use extra::{
     ExtraHeaderError, ExtraPlacement,
 };
 pub use request::ModelRequest;
-pub(crate) use request::{OpenAiPassThrough, OutputMode, SamplingParams, StreamOptions, ToolChoice, ToolDefinition};
+pub(crate) use request::{
+    OpenAiPassThrough, OutputMode, RetryScope, SamplingParams, StreamOptions, ToolChoice, ToolDefinition,
+};
 pub(crate) use response::{ChunkBlock, ChunkChoice, FinishReason, ModelChunk};
 pub use response::{ModelChoice, ModelResponse, ModelUsage};
 
@@ -77,6 +79,7 @@ mod tests {
                 strict: Some(true),
             }],
             tool_choice: Some(ToolChoice::Specific("f".into())),
+            allowed_tools: Some(vec!["f".into()]),
             parallel_tool_calls: Some(true),
             output: OutputMode::JsonSchema {
                 name: "s".into(),
@@ -90,7 +93,10 @@ mod tests {
                 n: Some(2),
                 ..SamplingParams::default()
             },
-            stream: Some(StreamOptions { include_usage: true }),
+            stream: Some(StreamOptions {
+                include_usage: true,
+                ..StreamOptions::default()
+            }),
             extra_body: vec![
                 ExtraBodyEntry::set("/a", json!(1)),
                 ExtraBodyEntry::delete("/b")
@@ -106,6 +112,7 @@ mod tests {
                 max_completion_tokens_spelling: true,
             },
             raw_prompt: true,
+            retries: RetryScope::Gateway,
         };
         let text = serde_json::to_string(&request).unwrap();
         assert_eq!(serde_json::from_str::<ModelRequest>(&text).unwrap(), request);

@@ -22,6 +22,11 @@ pub struct ModelRequest {
     pub tools: Vec<ToolDefinition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
+    /// The names, among `tools`, the model may call (TensorZero's `allowed_tools`). Providers
+    /// that can say so (OpenAI's `allowed_tools` tool choice) send every tool with this list;
+    /// others send only these tools. `None`: every tool is allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
     #[serde(default)]
@@ -42,6 +47,20 @@ pub struct ModelRequest {
     /// API's `inputs`): prompt-schema providers send it as is, without their chat template.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub raw_prompt: bool,
+    /// Which retry default the router applies to each provider. Not part of the request's
+    /// meaning (nor of its cache key): never serialized.
+    #[serde(skip)]
+    pub retries: RetryScope,
+}
+
+/// Whose provider-retry setting applies to a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RetryScope {
+    /// `[gateway.retries] max_retries` (the OpenAI-style routes).
+    #[default]
+    Gateway,
+    /// `[gateway.retries] inference_max_retries` (TensorZero's routes: one attempt by default).
+    Inference,
 }
 
 impl ModelRequest {
@@ -60,6 +79,10 @@ impl ModelRequest {
 pub struct StreamOptions {
     /// The client wants a final usage chunk.
     pub include_usage: bool,
+    /// Keep each chunk as the provider sent it ([`ModelChunk::raw_chunk`](super::ModelChunk)):
+    /// TensorZero's `include_original_response` on a stream. Off by default (a copy per chunk).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub raw_chunks: bool,
 }
 
 /// A tool the model may call.
@@ -138,6 +161,18 @@ pub struct SamplingParams {
     /// The end user, for the provider's abuse monitoring.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// Reasoning models' effort; OpenAI takes it as is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+    /// `auto`, `default`, `priority` or `flex`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_tier: Option<String>,
+    /// A thinking budget in tokens, for providers that take one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_budget_tokens: Option<i32>,
+    /// How long the answer should be; OpenAI takes it as is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verbosity: Option<String>,
 }
 
 /// What an OpenAI client sent that the gateway does not model, kept so that OpenAI clients lose

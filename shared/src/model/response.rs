@@ -84,6 +84,9 @@ pub struct ModelResponse {
     /// router; empty straight from a provider).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub provider_name: String,
+    /// The answering provider's configured `type` (`openai`, `dummy`…; set by the router).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub provider_type: String,
 }
 
 /// A piece of one choice's content in a stream.

@@ -319,6 +319,11 @@ pub struct AssistantMessage {
     pub tool_calls: Option<Vec<ToolCall>>,
     #[serde(default)]
     pub refusal: Option<String>,
+    /// The model's reasoning, as OpenAI-compatible reasoning servers (vLLM, DeepSeek, SGLang)
+    /// send it; read from upstreams, never written to clients.
+    #[serde(default, skip_serializing)]
+    #[schema(ignore)]
+    pub reasoning_content: Option<String>,
 }
 
 fn assistant_role() -> String {
@@ -396,6 +401,10 @@ pub(crate) struct ChunkDelta {
     pub tool_calls: Option<Vec<ToolCallDelta>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
+    /// A piece of the model's reasoning (see [`AssistantMessage::reasoning_content`]).
+    #[serde(default, skip_serializing)]
+    #[schema(ignore)]
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]

@@ -11,8 +11,9 @@ pub(crate) fn model_to_chat_body(request: &ModelRequest, upstream_model: &str) -
     let mut body = request.openai_pass_through.fields.clone();
     body.insert("model".into(), json!(upstream_model));
     body.insert("messages".into(), Value::Array(messages_to_wire(request)));
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request.tools.iter().map(tool_to_wire).collect();
+    let allowed = |tool: &&ToolDefinition| request.allowed_tools.as_ref().is_none_or(|a| a.contains(&tool.name));
+    let tools: Vec<Value> = request.tools.iter().filter(allowed).map(tool_to_wire).collect();
+    if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
     }
     if let Some(choice) = &request.tool_choice {
@@ -51,6 +52,56 @@ pub(crate) fn model_to_chat_body(request: &ModelRequest, upstream_model: &str) -
     put("logit_bias", params.logit_bias.as_ref().map(|v| json!(v)));
     put("user", params.user.as_ref().map(|v| json!(v)));
     body
+}
+
+/// OpenAI's reasoning and tier parameters, from the neutral request's (they beat pass-through
+/// fields of the same name). A thinking budget has no OpenAI field: it is ignored with a
+/// warning, as TensorZero's `openai` provider does.
+pub(crate) fn reasoning_params_to_wire(request: &ModelRequest, body: &mut Map<String, Value>) {
+    let params = &request.params;
+    let fields = [
+        ("reasoning_effort", &params.reasoning_effort),
+        ("service_tier", &params.service_tier),
+        ("verbosity", &params.verbosity),
+    ];
+    for (key, value) in fields {
+        if let Some(value) = value {
+            body.insert(key.to_owned(), json!(value));
+        }
+    }
+    if params.thinking_budget_tokens.is_some() {
+        tracing::warn!("OpenAI-compatible providers take no thinking budget: `thinking_budget_tokens` is ignored");
+    }
+}
+
+/// For servers that take OpenAI's `allowed_tools` tool choice (OpenAI itself): every tool of
+/// `request` in `body`, and the allowed ones as the tool choice (`required` stays required;
+/// `none` stays `none`, which OpenAI cannot combine with a list). A request without
+/// `allowed_tools` is left as [`model_to_chat_body`] wrote it (its tools unfiltered).
+pub(crate) fn offer_allowed_tools(request: &ModelRequest, body: &mut Map<String, Value>) {
+    let Some(allowed) = &request.allowed_tools else {
+        return;
+    };
+    if request.tools.is_empty() {
+        return;
+    }
+    body.insert(
+        "tools".into(),
+        Value::Array(request.tools.iter().map(tool_to_wire).collect()),
+    );
+    let mode = match &request.tool_choice {
+        Some(ToolChoice::None) => return,
+        Some(ToolChoice::Required) => "required",
+        _ => "auto",
+    };
+    let tools: Vec<Value> = allowed
+        .iter()
+        .map(|name| json!({"type": "function", "function": {"name": name}}))
+        .collect();
+    body.insert(
+        "tool_choice".into(),
+        json!({"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": tools}}),
+    );
 }
 
 fn messages_to_wire(request: &ModelRequest) -> Vec<Value> {

@@ -64,6 +64,9 @@ pub fn completion_to_model(completion: ChatCompletion, raw: Option<String>) -> M
             .map(|choice| {
                 let message = choice.message;
                 let mut content = Vec::new();
+                if let Some(text) = message.reasoning_content.filter(|t| !t.is_empty()) {
+                    content.push(ContentBlock::Thought { text, signature: None });
+                }
                 if let Some(text) = message.content {
                     content.push(ContentBlock::Text { text });
                 }
@@ -90,6 +93,7 @@ pub fn completion_to_model(completion: ChatCompletion, raw: Option<String>) -> M
         raw_response: raw,
         raw_request: None,
         provider_name: String::new(),
+        provider_type: String::new(),
     }
 }
 
@@ -129,6 +133,7 @@ pub(crate) fn model_to_completion(response: ModelResponse, identity: AnswerIdent
                         content: text,
                         tool_calls: (!calls.is_empty()).then_some(calls),
                         refusal,
+                        reasoning_content: None,
                     },
                     logprobs: choice.logprobs,
                     finish_reason: choice.finish_reason.map(|r| finish_reason_to_wire(r).to_owned()),
@@ -149,6 +154,9 @@ pub(crate) fn chunk_to_model(chunk: ChatCompletionChunk, raw: Option<String>) ->
             .map(|choice| {
                 let delta = choice.delta;
                 let mut content = Vec::new();
+                if let Some(text) = delta.reasoning_content.filter(|t| !t.is_empty()) {
+                    content.push(ChunkBlock::Thought { text });
+                }
                 if let Some(text) = delta.content {
                     content.push(ChunkBlock::Text { text });
                 }

@@ -7,8 +7,8 @@ use super::chat::{
     ToolChoice as WireToolChoice, ToolChoiceMode,
 };
 use crate::model::{
-    ContentBlock, FileData, Message, ModelRequest, OpenAiPassThrough, OutputMode, Role, SamplingParams, StreamOptions,
-    ToolChoice, ToolDefinition,
+    ContentBlock, FileData, Message, ModelRequest, OpenAiPassThrough, OutputMode, RetryScope, Role, SamplingParams,
+    StreamOptions, ToolChoice, ToolDefinition,
 };
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -87,6 +87,7 @@ pub(crate) fn chat_request_to_model(typed: &ChatCompletionRequest, raw: &Map<Str
         messages: messages_to_model(rest),
         tools: typed.tools.iter().flatten().map(tool_to_model).collect(),
         tool_choice: typed.tool_choice.as_ref().map(tool_choice_to_model),
+        allowed_tools: None,
         parallel_tool_calls: typed.parallel_tool_calls,
         output: typed.response_format.as_ref().map(output_to_model).unwrap_or_default(),
         params: SamplingParams {
@@ -102,9 +103,12 @@ pub(crate) fn chat_request_to_model(typed: &ChatCompletionRequest, raw: &Map<Str
             top_logprobs: typed.top_logprobs.and_then(|n| u32::try_from(n).ok()),
             logit_bias: typed.logit_bias.clone(),
             user,
+            // OpenAI clients' reasoning fields stay pass-through fields, forwarded as sent.
+            ..SamplingParams::default()
         },
         stream: typed.wants_stream().then(|| StreamOptions {
             include_usage: typed.wants_stream_usage(),
+            ..StreamOptions::default()
         }),
         extra_body: Vec::new(),
         extra_headers: Vec::new(),
@@ -113,6 +117,7 @@ pub(crate) fn chat_request_to_model(typed: &ChatCompletionRequest, raw: &Map<Str
             max_completion_tokens_spelling: typed.max_completion_tokens.is_some(),
         },
         raw_prompt: false,
+        retries: RetryScope::Gateway,
     }
 }
 

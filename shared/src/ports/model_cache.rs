@@ -12,10 +12,12 @@ use std::time::Duration;
 /// Where a response is cached: the project, and the hex SHA-256 of
 /// `project ‖ 0 ‖ model ‖ 0 ‖ stream flag ("1"/"0") ‖ 0 ‖ JSON of the ModelRequest`.
 ///
-/// The JSON is canonical as serde_json writes it: struct fields in declaration order, and JSON
-/// objects inside (pass-through fields, extra body values, schemas) with their keys sorted,
-/// since serde_json's `Map` is a `BTreeMap` (the `preserve_order` feature is off; a test pins
-/// it). So equal requests give equal keys whatever order a client wrote its keys in.
+/// The JSON is as serde_json writes it: struct fields in declaration order, and JSON objects
+/// inside (pass-through fields, extra body values, schemas) with their keys in the order they
+/// were written (serde_json's `preserve_order` is on, so that schemas and tool parameters reach
+/// the provider as written: structured-output models generate in schema order). So the key order
+/// of a request is part of its key: a request whose keys come in another order is sent upstream
+/// differently and is another cache entry. Keys are deterministic for the same request.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CacheKey {
     project: ProjectId,
@@ -122,31 +124,20 @@ mod tests {
         );
     }
 
-    /// Fails if serde_json's `preserve_order` feature is ever switched on (keys would then
-    /// depend on the order a client wrote its JSON in).
+    /// Key order is kept (serde_json's `preserve_order`): the same order gives the same key,
+    /// another order (another request upstream, e.g. a schema generated in another order)
+    /// another key.
     #[test]
-    fn keys_do_not_depend_on_the_order_of_json_keys() {
-        let mut forward = request("hi");
-        let mut backward = request("hi");
-        let pairs = [("a", json!(1)), ("b", json!({"y": 2, "x": 1})), ("c", json!(3))];
-        let mut first = Map::new();
-        for (k, v) in pairs.iter() {
-            first.insert((*k).to_owned(), v.clone());
-        }
-        let mut second = Map::new();
-        for (k, v) in pairs.iter().rev() {
-            let v = if *k == "b" {
-                serde_json::from_str::<Value>(r#"{"x": 1, "y": 2}"#).unwrap()
-            } else {
-                v.clone()
-            };
-            second.insert((*k).to_owned(), v);
-        }
-        forward.openai_pass_through.fields = first;
-        backward.openai_pass_through.fields = second;
-        assert_eq!(
-            CacheKey::new(&ProjectId::new("p"), "m", &forward, false),
-            CacheKey::new(&ProjectId::new("p"), "m", &backward, false)
-        );
+    fn keys_follow_the_order_json_keys_were_written_in() {
+        let with_fields = |text: &str| {
+            let mut request = request("hi");
+            request.openai_pass_through.fields = serde_json::from_str::<Map<String, Value>>(text).unwrap();
+            CacheKey::new(&ProjectId::new("p"), "m", &request, false)
+        };
+        let forward = r#"{"a": 1, "b": {"y": 2, "x": 1}}"#;
+        assert_eq!(with_fields(forward), with_fields(forward));
+        assert_ne!(with_fields(forward), with_fields(r#"{"b": {"y": 2, "x": 1}, "a": 1}"#));
+        assert_ne!(with_fields(forward), with_fields(r#"{"a": 1, "b": {"x": 1, "y": 2}}"#));
+        let _ = json!(null);
     }
 }

@@ -33,6 +33,8 @@ pub struct ModelStream {
     /// The name of the provider that answers, as configured in the model's `routing` (set by the
     /// router; empty straight from a provider).
     pub provider_name: String,
+    /// The answering provider's `type` (set by the router).
+    pub provider_type: String,
     /// The request body the provider sent on the wire; see [`ModelResponse::raw_request`].
     pub raw_request: Option<String>,
     pub chunks: ChunkStream,
@@ -43,6 +45,7 @@ impl ModelStream {
     pub fn new(chunks: ChunkStream) -> Self {
         Self {
             provider_name: String::new(),
+            provider_type: String::new(),
             raw_request: None,
             chunks,
         }
@@ -118,6 +121,8 @@ pub struct ProviderHandle {
     /// The environment variable holding this provider's key, when it is not set: every call fails
     /// until it is, so `/v1/models` leaves out a model none of whose providers can be called.
     pub missing_env_key: Option<String>,
+    /// The provider's configured `type` (`openai`, `dummy`…); empty for handles built by hand.
+    pub provider_type: &'static str,
 }
 
 impl std::fmt::Debug for ProviderHandle {
@@ -130,6 +135,7 @@ impl std::fmt::Debug for ProviderHandle {
             .field("choices", &self.choices)
             .field("native_batch", &self.native_batch.is_some())
             .field("missing_env_key", &self.missing_env_key)
+            .field("provider_type", &self.provider_type)
             .finish()
     }
 }
@@ -148,6 +154,7 @@ impl ProviderHandle {
             choices: ChoiceSupport::OnePerCall,
             native_batch: None,
             missing_env_key: None,
+            provider_type: "",
         }
     }
 
@@ -161,6 +168,7 @@ impl ProviderHandle {
             choices: ChoiceSupport::OnePerCall,
             native_batch: None,
             missing_env_key: None,
+            provider_type: "",
         }
     }
 

@@ -15,7 +15,7 @@ use super::{
     choices, CallContext, ChatProvider, ChoiceSupport, Embeddings, ModelStream, ProviderError, ProviderHandle,
 };
 use crate::config::{shorthand_model, Config, ModelConfig, ProviderConfig};
-use crate::model::{ModelRequest, ModelResponse};
+use crate::model::{ModelRequest, ModelResponse, RetryScope};
 use crate::openai::embeddings::EmbeddingRequest;
 use crate::ports::lmi_transport::SageMakerConnector;
 use crate::ports::{MetricUnit, MetricsSink, NoMetrics, NoProviderSecrets, ProviderSecrets};
@@ -95,6 +95,8 @@ pub struct ModelRouter {
     /// could not be built (each model then builds its own, and reports why it cannot).
     shorthand_client: OnceLock<Option<reqwest::Client>>,
     policy: RetryPolicy,
+    /// The policy of [`RetryScope::Inference`] requests: `policy` with TensorZero's retry count.
+    inference_policy: RetryPolicy,
     /// Opens `type = "sagemaker"` providers' transports.
     sagemaker: Option<Arc<dyn SageMakerConnector>>,
     /// Reads the `ssm::` keys of providers (shorthand ones included).
@@ -104,15 +106,35 @@ pub struct ModelRouter {
 }
 
 impl ModelRouter {
+    /// A router retrying each provider as `policy` says; requests of TensorZero's routes
+    /// ([`RetryScope::Inference`]) make one attempt per provider (see [`Self::with_inference_retries`]).
     pub fn new(models: Vec<RoutedModel>, policy: RetryPolicy) -> Self {
         Self {
             models: models.into_iter().map(|m| (m.name.clone(), Arc::new(m))).collect(),
             shorthands: RwLock::new(HashMap::new()),
             shorthand_client: OnceLock::new(),
+            inference_policy: RetryPolicy {
+                max_retries: 0,
+                ..policy.clone()
+            },
             policy,
             sagemaker: None,
             secrets: Arc::new(NoProviderSecrets),
             metrics: Arc::new(NoMetrics),
+        }
+    }
+
+    /// Retry each provider `max_retries` times for TensorZero's routes.
+    pub fn with_inference_retries(mut self, max_retries: u32) -> Self {
+        self.inference_policy.max_retries = max_retries;
+        self
+    }
+
+    /// The retry policy for `request`.
+    fn policy_for(&self, request: &ModelRequest) -> &RetryPolicy {
+        match request.retries {
+            RetryScope::Gateway => &self.policy,
+            RetryScope::Inference => &self.inference_policy,
         }
     }
 
@@ -138,7 +160,8 @@ impl ModelRouter {
             };
             models.push(routed_model(name, model, deps)?);
         }
-        let mut router = Self::new(models, RetryPolicy::from(&config.gateway.retries));
+        let mut router = Self::new(models, RetryPolicy::from(&config.gateway.retries))
+            .with_inference_retries(config.gateway.retries.inference_max_retries);
         router.sagemaker = Some(sagemaker);
         router.secrets = secrets;
         Ok(router)
@@ -244,18 +267,19 @@ impl ModelRouter {
     /// answers one choice per call. The answer names the provider that gave it.
     pub async fn chat(&self, request: &ModelRequest, ctx: CallContext<'_>) -> Result<ModelResponse, RoutingError> {
         let model = self.model(&request.model)?;
-        let (provider_name, mut answer) = self
-            .with_fallback(&model, "chat completions", |provider| {
+        let (provider, mut answer) = self
+            .with_fallback(&model, "chat completions", self.policy_for(request), |provider| {
                 Some(complete(provider.chat.clone()?, provider.choices, request, ctx))
             })
             .await?;
         self.count_tokens(
             &model,
-            &provider_name,
+            &provider.name,
             answer.usage.input_tokens,
             answer.usage.output_tokens,
         );
-        answer.provider_name = provider_name;
+        answer.provider_name = provider.name.clone();
+        answer.provider_type = provider.provider_type.to_owned();
         Ok(answer)
     }
 
@@ -283,8 +307,8 @@ impl ModelRouter {
     ) -> Result<ModelStream, RoutingError> {
         let model = self.model(&request.model)?;
         let n = request.choice_count();
-        let (provider_name, mut stream) = self
-            .with_fallback(&model, "chat completions", |provider| {
+        let (provider, mut stream) = self
+            .with_fallback(&model, "chat completions", self.policy_for(request), |provider| {
                 if let Some(streaming) = provider.chat_stream.clone() {
                     if provider.choices.needs_one_call_per_choice(n) {
                         return Some(choices::stream_n_times(streaming, request, ctx, n).boxed());
@@ -305,33 +329,35 @@ impl ModelRouter {
         let tally = token_tally::TokenTally {
             metrics: Arc::clone(&self.metrics),
             model: self.model_label(&model).to_owned(),
-            provider: provider_name.clone(),
+            provider: provider.name.clone(),
             latest: None,
         };
         stream.chunks = token_tally::counting_tokens(stream.chunks, tally);
-        stream.provider_name = provider_name;
+        stream.provider_name = provider.name.clone();
+        stream.provider_type = provider.provider_type.to_owned();
         Ok(stream)
     }
 
     pub async fn embed(&self, request: &EmbeddingRequest, ctx: CallContext<'_>) -> Result<Embeddings, RoutingError> {
         let model = self.model(&request.model)?;
-        let (provider_name, embeddings) = self
-            .with_fallback(&model, "embeddings", |provider| {
+        let (provider, embeddings) = self
+            .with_fallback(&model, "embeddings", &self.policy, |provider| {
                 let embeddings = provider.embeddings.clone()?;
                 Some(async move { embeddings.embed(request, ctx).await }.boxed())
             })
             .await?;
-        self.count_tokens(&model, &provider_name, embeddings.usage.prompt_tokens, 0);
+        self.count_tokens(&model, &provider.name, embeddings.usage.prompt_tokens, 0);
         Ok(embeddings)
     }
 
-    /// The first answer, and the name of the provider that gave it.
-    async fn with_fallback<'a, T, F>(
+    /// The first answer, and the provider that gave it.
+    async fn with_fallback<'a, 'm, T, F>(
         &self,
-        model: &RoutedModel,
+        model: &'m RoutedModel,
         capability: &'static str,
+        policy: &RetryPolicy,
         mut call: F,
-    ) -> Result<(String, T), RoutingError>
+    ) -> Result<(&'m ProviderHandle, T), RoutingError>
     where
         F: FnMut(&ProviderHandle) -> Option<BoxFuture<'a, Result<T, ProviderError>>>,
     {
@@ -363,13 +389,11 @@ impl ModelRouter {
                             self.metrics
                                 .record("provider_fallbacks", MetricUnit::Count, 1.0, &dimensions);
                         }
-                        return Ok((provider.name.clone(), value));
+                        return Ok((provider, value));
                     }
                     Err(error) => error,
                 };
-                let decision = self
-                    .policy
-                    .decide(attempt, error.is_retryable(), error.retry_after(), rand::random());
+                let decision = policy.decide(attempt, error.is_retryable(), error.retry_after(), rand::random());
                 tracing::warn!(model = %model.name, provider = %provider.name, attempt, error = %error, ?decision, "provider call failed");
                 attempt += 1;
                 match decision {
@@ -429,7 +453,7 @@ fn routed_model(name: &str, model: &ModelConfig, deps: ProviderDeps<'_>) -> Resu
         let Some(provider) = model.providers.get(provider_name) else {
             return Err(error("named in `routing` but not configured".to_owned()));
         };
-        providers.push(match (provider, shared_client) {
+        let mut handle = match (provider, shared_client) {
             (ProviderConfig::Openai(c), Some(client)) => {
                 OpenAiProvider::with_client(provider_name.clone(), c.clone(), client.clone(), Arc::clone(secrets))
                     .handle()
@@ -452,7 +476,9 @@ fn routed_model(name: &str, model: &ModelConfig, deps: ProviderDeps<'_>) -> Resu
                     .map_err(|e| error(e.to_string()))?
                     .handle()
             }
-        });
+        };
+        handle.provider_type = provider.type_name();
+        providers.push(handle);
     }
     Ok(RoutedModel {
         name: name.to_owned(),

@@ -113,6 +113,7 @@ mod tests {
             raw_response: None,
             raw_request: None,
             provider_name: String::new(),
+            provider_type: String::new(),
         }
     }
 

@@ -63,14 +63,19 @@ impl From<FunctionError> for ApiError {
 }
 
 /// TensorZero's statuses for the function layer (`/inference` and its OpenAI-compatible routes):
-/// 400 bad input (also when every variant failed for the client's reason, e.g. a missing dynamic
-/// credential), 404 lookups, 408 when every variant timed out, 502 when they failed otherwise.
+/// 400 bad input (an unknown `model_name` too, and when every variant failed for the client's
+/// reason, e.g. a missing dynamic credential), 404 unknown functions and variants, 408 when every
+/// variant timed out, 502 when they failed otherwise. A pinned variant's failure is the model's
+/// error: 400, 408, or 500 for failed providers.
 pub(crate) fn function_error_status(error: &FunctionError) -> StatusCode {
     match error {
-        FunctionError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-        FunctionError::UnknownFunction(_) | FunctionError::UnknownVariant { .. } | FunctionError::UnknownModel(_) => {
-            StatusCode::NOT_FOUND
-        }
+        FunctionError::InvalidRequest(_) | FunctionError::UnknownModel(_) => StatusCode::BAD_REQUEST,
+        FunctionError::UnknownFunction(_) | FunctionError::UnknownVariant { .. } => StatusCode::NOT_FOUND,
+        FunctionError::PinnedVariantFailed(failure) => match failure.kind {
+            FailureKind::Client => StatusCode::BAD_REQUEST,
+            FailureKind::Timeout => StatusCode::REQUEST_TIMEOUT,
+            FailureKind::Provider => StatusCode::INTERNAL_SERVER_ERROR,
+        },
         FunctionError::AllVariantsFailed(_) => match error.uniform_failure() {
             Some(FailureKind::Client) => StatusCode::BAD_REQUEST,
             Some(FailureKind::Timeout) => StatusCode::REQUEST_TIMEOUT,
@@ -310,5 +315,41 @@ mod tests {
         let err = ApiError::from(RoutingError::ModelNotFound("x".into()));
         assert_eq!(err.code.as_deref(), Some("model_not_found"));
         assert_eq!(err.param.as_deref(), Some("model"));
+    }
+
+    #[test]
+    fn function_errors_map_to_tensorzero_statuses() {
+        use crate::tensorzero::function_calls::VariantFailure;
+        let failure = |kind| VariantFailure {
+            variant: "v".into(),
+            kind,
+            message: "boom".into(),
+        };
+        let cases = [
+            (FunctionError::UnknownModel("m".into()), StatusCode::BAD_REQUEST),
+            (FunctionError::UnknownFunction("f".into()), StatusCode::NOT_FOUND),
+            (
+                FunctionError::variants_failed(false, vec![failure(FailureKind::Provider)]),
+                StatusCode::BAD_GATEWAY,
+            ),
+            (
+                FunctionError::variants_failed(true, vec![failure(FailureKind::Provider)]),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                FunctionError::variants_failed(true, vec![failure(FailureKind::Client)]),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                FunctionError::variants_failed(true, vec![failure(FailureKind::Timeout)]),
+                StatusCode::REQUEST_TIMEOUT,
+            ),
+        ];
+        for (error, status) in cases {
+            assert_eq!(function_error_status(&error), status, "{error:?}");
+        }
+        assert!(FunctionError::UnknownModel("m".into())
+            .to_string()
+            .contains("not found in the model table"));
     }
 }

@@ -68,9 +68,6 @@ pub enum FeedbackError {
 pub(crate) const TARGET_WAIT: Duration = Duration::from_secs(2);
 const TARGET_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Tags in this namespace are TensorZero's own; only `internal` feedback may set them.
-const RESERVED_TAG_PREFIX: &str = "tensorzero::";
-
 /// Checks and stores feedback.
 pub struct FeedbackService {
     metrics: BTreeMap<String, MetricConfig>,
@@ -128,13 +125,8 @@ impl FeedbackService {
             internal,
         } = request;
         let tags = tags.unwrap_or_default();
-        if !internal.unwrap_or(false) {
-            if let Some(tag) = tags.keys().find(|tag| tag.starts_with(RESERVED_TAG_PREFIX)) {
-                return Err(FeedbackError::Invalid(format!(
-                    "Tag `{}` is reserved: tag names may not start with `{RESERVED_TAG_PREFIX}`.",
-                    excerpt(tag)
-                )));
-            }
+        if let Some(message) = super::tags::reserved_tag_error(&tags, internal.unwrap_or(false)) {
+            return Err(FeedbackError::Invalid(message));
         }
         if inference_id.is_some() && episode_id.is_some() {
             return Err(FeedbackError::Invalid(

@@ -9,6 +9,7 @@ pub mod function_calls;
 pub(crate) mod openai_compat;
 mod sampler;
 mod schemas;
+mod tags;
 mod templates;
 
 pub(crate) use sampler::VariantPolicy;
@@ -31,6 +32,8 @@ pub struct FunctionSet {
     templates: TemplateSet,
     /// The functions' adaptive experiments.
     experiments: Vec<experiments::Experiment>,
+    /// Every `[models.M]` and the names of its providers: what request edits may be scoped to.
+    models: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// One function, its compiled schemas and its variants.
@@ -98,6 +101,10 @@ impl FunctionSet {
     pub fn compile(config: &Config, files: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
         let files = Files(files);
         let mut set = FunctionSet::default();
+        for (name, model) in &config.models {
+            set.models
+                .insert(name.clone(), model.providers.keys().cloned().collect());
+        }
         for (name, tool) in &config.tools {
             let parameters = files.schema(&format!("tools.{name}.parameters"), &tool.parameters)?;
             let tool = Tool {
@@ -198,6 +205,18 @@ impl FunctionSet {
 
     pub(crate) fn has_template(&self, function: &str, variant: &str, template: &str) -> bool {
         self.templates.contains(function, variant, template)
+    }
+
+    /// Whether `model` names a model (configured, or a valid `provider::model` shorthand) and,
+    /// with `provider`, whether that model has a provider of that name.
+    pub(crate) fn has_model_provider(&self, model: &str, provider: Option<&str>) -> bool {
+        if let Some(providers) = self.models.get(model) {
+            return provider.is_none_or(|p| providers.contains(p));
+        }
+        match crate::config::shorthand_model(model) {
+            Ok(shorthand) => provider.is_none_or(|p| shorthand.providers.contains_key(p)),
+            Err(_) => false,
+        }
     }
 }
 

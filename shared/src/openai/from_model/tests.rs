@@ -73,6 +73,7 @@ fn thoughts_and_unknown_blocks_have_no_openai_field() {
         raw_response: None,
         raw_request: None,
         provider_name: String::new(),
+        provider_type: String::new(),
     };
     let wire = model_to_completion(model, IDENTITY);
     assert_eq!(wire.choices[0].message.content.as_deref(), Some("ab"));
@@ -104,4 +105,37 @@ fn chunks_round_trip_through_the_neutral_chunk() {
         let back = serde_json::to_value(model_to_chunk(model, IDENTITY)).unwrap();
         assert_eq!(back, wire);
     }
+}
+
+#[test]
+fn reasoning_content_becomes_thoughts() {
+    let answer = completion_to_model(
+        completion(json!({
+            "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "4", "reasoning_content": "2 and 2"}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+        })),
+        None,
+    );
+    assert_eq!(
+        answer.choices[0].content,
+        vec![
+            ContentBlock::Thought {
+                text: "2 and 2".into(),
+                signature: None
+            },
+            ContentBlock::Text { text: "4".into() }
+        ]
+    );
+    let chunk: ChatCompletionChunk = serde_json::from_value(json!({
+        "id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+        "choices": [{"index": 0, "delta": {"reasoning_content": "hmm"}, "finish_reason": null}]
+    }))
+    .unwrap();
+    let chunk = chunk_to_model(chunk, None);
+    assert_eq!(
+        chunk.choices[0].content,
+        vec![ChunkBlock::Thought { text: "hmm".into() }]
+    );
 }

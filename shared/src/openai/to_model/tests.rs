@@ -218,7 +218,13 @@ fn unmodelled_parameters_pass_through_and_gateway_fields_do_not() {
         keys,
         vec!["chat_template_kwargs", "metadata", "reasoning_effort", "store", "top_k"]
     );
-    assert_eq!(model.stream, Some(StreamOptions { include_usage: true }));
+    assert_eq!(
+        model.stream,
+        Some(StreamOptions {
+            include_usage: true,
+            ..StreamOptions::default()
+        })
+    );
     let body = model_to_chat_body(&model, "m");
     assert_eq!(body["top_k"], 5);
     assert_eq!(body["chat_template_kwargs"], json!({"enable_thinking": false}));

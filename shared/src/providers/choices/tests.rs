@@ -98,6 +98,7 @@ fn streaming_handle(provider: &Arc<OneAtATime>) -> ProviderHandle {
         choices: ChoiceSupport::OnePerCall,
         native_batch: None,
         missing_env_key: None,
+        provider_type: "",
     }
 }
 

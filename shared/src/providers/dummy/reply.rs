@@ -97,6 +97,7 @@ pub(crate) fn reply_for(request: &ModelRequest) -> ModelResponse {
         raw_response: None,
         raw_request: None,
         provider_name: String::new(),
+        provider_type: String::new(),
     }
 }
 

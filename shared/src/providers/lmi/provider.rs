@@ -135,6 +135,7 @@ impl LmiProvider {
             choices: ChoiceSupport::OnePerCall,
             native_batch: None,
             missing_env_key,
+            provider_type: "",
         }
     }
 

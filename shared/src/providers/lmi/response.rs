@@ -105,6 +105,7 @@ pub fn chat_answer(schema: LmiSchema, raw: &[u8]) -> Result<ModelResponse, Provi
         raw_response: Some(raw_text),
         raw_request: None,
         provider_name: String::new(),
+        provider_type: String::new(),
     })
 }
 

@@ -17,7 +17,7 @@ use super::{
 use crate::config::{BatchMode, OpenAiProviderConfig};
 use crate::model::{ModelRequest, ModelResponse};
 use crate::openai::chat::ChatCompletion;
-use crate::openai::chat_body::model_to_chat_body;
+use crate::openai::chat_body::{model_to_chat_body, offer_allowed_tools, reasoning_params_to_wire};
 use crate::openai::embeddings::{EmbeddingRequest, EmbeddingUsage};
 use crate::openai::from_model::completion_to_model;
 use crate::ports::ProviderSecrets;
@@ -85,6 +85,16 @@ impl OpenAiProvider {
     /// upstream model name, the stream fields, then the `extra_body` edits in precedence order.
     fn upstream_chat_body(&self, request: &ModelRequest, stream: bool) -> Result<Value, ProviderError> {
         let mut body = model_to_chat_body(request, &self.config.model_name);
+        offer_allowed_tools(request, &mut body);
+        reasoning_params_to_wire(request, &mut body);
+        if let Some(field) = self.config.max_tokens_field {
+            let cap = body
+                .remove("max_tokens")
+                .or_else(|| body.remove("max_completion_tokens"));
+            if let Some(cap) = cap {
+                body.insert(field.key().to_owned(), cap);
+            }
+        }
         if stream {
             body.insert("stream".into(), Value::Bool(true));
             // Always ask for usage; the gateway drops the usage chunk if the client did not ask.
@@ -134,7 +144,8 @@ impl ChatStreamProvider for OpenAiProvider {
         let response = tokio::time::timeout(timeout, self.upstream.send(http))
             .await
             .map_err(|_| ProviderError::Timeout { after: timeout })??;
-        Ok(ModelStream::new(stream::chunk_stream(response, timeout)).with_raw_request(Some(raw_request)))
+        let keep_raw = request.stream.is_some_and(|s| s.raw_chunks);
+        Ok(ModelStream::new(stream::chunk_stream(response, timeout, keep_raw)).with_raw_request(Some(raw_request)))
     }
 }
 

@@ -10,8 +10,9 @@ use futures::StreamExt;
 use std::time::Duration;
 
 /// Chunks from an upstream `text/event-stream` response. Ends at `data: [DONE]`; an `error` event
-/// or a gap longer than `idle_timeout` ends the stream with an error.
-pub(super) fn chunk_stream(response: reqwest::Response, idle_timeout: Duration) -> ChunkStream {
+/// or a gap longer than `idle_timeout` ends the stream with an error. With `keep_raw`, each chunk
+/// keeps its `data:` payload as received.
+pub(super) fn chunk_stream(response: reqwest::Response, idle_timeout: Duration, keep_raw: bool) -> ChunkStream {
     let events = response.bytes_stream().eventsource();
     let stream = futures::stream::unfold(Some(events), move |state| async move {
         let mut events = state?;
@@ -34,7 +35,7 @@ pub(super) fn chunk_stream(response: reqwest::Response, idle_timeout: Duration) 
             if data == "[DONE]" {
                 return None;
             }
-            return Some(match parse_chunk(data) {
+            return Some(match parse_chunk(data, keep_raw) {
                 Ok(chunk) => (Ok(chunk), Some(events)),
                 Err(err) => (Err(err), None),
             });
@@ -43,8 +44,9 @@ pub(super) fn chunk_stream(response: reqwest::Response, idle_timeout: Duration) 
     stream.boxed()
 }
 
-/// One `data:` payload: a chunk, or an error object sent mid-stream.
-pub(super) fn parse_chunk(data: &str) -> Result<ModelChunk, ProviderError> {
+/// One `data:` payload: a chunk (with the payload itself when `keep_raw`), or an error object
+/// sent mid-stream.
+pub(super) fn parse_chunk(data: &str, keep_raw: bool) -> Result<ModelChunk, ProviderError> {
     let value: serde_json::Value = serde_json::from_str(data)
         .map_err(|e| ProviderError::InvalidResponse(format!("stream chunk is not JSON: {e}")))?;
     if value.get("error").is_some_and(|e| !e.is_null()) {
@@ -57,6 +59,6 @@ pub(super) fn parse_chunk(data: &str) -> Result<ModelChunk, ProviderError> {
     }
     let chunk: ChatCompletionChunk =
         serde_json::from_value(value).map_err(|e| ProviderError::InvalidResponse(format!("stream chunk: {e}")))?;
-    // The raw chunk is not kept: nothing reads it, and copying every chunk costs on the hot path.
-    Ok(chunk_to_model(chunk, None))
+    // The raw chunk is kept only when asked for: copying every chunk costs on the hot path.
+    Ok(chunk_to_model(chunk, keep_raw.then(|| data.to_owned())))
 }

@@ -113,6 +113,7 @@ fn provider_with_timeout(api_base: String, location: CredentialLocation, timeout
             delete: None,
         }],
         batch: crate::config::BatchMode::Workers,
+        max_tokens_field: None,
     };
     OpenAiProvider::new("openai", config, Arc::new(crate::ports::NoProviderSecrets)).unwrap()
 }
@@ -313,8 +314,11 @@ async fn connection_refused_is_a_retryable_connection_error() {
 
 #[test]
 fn mid_stream_errors_are_errors() {
-    assert!(stream::parse_chunk(r#"{"error": {"message": "overloaded"}}"#).is_err());
-    assert!(stream::parse_chunk(r#"{"id": "x", "choices": []}"#).is_ok());
+    assert!(stream::parse_chunk(r#"{"error": {"message": "overloaded"}}"#, false).is_err());
+    assert!(stream::parse_chunk(r#"{"id": "x", "choices": []}"#, false).is_ok());
+    let raw = r#"{"id": "x", "choices": []}"#;
+    assert_eq!(stream::parse_chunk(raw, false).unwrap().raw_chunk, None);
+    assert_eq!(stream::parse_chunk(raw, true).unwrap().raw_chunk.as_deref(), Some(raw));
 }
 
 #[tokio::test]
@@ -547,4 +551,116 @@ async fn an_ssm_key_the_store_cannot_give_is_a_provider_error_without_the_stores
         assert!(!text.contains("123456789012"), "{text}");
     }
     assert!(seen.lock().unwrap().bodies.is_empty());
+}
+
+/// A provider whose bodies are looked at, never sent.
+fn offline_provider(config: OpenAiProviderConfig) -> OpenAiProvider {
+    OpenAiProvider::new("p", config, Arc::new(crate::ports::NoProviderSecrets)).unwrap()
+}
+
+#[test]
+fn the_token_cap_goes_under_the_configured_key() {
+    let request = |completion_spelling: bool| ModelRequest {
+        model: "m".into(),
+        params: crate::model::SamplingParams {
+            max_tokens: Some(7),
+            ..Default::default()
+        },
+        openai_pass_through: crate::model::OpenAiPassThrough {
+            max_completion_tokens_spelling: completion_spelling,
+            ..Default::default()
+        },
+        ..ModelRequest::default()
+    };
+    let provider = |field| {
+        offline_provider(OpenAiProviderConfig {
+            max_tokens_field: field,
+            ..OpenAiProviderConfig::for_model("m")
+        })
+    };
+    use crate::config::MaxTokensField;
+    let cap_keys = |body: Value| {
+        let object = body.as_object().cloned().unwrap_or_default();
+        ["max_tokens", "max_completion_tokens"]
+            .into_iter()
+            .filter(|key| object.get(*key) == Some(&json!(7)))
+            .collect::<Vec<_>>()
+    };
+    // Unset: the request's spelling (`/inference` asks for max_completion_tokens).
+    let unset = provider(None);
+    assert_eq!(
+        cap_keys(unset.upstream_chat_body(&request(true), false).unwrap()),
+        ["max_completion_tokens"]
+    );
+    assert_eq!(
+        cap_keys(unset.upstream_chat_body(&request(false), false).unwrap()),
+        ["max_tokens"]
+    );
+    let old_server = provider(Some(MaxTokensField::MaxTokens));
+    assert_eq!(
+        cap_keys(old_server.upstream_chat_body(&request(true), false).unwrap()),
+        ["max_tokens"]
+    );
+    let openai = provider(Some(MaxTokensField::MaxCompletionTokens));
+    assert_eq!(
+        cap_keys(openai.upstream_chat_body(&request(false), false).unwrap()),
+        ["max_completion_tokens"]
+    );
+}
+
+#[test]
+fn allowed_tools_go_as_openais_allowed_tools_choice_and_restrict_elsewhere() {
+    let tool = |name: &str| crate::model::ToolDefinition {
+        name: name.into(),
+        description: None,
+        parameters: Some(json!({"type": "object"})),
+        strict: None,
+    };
+    let request = ModelRequest {
+        model: "m".into(),
+        tools: vec![tool("a"), tool("b")],
+        tool_choice: Some(crate::model::ToolChoice::Required),
+        allowed_tools: Some(vec!["b".into()]),
+        ..ModelRequest::default()
+    };
+    let provider = offline_provider(OpenAiProviderConfig::for_model("m"));
+    let body = provider.upstream_chat_body(&request, false).unwrap();
+    let names: Vec<&str> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "allowed_tools", "allowed_tools": {"mode": "required",
+            "tools": [{"type": "function", "function": {"name": "b"}}]}})
+    );
+    // A server without that tool choice (the plain body other providers send): only `b`.
+    let plain = crate::openai::chat_body::model_to_chat_body(&request, "m");
+    assert_eq!(plain["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(plain["tools"][0]["function"]["name"], "b");
+    assert_eq!(plain["tool_choice"], json!("required"));
+}
+
+#[test]
+fn reasoning_parameters_go_upstream_as_openai_fields() {
+    let request = ModelRequest {
+        model: "m".into(),
+        params: crate::model::SamplingParams {
+            reasoning_effort: Some("low".into()),
+            service_tier: Some("flex".into()),
+            verbosity: Some("high".into()),
+            thinking_budget_tokens: Some(100),
+            ..Default::default()
+        },
+        ..ModelRequest::default()
+    };
+    let provider = offline_provider(OpenAiProviderConfig::for_model("m"));
+    let body = provider.upstream_chat_body(&request, false).unwrap();
+    assert_eq!(body["reasoning_effort"], "low");
+    assert_eq!(body["service_tier"], "flex");
+    assert_eq!(body["verbosity"], "high");
+    assert!(body.get("thinking_budget_tokens").is_none());
 }

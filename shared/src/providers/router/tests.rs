@@ -465,3 +465,60 @@ async fn streamed_tokens_are_counted_from_the_usage_chunk_when_the_stream_ends()
         assert!(text.contains(&line), "{line} missing from:\n{text}");
     }
 }
+
+#[tokio::test]
+async fn tensorzero_requests_make_one_attempt_per_provider_unless_configured() {
+    let none = HashMap::new();
+    let inference = ModelRequest {
+        retries: RetryScope::Inference,
+        ..request()
+    };
+    let once = Scripted::new(vec![Err(http(503)), Ok("second")]);
+    let router_a = router(vec![chat_only("a", once.clone())], 2);
+    router_a
+        .chat(&inference, CallContext { credentials: &none })
+        .await
+        .unwrap_err();
+    assert_eq!(once.calls(), 1);
+    // The same failure on the OpenAI-style routes is retried (`max_retries`).
+    let retried = Scripted::new(vec![Err(http(503)), Ok("second")]);
+    let router_b = router(vec![chat_only("a", retried.clone())], 2);
+    router_b
+        .chat(&request(), CallContext { credentials: &none })
+        .await
+        .unwrap();
+    assert_eq!(retried.calls(), 2);
+    // `inference_max_retries` asks for retries on TensorZero's routes too.
+    let configured = Scripted::new(vec![Err(http(503)), Ok("second")]);
+    let router_c = router(vec![chat_only("a", configured.clone())], 0).with_inference_retries(1);
+    router_c
+        .chat(&inference, CallContext { credentials: &none })
+        .await
+        .unwrap();
+    assert_eq!(configured.calls(), 2);
+}
+
+#[tokio::test]
+async fn answers_name_the_providers_type() {
+    let config = crate::config::Config::from_toml(
+        "[models.m]\nrouting = [\"mine\"]\n[models.m.providers.mine]\ntype = \"dummy\"\n",
+    )
+    .unwrap();
+    let secrets: Arc<dyn ProviderSecrets> = Arc::new(NoProviderSecrets);
+    let deps = ProviderDeps {
+        shared_client: None,
+        sagemaker: None,
+        secrets: &secrets,
+    };
+    let models = vec![routed_model("m", &config.models["m"], deps).unwrap()];
+    let router = ModelRouter::new(models, RetryPolicy::from(&config.gateway.retries));
+    let none = HashMap::new();
+    let answer = router
+        .chat(&request(), CallContext { credentials: &none })
+        .await
+        .unwrap();
+    assert_eq!(
+        (answer.provider_name.as_str(), answer.provider_type.as_str()),
+        ("mine", "dummy")
+    );
+}

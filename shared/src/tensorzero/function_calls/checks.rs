@@ -91,6 +91,7 @@ impl FunctionChecks {
     }
 
     pub(super) fn resolve<'a>(&'a self, call: &'a InferenceCall) -> Result<Resolved<'a>, FunctionError> {
+        self.check_model_scopes(call)?;
         match &call.target {
             InferenceTarget::Function(name) => {
                 let function = self
@@ -118,6 +119,35 @@ impl FunctionChecks {
             }
             InferenceTarget::Model(model) => Ok(Resolved::Model(model)),
         }
+    }
+
+    /// Request edits scoped to a model (and provider) must name one that exists, as TensorZero
+    /// checks them: a typo would otherwise silently edit nothing.
+    fn check_model_scopes(&self, call: &InferenceCall) -> Result<(), FunctionError> {
+        let lists = [("extra_body", &call.extra_body), ("extra_headers", &call.extra_headers)];
+        for (list, edits) in lists {
+            for (index, edit) in edits.iter().enumerate() {
+                let super::validate::EditScope::Model { model, provider } = &edit.scope else {
+                    continue;
+                };
+                if self.functions.has_model_provider(model, provider.as_deref()) {
+                    continue;
+                }
+                let excerpt = crate::user_text::excerpt;
+                return Err(FunctionError::invalid(match provider {
+                    Some(provider) if self.functions.has_model_provider(model, None) => format!(
+                        "`{list}[{index}].provider_name`: model `{}` has no provider `{}`",
+                        excerpt(model),
+                        excerpt(provider)
+                    ),
+                    _ => format!(
+                        "`{list}[{index}].model_name`: model `{}` is not found in the model table",
+                        excerpt(model)
+                    ),
+                }));
+            }
+        }
+        Ok(())
     }
 
     /// The next variant to try, or `None` when none is left.

@@ -33,11 +33,17 @@ pub enum FunctionError {
     UnknownFunction(String),
     #[error("Unknown variant: {} (function {})", excerpt(.variant), excerpt(.function))]
     UnknownVariant { function: String, variant: String },
-    #[error("Model not found: {}", excerpt(.0))]
+    /// A `model_name` that is neither a configured model nor a valid shorthand: a 400, as
+    /// TensorZero answers (an invalid inference target).
+    #[error("Invalid model name: `{}` is not found in the model table", excerpt(.0))]
     UnknownModel(String),
     /// Every variant tried failed.
     #[error("All variants failed with errors: {}", describe(.0))]
     AllVariantsFailed(Vec<VariantFailure>),
+    /// The request pinned this variant (`variant_name`) and it failed: its own error is the
+    /// answer, with the status TensorZero gives a model error (no fallback, no 502).
+    #[error("Variant {} failed: {}", excerpt(&.0.variant), .0.message)]
+    PinnedVariantFailed(VariantFailure),
     /// A started stream broke off.
     #[error("{0}")]
     StreamInterrupted(String),
@@ -59,10 +65,23 @@ impl FunctionError {
         Self::InvalidRequest(message.into())
     }
 
-    /// Every variant failed for the client's reason, or every one timed out.
+    /// Every variant tried failed; with `pinned`, the request named the one variant it may use.
+    pub(crate) fn variants_failed(pinned: bool, mut failures: Vec<VariantFailure>) -> Self {
+        if pinned && failures.len() == 1 {
+            if let Some(failure) = failures.pop() {
+                return Self::PinnedVariantFailed(failure);
+            }
+        }
+        Self::AllVariantsFailed(failures)
+    }
+
+    /// Every variant failed for the client's reason, or every one timed out (a pinned variant's
+    /// failure is its own kind).
     pub(crate) fn uniform_failure(&self) -> Option<FailureKind> {
-        let Self::AllVariantsFailed(failures) = self else {
-            return None;
+        let failures = match self {
+            Self::AllVariantsFailed(failures) => failures,
+            Self::PinnedVariantFailed(failure) => return Some(failure.kind),
+            _ => return None,
         };
         let first = failures.first()?.kind;
         failures.iter().all(|f| f.kind == first).then_some(first)

@@ -21,6 +21,8 @@ mod variants;
 pub(crate) use batch_item::BatchVariant;
 pub(crate) use checks::FunctionChecks;
 pub(crate) use episode::parse_episode_id;
+#[cfg(test)]
+pub(crate) use error::VariantFailure;
 pub(crate) use error::{FailureKind, FunctionError};
 pub use model_call::ModelCall;
 pub(crate) use output::FunctionOutput;

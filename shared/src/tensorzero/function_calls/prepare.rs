@@ -7,7 +7,7 @@ use super::validate::{EditScope, InferenceCall, ScopedEdit};
 use crate::config::functions::{ChatCompletionConfig, FunctionKind, JsonMode};
 use crate::model::{
     ContentBlock, ExtraBodyEntry, ExtraEdit, ExtraHeaderEntry, ExtraPlacement, FileData, Message, ModelRequest,
-    OutputMode, Role, SamplingParams, StreamOptions, ToolChoice, ToolDefinition,
+    OutputMode, RetryScope, Role, SamplingParams, StreamOptions, ToolChoice, ToolDefinition,
 };
 use crate::tensorzero::{CompiledSchema, Function, FunctionSet, TemplateInput};
 use crate::user_text::excerpt;
@@ -83,7 +83,7 @@ pub(crate) fn prepare(
         output_schema: output_schema.clone(),
         ..AnswerRules::default()
     };
-    let (tools, tool_choice, parallel_tool_calls) = match (plan.kind, json_mode) {
+    let chat_tools = match (plan.kind, json_mode) {
         (FunctionKind::Json, Some(JsonMode::Tool)) => {
             let schema = output_schema
                 .clone()
@@ -96,25 +96,44 @@ pub(crate) fn prepare(
                 parameters: Some(schema),
                 strict: Some(false),
             };
-            (vec![tool], Some(ToolChoice::Specific(JSON_TOOL_NAME.to_owned())), None)
+            ChatTools {
+                tools: vec![tool],
+                tool_choice: Some(ToolChoice::Specific(JSON_TOOL_NAME.to_owned())),
+                parallel: None,
+                allowed: None,
+            }
         }
-        (FunctionKind::Json, _) => (Vec::new(), None, None),
+        (FunctionKind::Json, _) => ChatTools {
+            tools: Vec::new(),
+            tool_choice: None,
+            parallel: None,
+            allowed: None,
+        },
         (FunctionKind::Chat, _) => chat_tools(functions, plan, call, &mut rules)?,
     };
-    let output = output_mode(plan.kind, json_mode, output_schema.as_deref());
+    // A chat call's `output_schema` (e.g. an OpenAI client's `json_schema` response format)
+    // shapes the request only: chat answers stay text.
+    let request_schema = output_schema.clone().or_else(|| call.output_schema.clone());
+    let output = output_mode(json_mode, request_schema.as_deref());
+    let system = with_json_instruction(system, &messages, json_mode);
     let request = ModelRequest {
         model: plan.model.to_owned(),
         system,
         messages,
-        tools,
-        tool_choice,
-        parallel_tool_calls,
+        tools: chat_tools.tools,
+        tool_choice: chat_tools.tool_choice,
+        parallel_tool_calls: chat_tools.parallel,
+        allowed_tools: chat_tools.allowed,
         output,
         params: sampling_params(plan.config, call),
-        stream: call.stream.then_some(StreamOptions { include_usage: true }),
+        stream: call.stream.then_some(StreamOptions {
+            include_usage: true,
+            raw_chunks: call.includes.original_response,
+        }),
         extra_body: body_edits(plan, &call.extra_body),
         extra_headers: header_edits(plan, &call.extra_headers),
-        openai_pass_through: pass_through(call),
+        openai_pass_through: pass_through(),
+        retries: RetryScope::Inference,
         ..ModelRequest::default()
     };
     Ok(PreparedCall { request, rules })
@@ -323,11 +342,11 @@ fn effective_json_mode(plan: VariantPlan<'_>, call: &InferenceCall) -> Option<Js
     }
 }
 
-fn output_mode(kind: FunctionKind, json_mode: Option<JsonMode>, schema: Option<&CompiledSchema>) -> OutputMode {
+fn output_mode(json_mode: Option<JsonMode>, schema: Option<&CompiledSchema>) -> OutputMode {
     match (json_mode, schema) {
         (None | Some(JsonMode::Off) | Some(JsonMode::Tool), _) => OutputMode::Text,
         (Some(JsonMode::On), _) => OutputMode::JsonObject,
-        (Some(JsonMode::Strict), Some(schema)) if kind == FunctionKind::Json => OutputMode::JsonSchema {
+        (Some(JsonMode::Strict), Some(schema)) => OutputMode::JsonSchema {
             name: "response".to_owned(),
             description: None,
             schema: Some(schema.value().clone()),
@@ -337,7 +356,38 @@ fn output_mode(kind: FunctionKind, json_mode: Option<JsonMode>, schema: Option<&
     }
 }
 
-type ChatTools = (Vec<ToolDefinition>, Option<ToolChoice>, Option<bool>);
+/// What `json_mode = "on"` adds to the system prompt when the prompt never says "JSON" (OpenAI
+/// refuses `json_object` requests that do not), as TensorZero does.
+pub(crate) const JSON_INSTRUCTION: &str = "Reply in JSON.";
+
+/// With `json_mode = "on"`, the system prompt opens with [`JSON_INSTRUCTION`] unless the system
+/// prompt or a message already mentions JSON (in any case).
+fn with_json_instruction(system: Option<String>, messages: &[Message], json_mode: Option<JsonMode>) -> Option<String> {
+    if json_mode != Some(JsonMode::On) {
+        return system;
+    }
+    let mentions_json = |text: &str| text.to_lowercase().contains("json");
+    let in_messages = messages.iter().flat_map(|m| &m.content).any(|block| match block {
+        ContentBlock::Text { text } => mentions_json(text),
+        ContentBlock::ToolResult { result, .. } => mentions_json(result),
+        _ => false,
+    });
+    match system {
+        Some(system) if mentions_json(&system) || in_messages => Some(system),
+        None if in_messages => None,
+        Some(system) => Some(format!("{JSON_INSTRUCTION}\n\n{system}")),
+        None => Some(JSON_INSTRUCTION.to_owned()),
+    }
+}
+
+/// A chat call's tools: what is offered, the choice, and (with `allowed_tools`) which of them
+/// the model may call.
+struct ChatTools {
+    tools: Vec<ToolDefinition>,
+    tool_choice: Option<ToolChoice>,
+    parallel: Option<bool>,
+    allowed: Option<Vec<String>>,
+}
 
 fn chat_tools(
     functions: &FunctionSet,
@@ -345,11 +395,14 @@ fn chat_tools(
     call: &InferenceCall,
     rules: &mut AnswerRules,
 ) -> Result<ChatTools, FunctionError> {
-    let configured: Vec<String> = match (&call.allowed_tools, plan.function) {
-        (Some(allowed), _) => allowed.clone(),
-        (None, Some(function)) => function.config.tools.clone(),
-        (None, None) => Vec::new(),
-    };
+    // The function's tools, then any other configured tool `allowed_tools` names: all are sent;
+    // `allowed_tools` restricts which the model may call (see `ModelRequest::allowed_tools`).
+    let mut configured: Vec<String> = plan.function.map(|f| f.config.tools.clone()).unwrap_or_default();
+    for name in call.allowed_tools.iter().flatten() {
+        if !configured.contains(name) {
+            configured.push(name.clone());
+        }
+    }
     let mut tools = Vec::new();
     for name in &configured {
         let Some(tool) = functions.tool(name) else {
@@ -412,7 +465,17 @@ fn chat_tools(
         .parallel_tool_calls
         .or_else(|| function_config.and_then(|c| c.parallel_tool_calls))
         .filter(|_| !tools.is_empty());
-    Ok((tools, tool_choice, parallel))
+    let allowed = call.allowed_tools.as_ref().map(|allowed| {
+        let by_config = rules.tools.iter().filter(|t| allowed.contains(&t.name));
+        let additional = call.additional_tools.iter().map(|t| &t.name);
+        by_config.map(|t| &t.provider_name).chain(additional).cloned().collect()
+    });
+    Ok(ChatTools {
+        tools,
+        tool_choice,
+        parallel,
+        allowed,
+    })
 }
 
 fn sampling_params(config: Option<&ChatCompletionConfig>, call: &InferenceCall) -> SamplingParams {
@@ -429,24 +492,30 @@ fn sampling_params(config: Option<&ChatCompletionConfig>, call: &InferenceCall) 
             .clone()
             .or_else(|| config.and_then(|c| c.stop_sequences.clone()))
             .unwrap_or_default(),
+        reasoning_effort: p
+            .reasoning_effort
+            .clone()
+            .or_else(|| config.and_then(|c| c.reasoning_effort.clone())),
+        service_tier: p
+            .service_tier
+            .or(config.and_then(|c| c.service_tier))
+            .map(|tier| tier.as_str().to_owned()),
+        thinking_budget_tokens: p
+            .thinking_budget_tokens
+            .or(config.and_then(|c| c.thinking_budget_tokens)),
+        verbosity: p.verbosity.clone().or_else(|| config.and_then(|c| c.verbosity.clone())),
         ..SamplingParams::default()
     }
 }
 
-/// OpenAI-only parameters the function layer does not model, passed to OpenAI-compatible providers.
-fn pass_through(call: &InferenceCall) -> crate::model::OpenAiPassThrough {
-    let mut pass = crate::model::OpenAiPassThrough::default();
-    let fields = [
-        ("reasoning_effort", &call.params.reasoning_effort),
-        ("service_tier", &call.params.service_tier),
-        ("verbosity", &call.params.verbosity),
-    ];
-    for (name, value) in fields {
-        if let Some(value) = value {
-            pass.fields.insert(name.to_owned(), Value::String(value.clone()));
-        }
+/// What OpenAI-compatible providers get beyond the neutral request: the token cap as
+/// `max_completion_tokens`, as TensorZero's `openai` provider sends it (a provider's
+/// `max_tokens_field` can say otherwise).
+fn pass_through() -> crate::model::OpenAiPassThrough {
+    crate::model::OpenAiPassThrough {
+        max_completion_tokens_spelling: true,
+        ..crate::model::OpenAiPassThrough::default()
     }
-    pass
 }
 
 /// Whether an inference-time edit applies to this variant's call; `Some(provider filter)`.
@@ -502,3 +571,7 @@ fn header_edits(plan: VariantPlan<'_>, request_edits: &[ScopedEdit]) -> Vec<Extr
     }
     entries
 }
+
+#[cfg(test)]
+#[path = "prepare_tests.rs"]
+mod tests;

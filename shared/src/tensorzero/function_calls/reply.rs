@@ -54,7 +54,7 @@ impl InferenceReply {
                 .filter(|call| !call.cached)
                 .map(|call| RawEntry {
                     model_inference_id: call.id,
-                    provider_type: call.provider.clone(),
+                    provider_type: call.response.provider_type.clone(),
                     api_type: "chat_completions".to_owned(),
                     data: data(call),
                 })

@@ -99,9 +99,9 @@ pub struct ChatCompletionParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_tier: Option<String>,
+    pub service_tier: Option<crate::config::functions::ServiceTier>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thinking_budget_tokens: Option<i64>,
+    pub thinking_budget_tokens: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verbosity: Option<String>,
 }

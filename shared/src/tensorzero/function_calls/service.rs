@@ -125,7 +125,7 @@ impl FunctionService {
             }
             failed.insert(plan.variant_name.to_owned());
         }
-        Err(FunctionError::AllVariantsFailed(failures))
+        Err(FunctionError::variants_failed(call.variant_name.is_some(), failures))
     }
 
     /// A streamed answer: variants fall back until one starts streaming (its first chunk within
@@ -156,7 +156,7 @@ impl FunctionService {
             }
             failed.insert(plan.variant_name.to_owned());
         }
-        Err(FunctionError::AllVariantsFailed(failures))
+        Err(FunctionError::variants_failed(call.variant_name.is_some(), failures))
     }
 
     /// A variant's failure as reported, or the error that ends the inference at once (a bad

@@ -64,6 +64,10 @@ pub(crate) struct InferenceChunk {
     pub usage: Option<UsageReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<FinishReason>,
+    /// The provider's chunk as received (`include_original_response`; absent for providers that
+    /// have no wire chunks, such as the dummy, and for cached answers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original_chunk: Option<String>,
 }
 
 /// Turns model chunks into function chunks, remembering each tool call's id.
@@ -137,13 +141,13 @@ impl ChunkTranslator {
                 output_tokens: own.output_tokens + earlier.output_tokens,
             }
         });
+        // A chunk carrying the provider's original is sent even when it has nothing else, as
+        // TensorZero sends one chunk per provider chunk.
+        let original_chunk = chunk.raw_chunk.clone();
+        let worth_sending = usage.is_some() || finish_reason.is_some() || original_chunk.is_some();
         let body = match self.kind {
-            FunctionKind::Chat if !content.is_empty() || usage.is_some() || finish_reason.is_some() => {
-                ChunkBody::Chat { content }
-            }
-            FunctionKind::Json if !raw.is_empty() || usage.is_some() || finish_reason.is_some() => {
-                ChunkBody::Json { raw }
-            }
+            FunctionKind::Chat if !content.is_empty() || worth_sending => ChunkBody::Chat { content },
+            FunctionKind::Json if !raw.is_empty() || worth_sending => ChunkBody::Json { raw },
             _ => return None,
         };
         Some(InferenceChunk {
@@ -153,6 +157,7 @@ impl ChunkTranslator {
             body,
             usage,
             finish_reason,
+            original_chunk,
         })
     }
 
@@ -225,16 +230,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn chat_chunks_carry_ids_and_tool_call_ids_persist() {
-        let mut translator = ChunkTranslator::new(
+    /// A chat function's translator, as for variant `v`.
+    fn chat_translator() -> ChunkTranslator {
+        ChunkTranslator::new(
             Uuid::nil(),
             Uuid::nil(),
             "v".into(),
             FunctionKind::Chat,
             &AnswerRules::default(),
             false,
-        );
+        )
+    }
+
+    #[test]
+    fn chat_chunks_carry_ids_and_tool_call_ids_persist() {
+        let mut translator = chat_translator();
         let text = translator
             .translate(&chunk(vec![ChunkBlock::Text { text: "hi".into() }]))
             .unwrap();
@@ -278,5 +288,20 @@ mod tests {
             .translate(&chunk(vec![ChunkBlock::Text { text: "{\"a\"".into() }]))
             .unwrap();
         assert_eq!(serde_json::to_value(piece).unwrap()["raw"], "{\"a\"");
+    }
+
+    #[test]
+    fn a_kept_provider_chunk_rides_along_as_original_chunk() {
+        let mut translator = chat_translator();
+        let plain =
+            serde_json::to_value(translator.translate(&chunk(vec![ChunkBlock::Text { text: "a".into() }]))).unwrap();
+        assert!(plain.get("original_chunk").is_none());
+        // Even a chunk with nothing else to say is sent when it carries the original.
+        let empty = ModelChunk {
+            raw_chunk: Some(r#"{"choices":[]}"#.into()),
+            ..chunk(Vec::new())
+        };
+        let sent = serde_json::to_value(translator.translate(&empty).unwrap()).unwrap();
+        assert_eq!(sent["original_chunk"], json!(r#"{"choices":[]}"#));
     }
 }

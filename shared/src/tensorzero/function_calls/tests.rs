@@ -116,6 +116,8 @@ fn hello(function: &str) -> Value {
 enum Outcome {
     NotFound,
     Failed(Option<FailureKind>),
+    /// The pinned variant failed: its own error.
+    PinnedFailed(FailureKind),
     Other,
 }
 
@@ -125,6 +127,7 @@ fn status(error: FunctionError) -> Outcome {
             Outcome::NotFound
         }
         FunctionError::AllVariantsFailed(_) => Outcome::Failed(error.uniform_failure()),
+        FunctionError::PinnedVariantFailed(failure) => Outcome::PinnedFailed(failure.kind),
         _ => Outcome::Other,
     }
 }
@@ -166,7 +169,7 @@ async fn a_failed_candidate_falls_back_and_a_pin_does_not() {
         .infer(&ProjectId::new("p"), &call(&service, pinned))
         .await
         .unwrap_err();
-    assert_eq!(status(error), Outcome::Failed(Some(FailureKind::Provider)));
+    assert_eq!(status(error), Outcome::PinnedFailed(FailureKind::Provider));
     let mut unknown = hello("falls_back");
     unknown["variant_name"] = json!("nope");
     assert_eq!(
@@ -414,4 +417,38 @@ fn from_record_reads_usage_and_finish_reason_and_refuses_a_record_that_does_not_
         ..record
     };
     assert!(InferenceReply::from_record(&odd_finish).is_err());
+}
+
+#[tokio::test]
+async fn edits_scoped_to_a_missing_model_or_provider_are_refused() {
+    let service = service();
+    let with_edit = |edit: Value| {
+        let mut body = hello("weighted");
+        body["extra_body"] = json!([edit]);
+        call(&service, body)
+    };
+    for (edit, names) in [
+        (json!({"model_name": "nope", "pointer": "/a", "value": 1}), "nope"),
+        (
+            json!({"model_name": "good", "provider_name": "x", "pointer": "/a", "value": 1}),
+            "`x`",
+        ),
+        (
+            json!({"model_name": "dummy::b", "provider_name": "openai", "pointer": "/a", "value": 1}),
+            "openai",
+        ),
+    ] {
+        let error = service.checks().check(&with_edit(edit)).unwrap_err();
+        assert!(
+            matches!(&error, FunctionError::InvalidRequest(m) if m.contains(names)),
+            "{error:?}"
+        );
+    }
+    for edit in [
+        json!({"model_name": "good", "provider_name": "d", "pointer": "/a", "value": 1}),
+        json!({"model_name": "dummy::b", "provider_name": "dummy", "pointer": "/a", "value": 1}),
+        json!({"model_name": "bad", "pointer": "/a", "value": 1}),
+    ] {
+        service.checks().check(&with_edit(edit)).unwrap();
+    }
 }

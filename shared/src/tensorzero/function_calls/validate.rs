@@ -148,14 +148,9 @@ impl InferenceRequest {
             "dynamic variant configurations",
         )?;
         let params = self.params.map(|p| p.chat_completion).unwrap_or_default();
-        refuse_unsupported(
-            "params.chat_completion.thinking_budget_tokens",
-            params.thinking_budget_tokens.is_some(),
-            "thinking budgets",
-        )?;
         let stream = self.stream.unwrap_or(false);
+        // `include_original_response` puts each provider chunk on its chunk (`original_chunk`).
         for (field, asked) in [
-            ("include_original_response", self.include_original_response),
             ("include_raw_response", self.include_raw_response),
             ("include_raw_usage", self.include_raw_usage),
         ] {
@@ -166,6 +161,11 @@ impl InferenceRequest {
             )?;
         }
         let dryrun = self.dryrun.unwrap_or(false);
+        let tags = self.tags.unwrap_or_default();
+        let internal = self.internal.unwrap_or(false);
+        if let Some(message) = crate::tensorzero::tags::reserved_tag_error(&tags, internal) {
+            return Err(FunctionError::invalid(message));
+        }
         let additional_tools = self
             .additional_tools
             .unwrap_or_default()
@@ -187,10 +187,10 @@ impl InferenceRequest {
             episode_id,
             variant_name: self.variant_name,
             params,
-            tags: self.tags.unwrap_or_default(),
+            tags,
             dryrun,
             stream,
-            internal: self.internal.unwrap_or(false),
+            internal,
             additional_tools,
             allowed_tools: self.allowed_tools,
             tool_choice: self.tool_choice,
@@ -411,7 +411,11 @@ mod tests {
 
     #[test]
     fn raw_provider_data_is_refused_for_streams_only() {
-        for field in ["include_original_response", "include_raw_response", "include_raw_usage"] {
+        let mut original = client_body();
+        original["include_original_response"] = json!(true);
+        original["stream"] = json!(true);
+        assert!(call(original).unwrap().includes.original_response);
+        for field in ["include_raw_response", "include_raw_usage"] {
             let mut body = client_body();
             body[field] = json!(true);
             assert!(call(body.clone()).is_ok(), "{field}");
@@ -419,6 +423,16 @@ mod tests {
             let message = call(body).unwrap_err().to_string();
             assert!(message.contains(field), "{message}");
         }
+    }
+
+    #[test]
+    fn reserved_tags_are_refused_unless_internal() {
+        let mut body = client_body();
+        body["tags"] = json!({"tensorzero::evaluation": "x"});
+        let message = call(body.clone()).unwrap_err().to_string();
+        assert!(message.contains("tensorzero::evaluation"), "{message}");
+        body["internal"] = json!(true);
+        assert!(call(body).is_ok());
     }
 
     #[test]

@@ -103,7 +103,10 @@ async fn streaming_asks_for_a_stream() {
     for schema in [LmiSchema::RollingBatch, LmiSchema::TgiCompat, LmiSchema::DynamicBatch] {
         let transport = FakeTransport::streaming(&[r#"{"token": {"id": 1, "text": "x"}, "generated_text": "x"}"#]);
         let mut request = user("Hi");
-        request.stream = Some(StreamOptions { include_usage: true });
+        request.stream = Some(StreamOptions {
+            include_usage: true,
+            ..StreamOptions::default()
+        });
         let stream = provider(schema, transport.clone())
             .chat_stream(&request, ctx())
             .await

@@ -151,5 +151,7 @@ pub(crate) fn simulated_chunk(result: &InferenceResult) -> Result<InferenceChunk
         body,
         usage: Some(UsageReport::from(&result.usage)),
         finish_reason: result.finish_reason,
+        // The answer was not streamed: there is no provider chunk to pass on.
+        original_chunk: None,
     })
 }
