@@ -5,6 +5,7 @@ mod batch;
 mod check_config;
 mod config_file;
 mod dev_webhook_secret;
+mod dicl;
 mod keys;
 mod serve;
 mod webhook_secrets;
@@ -53,6 +54,9 @@ enum Command {
     /// Submit, watch, fetch, list and cancel batches on Nimbus or any OpenAI-compatible Batch API
     /// (`--base-url`/`OPENAI_BASE_URL`, `--api-key`/`OPENAI_API_KEY`), with progress bars.
     Batch(batch::BatchArgs),
+    /// Build DICL variants' examples on a running gateway (`POST /dicl/build`).
+    #[command(subcommand)]
+    Dicl(dicl::DiclCommand),
     /// Check a configuration file and print its models.
     CheckConfig {
         /// Default: `infra/config/nimbus.toml` under the current directory, else the built-in one.
@@ -78,6 +82,7 @@ async fn admin(command: Command) -> anyhow::Result<()> {
         Command::WebhookSecrets(command) => webhook_secrets::run(command).await,
         Command::Sweep(args) => serve::sweep_once(args).await,
         Command::Poll(args) => serve::poll_once(args).await,
+        Command::Dicl(command) => dicl::run(command).await,
         Command::Openapi => {
             println!("{}", nimbus_shared::http::openapi_document::document_json());
             Ok(())

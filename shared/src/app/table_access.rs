@@ -81,7 +81,7 @@ impl LambdaFunction {
             // no batch, file or async record.
             Self::Inference => TableAccess {
                 reads: &[AUTH],
-                writes: &[&["inference", "model_cache", "feedback"]],
+                writes: &[&["inference", "function_inference", "model_cache", "feedback"]],
             },
             Self::Files => TableAccess {
                 reads: &[AUTH],
@@ -105,7 +105,7 @@ impl LambdaFunction {
                     BATCH_WORK,
                     ASYNC_WORK,
                     SCHEDULE,
-                    &["inference", "model_cache", "webhook_delivery"],
+                    &["inference", "function_inference", "model_cache", "webhook_delivery"],
                 ],
             },
             // The scheduler's pass: files sweep, batch recovery and expiry, due async work and
@@ -117,7 +117,7 @@ impl LambdaFunction {
                     BATCH_WORK,
                     ASYNC_WORK,
                     SCHEDULE,
-                    &["inference", "webhook_delivery"],
+                    &["inference", "function_inference", "webhook_delivery"],
                 ],
             },
         }

@@ -4,6 +4,7 @@
 use super::extras::{check_extra_body, check_extra_headers};
 use super::functions::{
     CandidateVariants, ChatCompletionConfig, ExperimentationConfig, FunctionConfig, FunctionKind, ToolChoice,
+    VariantConfig,
 };
 use super::shorthand::{resolve_model, ModelLookupError};
 use super::{ConfigError, ModelConfig, ToolConfig};
@@ -54,7 +55,14 @@ impl FunctionConfig {
         for (variant_name, variant) in &self.variants {
             let variant_key = format!("{key}.variants.{variant_name}");
             check_name(&variant_key, variant_name, "variant")?;
-            let variant = variant.chat_completion();
+            let variant = match variant {
+                VariantConfig::ChatCompletion(config) => config,
+                VariantConfig::ExperimentalDynamicInContextLearning(config) => {
+                    // It writes its own prompt: no templates, so the schemas need none.
+                    config.validate(&variant_key, self.kind, context)?;
+                    continue;
+                }
+            };
             variant.validate(&variant_key, self.kind, context)?;
             for schema in &schema_names {
                 if !variant.template_paths().iter().any(|(n, _, _)| n == schema) {
@@ -134,7 +142,7 @@ impl FunctionConfig {
 
     fn check_sampling(&self, key: &str) -> Result<(), ConfigError> {
         for (variant_name, variant) in &self.variants {
-            let Some(weight) = variant.chat_completion().weight else {
+            let Some(weight) = variant.weight() else {
                 continue;
             };
             let weight_key = format!("{key}.variants.{variant_name}.weight");
@@ -211,18 +219,30 @@ impl FunctionConfig {
     }
 }
 
-impl ChatCompletionConfig {
-    fn validate(&self, key: &str, kind: FunctionKind, context: &FunctionContext<'_>) -> Result<(), ConfigError> {
-        if let Err(err) = resolve_model(context.models, &self.model) {
+/// `name` must be a `[models.M]` name or a `provider::model` shorthand (`key` names the field).
+pub(super) fn check_model(context: &FunctionContext<'_>, key: &str, name: &str) -> Result<(), ConfigError> {
+    match resolve_model(context.models, name) {
+        Ok(_) => Ok(()),
+        Err(err) => {
             let message = match err {
-                ModelLookupError::UnknownModel(_) => format!(
-                    "model `{}` is not defined in [models] and is not a `provider::model` shorthand",
-                    self.model
-                ),
+                ModelLookupError::UnknownModel(_) => {
+                    format!("model `{name}` is not defined in [models] and is not a `provider::model` shorthand")
+                }
                 other => other.to_string(),
             };
-            return Err(ConfigError::invalid(format!("{key}.model"), message));
+            Err(ConfigError::invalid(key, message))
         }
+    }
+}
+
+impl ChatCompletionConfig {
+    pub(super) fn validate(
+        &self,
+        key: &str,
+        kind: FunctionKind,
+        context: &FunctionContext<'_>,
+    ) -> Result<(), ConfigError> {
+        check_model(context, &format!("{key}.model"), &self.model)?;
         let mut seen = BTreeSet::new();
         for (template, suffix, path) in self.template_paths() {
             check_path(format!("{key}.{suffix}"), path)?;

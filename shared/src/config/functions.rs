@@ -2,6 +2,7 @@
 //! TOML. Paths to templates and schemas are kept as written (relative to the config file); the
 //! function layer (`crate::tensorzero`) reads and compiles them.
 
+pub use super::dicl::DiclConfig;
 /// Variants share the entry types with providers.
 pub(crate) use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
 /// `none`, `auto`, `required` or `{ specific = "tool" }`: the model request's own type.
@@ -59,17 +60,36 @@ pub struct PathEntry {
     pub path: String,
 }
 
-/// A variant; `type` selects the kind (only `chat_completion` today).
+/// A variant; `type` selects the kind.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum VariantConfig {
     ChatCompletion(ChatCompletionConfig),
+    ExperimentalDynamicInContextLearning(DiclConfig),
 }
 
 impl VariantConfig {
-    pub fn chat_completion(&self) -> &ChatCompletionConfig {
+    /// The legacy sampling weight.
+    pub fn weight(&self) -> Option<f64> {
         match self {
-            Self::ChatCompletion(config) => config,
+            Self::ChatCompletion(config) => config.weight,
+            Self::ExperimentalDynamicInContextLearning(config) => config.weight,
+        }
+    }
+
+    /// The files the variant reads: `(key path suffix, file path)`.
+    pub(crate) fn file_paths(&self) -> Vec<(String, &str)> {
+        match self {
+            Self::ChatCompletion(config) => config
+                .template_paths()
+                .into_iter()
+                .map(|(_, suffix, path)| (suffix, path))
+                .collect(),
+            Self::ExperimentalDynamicInContextLearning(config) => config
+                .system_instructions
+                .iter()
+                .map(|path| ("system_instructions".to_owned(), path.as_str()))
+                .collect(),
         }
     }
 }

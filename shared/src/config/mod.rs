@@ -23,6 +23,7 @@ mod async_requests;
 mod batches;
 mod cache;
 mod credentials;
+mod dicl;
 mod extras;
 mod files;
 mod function_checks;
@@ -41,6 +42,7 @@ pub(crate) use async_requests::{AsyncRequestsConfig, WebhooksConfig};
 pub(crate) use batches::BatchesConfig;
 pub(crate) use cache::{CacheConfig, CacheMode};
 pub(crate) use credentials::CredentialLocation;
+pub(crate) use dicl::DEFAULT_SYSTEM_INSTRUCTIONS;
 pub(crate) use extras::{ExtraBodyEntry, ExtraHeaderEntry};
 pub(crate) use files::normalise_config_path;
 #[cfg(feature = "aws")]

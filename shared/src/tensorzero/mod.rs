@@ -3,6 +3,7 @@
 //! [`crate::app::load_config`]; the `/inference` endpoint reads it.
 
 pub mod batch_request;
+pub mod dicl;
 pub mod feedback;
 pub mod function_calls;
 pub(crate) mod openai_compat;
@@ -15,9 +16,11 @@ pub(crate) use schemas::CompiledSchema;
 pub use templates::TemplateInput;
 pub(crate) use templates::{TemplateError, TemplateSet};
 
-use crate::config::functions::{ChatCompletionConfig, FunctionConfig, FunctionKind, JsonMode};
+use crate::config::functions::{ChatCompletionConfig, FunctionConfig, FunctionKind, JsonMode, VariantConfig};
+use crate::config::DEFAULT_SYSTEM_INSTRUCTIONS;
 use crate::config::{normalise_config_path, Config, ConfigError, ToolConfig};
 use crate::user_text::excerpt;
+use dicl::DiclSettings;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -41,7 +44,7 @@ pub struct Function {
     policy: VariantPolicy,
 }
 
-/// One `chat_completion` variant.
+/// One variant: a `chat_completion`, or a DICL variant whose generation call is one.
 #[derive(Debug)]
 pub struct Variant {
     pub name: String,
@@ -49,6 +52,8 @@ pub struct Variant {
     /// The effective json mode: the configured one, `strict` by default for json functions,
     /// `None` for chat functions.
     pub json_mode: Option<JsonMode>,
+    /// A DICL variant's retrieval settings (`config` is then its generation call).
+    pub dicl: Option<Arc<DiclSettings>>,
 }
 
 /// One `[tools.T]`, its parameters schema compiled.
@@ -129,22 +134,36 @@ impl FunctionSet {
         };
         let mut variants = BTreeMap::new();
         for (variant_name, variant) in &config.variants {
-            let variant = variant.chat_completion();
-            for (template, suffix, path) in variant.template_paths() {
-                let template_key = format!("{key}.variants.{variant_name}.{suffix}");
-                let source = files.text(&template_key, path)?.to_owned();
-                self.templates
-                    .add(name, variant_name, &template, source)
-                    .map_err(|e| ConfigError::invalid(&template_key, format!("`{path}`: {e}")))?;
-            }
+            let variant_key = format!("{key}.variants.{variant_name}");
+            let (variant, dicl) = match variant {
+                VariantConfig::ChatCompletion(variant) => {
+                    for (template, suffix, path) in variant.template_paths() {
+                        let template_key = format!("{variant_key}.{suffix}");
+                        let source = files.text(&template_key, path)?.to_owned();
+                        self.templates
+                            .add(name, variant_name, &template, source)
+                            .map_err(|e| ConfigError::invalid(&template_key, format!("`{path}`: {e}")))?;
+                    }
+                    (variant.clone(), None)
+                }
+                VariantConfig::ExperimentalDynamicInContextLearning(dicl) => {
+                    let instructions = match &dicl.system_instructions {
+                        Some(path) => files.text(&format!("{variant_key}.system_instructions"), path)?,
+                        None => DEFAULT_SYSTEM_INSTRUCTIONS,
+                    };
+                    let settings = DiclSettings::new(dicl, instructions.to_owned());
+                    (dicl.generation(), Some(Arc::new(settings)))
+                }
+            };
             let json_mode = match config.kind {
                 FunctionKind::Json => Some(variant.json_mode.unwrap_or(JsonMode::Strict)),
                 FunctionKind::Chat => None,
             };
             let compiled = Variant {
                 name: variant_name.clone(),
-                config: variant.clone(),
+                config: variant,
                 json_mode,
+                dicl,
             };
             variants.insert(variant_name.clone(), compiled);
         }

@@ -45,7 +45,7 @@ impl VariantPolicy {
         let weights: Vec<(&String, Option<f64>)> = config
             .variants
             .iter()
-            .map(|(name, variant)| (name, variant.chat_completion().weight))
+            .map(|(name, variant)| (name, variant.weight()))
             .collect();
         if weights.iter().all(|(_, weight)| weight.is_none()) {
             return Self::new(weights.iter().map(|(n, _)| ((*n).clone(), 1.0)).collect(), Vec::new());

@@ -51,6 +51,13 @@ impl FunctionChecks {
                 ))
             })?,
         };
+        if variant.dicl.is_some() {
+            return Err(FunctionError::invalid(format!(
+                "Variant `{}` of function `{}` is of type `experimental_dynamic_in_context_learning`, which batch inference does not support",
+                excerpt(&variant.name),
+                excerpt(function)
+            )));
+        }
         Ok(BatchVariant {
             name: variant.name.clone(),
             model: variant.config.model.clone(),
@@ -174,6 +181,7 @@ impl FunctionService {
             usage: &usage,
             finish_reason,
             model_call,
+            before: &[],
             processing_time: started.elapsed(),
         })
     }

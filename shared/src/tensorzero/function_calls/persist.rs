@@ -43,6 +43,8 @@ pub struct Finished<'a> {
     pub usage: &'a ModelUsage,
     pub finish_reason: Option<FinishReason>,
     pub model_call: &'a ModelCall,
+    /// Model calls made before `model_call` (a DICL variant's embedding), recorded first.
+    pub before: &'a [ModelCallRecord],
     pub processing_time: Duration,
 }
 
@@ -137,22 +139,27 @@ impl InferencePersistence {
             cached: call.cached,
             created_at: rfc3339(now),
             timestamp: now,
-            model_calls: vec![ModelCallRecord {
-                id: call.id,
-                model_name: call.model.clone(),
-                provider_name: response.provider_name.clone(),
-                raw_request: response.raw_request.clone().unwrap_or_default(),
-                raw_response: response.raw_response.clone().unwrap_or_default(),
-                usage: token_usage(&response.usage),
-                response_time_ms: millis(call.latency),
-                ttft_ms: call.ttft.map(millis),
-                cached: call.cached,
-                finish_reason: response
-                    .choices
-                    .first()
-                    .and_then(|c| c.finish_reason)
-                    .map(finish_reason_name),
-            }],
+            model_calls: f
+                .before
+                .iter()
+                .cloned()
+                .chain([ModelCallRecord {
+                    id: call.id,
+                    model_name: call.model.clone(),
+                    provider_name: response.provider_name.clone(),
+                    raw_request: response.raw_request.clone().unwrap_or_default(),
+                    raw_response: response.raw_response.clone().unwrap_or_default(),
+                    usage: token_usage(&response.usage),
+                    response_time_ms: millis(call.latency),
+                    ttft_ms: call.ttft.map(millis),
+                    cached: call.cached,
+                    finish_reason: response
+                        .choices
+                        .first()
+                        .and_then(|c| c.finish_reason)
+                        .map(finish_reason_name),
+                }])
+                .collect(),
         }
     }
 }

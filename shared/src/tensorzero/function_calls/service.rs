@@ -7,7 +7,7 @@ use super::error::{FailureKind, FunctionError, VariantFailure};
 use super::model_call::ModelCall;
 use super::output::{function_output, FunctionOutput};
 use super::persist::{Finished, InferencePersistence};
-use super::prepare::{prepare, PreparedCall};
+use super::prepare::{prepare, prepare_written, PreparedCall, VariantPlan};
 use super::stream::{ChunkTranslator, InferenceChunk};
 use super::streaming::{function_chunks, StartedModelStream, StreamFinish};
 use super::validate::InferenceCall;
@@ -15,10 +15,13 @@ use crate::backoff::{Backoff, Jitter};
 use crate::config::functions::{ChatCompletionConfig, FunctionKind};
 use crate::inference::{InferenceError, InferenceService};
 use crate::model::{FinishReason, ModelUsage};
+use crate::ports::inference_records::ModelCallRecord;
 use crate::ports::{CacheKey, IdSource, ProjectId};
 use crate::providers::router::RoutingError;
 use crate::providers::ProviderError;
+use crate::tensorzero::dicl::{self, LoadedSets, RetrievalTarget, RetrieveError};
 use crate::tensorzero::FunctionSet;
+use crate::user_text::excerpt;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use std::collections::BTreeSet;
@@ -60,6 +63,8 @@ pub struct FunctionService {
     checks: FunctionChecks,
     inference: Arc<InferenceService>,
     persistence: InferencePersistence,
+    /// DICL variants' examples, as this instance holds them.
+    dicl_sets: Arc<LoadedSets>,
 }
 
 impl FunctionService {
@@ -68,12 +73,14 @@ impl FunctionService {
         inference: Arc<InferenceService>,
         persistence: InferencePersistence,
         ids: Arc<dyn IdSource>,
+        dicl_sets: Arc<LoadedSets>,
     ) -> Self {
         let checks = FunctionChecks::new(functions, Arc::clone(&persistence.clock), ids);
         Self {
             checks,
             inference,
             persistence,
+            dicl_sets,
         }
     }
 
@@ -94,6 +101,11 @@ impl FunctionService {
         self.checks.new_id()
     }
 
+    /// DICL variants' examples as this instance holds them (a build drops what it replaced).
+    pub fn dicl_sets(&self) -> Arc<LoadedSets> {
+        Arc::clone(&self.dicl_sets)
+    }
+
     pub(super) fn persistence(&self) -> &InferencePersistence {
         &self.persistence
     }
@@ -110,16 +122,22 @@ impl FunctionService {
         let mut failed = BTreeSet::new();
         let mut failures = Vec::new();
         while let Some(plan) = self.checks.next_plan(target, call, &failed) {
-            let prepared = prepare(self.functions(), plan, call)?;
+            let Some((prepared, before)) = self
+                .prepare_plan(project, plan, call, &mut failures, &mut failed)
+                .await?
+            else {
+                continue;
+            };
             match self.call_with_retries(project, plan.config, &prepared, call).await {
                 Ok(model_call) => {
                     let choice = model_call.response.choices.first();
                     let output = function_output(plan.kind, choice, &prepared.rules);
-                    let usage = if model_call.cached {
+                    let mut usage = if model_call.cached {
                         ModelUsage::default()
                     } else {
                         model_call.response.usage.clone()
                     };
+                    usage.input_tokens += before.usage.input_tokens;
                     let result = InferenceResult {
                         inference_id,
                         episode_id: call.episode_id,
@@ -144,6 +162,7 @@ impl FunctionService {
                         usage: &result.usage,
                         finish_reason: result.finish_reason,
                         model_call: &result.model_call,
+                        before: &before.calls,
                         processing_time: result.processing_time,
                     });
                     return Ok(result);
@@ -244,7 +263,12 @@ impl FunctionService {
         let mut failed = BTreeSet::new();
         let mut failures = Vec::new();
         while let Some(plan) = self.checks.next_plan(target, call, &failed) {
-            let prepared = prepare(self.functions(), plan, call)?;
+            let Some((prepared, before)) = self
+                .prepare_plan(project, plan, call, &mut failures, &mut failed)
+                .await?
+            else {
+                continue;
+            };
             let timeouts = plan
                 .config
                 .and_then(|c| c.timeouts.as_ref())
@@ -269,7 +293,8 @@ impl FunctionService {
                         plan.kind,
                         &prepared.rules,
                         cached.is_some(),
-                    );
+                    )
+                    .with_added_usage(&before.usage);
                     let deadline = timeouts
                         .total_ms
                         .map(|ms| tokio::time::Instant::from_std(started) + Duration::from_millis(ms));
@@ -290,6 +315,7 @@ impl FunctionService {
                         ttft: started.elapsed(),
                         provider_name: started_stream.provider_name,
                         raw_request: started_stream.raw_request,
+                        before,
                     };
                     return Ok(InferenceStream {
                         function_name: target.name().to_owned(),
@@ -318,6 +344,89 @@ impl FunctionService {
             }
         }
         Err(FunctionError::AllVariantsFailed(failures))
+    }
+
+    /// A variant's prepared call, and what ran before it (a DICL variant's embedding step). A
+    /// request error ends the inference; a variant failure is added to `failures` and `failed`
+    /// (`None`: try the next variant).
+    async fn prepare_plan(
+        &self,
+        project: &ProjectId,
+        plan: VariantPlan<'_>,
+        call: &InferenceCall,
+        failures: &mut Vec<VariantFailure>,
+        failed: &mut BTreeSet<String>,
+    ) -> Result<Option<(PreparedCall, BeforeCall)>, FunctionError> {
+        match self.plan_step(project, plan, call).await? {
+            Ok(planned) => Ok(Some(planned)),
+            Err(failure) => {
+                failures.push(failure);
+                failed.insert(plan.variant_name.to_owned());
+                Ok(None)
+            }
+        }
+    }
+
+    async fn plan_step(
+        &self,
+        project: &ProjectId,
+        plan: VariantPlan<'_>,
+        call: &InferenceCall,
+    ) -> Result<Result<(PreparedCall, BeforeCall), VariantFailure>, FunctionError> {
+        let settings = plan
+            .function
+            .and_then(|f| f.variant(plan.variant_name).ok())
+            .and_then(|v| v.dicl.as_ref());
+        let Some(settings) = settings else {
+            return Ok(Ok((prepare(self.functions(), plan, call)?, BeforeCall::default())));
+        };
+        if !call.extra_body.is_empty() {
+            return Err(FunctionError::invalid(format!(
+                "`extra_body` cannot be given at inference time for variant `{}`: it is of type `experimental_dynamic_in_context_learning`",
+                excerpt(plan.variant_name)
+            )));
+        }
+        let target = RetrievalTarget {
+            project,
+            function_name: plan.function_name,
+            variant_name: plan.variant_name,
+            kind: plan.kind,
+        };
+        let call_id = self.checks.new_id();
+        match dicl::retrieve(
+            &self.inference,
+            &self.dicl_sets,
+            settings,
+            target,
+            &call.input,
+            &call.credentials,
+            call_id,
+        )
+        .await
+        {
+            Ok(retrieved) => {
+                let prompt = &retrieved.prompt;
+                let prepared = prepare_written(self.functions(), plan, call, prompt.system.clone(), &prompt.messages)?;
+                let before = BeforeCall {
+                    calls: vec![retrieved.embedding_call],
+                    usage: retrieved.usage,
+                };
+                Ok(Ok((prepared, before)))
+            }
+            Err(RetrieveError::Input(error)) => Err(FunctionError::invalid(error.to_string())),
+            Err(error) => {
+                let kind = match &error {
+                    RetrieveError::Embedding(InferenceError::Routing(routing)) => FailureKind::from(routing),
+                    RetrieveError::Embedding(_) => FailureKind::Client,
+                    _ => FailureKind::Provider,
+                };
+                Ok(Err(VariantFailure {
+                    variant: plan.variant_name.to_owned(),
+                    kind,
+                    message: error.to_string(),
+                }))
+            }
+        }
     }
 
     /// The stream and its first chunk, or why it did not start.
@@ -364,6 +473,14 @@ impl FunctionService {
             None => start.await.map_err(|e| variant_failure(e.as_ref(), None)),
         }
     }
+}
+
+/// Model calls a variant made before its generation call (a DICL variant's embedding), recorded
+/// first among the inference's model inferences, and their tokens.
+#[derive(Debug, Clone, Default)]
+pub(super) struct BeforeCall {
+    pub calls: Vec<ModelCallRecord>,
+    pub usage: ModelUsage,
 }
 
 /// A variant failure from a model error (`None`: the variant's timeout passed).

@@ -77,6 +77,8 @@ pub(crate) struct ChunkTranslator {
     tool_call_ids: BTreeMap<u32, String>,
     /// When set, usage reports zero tokens (a cached answer).
     zero_usage: bool,
+    /// Tokens of calls made before the model call (a DICL variant's embedding), added to usage.
+    added: UsageReport,
 }
 
 impl ChunkTranslator {
@@ -96,7 +98,17 @@ impl ChunkTranslator {
             json_tool: rules.json_tool,
             tool_call_ids: BTreeMap::new(),
             zero_usage,
+            added: UsageReport {
+                input_tokens: 0,
+                output_tokens: 0,
+            },
         }
+    }
+
+    /// Add `usage` to the usage the stream reports.
+    pub(crate) fn with_added_usage(mut self, usage: &ModelUsage) -> Self {
+        self.added = UsageReport::from(usage);
+        self
     }
 
     /// The function chunk for a model chunk; `None` when it carries nothing to send.
@@ -111,13 +123,17 @@ impl ChunkTranslator {
             }
         }
         let usage = chunk.usage.as_ref().map(|usage| {
-            if self.zero_usage {
+            let model = if self.zero_usage {
                 UsageReport {
                     input_tokens: 0,
                     output_tokens: 0,
                 }
             } else {
                 UsageReport::from(usage)
+            };
+            UsageReport {
+                input_tokens: model.input_tokens + self.added.input_tokens,
+                output_tokens: model.output_tokens + self.added.output_tokens,
             }
         });
         let body = match self.kind {

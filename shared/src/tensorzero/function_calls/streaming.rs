@@ -6,6 +6,7 @@ use super::model_call::ModelCall;
 use super::output::function_output;
 use super::persist::{Finished, InferencePersistence};
 use super::prepare::PreparedCall;
+use super::service::BeforeCall;
 use super::stream::{ChunkTranslator, InferenceChunk};
 use super::validate::InferenceCall;
 use crate::config::functions::FunctionKind;
@@ -56,6 +57,8 @@ pub(super) struct StreamFinish {
     pub ttft: Duration,
     pub provider_name: String,
     pub raw_request: Option<String>,
+    /// What ran before the model call (a DICL variant's embedding).
+    pub before: BeforeCall,
 }
 
 impl StreamFinish {
@@ -69,11 +72,12 @@ impl StreamFinish {
         let choice = response.choices.first();
         let output = function_output(self.kind, choice, &self.prepared.rules);
         let finish_reason = choice.and_then(|c| c.finish_reason);
-        let usage = if self.cached {
+        let mut usage = if self.cached {
             ModelUsage::default()
         } else {
             response.usage.clone()
         };
+        usage.input_tokens += self.before.usage.input_tokens;
         let processing_time = self.started.elapsed();
         let model_call = ModelCall {
             id: self.model_call_id,
@@ -96,6 +100,7 @@ impl StreamFinish {
             usage: &usage,
             finish_reason,
             model_call: &model_call,
+            before: &self.before.calls,
             processing_time,
         });
     }
