@@ -28,9 +28,14 @@ pub fn summary(loaded: &LoadedConfig) -> String {
                 None if policy.fallbacks().contains(&variant.name) => "fallback".to_owned(),
                 None => "pinned only".to_owned(),
             };
+            let dicl = variant
+                .dicl
+                .as_ref()
+                .map(|d| format!(", DICL: embedding_model {}, k {}", d.embedding_model, d.k))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  variant {}: model {} ({role})",
+                "  variant {}: model {} ({role}{dicl})",
                 variant.name, variant.config.model
             );
         }

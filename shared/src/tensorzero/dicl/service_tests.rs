@@ -47,6 +47,28 @@ model = "dummy::gen"
 k = 1
 json_mode = "strict"
 
+[models.slow_embed]
+routing = ["d"]
+[models.slow_embed.providers.d]
+type = "dummy"
+latency_ms = 400
+
+[functions.patient]
+type = "chat"
+[functions.patient.experimentation]
+type = "static"
+candidate_variants = ["slow"]
+fallback_variants = ["plain"]
+[functions.patient.variants.slow]
+type = "experimental_dynamic_in_context_learning"
+embedding_model = "slow_embed"
+model = "dummy::gen"
+k = 1
+timeouts = { non_streaming = { total_ms = 50 } }
+[functions.patient.variants.plain]
+type = "chat_completion"
+model = "dummy::gen"
+
 [tools.lookup]
 description = "Look something up"
 parameters = "lookup.json"
@@ -455,4 +477,27 @@ async fn examples_exist_until_appended_or_replaced_and_demonstrations_replace_ou
         .await
         .unwrap_err();
     assert!(other.to_string().contains("no stored inference"), "{other}");
+}
+
+#[tokio::test]
+async fn the_variant_timeout_bounds_the_embedding_and_the_next_variant_answers() {
+    let stack = stack();
+    let mut body = asking("patient", "slow", "hi");
+    let pinned = stack
+        .service
+        .infer(&project(), &call(&stack.service, body.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        pinned.uniform_failure(),
+        Some(crate::tensorzero::function_calls::FailureKind::Timeout),
+        "{pinned}"
+    );
+    body["variant_name"] = Value::Null;
+    let fell_back = stack
+        .service
+        .infer(&project(), &call(&stack.service, body))
+        .await
+        .unwrap();
+    assert_eq!(fell_back.variant_name, "plain");
 }

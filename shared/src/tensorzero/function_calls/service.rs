@@ -393,7 +393,7 @@ impl FunctionService {
             kind: plan.kind,
         };
         let call_id = self.checks.new_id();
-        match dicl::retrieve(
+        let step = dicl::retrieve(
             &self.inference,
             &self.dicl_sets,
             settings,
@@ -401,9 +401,28 @@ impl FunctionService {
             &call.input,
             &call.credentials,
             call_id,
-        )
-        .await
-        {
+        );
+        // The variant's timeout (total, or time to first token when streamed) bounds this step too.
+        let timeouts = plan.config.and_then(|c| c.timeouts.as_ref());
+        let limit = match call.stream {
+            true => timeouts.and_then(|t| t.streaming.as_ref()).and_then(|t| t.ttft_ms),
+            false => timeouts.and_then(|t| t.non_streaming.as_ref()).and_then(|t| t.total_ms),
+        }
+        .map(Duration::from_millis);
+        let outcome = match limit {
+            Some(limit) => match tokio::time::timeout(limit, step).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    let (failure, _) = variant_failure(None, Some(limit));
+                    return Ok(Err(VariantFailure {
+                        variant: plan.variant_name.to_owned(),
+                        ..failure
+                    }));
+                }
+            },
+            None => step.await,
+        };
+        match outcome {
             Ok(retrieved) => {
                 let prompt = &retrieved.prompt;
                 let prepared = prepare_written(self.functions(), plan, call, prompt.system.clone(), &prompt.messages)?;
