@@ -13,6 +13,14 @@ last). A request whose last message contains a marker behaves differently:
 - `[call:NAME]`: the answer is a call of tool NAME with arguments `{"zone": "UTC"}` (streamed in two
   pieces); `[call-garbled:NAME]` the same with arguments that are not JSON.
 - `[reply-json]`: every choice's content is `JSON_REPLY` (a JSON object) instead of the greeting.
+- `[reply-cot]`: the content is `COT_REPLY`, a chain of thought's `{"thinking", "response"}` answer.
+- `[echo-model]`: the content is `answer from <model>`, so candidates on different models differ.
+
+Ensembles: requests for model `JUDGE_MODEL` (a best-of-n judge) answer `{"thinking", "answer_choice"}`
+with the index of a `[judge-picks:N]` marker anywhere in the messages (0 without one); with
+`[judge-fails]` they get the HTTP 500, with `[judge-garbage]` text that is not JSON. Requests for
+model `FUSER_MODEL` (a mixture-of-n fuser) answer `FUSED_REPLY` (streamed in two pieces), or the
+HTTP 500 with `[fuser-fails]` anywhere in the messages.
 
 `hold(marker)` keeps the answers to requests mentioning `marker` back (they are recorded at once)
 until its block ends, so a test can look at a gateway while calls are in flight.
@@ -40,6 +48,12 @@ CALL_MARKER = re.compile(r"\[call(-garbled)?:([A-Za-z0-9_-]+)\]")
 TOOL_ARGUMENTS = '{"zone": "UTC"}'
 JSON_REPLY_MARKER = "[reply-json]"
 JSON_REPLY = '{"answer": "yes"}'
+COT_REPLY = '{"thinking": "step by step", "response": {"answer": "yes"}}'
+ECHO_MODEL_MARKER = "[echo-model]"
+JUDGE_MODEL = "judge-model"
+JUDGE_PICKS_MARKER = re.compile(r"\[judge-picks:(\d+)\]")
+FUSER_MODEL = "fuser-model"
+FUSED_REPLY = "fused answer"
 HOLD_LIMIT_SECONDS = 60.0
 
 
@@ -98,9 +112,18 @@ class RecordingUpstream:
                 for gate in gates:
                     gate.wait(HOLD_LIMIT_SECONDS)
                 text = _last_text(body)
+                ensemble = self._ensemble_answer(body, messages)
+                if ensemble is not None:
+                    status, content = ensemble
+                    if status != 200:
+                        self._fail()
+                    elif body.get("stream"):
+                        self._stream_pieces(body, [content[: len(content) // 2], content[len(content) // 2 :]])
+                    else:
+                        self._answer(body, "stop", content)
+                    return
                 if FAIL_MARKER in text or upstream._fails_this_time(text):
-                    error = {"error": {"message": "mock upstream failed", "type": "server_error", "param": None, "code": None}}
-                    self._send(500, "application/json", json.dumps(error).encode())
+                    self._fail()
                     return
                 finish = FINISH_MARKER.search(text)
                 finish_reason = finish.group(1) if finish else "stop"
@@ -116,7 +139,37 @@ class RecordingUpstream:
                     self._stream(body, finish_reason, breaks=STREAM_BREAK_MARKER in text)
                     return
                 content = JSON_REPLY if JSON_REPLY_MARKER in text else None
+                if "[reply-cot]" in text:
+                    content = COT_REPLY
+                if ECHO_MODEL_MARKER in text:
+                    content = f"answer from {body.get('model')}"
                 self._answer(body, finish_reason, content)
+
+            def _fail(self) -> None:
+                error = {"error": {"message": "mock upstream failed", "type": "server_error", "param": None, "code": None}}
+                self._send(500, "application/json", json.dumps(error).encode())
+
+            def _ensemble_answer(self, body: dict[str, Any], messages: str) -> tuple[int, str] | None:
+                """A judge's or fuser's answer `(status, content)`; None for other requests."""
+                if body.get("model") == JUDGE_MODEL:
+                    if "[judge-fails]" in messages:
+                        return 500, ""
+                    if "[judge-garbage]" in messages:
+                        return 200, "I like the second one."
+                    picks = JUDGE_PICKS_MARKER.search(messages)
+                    choice = int(picks.group(1)) if picks else 0
+                    return 200, json.dumps({"thinking": "weighed them", "answer_choice": choice})
+                if body.get("model") == FUSER_MODEL:
+                    return (500, "") if "[fuser-fails]" in messages else (200, FUSED_REPLY)
+                return None
+
+            def _stream_pieces(self, body: dict[str, Any], pieces: list[str]) -> None:
+                base = {"id": "chatcmpl-up", "created": 1, "model": body.get("model"), "object": "chat.completion.chunk"}
+                events = [{**base, "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in pieces]
+                events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                events.append({**base, "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}})
+                payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+                self._send(200, "text/event-stream", payload.encode())
 
             def _tool_call(self, body: dict[str, Any], name: str, arguments: str) -> None:
                 usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}

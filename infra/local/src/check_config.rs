@@ -28,16 +28,18 @@ pub fn summary(loaded: &LoadedConfig) -> String {
                 None if policy.fallbacks().contains(&variant.name) => "fallback".to_owned(),
                 None => "pinned only".to_owned(),
             };
-            let dicl = variant
-                .dicl
-                .as_ref()
-                .map(|d| format!(", DICL: embedding_model {}, k {}", d.embedding_model, d.k))
-                .unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "  variant {}: model {} ({role}{dicl})",
-                variant.name, variant.config.model
-            );
+            let candidates = variant.definition.candidates();
+            let runs = if candidates.is_empty() {
+                format!("model {}", variant.config.model)
+            } else {
+                format!(
+                    "{} of {}, then model {}",
+                    variant.definition.type_name(),
+                    candidates.join(", "),
+                    variant.config.model
+                )
+            };
+            let _ = writeln!(out, "  variant {}: {runs} ({role})", variant.name);
         }
     }
     out

@@ -5,9 +5,9 @@
 //! `crate::tensorzero::dicl`.
 
 use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
-use super::function_checks::{check_model, FunctionContext};
-use super::functions::{ChatCompletionConfig, FunctionKind, JsonMode, RetriesConfig, VariantTimeouts};
-use super::ConfigError;
+use super::functions::{ChatCompletionConfig, JsonMode, RetriesConfig, VariantTimeouts};
+use super::shorthand::{resolve_model, ModelLookupError};
+use super::{ConfigError, ModelConfig};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -17,94 +17,120 @@ examples that come before the last one. Each example is a user message holding a
 then the answer that was right for it. Work out from these pairs what is expected, then answer the last \
 user message's input the same way, in the same format and style as the example answers.";
 
-/// A DICL variant's keys, as TensorZero names them (`service_tier` is not among them).
+/// A DICL variant: its retrieval keys, and its generation call as a template-less
+/// `chat_completion` (sampling, json mode, retries, edits, weight and timeouts are that call's).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "DiclKeys")]
 pub struct DiclConfig {
     /// The model that embeds inputs: a `[models.M]` name or a `provider::model` shorthand.
     pub embedding_model: String,
     /// How many examples go into the prompt at most.
     pub k: u32,
-    /// The generation model: a `[models.M]` name or a `provider::model` shorthand.
-    pub model: String,
     /// A plain-text file (no templating); a built-in paragraph when unset.
-    #[serde(default)]
     pub system_instructions: Option<String>,
     /// Examples farther than this cosine distance are left out.
-    #[serde(default)]
     pub max_distance: Option<f64>,
-    #[serde(default)]
-    pub temperature: Option<f64>,
-    #[serde(default)]
-    pub top_p: Option<f64>,
-    #[serde(default)]
-    pub max_tokens: Option<u32>,
-    #[serde(default)]
-    pub presence_penalty: Option<f64>,
-    #[serde(default)]
-    pub frequency_penalty: Option<f64>,
-    #[serde(default)]
-    pub seed: Option<u32>,
-    #[serde(default)]
-    pub stop_sequences: Option<Vec<String>>,
     /// Parsed so TensorZero configs load; applied once `chat_completion` variants carry them.
-    #[serde(default)]
     pub reasoning_effort: Option<String>,
-    #[serde(default)]
     pub thinking_budget_tokens: Option<i32>,
-    #[serde(default)]
     pub verbosity: Option<String>,
-    /// json functions only; unset means `strict` there.
-    #[serde(default)]
-    pub json_mode: Option<JsonMode>,
-    #[serde(default)]
-    pub retries: RetriesConfig,
-    #[serde(default)]
-    pub extra_body: Vec<ExtraBodyEntry>,
-    #[serde(default)]
-    pub extra_headers: Vec<ExtraHeaderEntry>,
-    /// Legacy sampling weight, as on `chat_completion` variants.
-    #[serde(default)]
-    pub weight: Option<f64>,
-    /// Cover the embedding call and the generation together.
-    #[serde(default)]
-    pub timeouts: Option<VariantTimeouts>,
+    pub generation: ChatCompletionConfig,
 }
 
-impl DiclConfig {
-    /// The generation call's settings as a `chat_completion` variant without templates: the
-    /// generation runs through the same preparation, retries and timeouts.
-    pub(crate) fn generation(&self) -> ChatCompletionConfig {
-        ChatCompletionConfig {
-            model: self.model.clone(),
-            weight: self.weight,
+/// The keys as written, TensorZero's (`service_tier` is not among them).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct DiclKeys {
+    embedding_model: String,
+    k: u32,
+    model: String,
+    #[serde(default)]
+    system_instructions: Option<String>,
+    #[serde(default)]
+    max_distance: Option<f64>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    presence_penalty: Option<f64>,
+    #[serde(default)]
+    frequency_penalty: Option<f64>,
+    #[serde(default)]
+    seed: Option<u32>,
+    #[serde(default)]
+    stop_sequences: Option<Vec<String>>,
+    #[serde(default)]
+    reasoning_effort: Option<String>,
+    #[serde(default)]
+    thinking_budget_tokens: Option<i32>,
+    #[serde(default)]
+    verbosity: Option<String>,
+    #[serde(default)]
+    json_mode: Option<JsonMode>,
+    #[serde(default)]
+    retries: RetriesConfig,
+    #[serde(default)]
+    extra_body: Vec<ExtraBodyEntry>,
+    #[serde(default)]
+    extra_headers: Vec<ExtraHeaderEntry>,
+    #[serde(default)]
+    weight: Option<f64>,
+    /// Cover the embedding call and the generation.
+    #[serde(default)]
+    timeouts: Option<VariantTimeouts>,
+}
+
+impl From<DiclKeys> for DiclConfig {
+    fn from(keys: DiclKeys) -> Self {
+        let generation = ChatCompletionConfig {
+            model: keys.model,
+            weight: keys.weight,
             system_template: None,
             user_template: None,
             assistant_template: None,
             templates: BTreeMap::new(),
-            temperature: self.temperature,
-            top_p: self.top_p,
-            max_tokens: self.max_tokens,
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            seed: self.seed,
-            stop_sequences: self.stop_sequences.clone(),
-            json_mode: self.json_mode,
-            retries: self.retries.clone(),
-            extra_body: self.extra_body.clone(),
-            extra_headers: self.extra_headers.clone(),
-            timeouts: self.timeouts.clone(),
+            temperature: keys.temperature,
+            top_p: keys.top_p,
+            max_tokens: keys.max_tokens,
+            presence_penalty: keys.presence_penalty,
+            frequency_penalty: keys.frequency_penalty,
+            seed: keys.seed,
+            stop_sequences: keys.stop_sequences,
+            json_mode: keys.json_mode,
+            retries: keys.retries,
+            extra_body: keys.extra_body,
+            extra_headers: keys.extra_headers,
+            timeouts: keys.timeouts,
+        };
+        Self {
+            embedding_model: keys.embedding_model,
+            k: keys.k,
+            system_instructions: keys.system_instructions,
+            max_distance: keys.max_distance,
+            reasoning_effort: keys.reasoning_effort,
+            thinking_budget_tokens: keys.thinking_budget_tokens,
+            verbosity: keys.verbosity,
+            generation,
         }
     }
+}
 
-    pub(crate) fn validate(
-        &self,
-        key: &str,
-        kind: FunctionKind,
-        context: &FunctionContext<'_>,
-    ) -> Result<(), ConfigError> {
-        self.generation().validate(key, kind, context)?;
-        check_model(context, &format!("{key}.embedding_model"), &self.embedding_model)?;
+impl DiclConfig {
+    /// The retrieval keys' rules (the generation call is checked as any `chat_completion`).
+    pub(crate) fn validate(&self, key: &str, models: &BTreeMap<String, ModelConfig>) -> Result<(), ConfigError> {
+        if let Err(err) = resolve_model(models, &self.embedding_model) {
+            let message = match err {
+                ModelLookupError::UnknownModel(_) => format!(
+                    "model `{}` is not defined in [models] and is not a `provider::model` shorthand",
+                    self.embedding_model
+                ),
+                other => other.to_string(),
+            };
+            return Err(ConfigError::invalid(format!("{key}.embedding_model"), message));
+        }
         if self.k == 0 {
             return Err(ConfigError::invalid(format!("{key}.k"), "must be at least 1"));
         }

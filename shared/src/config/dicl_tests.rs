@@ -53,11 +53,11 @@ timeouts = { non_streaming = { total_ms = 5000 } }"#,
     .unwrap();
     let function = &config.functions["f"];
     assert_eq!(function.kind, FunctionKind::Json);
-    let VariantConfig::ExperimentalDynamicInContextLearning(dicl) = &function.variants["dicl"] else {
+    let VariantConfig::DynamicInContextLearning(dicl) = &function.variants["dicl"] else {
         panic!("not a DICL variant")
     };
     assert_eq!((dicl.k, dicl.max_distance), (3, Some(0.4)));
-    let generation = dicl.generation();
+    let generation = &dicl.generation;
     assert_eq!(generation.model, "dummy::gen");
     assert_eq!(generation.json_mode, Some(JsonMode::On));
     assert_eq!(generation.retries.num_retries, 1);

@@ -55,19 +55,19 @@ impl FunctionConfig {
         for (variant_name, variant) in &self.variants {
             let variant_key = format!("{key}.variants.{variant_name}");
             check_name(&variant_key, variant_name, "variant")?;
-            let variant = match variant {
-                VariantConfig::ChatCompletion(config) => config,
-                VariantConfig::ExperimentalDynamicInContextLearning(config) => {
-                    // It writes its own prompt: no templates, so the schemas need none.
-                    config.validate(&variant_key, self.kind, context)?;
-                    continue;
-                }
-            };
-            variant.validate(&variant_key, self.kind, context)?;
+            variant.check_kind(&variant_key, self.kind, &self.variants)?;
+            let prompt_key = format!("{variant_key}.{}", variant.prompt_key());
+            let prompt_key = prompt_key.trim_end_matches('.');
+            variant.prompt().validate(prompt_key, context)?;
+            if let VariantConfig::DynamicInContextLearning(dicl) = variant {
+                // It writes its own prompt: no templates, so the schemas need none.
+                dicl.validate(&variant_key, context.models)?;
+                continue;
+            }
             for schema in &schema_names {
                 if !variant.template_paths().iter().any(|(n, _, _)| n == schema) {
                     return Err(ConfigError::invalid(
-                        format!("{variant_key}.templates.{schema}"),
+                        format!("{prompt_key}.templates.{schema}"),
                         format!(
                             "the function has the schema `{schema}`, so every variant needs a template of that name"
                         ),
@@ -75,6 +75,7 @@ impl FunctionConfig {
                 }
             }
         }
+        super::variants::check_variant_graph(&key, &self.variants)?;
         self.check_sampling(&key)
     }
 
@@ -219,30 +220,18 @@ impl FunctionConfig {
     }
 }
 
-/// `name` must be a `[models.M]` name or a `provider::model` shorthand (`key` names the field).
-pub(super) fn check_model(context: &FunctionContext<'_>, key: &str, name: &str) -> Result<(), ConfigError> {
-    match resolve_model(context.models, name) {
-        Ok(_) => Ok(()),
-        Err(err) => {
+impl ChatCompletionConfig {
+    fn validate(&self, key: &str, context: &FunctionContext<'_>) -> Result<(), ConfigError> {
+        if let Err(err) = resolve_model(context.models, &self.model) {
             let message = match err {
-                ModelLookupError::UnknownModel(_) => {
-                    format!("model `{name}` is not defined in [models] and is not a `provider::model` shorthand")
-                }
+                ModelLookupError::UnknownModel(_) => format!(
+                    "model `{}` is not defined in [models] and is not a `provider::model` shorthand",
+                    self.model
+                ),
                 other => other.to_string(),
             };
-            Err(ConfigError::invalid(key, message))
+            return Err(ConfigError::invalid(format!("{key}.model"), message));
         }
-    }
-}
-
-impl ChatCompletionConfig {
-    pub(super) fn validate(
-        &self,
-        key: &str,
-        kind: FunctionKind,
-        context: &FunctionContext<'_>,
-    ) -> Result<(), ConfigError> {
-        check_model(context, &format!("{key}.model"), &self.model)?;
         let mut seen = BTreeSet::new();
         for (template, suffix, path) in self.template_paths() {
             check_path(format!("{key}.{suffix}"), path)?;
@@ -252,12 +241,6 @@ impl ChatCompletionConfig {
                     format!("the template `{template}` is also given by `{template}_template`: keep one"),
                 ));
             }
-        }
-        if kind == FunctionKind::Chat && self.json_mode.is_some() {
-            return Err(ConfigError::invalid(
-                format!("{key}.json_mode"),
-                "only variants of json functions take json_mode",
-            ));
         }
         self.check_params(key)?;
         self.check_extras(key)

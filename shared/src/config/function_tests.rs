@@ -75,9 +75,7 @@ optimize = "min"
     .unwrap();
     let function = &config.functions["f"];
     assert_eq!(function.kind, FunctionKind::Json);
-    let functions::VariantConfig::ChatCompletion(variant) = &function.variants["v"] else {
-        panic!("not a chat_completion variant")
-    };
+    let variant = function.variants["v"].prompt();
     assert_eq!(variant.json_mode, Some(functions::JsonMode::Tool));
     assert_eq!(variant.retries.num_retries, 2);
     assert_eq!(variant.extra_body[0].value, Some(serde_json::json!({"c": 1})));

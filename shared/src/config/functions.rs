@@ -5,6 +5,7 @@
 pub use super::dicl::DiclConfig;
 /// Variants share the entry types with providers.
 pub(crate) use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
+pub use super::variants::{BestOfNConfig, MixtureOfNConfig, VariantConfig};
 /// `none`, `auto`, `required` or `{ specific = "tool" }`: the model request's own type.
 pub(crate) use crate::model::ToolChoice;
 use serde::{Deserialize, Serialize};
@@ -58,40 +59,6 @@ pub enum FunctionKind {
 #[serde(deny_unknown_fields)]
 pub struct PathEntry {
     pub path: String,
-}
-
-/// A variant; `type` selects the kind.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum VariantConfig {
-    ChatCompletion(ChatCompletionConfig),
-    ExperimentalDynamicInContextLearning(DiclConfig),
-}
-
-impl VariantConfig {
-    /// The legacy sampling weight.
-    pub fn weight(&self) -> Option<f64> {
-        match self {
-            Self::ChatCompletion(config) => config.weight,
-            Self::ExperimentalDynamicInContextLearning(config) => config.weight,
-        }
-    }
-
-    /// The files the variant reads: `(key path suffix, file path)`.
-    pub(crate) fn file_paths(&self) -> Vec<(String, &str)> {
-        match self {
-            Self::ChatCompletion(config) => config
-                .template_paths()
-                .into_iter()
-                .map(|(_, suffix, path)| (suffix, path))
-                .collect(),
-            Self::ExperimentalDynamicInContextLearning(config) => config
-                .system_instructions
-                .iter()
-                .map(|path| ("system_instructions".to_owned(), path.as_str()))
-                .collect(),
-        }
-    }
 }
 
 /// A `chat_completion` variant: one model call with templates and parameters.

@@ -36,6 +36,7 @@ mod metrics;
 mod models;
 mod shorthand;
 mod tools;
+mod variants;
 
 pub use async_requests::DEFAULT_WEBHOOK_RETRY_DELAYS;
 pub(crate) use async_requests::{AsyncRequestsConfig, WebhooksConfig};
@@ -124,7 +125,7 @@ impl Config {
     /// Parse and validate TOML text (files it references are not read: see [`read_config`]).
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let deserializer = toml::Deserializer::parse(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        let config: Config = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let mut config: Config = serde_path_to_error::deserialize(deserializer).map_err(|e| {
             let key = e.path().to_string();
             let message = e.into_inner().to_string();
             if key.is_empty() || key == "." {
@@ -133,6 +134,9 @@ impl Config {
                 ConfigError::invalid(key, message)
             }
         })?;
+        for (name, function) in &mut config.functions {
+            variants::propagate_timeout_s(&format!("functions.{name}"), &mut function.variants)?;
+        }
         config.validate()?;
         Ok(config)
     }

@@ -44,6 +44,19 @@ impl CacheKey {
         }
     }
 
+    /// The key with `salt` mixed in: the same request asked for a different purpose (a
+    /// best-of-n candidate's index) gets its own entry.
+    pub fn salted(self, salt: &str) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(self.digest.as_bytes());
+        hasher.update([0]);
+        hasher.update(salt.as_bytes());
+        Self {
+            project: self.project,
+            digest: hex::encode(hasher.finalize()),
+        }
+    }
+
     pub fn project(&self) -> &ProjectId {
         &self.project
     }

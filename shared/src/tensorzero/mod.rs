@@ -17,8 +17,7 @@ pub use templates::TemplateInput;
 pub(crate) use templates::{TemplateError, TemplateSet};
 
 use crate::config::functions::{ChatCompletionConfig, FunctionConfig, FunctionKind, JsonMode, VariantConfig};
-use crate::config::DEFAULT_SYSTEM_INSTRUCTIONS;
-use crate::config::{normalise_config_path, Config, ConfigError, ToolConfig};
+use crate::config::{normalise_config_path, Config, ConfigError, ToolConfig, DEFAULT_SYSTEM_INSTRUCTIONS};
 use crate::user_text::excerpt;
 use dicl::DiclSettings;
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,11 +43,14 @@ pub struct Function {
     policy: VariantPolicy,
 }
 
-/// One variant: a `chat_completion`, or a DICL variant whose generation call is one.
+/// One variant.
 #[derive(Debug)]
 pub struct Variant {
     pub name: String,
+    /// The variant's own model call: the variant itself, or its judge or fuser.
     pub config: ChatCompletionConfig,
+    /// The variant as configured (its type, candidates and time limits).
+    pub definition: VariantConfig,
     /// The effective json mode: the configured one, `strict` by default for json functions,
     /// `None` for chat functions.
     pub json_mode: Option<JsonMode>,
@@ -133,35 +135,35 @@ impl FunctionSet {
             (FunctionKind::Chat, _) => None,
         };
         let mut variants = BTreeMap::new();
-        for (variant_name, variant) in &config.variants {
-            let variant_key = format!("{key}.variants.{variant_name}");
-            let (variant, dicl) = match variant {
-                VariantConfig::ChatCompletion(variant) => {
-                    for (template, suffix, path) in variant.template_paths() {
-                        let template_key = format!("{variant_key}.{suffix}");
-                        let source = files.text(&template_key, path)?.to_owned();
-                        self.templates
-                            .add(name, variant_name, &template, source)
-                            .map_err(|e| ConfigError::invalid(&template_key, format!("`{path}`: {e}")))?;
-                    }
-                    (variant.clone(), None)
-                }
-                VariantConfig::ExperimentalDynamicInContextLearning(dicl) => {
-                    let instructions = match &dicl.system_instructions {
-                        Some(path) => files.text(&format!("{variant_key}.system_instructions"), path)?,
-                        None => DEFAULT_SYSTEM_INSTRUCTIONS,
-                    };
-                    let settings = DiclSettings::new(dicl, instructions.to_owned());
-                    (dicl.generation(), Some(Arc::new(settings)))
-                }
-            };
+        for (variant_name, definition) in &config.variants {
+            let variant = definition.prompt();
+            for (template, suffix, path) in variant.template_paths() {
+                let template_key = format!("{key}.variants.{variant_name}.{suffix}");
+                let source = files.text(&template_key, path)?.to_owned();
+                self.templates
+                    .add(name, variant_name, &template, source)
+                    .map_err(|e| ConfigError::invalid(&template_key, format!("`{path}`: {e}")))?;
+            }
             let json_mode = match config.kind {
                 FunctionKind::Json => Some(variant.json_mode.unwrap_or(JsonMode::Strict)),
                 FunctionKind::Chat => None,
             };
+            let dicl = match definition {
+                VariantConfig::DynamicInContextLearning(dicl) => {
+                    let instructions = match &dicl.system_instructions {
+                        Some(path) => {
+                            files.text(&format!("{key}.variants.{variant_name}.system_instructions"), path)?
+                        }
+                        None => DEFAULT_SYSTEM_INSTRUCTIONS,
+                    };
+                    Some(Arc::new(DiclSettings::new(dicl, instructions.to_owned())))
+                }
+                _ => None,
+            };
             let compiled = Variant {
                 name: variant_name.clone(),
-                config: variant,
+                config: variant.clone(),
+                definition: definition.clone(),
                 json_mode,
                 dicl,
             };

@@ -9,10 +9,10 @@ use super::stored_input::{stored_input_json, StoredInputError};
 use super::DiclSettings;
 use crate::config::functions::FunctionKind;
 use crate::inference::{InferenceError, InferenceService};
-use crate::model::ModelUsage;
-use crate::ports::inference_records::{ModelCallRecord, TokenUsage};
+use crate::model::{ModelResponse, ModelUsage};
 use crate::ports::{ProjectId, StorageError};
 use crate::tensorzero::function_calls::input::FunctionInput;
+use crate::tensorzero::function_calls::ModelCall;
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -24,9 +24,8 @@ pub struct Retrieved {
     pub prompt: DiclPrompt,
     /// How many examples the prompt holds.
     pub examples: usize,
-    pub embedding_call: ModelCallRecord,
-    /// The embedding call's tokens (as input tokens).
-    pub usage: ModelUsage,
+    /// The embedding call (its tokens as input tokens), stored as a model call.
+    pub embedding_call: ModelCall,
 }
 
 /// Why the step failed.
@@ -99,25 +98,27 @@ pub async fn retrieve(
         with_examples(&settings.system_instructions, target.kind, &neighbours, &request_json)?
     };
     let tokens = embedded.usage.prompt_tokens;
-    let embedding_call = ModelCallRecord {
-        id: call_id,
-        model_name: settings.embedding_model.clone(),
+    let response = ModelResponse {
+        id: call_id.to_string(),
+        choices: Vec::new(),
+        usage: ModelUsage::new(tokens, 0),
+        system_fingerprint: None,
+        raw_response: Some(json!({"usage": embedded.usage, "dimensions": query.len()}).to_string()),
+        raw_request: Some(embedded.raw_request),
         provider_name: settings.embedding_model.clone(),
-        raw_request: embedded.raw_request,
-        raw_response: json!({"usage": embedded.usage, "dimensions": query.len()}).to_string(),
-        usage: TokenUsage {
-            input_tokens: tokens,
-            output_tokens: 0,
-        },
-        response_time_ms: u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
-        ttft_ms: None,
+    };
+    let embedding_call = ModelCall {
+        id: call_id,
+        model: settings.embedding_model.clone(),
+        provider: settings.embedding_model.clone(),
+        response,
+        latency,
+        ttft: None,
         cached: false,
-        finish_reason: None,
     };
     Ok(Retrieved {
         prompt,
         examples: neighbours.len(),
         embedding_call,
-        usage: ModelUsage::new(tokens, 0),
     })
 }

@@ -166,7 +166,12 @@ fn build_request(function: &str, variant: &str) -> DiclBuildRequest {
 
 /// The chat messages the generation call sent: `(role, text)`.
 fn sent_messages(record: &InferenceRecord) -> Vec<(String, String)> {
-    let generation = record.model_calls.last().unwrap();
+    // Whole: the embedding first; streamed: it is stored after the streamed call.
+    let generation = record
+        .model_calls
+        .iter()
+        .find(|c| c.model_name != "dummy::embed")
+        .unwrap();
     let body: Value = serde_json::from_str(&generation.raw_request).unwrap();
     body["messages"]
         .as_array()

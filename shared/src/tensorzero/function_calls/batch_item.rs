@@ -51,12 +51,8 @@ impl FunctionChecks {
                 ))
             })?,
         };
-        if variant.dicl.is_some() {
-            return Err(FunctionError::invalid(format!(
-                "Variant `{}` of function `{}` is of type `experimental_dynamic_in_context_learning`, which batch inference does not support",
-                excerpt(&variant.name),
-                excerpt(function)
-            )));
+        if let Some(error) = super::variants::unsupported_for_batch(variant) {
+            return Err(error);
         }
         Ok(BatchVariant {
             name: variant.name.clone(),
@@ -88,14 +84,10 @@ impl FunctionChecks {
             function: function.clone(),
             variant: variant.clone(),
         })?;
-        let plan = VariantPlan {
-            function_name: &found.name,
-            variant_name: &chosen.name,
-            kind: found.config.kind,
-            model: &chosen.config.model,
-            config: Some(&chosen.config),
-            function: Some(found),
-        };
+        if let Some(error) = super::variants::unsupported_for_batch(chosen) {
+            return Err(error);
+        }
+        let plan = VariantPlan::for_variant(found, chosen);
         let prepared = prepare(self.functions(), plan, call)?;
         Ok((plan, prepared))
     }
@@ -113,7 +105,7 @@ impl FunctionService {
         let started = Instant::now();
         let (plan, prepared) = self.checks().prepare_batch_item(call)?;
         let model_call = self
-            .call_with_retries(project, plan.config, &prepared, call)
+            .call_with_retries(&super::variants::Attempt::new(project, call), plan.config, &prepared)
             .await
             .map_err(|(failure, _)| {
                 FunctionError::AllVariantsFailed(vec![VariantFailure {
@@ -180,8 +172,8 @@ impl FunctionService {
             output: &output,
             usage: &usage,
             finish_reason,
-            model_call,
-            before: &[],
+            model_calls: std::slice::from_ref(model_call),
+            auxiliary_content: &[],
             processing_time: started.elapsed(),
         })
     }

@@ -107,14 +107,7 @@ impl FunctionChecks {
                     Some(pinned) => function.variant(pinned).ok()?,
                     None => function.choose_variant(call.episode_id, failed)?,
                 };
-                Some(VariantPlan {
-                    function_name: &function.name,
-                    variant_name: &variant.name,
-                    kind: function.config.kind,
-                    model: &variant.config.model,
-                    config: Some(&variant.config),
-                    function: Some(function),
-                })
+                Some(VariantPlan::for_variant(function, variant))
             }
         }
     }

@@ -16,6 +16,7 @@ mod service;
 mod stream;
 mod streaming;
 mod validate;
+mod variants;
 
 pub(crate) use batch_item::BatchVariant;
 pub(crate) use checks::FunctionChecks;

@@ -3,7 +3,7 @@
 //! failed write is logged.
 
 use super::model_call::ModelCall;
-use super::output::FunctionOutput;
+use super::output::{FunctionOutput, OutputBlock};
 use super::prepare::PreparedCall;
 use super::validate::InferenceCall;
 use crate::config::functions::FunctionKind;
@@ -42,9 +42,10 @@ pub struct Finished<'a> {
     pub output: &'a FunctionOutput,
     pub usage: &'a ModelUsage,
     pub finish_reason: Option<FinishReason>,
-    pub model_call: &'a ModelCall,
-    /// Model calls made before `model_call` (a DICL variant's embedding), recorded first.
-    pub before: &'a [ModelCallRecord],
+    /// Every model call the answer took, in the order they are stored.
+    pub model_calls: &'a [ModelCall],
+    /// Blocks stored with the output but not returned (a chain of thought's reasoning).
+    pub auxiliary_content: &'a [OutputBlock],
     pub processing_time: Duration,
 }
 
@@ -114,8 +115,11 @@ impl InferencePersistence {
                 "parallel_tool_calls": request.parallel_tool_calls,
             })
         });
-        let call = f.model_call;
-        let response = &call.response;
+        let mut output = f.output.to_value();
+        if let (false, Value::Object(fields)) = (f.auxiliary_content.is_empty(), &mut output) {
+            let auxiliary = serde_json::to_value(f.auxiliary_content).unwrap_or(Value::Null);
+            fields.insert("auxiliary_content".to_owned(), auxiliary);
+        }
         InferenceRecord {
             project: f.project.clone(),
             inference_id: f.inference_id,
@@ -127,40 +131,40 @@ impl InferencePersistence {
                 FunctionKind::Json => FunctionType::Json,
             },
             input: serde_json::to_value(&f.call.input).unwrap_or(Value::Null),
-            output: f.output.to_value(),
+            output,
             tags: f.call.tags.clone(),
             tool_params,
             output_schema: f.prepared.rules.output_schema.as_ref().map(|s| s.value().clone()),
             inference_params: json!({ "chat_completion": request.params }),
             processing_time_ms: millis(f.processing_time),
-            ttft_ms: call.ttft.map(millis),
+            ttft_ms: f.model_calls.first().and_then(|c| c.ttft).map(millis),
             usage: token_usage(f.usage),
             finish_reason: f.finish_reason.map(finish_reason_name),
-            cached: call.cached,
+            cached: !f.model_calls.is_empty() && f.model_calls.iter().all(|c| c.cached),
             created_at: rfc3339(now),
             timestamp: now,
-            model_calls: f
-                .before
-                .iter()
-                .cloned()
-                .chain([ModelCallRecord {
-                    id: call.id,
-                    model_name: call.model.clone(),
-                    provider_name: response.provider_name.clone(),
-                    raw_request: response.raw_request.clone().unwrap_or_default(),
-                    raw_response: response.raw_response.clone().unwrap_or_default(),
-                    usage: token_usage(&response.usage),
-                    response_time_ms: millis(call.latency),
-                    ttft_ms: call.ttft.map(millis),
-                    cached: call.cached,
-                    finish_reason: response
-                        .choices
-                        .first()
-                        .and_then(|c| c.finish_reason)
-                        .map(finish_reason_name),
-                }])
-                .collect(),
+            model_calls: f.model_calls.iter().map(model_call_record).collect(),
         }
+    }
+}
+
+fn model_call_record(call: &ModelCall) -> ModelCallRecord {
+    let response = &call.response;
+    ModelCallRecord {
+        id: call.id,
+        model_name: call.model.clone(),
+        provider_name: response.provider_name.clone(),
+        raw_request: response.raw_request.clone().unwrap_or_default(),
+        raw_response: response.raw_response.clone().unwrap_or_default(),
+        usage: token_usage(&response.usage),
+        response_time_ms: millis(call.latency),
+        ttft_ms: call.ttft.map(millis),
+        cached: call.cached,
+        finish_reason: response
+            .choices
+            .first()
+            .and_then(|c| c.finish_reason)
+            .map(finish_reason_name),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The reply to a (non-streamed) inference, exactly in TensorZero's shape: `content` for chat
 //! functions, `output` for json functions. `/batch_inference` returns the same objects.
 
+use super::model_call::ModelCall;
 use super::output::{FunctionOutput, JsonOutput, OutputBlock};
 use super::service::InferenceResult;
 use super::stream::UsageReport;
@@ -46,17 +47,30 @@ impl InferenceReply {
             FunctionOutput::Chat(blocks) => (Some(blocks.clone()), None),
             FunctionOutput::Json(output) => (None, Some(output.clone())),
         };
-        let call = &result.model_call;
-        let raw_text = call.response.raw_response.clone();
-        let entry = |data: Value| RawEntry {
-            model_inference_id: call.id,
-            provider_type: call.provider.clone(),
-            api_type: "chat_completions".to_owned(),
-            data,
+        let entries = |data: fn(&ModelCall) -> Value| {
+            let entries: Vec<RawEntry> = result
+                .model_calls
+                .iter()
+                .filter(|call| !call.cached)
+                .map(|call| RawEntry {
+                    model_inference_id: call.id,
+                    provider_type: call.provider.clone(),
+                    api_type: "chat_completions".to_owned(),
+                    data: data(call),
+                })
+                .collect();
+            (!entries.is_empty()).then_some(entries)
         };
-        let raw_response = (includes.raw_response && !call.cached)
-            .then(|| vec![entry(Value::String(raw_text.clone().unwrap_or_default()))]);
-        let raw_usage = (includes.raw_usage && !call.cached).then(|| vec![entry(provider_usage(raw_text.as_deref()))]);
+        let raw_response = if includes.raw_response {
+            entries(|call| Value::String(call.response.raw_response.clone().unwrap_or_default()))
+        } else {
+            None
+        };
+        let raw_usage = if includes.raw_usage {
+            entries(|call| provider_usage(call.response.raw_response.as_deref()))
+        } else {
+            None
+        };
         Self {
             inference_id: result.inference_id,
             episode_id: result.episode_id,
@@ -65,7 +79,11 @@ impl InferenceReply {
             output,
             usage: UsageReport::from(&result.usage),
             finish_reason: result.finish_reason,
-            original_response: if includes.original_response { raw_text } else { None },
+            original_response: if includes.original_response {
+                result.original_response.clone()
+            } else {
+                None
+            },
             raw_response,
             raw_usage,
         }

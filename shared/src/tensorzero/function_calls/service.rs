@@ -1,28 +1,25 @@
 //! The function layer's business logic: pick a variant (deterministic per episode, pinned, or
-//! the next after a failure), prepare its model request, call it with the variant's retries and
-//! timeouts, and turn the answer into the function's output. Mints the inference id.
+//! the next after a failure), run it (`variants` dispatches on its type), and record the
+//! answer; calls a model with the variant's retries and timeouts. Mints the inference id.
 
 use super::checks::{FunctionChecks, Resolved};
 use super::error::{FailureKind, FunctionError, VariantFailure};
 use super::model_call::ModelCall;
-use super::output::{function_output, FunctionOutput};
+use super::output::FunctionOutput;
 use super::persist::{Finished, InferencePersistence};
-use super::prepare::{prepare, prepare_written, PreparedCall, VariantPlan};
-use super::stream::{ChunkTranslator, InferenceChunk};
-use super::streaming::{function_chunks, StartedModelStream, StreamFinish};
+use super::prepare::{PreparedCall, VariantPlan};
+use super::streaming::StartedModelStream;
 use super::validate::InferenceCall;
+use super::variants::{Attempt, FunctionChunks, RunError, VariantAnswer};
 use crate::backoff::{Backoff, Jitter};
 use crate::config::functions::{ChatCompletionConfig, FunctionKind};
 use crate::inference::{InferenceError, InferenceService};
 use crate::model::{FinishReason, ModelUsage};
-use crate::ports::inference_records::ModelCallRecord;
 use crate::ports::{CacheKey, IdSource, ProjectId};
 use crate::providers::router::RoutingError;
 use crate::providers::ProviderError;
-use crate::tensorzero::dicl::{self, LoadedSets, RetrievalTarget, RetrieveError};
+use crate::tensorzero::dicl::LoadedSets;
 use crate::tensorzero::FunctionSet;
-use crate::user_text::excerpt;
-use futures::stream::BoxStream;
 use futures::StreamExt;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -41,10 +38,13 @@ pub struct InferenceResult {
     pub variant_name: String,
     pub kind: FunctionKind,
     pub output: FunctionOutput,
-    /// Zero for a cached answer.
+    /// Summed over every model call; a cached answer counts zero.
     pub usage: ModelUsage,
     pub finish_reason: Option<FinishReason>,
-    pub model_call: ModelCall,
+    /// Every model call the answer took, in the order they are stored.
+    pub model_calls: Vec<ModelCall>,
+    /// TensorZero's `original_response`: the raw answer of the call that wrote the output.
+    pub original_response: Option<String>,
     pub processing_time: Duration,
 }
 
@@ -55,7 +55,7 @@ pub(crate) struct InferenceStream {
     pub inference_id: Uuid,
     pub variant_name: String,
     /// Function chunks; an `Err` item ends the stream.
-    pub chunks: BoxStream<'static, Result<InferenceChunk, FunctionError>>,
+    pub chunks: FunctionChunks,
 }
 
 pub struct FunctionService {
@@ -84,6 +84,16 @@ impl FunctionService {
         }
     }
 
+    /// DICL variants' examples as this instance holds them (a build drops what it replaced).
+    pub fn dicl_sets(&self) -> Arc<LoadedSets> {
+        Arc::clone(&self.dicl_sets)
+    }
+
+    /// The inference layer (a DICL variant embeds through it).
+    pub(super) fn inference(&self) -> &InferenceService {
+        &self.inference
+    }
+
     /// What calls are checked with before a model is called.
     pub fn checks(&self) -> &FunctionChecks {
         &self.checks
@@ -101,11 +111,6 @@ impl FunctionService {
         self.checks.new_id()
     }
 
-    /// DICL variants' examples as this instance holds them (a build drops what it replaced).
-    pub fn dicl_sets(&self) -> Arc<LoadedSets> {
-        Arc::clone(&self.dicl_sets)
-    }
-
     pub(super) fn persistence(&self) -> &InferencePersistence {
         &self.persistence
     }
@@ -119,82 +124,131 @@ impl FunctionService {
         let started = Instant::now();
         let target = self.checks.resolve(call)?;
         let inference_id = self.checks.new_id();
+        let attempt = Attempt::new(project, call);
         let mut failed = BTreeSet::new();
         let mut failures = Vec::new();
         while let Some(plan) = self.checks.next_plan(target, call, &failed) {
-            let Some((prepared, before)) = self
-                .prepare_plan(project, plan, call, &mut failures, &mut failed)
-                .await?
-            else {
-                continue;
-            };
-            match self.call_with_retries(project, plan.config, &prepared, call).await {
-                Ok(model_call) => {
-                    let choice = model_call.response.choices.first();
-                    let output = function_output(plan.kind, choice, &prepared.rules);
-                    let mut usage = if model_call.cached {
-                        ModelUsage::default()
-                    } else {
-                        model_call.response.usage.clone()
-                    };
-                    usage.input_tokens += before.usage.input_tokens;
-                    let result = InferenceResult {
-                        inference_id,
-                        episode_id: call.episode_id,
-                        function_name: target.name().to_owned(),
-                        variant_name: plan.variant_name.to_owned(),
-                        kind: plan.kind,
-                        output,
-                        usage,
-                        finish_reason: choice.and_then(|c| c.finish_reason),
-                        model_call,
-                        processing_time: started.elapsed(),
-                    };
-                    self.persistence.record(Finished {
-                        project,
-                        call,
-                        prepared: &prepared,
-                        inference_id,
-                        function_name: &result.function_name,
-                        variant_name: &result.variant_name,
-                        kind: result.kind,
-                        output: &result.output,
-                        usage: &result.usage,
-                        finish_reason: result.finish_reason,
-                        model_call: &result.model_call,
-                        before: &before.calls,
-                        processing_time: result.processing_time,
-                    });
-                    return Ok(result);
-                }
-                Err(failure) => {
-                    if let (Resolved::Model(model), Some(error)) = (target, &failure.1) {
-                        if matches!(error, RoutingError::ModelNotFound(_)) {
-                            return Err(FunctionError::UnknownModel(model.to_owned()));
-                        }
-                    }
-                    failures.push(VariantFailure {
-                        variant: plan.variant_name.to_owned(),
-                        kind: failure.0.kind,
-                        message: failure.0.message,
-                    });
-                    failed.insert(plan.variant_name.to_owned());
-                }
+            match self.run_variant(&attempt, plan).await {
+                Ok(answer) => return Ok(self.finish(&attempt, plan, inference_id, answer, started)),
+                Err(error) => failures.push(self.variant_failed(target, plan, error)?),
             }
+            failed.insert(plan.variant_name.to_owned());
         }
         Err(FunctionError::AllVariantsFailed(failures))
+    }
+
+    /// A streamed answer: variants fall back until one starts streaming (its first chunk within
+    /// the variant's `ttft_ms`); after that, errors end the stream. The record (and cache entry)
+    /// are written once the stream has ended.
+    pub(crate) async fn infer_stream(
+        &self,
+        project: &ProjectId,
+        call: &InferenceCall,
+    ) -> Result<InferenceStream, FunctionError> {
+        let target = self.checks.resolve(call)?;
+        let inference_id = self.checks.new_id();
+        let attempt = Attempt::new(project, call);
+        let mut failed = BTreeSet::new();
+        let mut failures = Vec::new();
+        while let Some(plan) = self.checks.next_plan(target, call, &failed) {
+            match self.stream_variant(&attempt, plan, inference_id).await {
+                Ok(chunks) => {
+                    return Ok(InferenceStream {
+                        function_name: target.name().to_owned(),
+                        #[cfg(test)]
+                        inference_id,
+                        variant_name: plan.variant_name.to_owned(),
+                        chunks,
+                    })
+                }
+                Err(error) => failures.push(self.variant_failed(target, plan, error)?),
+            }
+            failed.insert(plan.variant_name.to_owned());
+        }
+        Err(FunctionError::AllVariantsFailed(failures))
+    }
+
+    /// A variant's failure as reported, or the error that ends the inference at once (a bad
+    /// request, an unknown `model_name`).
+    fn variant_failed(
+        &self,
+        target: Resolved<'_>,
+        plan: VariantPlan<'_>,
+        error: RunError,
+    ) -> Result<VariantFailure, FunctionError> {
+        match error {
+            RunError::Request(error) => Err(error),
+            RunError::Failed(failure, routing) => {
+                if let (Resolved::Model(model), Some(RoutingError::ModelNotFound(_))) = (target, &routing) {
+                    return Err(FunctionError::UnknownModel(model.to_owned()));
+                }
+                Ok(VariantFailure {
+                    variant: plan.variant_name.to_owned(),
+                    ..failure
+                })
+            }
+        }
+    }
+
+    /// The result of a variant's answer, its record written after the response.
+    pub(super) fn finish(
+        &self,
+        attempt: &Attempt<'_>,
+        plan: VariantPlan<'_>,
+        inference_id: Uuid,
+        answer: VariantAnswer,
+        started: Instant,
+    ) -> InferenceResult {
+        let result = InferenceResult {
+            inference_id,
+            episode_id: attempt.call.episode_id,
+            function_name: plan.function_name.to_owned(),
+            variant_name: plan.variant_name.to_owned(),
+            kind: plan.kind,
+            usage: answer.usage(),
+            output: answer.output,
+            finish_reason: answer.finish_reason,
+            model_calls: answer.model_calls,
+            original_response: answer.original_response,
+            processing_time: started.elapsed(),
+        };
+        self.persistence.record(Finished {
+            project: attempt.project,
+            call: attempt.call,
+            prepared: &answer.prepared,
+            inference_id,
+            function_name: &result.function_name,
+            variant_name: &result.variant_name,
+            kind: result.kind,
+            output: &result.output,
+            usage: &result.usage,
+            finish_reason: result.finish_reason,
+            model_calls: &result.model_calls,
+            auxiliary_content: &answer.auxiliary_content,
+            processing_time: result.processing_time,
+        });
+        result
+    }
+
+    /// The cache key of a prepared request (a candidate's carries its suffix).
+    pub(super) fn cache_key(&self, attempt: &Attempt<'_>, prepared: &PreparedCall, streamed: bool) -> CacheKey {
+        let key = CacheKey::new(attempt.project, &prepared.request.model, &prepared.request, streamed);
+        match &attempt.cache_suffix {
+            Some(suffix) => key.salted(suffix),
+            None => key,
+        }
     }
 
     /// Call one variant's model, retrying as the variant says, within its timeout.
     pub(super) async fn call_with_retries(
         &self,
-        project: &ProjectId,
+        attempt: &Attempt<'_>,
         config: Option<&ChatCompletionConfig>,
         prepared: &PreparedCall,
-        call: &InferenceCall,
     ) -> Result<ModelCall, (VariantFailure, Option<RoutingError>)> {
+        let call = attempt.call;
         let mode = self.persistence.mode(call);
-        let key = CacheKey::new(project, &prepared.request.model, &prepared.request, false);
+        let key = self.cache_key(attempt, prepared, false);
         let looked_up = Instant::now();
         if let Some(response) = self.persistence.cached(&key, mode, call.cache_max_age_s).await {
             return Ok(ModelCall {
@@ -249,207 +303,8 @@ impl FunctionService {
         }
     }
 
-    /// A streamed answer: variants fall back until one starts streaming (its first chunk within
-    /// the variant's `ttft_ms`); after that, errors end the stream. The record (and cache entry)
-    /// are written once the stream has ended.
-    pub(crate) async fn infer_stream(
-        &self,
-        project: &ProjectId,
-        call: &InferenceCall,
-    ) -> Result<InferenceStream, FunctionError> {
-        let target = self.checks.resolve(call)?;
-        let inference_id = self.checks.new_id();
-        let mode = self.persistence.mode(call);
-        let mut failed = BTreeSet::new();
-        let mut failures = Vec::new();
-        while let Some(plan) = self.checks.next_plan(target, call, &failed) {
-            let Some((prepared, before)) = self
-                .prepare_plan(project, plan, call, &mut failures, &mut failed)
-                .await?
-            else {
-                continue;
-            };
-            let timeouts = plan
-                .config
-                .and_then(|c| c.timeouts.as_ref())
-                .and_then(|t| t.streaming.clone())
-                .unwrap_or_default();
-            let started = Instant::now();
-            let key = CacheKey::new(project, &prepared.request.model, &prepared.request, true);
-            let cached = self.persistence.cached(&key, mode, call.cache_max_age_s).await;
-            let outcome = match &cached {
-                Some(response) => Ok(StartedModelStream::from_cache(response)),
-                None => {
-                    self.start_stream(&prepared, call, timeouts.ttft_ms.map(Duration::from_millis))
-                        .await
-                }
-            };
-            match outcome {
-                Ok(started_stream) => {
-                    let translator = ChunkTranslator::new(
-                        inference_id,
-                        call.episode_id,
-                        plan.variant_name.to_owned(),
-                        plan.kind,
-                        &prepared.rules,
-                        cached.is_some(),
-                    )
-                    .with_added_usage(&before.usage);
-                    let deadline = timeouts
-                        .total_ms
-                        .map(|ms| tokio::time::Instant::from_std(started) + Duration::from_millis(ms));
-                    let finish = StreamFinish {
-                        persistence: self.persistence.clone(),
-                        project: project.clone(),
-                        call: call.clone(),
-                        prepared,
-                        inference_id,
-                        model_call_id: self.checks.new_id(),
-                        function_name: target.name().to_owned(),
-                        variant_name: plan.variant_name.to_owned(),
-                        kind: plan.kind,
-                        key,
-                        mode,
-                        cached: cached.is_some(),
-                        started,
-                        ttft: started.elapsed(),
-                        provider_name: started_stream.provider_name,
-                        raw_request: started_stream.raw_request,
-                        before,
-                    };
-                    return Ok(InferenceStream {
-                        function_name: target.name().to_owned(),
-                        #[cfg(test)]
-                        inference_id,
-                        variant_name: plan.variant_name.to_owned(),
-                        chunks: function_chunks(
-                            started_stream.first,
-                            started_stream.rest,
-                            translator,
-                            deadline,
-                            finish,
-                        ),
-                    });
-                }
-                Err((failure, routing)) => {
-                    if let (Resolved::Model(model), Some(RoutingError::ModelNotFound(_))) = (target, &routing) {
-                        return Err(FunctionError::UnknownModel(model.to_owned()));
-                    }
-                    failures.push(VariantFailure {
-                        variant: plan.variant_name.to_owned(),
-                        ..failure
-                    });
-                    failed.insert(plan.variant_name.to_owned());
-                }
-            }
-        }
-        Err(FunctionError::AllVariantsFailed(failures))
-    }
-
-    /// A variant's prepared call, and what ran before it (a DICL variant's embedding step). A
-    /// request error ends the inference; a variant failure is added to `failures` and `failed`
-    /// (`None`: try the next variant).
-    async fn prepare_plan(
-        &self,
-        project: &ProjectId,
-        plan: VariantPlan<'_>,
-        call: &InferenceCall,
-        failures: &mut Vec<VariantFailure>,
-        failed: &mut BTreeSet<String>,
-    ) -> Result<Option<(PreparedCall, BeforeCall)>, FunctionError> {
-        match self.plan_step(project, plan, call).await? {
-            Ok(planned) => Ok(Some(planned)),
-            Err(failure) => {
-                failures.push(failure);
-                failed.insert(plan.variant_name.to_owned());
-                Ok(None)
-            }
-        }
-    }
-
-    async fn plan_step(
-        &self,
-        project: &ProjectId,
-        plan: VariantPlan<'_>,
-        call: &InferenceCall,
-    ) -> Result<Result<(PreparedCall, BeforeCall), VariantFailure>, FunctionError> {
-        let settings = plan
-            .function
-            .and_then(|f| f.variant(plan.variant_name).ok())
-            .and_then(|v| v.dicl.as_ref());
-        let Some(settings) = settings else {
-            return Ok(Ok((prepare(self.functions(), plan, call)?, BeforeCall::default())));
-        };
-        if !call.extra_body.is_empty() {
-            return Err(FunctionError::invalid(format!(
-                "`extra_body` cannot be given at inference time for variant `{}`: it is of type `experimental_dynamic_in_context_learning`",
-                excerpt(plan.variant_name)
-            )));
-        }
-        let target = RetrievalTarget {
-            project,
-            function_name: plan.function_name,
-            variant_name: plan.variant_name,
-            kind: plan.kind,
-        };
-        let call_id = self.checks.new_id();
-        let step = dicl::retrieve(
-            &self.inference,
-            &self.dicl_sets,
-            settings,
-            target,
-            &call.input,
-            &call.credentials,
-            call_id,
-        );
-        // The variant's timeout (total, or time to first token when streamed) bounds this step too.
-        let timeouts = plan.config.and_then(|c| c.timeouts.as_ref());
-        let limit = match call.stream {
-            true => timeouts.and_then(|t| t.streaming.as_ref()).and_then(|t| t.ttft_ms),
-            false => timeouts.and_then(|t| t.non_streaming.as_ref()).and_then(|t| t.total_ms),
-        }
-        .map(Duration::from_millis);
-        let outcome = match limit {
-            Some(limit) => match tokio::time::timeout(limit, step).await {
-                Ok(outcome) => outcome,
-                Err(_) => {
-                    let (failure, _) = variant_failure(None, Some(limit));
-                    return Ok(Err(VariantFailure {
-                        variant: plan.variant_name.to_owned(),
-                        ..failure
-                    }));
-                }
-            },
-            None => step.await,
-        };
-        match outcome {
-            Ok(retrieved) => {
-                let prompt = &retrieved.prompt;
-                let prepared = prepare_written(self.functions(), plan, call, prompt.system.clone(), &prompt.messages)?;
-                let before = BeforeCall {
-                    calls: vec![retrieved.embedding_call],
-                    usage: retrieved.usage,
-                };
-                Ok(Ok((prepared, before)))
-            }
-            Err(RetrieveError::Input(error)) => Err(FunctionError::invalid(error.to_string())),
-            Err(error) => {
-                let kind = match &error {
-                    RetrieveError::Embedding(InferenceError::Routing(routing)) => FailureKind::from(routing),
-                    RetrieveError::Embedding(_) => FailureKind::Client,
-                    _ => FailureKind::Provider,
-                };
-                Ok(Err(VariantFailure {
-                    variant: plan.variant_name.to_owned(),
-                    kind,
-                    message: error.to_string(),
-                }))
-            }
-        }
-    }
-
     /// The stream and its first chunk, or why it did not start.
-    async fn start_stream(
+    pub(super) async fn start_stream(
         &self,
         prepared: &PreparedCall,
         call: &InferenceCall,
@@ -494,16 +349,8 @@ impl FunctionService {
     }
 }
 
-/// Model calls a variant made before its generation call (a DICL variant's embedding), recorded
-/// first among the inference's model inferences, and their tokens.
-#[derive(Debug, Clone, Default)]
-pub(super) struct BeforeCall {
-    pub calls: Vec<ModelCallRecord>,
-    pub usage: ModelUsage,
-}
-
 /// A variant failure from a model error (`None`: the variant's timeout passed).
-fn variant_failure(
+pub(super) fn variant_failure(
     error: Option<&InferenceError>,
     timeout: Option<Duration>,
 ) -> (VariantFailure, Option<RoutingError>) {

@@ -77,8 +77,8 @@ pub(crate) struct ChunkTranslator {
     tool_call_ids: BTreeMap<u32, String>,
     /// When set, usage reports zero tokens (a cached answer).
     zero_usage: bool,
-    /// Tokens of calls made before the model call (a DICL variant's embedding), added to usage.
-    added: UsageReport,
+    /// Usage of model calls made before the stream, added to the reported usage.
+    earlier_usage: UsageReport,
 }
 
 impl ChunkTranslator {
@@ -98,16 +98,16 @@ impl ChunkTranslator {
             json_tool: rules.json_tool,
             tool_call_ids: BTreeMap::new(),
             zero_usage,
-            added: UsageReport {
+            earlier_usage: UsageReport {
                 input_tokens: 0,
                 output_tokens: 0,
             },
         }
     }
 
-    /// Add `usage` to the usage the stream reports.
-    pub(crate) fn with_added_usage(mut self, usage: &ModelUsage) -> Self {
-        self.added = UsageReport::from(usage);
+    /// Report `usage` (of model calls made before the stream) in the usage chunk too.
+    pub(crate) fn with_earlier_usage(mut self, usage: &ModelUsage) -> Self {
+        self.earlier_usage = UsageReport::from(usage);
         self
     }
 
@@ -122,8 +122,9 @@ impl ChunkTranslator {
                 self.piece(block, &mut content, &mut raw);
             }
         }
+        let earlier = self.earlier_usage;
         let usage = chunk.usage.as_ref().map(|usage| {
-            let model = if self.zero_usage {
+            let own = if self.zero_usage {
                 UsageReport {
                     input_tokens: 0,
                     output_tokens: 0,
@@ -132,8 +133,8 @@ impl ChunkTranslator {
                 UsageReport::from(usage)
             };
             UsageReport {
-                input_tokens: model.input_tokens + self.added.input_tokens,
-                output_tokens: model.output_tokens + self.added.output_tokens,
+                input_tokens: own.input_tokens + earlier.input_tokens,
+                output_tokens: own.output_tokens + earlier.output_tokens,
             }
         });
         let body = match self.kind {

@@ -6,11 +6,11 @@ use super::model_call::ModelCall;
 use super::output::function_output;
 use super::persist::{Finished, InferencePersistence};
 use super::prepare::PreparedCall;
-use super::service::BeforeCall;
 use super::stream::{ChunkTranslator, InferenceChunk};
 use super::validate::InferenceCall;
+use super::variants::total_usage;
 use crate::config::functions::FunctionKind;
-use crate::model::{ChunkAccumulator, ModelChunk, ModelResponse, ModelUsage};
+use crate::model::{ChunkAccumulator, ModelChunk, ModelResponse};
 use crate::ports::{CacheKey, ProjectId};
 use crate::providers::synthetic_stream::stream_from_response;
 use crate::providers::ChunkStream;
@@ -57,8 +57,9 @@ pub(super) struct StreamFinish {
     pub ttft: Duration,
     pub provider_name: String,
     pub raw_request: Option<String>,
-    /// What ran before the model call (a DICL variant's embedding).
-    pub before: BeforeCall,
+    /// Model calls made before the stream (a mixture's candidates): stored after the streamed
+    /// call, their usage added to its.
+    pub earlier_calls: Vec<ModelCall>,
 }
 
 impl StreamFinish {
@@ -72,12 +73,6 @@ impl StreamFinish {
         let choice = response.choices.first();
         let output = function_output(self.kind, choice, &self.prepared.rules);
         let finish_reason = choice.and_then(|c| c.finish_reason);
-        let mut usage = if self.cached {
-            ModelUsage::default()
-        } else {
-            response.usage.clone()
-        };
-        usage.input_tokens += self.before.usage.input_tokens;
         let processing_time = self.started.elapsed();
         let model_call = ModelCall {
             id: self.model_call_id,
@@ -88,6 +83,9 @@ impl StreamFinish {
             ttft: Some(self.ttft),
             cached: self.cached,
         };
+        let mut model_calls = vec![model_call];
+        model_calls.extend(self.earlier_calls);
+        let usage = total_usage(&model_calls);
         self.persistence.record(Finished {
             project: &self.project,
             call: &self.call,
@@ -99,8 +97,8 @@ impl StreamFinish {
             output: &output,
             usage: &usage,
             finish_reason,
-            model_call: &model_call,
-            before: &self.before.calls,
+            model_calls: &model_calls,
+            auxiliary_content: &[],
             processing_time,
         });
     }

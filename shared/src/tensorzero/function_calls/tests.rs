@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use uuid::Uuid;
 
-const CONFIG: &str = r#"
+pub(crate) const CONFIG: &str = r#"
 [gateway.retries]
 max_retries = 0
 
@@ -102,7 +102,7 @@ pub(crate) fn service_for(config: &str) -> (Arc<FunctionService>, Arc<dyn crate:
     )
 }
 
-fn call(service: &FunctionService, body: Value) -> InferenceCall {
+pub(crate) fn call(service: &FunctionService, body: Value) -> InferenceCall {
     let request: Request = serde_json::from_value(body).unwrap();
     request.into_call(service.now_ms(), Uuid::now_v7).unwrap()
 }
@@ -259,7 +259,7 @@ async fn a_stream_falls_back_before_it_starts_and_ends_with_usage() {
     assert!(text.contains("hello"), "{text}");
 }
 
-async fn stored(
+pub(crate) async fn stored(
     records: &Arc<dyn crate::ports::InferenceStore>,
     id: Uuid,
 ) -> crate::ports::inference_records::InferenceRecord {
@@ -282,7 +282,7 @@ async fn the_second_identical_call_is_a_cache_hit_with_zero_usage_and_both_are_r
         .infer(&ProjectId::new("p"), &call(&service, body.clone()))
         .await
         .unwrap();
-    assert!(!first.model_call.cached);
+    assert!(!first.model_calls[0].cached);
     assert!(first.usage.input_tokens > 0);
     let mut second = None;
     for _ in 0..200 {
@@ -290,7 +290,7 @@ async fn the_second_identical_call_is_a_cache_hit_with_zero_usage_and_both_are_r
             .infer(&ProjectId::new("p"), &call(&service, body.clone()))
             .await
             .unwrap();
-        if answer.model_call.cached {
+        if answer.model_calls[0].cached {
             second = Some(answer);
             break;
         }
@@ -314,7 +314,7 @@ async fn the_second_identical_call_is_a_cache_hit_with_zero_usage_and_both_are_r
         .infer(&ProjectId::new("other"), &call(&service, body))
         .await
         .unwrap();
-    assert!(!elsewhere.model_call.cached);
+    assert!(!elsewhere.model_calls[0].cached);
 }
 
 #[tokio::test]
