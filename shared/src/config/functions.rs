@@ -2,7 +2,6 @@
 //! TOML. Paths to templates and schemas are kept as written (relative to the config file); the
 //! function layer (`crate::tensorzero`) reads and compiles them.
 
-pub use super::dicl::DiclConfig;
 /// Variants share the entry types with providers.
 pub(crate) use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
 pub use super::variants::{BestOfNConfig, MixtureOfNConfig, VariantConfig};

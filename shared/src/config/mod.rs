@@ -43,7 +43,7 @@ pub(crate) use async_requests::{AsyncRequestsConfig, WebhooksConfig};
 pub(crate) use batches::BatchesConfig;
 pub(crate) use cache::{CacheConfig, CacheMode};
 pub(crate) use credentials::CredentialLocation;
-pub(crate) use dicl::DEFAULT_SYSTEM_INSTRUCTIONS;
+pub(crate) use dicl::{DiclConfig, DEFAULT_SYSTEM_INSTRUCTIONS};
 pub(crate) use extras::{ExtraBodyEntry, ExtraHeaderEntry};
 pub(crate) use files::normalise_config_path;
 #[cfg(feature = "aws")]

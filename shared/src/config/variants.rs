@@ -4,9 +4,9 @@
 //! variants of the function (candidates) and then a judge or a fuser, whose keys are a
 //! `chat_completion` table without `type`.
 
-use super::dicl::DiclConfig;
 use super::functions::{ChatCompletionConfig, FunctionKind, NonStreamingTimeouts, StreamingTimeouts, VariantTimeouts};
 use super::ConfigError;
+use super::DiclConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 

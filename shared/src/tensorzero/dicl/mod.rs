@@ -24,7 +24,7 @@ pub use index::{ExampleIndex, Neighbour};
 pub use loaded::{LoadedSets, REFRESH_INTERVAL};
 pub(crate) use retrieve::{retrieve, RetrievalTarget, RetrieveError};
 
-use crate::config::functions::DiclConfig;
+use crate::config::DiclConfig;
 
 /// A DICL variant's retrieval settings, compiled (its generation call is the variant's
 /// `chat_completion` config).
