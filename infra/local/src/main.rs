@@ -6,6 +6,7 @@ mod check_config;
 mod config_file;
 mod dev_webhook_secret;
 mod experiments;
+mod dicl;
 mod keys;
 mod serve;
 mod webhook_secrets;
@@ -57,6 +58,9 @@ enum Command {
     /// Where a function's adaptive experiment stands: each variant's share of new episodes, its
     /// counted feedback, and the winner once there is one.
     Experiments(experiments::ExperimentsArgs),
+    /// Build DICL variants' examples on a running gateway (`POST /dicl/build`).
+    #[command(subcommand)]
+    Dicl(dicl::DiclCommand),
     /// Check a configuration file and print its models.
     CheckConfig {
         /// Default: `infra/config/nimbus.toml` under the current directory, else the built-in one.
@@ -83,6 +87,7 @@ async fn admin(command: Command) -> anyhow::Result<()> {
         Command::Sweep(args) => serve::sweep_once(args).await,
         Command::Poll(args) => serve::poll_once(args).await,
         Command::Experiments(args) => experiments::run(args).await,
+        Command::Dicl(command) => dicl::run(command).await,
         Command::Openapi => {
             println!("{}", nimbus_shared::http::openapi_document::document_json());
             Ok(())

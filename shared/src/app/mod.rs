@@ -50,6 +50,7 @@ use crate::ports::{
 use crate::providers::router::ModelRouter;
 use crate::scheduler::{Scheduler, DEFAULT_DUE_INDEX_SHARDS};
 use crate::tensorzero::experiments::{ExperimentFeedback, ExperimentStore, ExperimentUpdates, Experiments};
+use crate::tensorzero::dicl::{DiclBuilder, ExampleStore, LoadedSets};
 use crate::tensorzero::feedback::FeedbackService;
 use crate::tensorzero::function_calls::{FunctionChecks, FunctionService, InferencePersistence};
 use crate::webhooks::UrlPolicy;
@@ -321,16 +322,35 @@ pub fn function_service(
         clock: Arc::clone(&adapters.clock),
         metrics: Arc::clone(&adapters.metrics),
     };
+    let dicl_sets = LoadedSets::new(
+        ExampleStore::new(Arc::clone(&adapters.blobs)),
+        Arc::clone(&adapters.clock),
+    );
     let service = FunctionService::new(
         Arc::clone(&loaded.functions),
         inference,
         persistence,
         Arc::clone(&adapters.ids),
+        Arc::new(dicl_sets),
     );
     if loaded.functions.experiments().is_empty() {
         return Arc::new(service);
     }
     Arc::new(service.with_experiments(experiments(loaded, adapters)))
+}
+
+/// `POST /dicl/build`: DICL examples from the function layer's records and the feedback on them,
+/// published where the function layer reads them.
+pub(crate) fn dicl_builder(loaded: &LoadedConfig, adapters: &Adapters, layers: &ModelLayers) -> Arc<DiclBuilder> {
+    Arc::new(DiclBuilder {
+        functions: Arc::clone(&loaded.functions),
+        inference: Arc::clone(&layers.inference),
+        records: Arc::clone(&layers.records),
+        feedback: adapters.feedback_store(),
+        sets: layers.functions.dicl_sets(),
+        clock: Arc::clone(&adapters.clock),
+        ids: Arc::clone(&adapters.ids),
+    })
 }
 
 /// Async requests' records, due entries and slots over `adapters` (what the API, the runner and
@@ -407,6 +427,7 @@ pub(crate) fn inference_state(loaded: &LoadedConfig, adapters: &Adapters, layers
         records: Arc::clone(&layers.records),
         functions: Arc::clone(&layers.functions),
         inference: Arc::clone(&layers.inference),
+        dicl: dicl_builder(loaded, adapters, layers),
     }
 }
 

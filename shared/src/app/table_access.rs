@@ -87,7 +87,7 @@ impl LambdaFunction {
             Self::Inference => TableAccess {
                 reads: &[AUTH, EXPERIMENT_DECISIONS],
                 writes: &[
-                    &["inference", "model_cache", "feedback", OBSERVATION_KIND],
+                    &["inference", "function_inference", "model_cache", "feedback", OBSERVATION_KIND],
                     EXPERIMENT_EPISODES,
                 ],
             },
@@ -113,7 +113,7 @@ impl LambdaFunction {
                     BATCH_WORK,
                     ASYNC_WORK,
                     SCHEDULE,
-                    &["inference", "model_cache", "webhook_delivery"],
+                    &["inference", "function_inference", "model_cache", "webhook_delivery"],
                     EXPERIMENT_EPISODES,
                 ],
             },
@@ -127,7 +127,7 @@ impl LambdaFunction {
                     BATCH_WORK,
                     ASYNC_WORK,
                     SCHEDULE,
-                    &["inference", "webhook_delivery"],
+                    &["inference", "function_inference", "webhook_delivery"],
                     EXPERIMENT_DECISIONS,
                 ],
             },

@@ -2,7 +2,7 @@
 //! tools, variants, templates beside schemas). Files are read and compiled by `crate::tensorzero`.
 
 use super::extras::{check_extra_body, check_extra_headers};
-use super::functions::{ChatCompletionConfig, FunctionConfig, FunctionKind, ToolChoice};
+use super::functions::{ChatCompletionConfig, FunctionConfig, FunctionKind, ToolChoice, VariantConfig};
 use super::shorthand::{resolve_model, ModelLookupError};
 use super::{ConfigError, MetricConfig, ModelConfig, ToolConfig};
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,6 +57,11 @@ impl FunctionConfig {
             let prompt_key = format!("{variant_key}.{}", variant.prompt_key());
             let prompt_key = prompt_key.trim_end_matches('.');
             variant.prompt().validate(prompt_key, context)?;
+            if let VariantConfig::DynamicInContextLearning(dicl) = variant {
+                // It writes its own prompt: no templates, so the schemas need none.
+                dicl.validate(&variant_key, context.models)?;
+                continue;
+            }
             for schema in &schema_names {
                 if !variant.template_paths().iter().any(|(n, _, _)| n == schema) {
                     return Err(ConfigError::invalid(

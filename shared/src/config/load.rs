@@ -77,7 +77,7 @@ impl Config {
                 files.push((format!("{key}.output_schema"), path.clone()));
             }
             for (variant_name, variant) in &function.variants {
-                for (_, suffix, path) in variant.template_paths() {
+                for (suffix, path) in variant.file_paths() {
                     files.push((format!("{key}.variants.{variant_name}.{suffix}"), path.to_owned()));
                 }
             }

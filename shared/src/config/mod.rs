@@ -22,8 +22,10 @@
 mod async_requests;
 mod batches;
 mod cache;
+mod chat_completion;
 mod credentials;
 pub mod experimentation;
+mod dicl;
 mod extras;
 mod files;
 mod function_checks;
@@ -43,6 +45,7 @@ pub(crate) use async_requests::{AsyncRequestsConfig, WebhooksConfig};
 pub(crate) use batches::BatchesConfig;
 pub(crate) use cache::{CacheConfig, CacheMode};
 pub(crate) use credentials::CredentialLocation;
+pub(crate) use dicl::{DiclConfig, DEFAULT_SYSTEM_INSTRUCTIONS};
 pub(crate) use extras::{ExtraBodyEntry, ExtraHeaderEntry};
 pub(crate) use files::normalise_config_path;
 #[cfg(feature = "aws")]

@@ -16,6 +16,7 @@ impl VariantConfig {
             Self::BestOfN(_) => "experimental_best_of_n_sampling",
             Self::MixtureOfN(_) => "experimental_mixture_of_n",
             Self::ChainOfThought(_) => "experimental_chain_of_thought",
+            Self::DynamicInContextLearning(_) => "experimental_dynamic_in_context_learning",
         }
     }
 
@@ -26,6 +27,7 @@ impl VariantConfig {
             Self::ChatCompletion(config) | Self::ChainOfThought(config) => config,
             Self::BestOfN(config) => &config.evaluator,
             Self::MixtureOfN(config) => &config.fuser,
+            Self::DynamicInContextLearning(config) => &config.generation,
         }
     }
 
@@ -33,7 +35,7 @@ impl VariantConfig {
     /// or `fuser.`).
     pub(crate) fn prompt_key(&self) -> &'static str {
         match self {
-            Self::ChatCompletion(_) | Self::ChainOfThought(_) => "",
+            Self::ChatCompletion(_) | Self::ChainOfThought(_) | Self::DynamicInContextLearning(_) => "",
             Self::BestOfN(_) => "evaluator.",
             Self::MixtureOfN(_) => "fuser.",
         }
@@ -45,6 +47,7 @@ impl VariantConfig {
             Self::ChatCompletion(config) | Self::ChainOfThought(config) => config.weight,
             Self::BestOfN(config) => config.weight,
             Self::MixtureOfN(config) => config.weight,
+            Self::DynamicInContextLearning(config) => config.generation.weight,
         }
     }
 
@@ -53,7 +56,7 @@ impl VariantConfig {
         match self {
             Self::BestOfN(config) => &config.candidates,
             Self::MixtureOfN(config) => &config.candidates,
-            Self::ChatCompletion(_) | Self::ChainOfThought(_) => &[],
+            Self::ChatCompletion(_) | Self::ChainOfThought(_) | Self::DynamicInContextLearning(_) => &[],
         }
     }
 
@@ -63,6 +66,7 @@ impl VariantConfig {
             Self::ChatCompletion(config) | Self::ChainOfThought(config) => config.timeouts.as_ref(),
             Self::BestOfN(config) => config.timeouts.as_ref(),
             Self::MixtureOfN(config) => config.timeouts.as_ref(),
+            Self::DynamicInContextLearning(config) => config.generation.timeouts.as_ref(),
         }
     }
 
@@ -71,6 +75,7 @@ impl VariantConfig {
             Self::ChatCompletion(config) | Self::ChainOfThought(config) => &mut config.timeouts,
             Self::BestOfN(config) => &mut config.timeouts,
             Self::MixtureOfN(config) => &mut config.timeouts,
+            Self::DynamicInContextLearning(config) => &mut config.generation.timeouts,
         }
     }
 
@@ -78,7 +83,7 @@ impl VariantConfig {
         match self {
             Self::BestOfN(config) => config.timeout_s,
             Self::MixtureOfN(config) => config.timeout_s,
-            Self::ChatCompletion(_) | Self::ChainOfThought(_) => None,
+            Self::ChatCompletion(_) | Self::ChainOfThought(_) | Self::DynamicInContextLearning(_) => None,
         }
     }
 
@@ -90,6 +95,22 @@ impl VariantConfig {
             .into_iter()
             .map(|(name, suffix, path)| (name, format!("{prefix}{suffix}"), path))
             .collect()
+    }
+
+    /// Every file the variant reads: its templates' and a DICL variant's `system_instructions`,
+    /// `(key path suffix, file path)`.
+    pub(crate) fn file_paths(&self) -> Vec<(String, &str)> {
+        let mut paths: Vec<(String, &str)> = self
+            .template_paths()
+            .into_iter()
+            .map(|(_, suffix, path)| (suffix, path))
+            .collect();
+        if let Self::DynamicInContextLearning(config) = self {
+            if let Some(path) = &config.system_instructions {
+                paths.push(("system_instructions".to_owned(), path.as_str()));
+            }
+        }
+        paths
     }
 
     /// The rules that depend on the variant's type: candidates that exist (no cycles, checked

@@ -10,6 +10,7 @@ mod batch_routes;
 pub(crate) mod body_budget;
 pub mod body_deadline;
 mod body_drain;
+mod dicl_routes;
 pub mod error;
 mod extract;
 mod files_routes;
@@ -62,6 +63,7 @@ fn inference_function_routes() -> OpenApiRouter<InferenceState> {
         .merge(tensorzero_routes::routes())
         .merge(tensorzero_openai_routes::routes())
         .merge(tensorzero_records_routes::routes())
+        .merge(dicl_routes::routes())
         .merge(lmi_routes::routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY_BYTES))
 }

@@ -10,6 +10,7 @@ use crate::inference::InferenceService;
 use crate::lmi_api::LmiApi;
 use crate::ports::{InferenceStore, MetricsSink};
 use crate::tensorzero::experiments::Experiments;
+use crate::tensorzero::dicl::DiclBuilder;
 use crate::tensorzero::feedback::FeedbackService;
 use crate::tensorzero::function_calls::FunctionService;
 use crate::webhooks::{BatchWebhooks, WebhookEndpoints, WebhookSecrets};
@@ -37,6 +38,8 @@ pub struct InferenceState {
     pub experiments: Arc<Experiments>,
     /// `/invocations`, `/predictions/{model}`: the LMI API.
     pub lmi_api: Arc<LmiApi>,
+    /// `POST /dicl/build`.
+    pub dicl: Arc<DiclBuilder>,
 }
 
 /// The files function's handlers: `/v1/files`, `/v1/uploads`, `/v1/direct_uploads`.

@@ -7,6 +7,7 @@ use super::json_body::JsonBody;
 use crate::batches::BatchInferenceError;
 use crate::ports::StorageError;
 use crate::surface_errors::openai::function_error_status;
+use crate::tensorzero::dicl::DiclBuildError;
 use crate::tensorzero::feedback::FeedbackError;
 use crate::tensorzero::function_calls::FunctionError;
 use axum::extract::{FromRequest, Request};
@@ -110,6 +111,18 @@ impl From<FeedbackError> for TensorZeroError {
             FeedbackError::Invalid(message) => Self::bad_request(message),
             FeedbackError::UnknownMetric(_) | FeedbackError::TargetNotFound { .. } => Self::not_found(err.to_string()),
             FeedbackError::Storage(storage) => storage.into(),
+        }
+    }
+}
+
+impl From<DiclBuildError> for TensorZeroError {
+    fn from(err: DiclBuildError) -> Self {
+        match err {
+            DiclBuildError::Invalid(message) => Self::bad_request(message),
+            DiclBuildError::NotFound(message) => Self::not_found(message),
+            DiclBuildError::Exists { .. } => Self::new(StatusCode::CONFLICT, err.to_string()),
+            DiclBuildError::Embedding(_) => Self::new(StatusCode::BAD_GATEWAY, err.to_string()),
+            DiclBuildError::Storage(storage) => storage.into(),
         }
     }
 }

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 
 /// Whether `path` is one of TensorZero's own routes (not its OpenAI-compatible `/openai/v1/…`).
 pub(crate) fn is_tensorzero_path(path: &str) -> bool {
-    matches!(path, "/inference" | "/feedback" | "/batch_inference")
+    matches!(path, "/inference" | "/feedback" | "/batch_inference" | "/dicl/build")
         || ["/batch_inference/", "/inferences/", "/episodes/"]
             .iter()
             .any(|prefix| path.starts_with(prefix))
@@ -80,6 +80,7 @@ mod tests {
             "/inferences/x",
             "/episodes/x/inferences",
             "/batch_inference/b",
+            "/dicl/build",
         ] {
             assert!(is_tensorzero_path(path), "{path}");
         }

@@ -14,4 +14,12 @@ pub trait FeedbackStore: Send + Sync {
 
     /// The record, if it exists in `project`.
     async fn get(&self, project: &ProjectId, feedback_id: Uuid) -> Result<Option<FeedbackRecord>, StorageError>;
+
+    /// The newest feedback of `metric_name` on the inference or episode `target_id`, if any.
+    async fn latest_for_target(
+        &self,
+        project: &ProjectId,
+        target_id: Uuid,
+        metric_name: &str,
+    ) -> Result<Option<FeedbackRecord>, StorageError>;
 }

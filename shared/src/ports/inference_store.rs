@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use uuid::Uuid;
 
-/// A page of an episode's inferences, oldest first; `has_more` is exact.
+/// A page of an episode's (or a function's) inferences, oldest first; `has_more` is exact.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct InferencePage {
     pub records: Vec<InferenceRecord>,
@@ -39,6 +39,17 @@ pub trait InferenceStore: Send + Sync {
         &self,
         project: &ProjectId,
         episode_id: Uuid,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> Result<InferencePage, StorageError>;
+
+    /// One page of the function's inferences in creation order, strictly after the inference
+    /// `after` when given (what DICL examples are built from). `/batch_inference` items are not
+    /// listed: they are kept in pages per batch, not per function.
+    async fn list_function(
+        &self,
+        project: &ProjectId,
+        function_name: &str,
         after: Option<Uuid>,
         limit: usize,
     ) -> Result<InferencePage, StorageError>;

@@ -4,6 +4,7 @@
 
 pub mod batch_request;
 pub mod experiments;
+pub mod dicl;
 pub mod feedback;
 pub mod function_calls;
 pub(crate) mod openai_compat;
@@ -18,8 +19,9 @@ pub use templates::TemplateInput;
 pub(crate) use templates::{TemplateError, TemplateSet};
 
 use crate::config::functions::{ChatCompletionConfig, FunctionConfig, FunctionKind, JsonMode, VariantConfig};
-use crate::config::{normalise_config_path, Config, ConfigError, ToolConfig};
+use crate::config::{normalise_config_path, Config, ConfigError, ToolConfig, DEFAULT_SYSTEM_INSTRUCTIONS};
 use crate::user_text::excerpt;
+use dicl::DiclSettings;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -58,6 +60,8 @@ pub struct Variant {
     /// The effective json mode: the configured one, `strict` by default for json functions,
     /// `None` for chat functions.
     pub json_mode: Option<JsonMode>,
+    /// A DICL variant's retrieval settings (`config` is then its generation call).
+    pub dicl: Option<Arc<DiclSettings>>,
 }
 
 /// One `[tools.T]`, its parameters schema compiled.
@@ -155,11 +159,24 @@ impl FunctionSet {
                 FunctionKind::Json => Some(variant.json_mode.unwrap_or(JsonMode::Strict)),
                 FunctionKind::Chat => None,
             };
+            let dicl = match definition {
+                VariantConfig::DynamicInContextLearning(dicl) => {
+                    let instructions = match &dicl.system_instructions {
+                        Some(path) => {
+                            files.text(&format!("{key}.variants.{variant_name}.system_instructions"), path)?
+                        }
+                        None => DEFAULT_SYSTEM_INSTRUCTIONS,
+                    };
+                    Some(Arc::new(DiclSettings::new(dicl, instructions.to_owned())))
+                }
+                _ => None,
+            };
             let compiled = Variant {
                 name: variant_name.clone(),
                 config: variant.clone(),
                 definition: definition.clone(),
                 json_mode,
+                dicl,
             };
             variants.insert(variant_name.clone(), compiled);
         }

@@ -4,13 +4,15 @@ use super::payload::{body_str, stash, unstash};
 use super::retention::RecordRetention;
 use crate::ports::clock::uuid_unix_ms as uuid_ms;
 use crate::ports::inference_records::FeedbackRecord;
-use crate::ports::{BlobStore, FeedbackStore, ProjectId, Record, StateStore, StorageError};
+use crate::ports::{BlobStore, FeedbackStore, ListOrder, ListQuery, ProjectId, Record, StateStore, StorageError};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use uuid::Uuid;
 
 const KIND: &str = "feedback";
+/// Feedback records read per listing when looking for a target's latest of one metric.
+const TARGET_PAGE: usize = 25;
 
 /// Feedback records in the state store, large ones' payloads (demonstrations) in the blob store;
 /// records past `retention` are gone (see [`RecordRetention`]).
@@ -70,6 +72,44 @@ impl FeedbackStore for StateFeedbackStore {
         if self.retention.is_past(stored.expires_at, stored.created_at_ms) {
             return Ok(None);
         }
+        self.decode(&stored).await.map(Some)
+    }
+
+    async fn latest_for_target(
+        &self,
+        project: &ProjectId,
+        target_id: Uuid,
+        metric_name: &str,
+    ) -> Result<Option<FeedbackRecord>, StorageError> {
+        let mut after = None;
+        loop {
+            let page = self
+                .state
+                .list_by_owner(&ListQuery {
+                    kind: KIND.into(),
+                    owner: format!("{project}/{target_id}"),
+                    after,
+                    limit: TARGET_PAGE,
+                    order: ListOrder::Desc,
+                })
+                .await?;
+            let found = page.records.iter().find(|stored| {
+                body_str(&stored.body, "metric_name") == Some(metric_name)
+                    && !self.retention.is_past(stored.expires_at, stored.created_at_ms)
+            });
+            if let Some(stored) = found {
+                return self.decode(stored).await.map(Some);
+            }
+            match page.records.last() {
+                Some(last) if page.has_more => after = Some(last.cursor()),
+                _ => return Ok(None),
+            }
+        }
+    }
+}
+
+impl StateFeedbackStore {
+    async fn decode(&self, stored: &Record) -> Result<FeedbackRecord, StorageError> {
         let mut record: FeedbackRecord = unstash(self.blobs.as_ref(), &stored.body).await.map_err(|e| match e {
             StorageError::NotFound => {
                 StorageError::Backend(format!("the payload blob of {KIND} {} is missing", stored.id))
@@ -77,6 +117,6 @@ impl FeedbackStore for StateFeedbackStore {
             other => other,
         })?;
         record.project = ProjectId::new(body_str(&stored.body, "project").unwrap_or_default());
-        Ok(Some(record))
+        Ok(record)
     }
 }

@@ -16,6 +16,8 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 const KIND: &str = "inference";
+/// One per inference record, owned by its function: what lists a function's inferences.
+const FUNCTION_INDEX_KIND: &str = "function_inference";
 
 /// Inference records in the state store, large ones' payloads in the blob store; a
 /// `/batch_inference` batch's records in pages in the blob store. Records past `retention` are
@@ -33,6 +35,25 @@ fn record_id(project: &ProjectId, inference_id: Uuid) -> String {
 
 fn episode_owner(project: &ProjectId, episode_id: Uuid) -> String {
     format!("{project}/{episode_id}")
+}
+
+fn function_owner(project: &ProjectId, function_name: &str) -> String {
+    format!("{project}/{function_name}")
+}
+
+/// A page of `owner`'s records of `kind` (whose ids are inference ids), oldest first, strictly
+/// after the inference `after`.
+fn oldest_first(kind: &str, owner: String, project: &ProjectId, after: Option<Uuid>, limit: usize) -> ListQuery {
+    ListQuery {
+        kind: kind.into(),
+        owner,
+        after: after.map(|id| SortCursor {
+            created_at_ms: uuid_ms(&id),
+            id: record_id(project, id),
+        }),
+        limit,
+        order: ListOrder::Asc,
+    }
 }
 
 /// A key of its own for each write: a second put of an id (a batch item run again after a crash)
@@ -120,7 +141,18 @@ impl InferenceStore for StateInferenceStore {
                 tracing::warn!(key = %key, error = %err, "could not delete the payload of a duplicate inference record");
             }
         }
-        created
+        created?;
+        self.state
+            .create(&Record {
+                kind: FUNCTION_INDEX_KIND.into(),
+                id: record_id(project, record.inference_id),
+                owner: function_owner(project, &record.function_name),
+                created_at_ms,
+                version: 1,
+                expires_at: self.retention.expires_at(created_at_ms),
+                body: Value::Object(Map::new()),
+            })
+            .await
     }
 
     async fn get(&self, project: &ProjectId, inference_id: Uuid) -> Result<Option<InferenceRecord>, StorageError> {
@@ -145,16 +177,13 @@ impl InferenceStore for StateInferenceStore {
     ) -> Result<InferencePage, StorageError> {
         let page = self
             .state
-            .list_by_owner(&ListQuery {
-                kind: KIND.into(),
-                owner: episode_owner(project, episode_id),
-                after: after.map(|id| SortCursor {
-                    created_at_ms: uuid_ms(&id),
-                    id: record_id(project, id),
-                }),
+            .list_by_owner(&oldest_first(
+                KIND,
+                episode_owner(project, episode_id),
+                project,
+                after,
                 limit,
-                order: ListOrder::Asc,
-            })
+            ))
             .await?;
         let live = page.records.iter().filter(|stored| self.live(stored));
         let mut records = futures::future::try_join_all(live.map(|stored| self.decode(stored))).await?;
@@ -171,6 +200,37 @@ impl InferenceStore for StateInferenceStore {
             }
         }
         Ok(InferencePage { records, has_more })
+    }
+
+    async fn list_function(
+        &self,
+        project: &ProjectId,
+        function_name: &str,
+        after: Option<Uuid>,
+        limit: usize,
+    ) -> Result<InferencePage, StorageError> {
+        let page = self
+            .state
+            .list_heads_by_owner(&oldest_first(
+                FUNCTION_INDEX_KIND,
+                function_owner(project, function_name),
+                project,
+                after,
+                limit,
+            ))
+            .await?;
+        let live = page.records.iter().filter(|head| self.live(head));
+        let found = futures::future::try_join_all(live.map(|head| async move {
+            match self.state.get(KIND, &head.id).await? {
+                Some(stored) if self.live(&stored) => self.decode(&stored).await.map(Some),
+                _ => Ok(None),
+            }
+        }))
+        .await?;
+        Ok(InferencePage {
+            records: found.into_iter().flatten().collect(),
+            has_more: page.has_more,
+        })
     }
 
     async fn episode_exists(&self, project: &ProjectId, episode_id: Uuid) -> Result<bool, StorageError> {

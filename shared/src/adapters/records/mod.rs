@@ -10,6 +10,7 @@
 //! |---|---|---|---|
 //! | `inference` | `{project}/{inference_id}` | `{project}/{episode_id}` | `inferences/{project}/{inference_id}/{write}.json` (one key per write: a duplicate put never replaces the payload of the record that stays) |
 //! | `model_cache` | the key's digest | the digest | `cache/{project}/{digest}.json` |
+//! | `function_inference` | `{project}/{inference_id}` | `{project}/{function_name}` | — (no body: an index that lists a function's inferences, for DICL builds) |
 //! | `feedback` | `{project}/{feedback_id}` | `{project}/{target_id}` | `feedback/{project}/{feedback_id}.json` |
 //!
 //! A `/batch_inference` batch's records are not single items: they are kept in pages of blobs

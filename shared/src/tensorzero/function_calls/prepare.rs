@@ -71,6 +71,34 @@ pub(crate) fn prepare(
     for (index, message) in call.input.messages.iter().enumerate() {
         messages.push(templates.message(index, message)?);
     }
+    assemble(functions, plan, call, system, messages)
+}
+
+/// A prompt the variant wrote itself (DICL): `system` as given, `messages` without the role
+/// templates (their text comes as `raw_text`); the rest (tools, output schema, json mode,
+/// parameters, edits) as [`prepare`] does.
+pub(crate) fn prepare_written(
+    functions: &FunctionSet,
+    plan: VariantPlan<'_>,
+    call: &InferenceCall,
+    system: String,
+    written: &[InputMessage],
+) -> Result<PreparedCall, FunctionError> {
+    let templates = Templates { functions, plan };
+    let mut messages = Vec::with_capacity(written.len());
+    for (index, message) in written.iter().enumerate() {
+        messages.push(templates.message(index, message)?);
+    }
+    assemble(functions, plan, call, Some(system), messages)
+}
+
+fn assemble(
+    functions: &FunctionSet,
+    plan: VariantPlan<'_>,
+    call: &InferenceCall,
+    system: Option<String>,
+    messages: Vec<Message>,
+) -> Result<PreparedCall, FunctionError> {
     let json_mode = effective_json_mode(plan, call);
     let output_schema = match plan.kind {
         FunctionKind::Json => call

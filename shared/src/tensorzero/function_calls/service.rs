@@ -18,6 +18,7 @@ use crate::model::{FinishReason, ModelUsage};
 use crate::ports::{CacheKey, IdSource, ProjectId};
 use crate::providers::router::RoutingError;
 use crate::providers::ProviderError;
+use crate::tensorzero::dicl::LoadedSets;
 use crate::tensorzero::FunctionSet;
 use futures::StreamExt;
 use std::collections::BTreeSet;
@@ -62,6 +63,8 @@ pub struct FunctionService {
     checks: FunctionChecks,
     inference: Arc<InferenceService>,
     persistence: InferencePersistence,
+    /// DICL variants' examples, as this instance holds them.
+    dicl_sets: Arc<LoadedSets>,
 }
 
 impl FunctionService {
@@ -70,12 +73,14 @@ impl FunctionService {
         inference: Arc<InferenceService>,
         persistence: InferencePersistence,
         ids: Arc<dyn IdSource>,
+        dicl_sets: Arc<LoadedSets>,
     ) -> Self {
         let checks = FunctionChecks::new(functions, Arc::clone(&persistence.clock), ids);
         Self {
             checks,
             inference,
             persistence,
+            dicl_sets,
         }
     }
 
@@ -83,6 +88,16 @@ impl FunctionService {
     pub fn with_experiments(mut self, experiments: Arc<crate::tensorzero::experiments::Experiments>) -> Self {
         self.checks = self.checks.with_experiments(experiments);
         self
+    }
+
+    /// DICL variants' examples as this instance holds them (a build drops what it replaced).
+    pub fn dicl_sets(&self) -> Arc<LoadedSets> {
+        Arc::clone(&self.dicl_sets)
+    }
+
+    /// The inference layer (a DICL variant embeds through it).
+    pub(super) fn inference(&self) -> &InferenceService {
+        &self.inference
     }
 
     /// What calls are checked with before a model is called.

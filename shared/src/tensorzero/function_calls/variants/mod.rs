@@ -1,11 +1,12 @@
 //! Running one variant, whatever its type: the single place that dispatches on it. Each type
-//! is its own module; a new type (dynamic in-context learning) is one more module and one more
-//! arm in [`FunctionService::run_variant`] and [`FunctionService::stream_variant`].
+//! is its own module (dynamic in-context learning's is `dicl.rs`), with one arm in
+//! [`FunctionService::run_variant`] and [`FunctionService::stream_variant`].
 
 mod best_of_n;
 mod candidates;
 mod chain_of_thought;
 mod chat_completion;
+mod dicl;
 mod mixture_of_n;
 mod streamed;
 
@@ -140,6 +141,7 @@ impl FunctionService {
             match plan.definition() {
                 None | Some(VariantConfig::ChatCompletion(_)) => chat_completion::run(self, attempt, plan).await,
                 Some(VariantConfig::ChainOfThought(_)) => chain_of_thought::run(self, attempt, plan).await,
+                Some(VariantConfig::DynamicInContextLearning(_)) => dicl::run(self, attempt, plan).await,
                 Some(definition @ VariantConfig::BestOfN(config)) => {
                     within(definition, best_of_n::run(self, attempt, plan, config)).await
                 }
@@ -163,6 +165,7 @@ impl FunctionService {
             None | Some(VariantConfig::ChatCompletion(_)) => {
                 chat_completion::stream(self, attempt, plan, inference_id).await
             }
+            Some(VariantConfig::DynamicInContextLearning(_)) => dicl::stream(self, attempt, plan, inference_id).await,
             Some(VariantConfig::ChainOfThought(_)) => Err(RunError::Failed(
                 VariantFailure {
                     variant: plan.variant_name.to_owned(),
