@@ -49,8 +49,8 @@ use crate::ports::{
 };
 use crate::providers::router::ModelRouter;
 use crate::scheduler::{Scheduler, DEFAULT_DUE_INDEX_SHARDS};
-use crate::tensorzero::experiments::{ExperimentFeedback, ExperimentStore, ExperimentUpdates, Experiments};
 use crate::tensorzero::dicl::{DiclBuilder, ExampleStore, LoadedSets};
+use crate::tensorzero::experiments::{ExperimentFeedback, ExperimentStore, ExperimentUpdates, Experiments};
 use crate::tensorzero::feedback::FeedbackService;
 use crate::tensorzero::function_calls::{FunctionChecks, FunctionService, InferencePersistence};
 use crate::webhooks::UrlPolicy;

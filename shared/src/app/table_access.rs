@@ -87,7 +87,13 @@ impl LambdaFunction {
             Self::Inference => TableAccess {
                 reads: &[AUTH, EXPERIMENT_DECISIONS],
                 writes: &[
-                    &["inference", "function_inference", "model_cache", "feedback", OBSERVATION_KIND],
+                    &[
+                        "inference",
+                        "function_inference",
+                        "model_cache",
+                        "feedback",
+                        OBSERVATION_KIND,
+                    ],
                     EXPERIMENT_EPISODES,
                 ],
             },

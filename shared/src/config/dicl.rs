@@ -4,8 +4,8 @@
 //! them. The examples are built beforehand (`POST /dicl/build`, `nimbus dicl build`); see
 //! `crate::tensorzero::dicl`.
 
-use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
 use super::chat_completion::{ChatCompletionConfig, JsonMode, RetriesConfig, VariantTimeouts};
+use super::extras::{ExtraBodyEntry, ExtraHeaderEntry};
 use super::shorthand::{resolve_model, ModelLookupError};
 use super::{ConfigError, ModelConfig};
 use serde::Deserialize;

@@ -2,19 +2,19 @@
 //! TOML. Paths to templates and schemas are kept as written (relative to the config file); the
 //! function layer (`crate::tensorzero`) reads and compiles them.
 
+pub(crate) use super::chat_completion::LEGACY_ROLES;
+/// A `chat_completion` variant's keys live in their own module, re-exported where variants name them.
+pub use super::chat_completion::{
+    ChatCompletionConfig, JsonMode, NonStreamingTimeouts, PathEntry, RetriesConfig, ServiceTier, StreamingTimeouts,
+    VariantTimeouts,
+};
+use super::dicl::DiclConfig;
 /// The experiment types live in their own module; re-exported here where functions name them.
 pub use super::experimentation::{
     AdaptiveAlgorithm, AdaptiveExperimentation, CandidateVariants, ExperimentationConfig, StaticExperimentation,
 };
 /// `none`, `auto`, `required` or `{ specific = "tool" }`: the model request's own type.
 pub(crate) use crate::model::ToolChoice;
-/// A `chat_completion` variant's keys live in their own module, re-exported where variants name them.
-pub use super::chat_completion::{
-    ChatCompletionConfig, JsonMode, NonStreamingTimeouts, PathEntry, RetriesConfig, ServiceTier, StreamingTimeouts,
-    VariantTimeouts,
-};
-pub(crate) use super::chat_completion::LEGACY_ROLES;
-use super::dicl::DiclConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -129,4 +129,3 @@ impl FunctionConfig {
         paths
     }
 }
-

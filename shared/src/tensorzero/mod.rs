@@ -3,8 +3,8 @@
 //! [`crate::app::load_config`]; the `/inference` endpoint reads it.
 
 pub mod batch_request;
-pub mod experiments;
 pub mod dicl;
+pub mod experiments;
 pub mod feedback;
 pub mod function_calls;
 pub(crate) mod openai_compat;

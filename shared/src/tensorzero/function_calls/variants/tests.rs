@@ -128,6 +128,7 @@ fn response(content: Vec<crate::model::ContentBlock>) -> ModelResponse {
         raw_response: None,
         raw_request: None,
         provider_name: String::new(),
+        provider_type: String::new(),
     }
 }
 
