@@ -75,6 +75,17 @@ OBSERVABILITY = (
 )
 
 
+# Fixed on main: a comparison that differed only for these now passes (and must keep passing).
+FIXED = frozenset(
+    {ORDER, PROVIDER_TYPE, PINNED_FAILURE, MAX_TOKENS, ALLOWED_TOOLS, SCHEMA_LOST, RETRIES, UNKNOWN_MODEL, RESERVED_TAG, SCOPE}
+)
+
+
+def still_open(reasons: tuple[str, ...]) -> tuple[str, ...]:
+    """The reasons a comparison still differs for, fixed items left out."""
+    return tuple(reason for reason in reasons if reason not in FIXED)
+
+
 def because(*reasons: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, reason="; ".join(reasons))
 

@@ -213,6 +213,7 @@ def test_poll_runs_every_scheduled_task_and_prints_the_report(tmp_path: Path) ->
                 "errors": 0,
             },
             "webhook_deliveries": {"due": 0, "queued": 0, "purged": 0, "errors": 0},
+            "experiments": {"updated": 0},
         },
         "errors": 0,
     }, report

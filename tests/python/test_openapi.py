@@ -103,6 +103,8 @@ def seed(server: kit.NimbusServer) -> dict[str, str]:
         "inference_id": inference["inference_id"],
         "episode_id": inference["episode_id"],
         "batch_id": tz_batch["batch_id"],
+        # A function of the default config (its experiment is static).
+        "function_name": "weather_assistant",
         # Under /batch_inference/{batch_id}, an item of that batch.
         "/batch_inference/{batch_id}/inference/{inference_id}": tz_batch["inference_ids"][0],
     }

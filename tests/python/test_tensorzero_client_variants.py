@@ -95,7 +95,7 @@ def test_the_judges_index_maps_to_its_candidate(tz: TensorZeroGateway) -> None:
 def test_a_failing_or_unusable_judge_means_a_random_candidate(tz: TensorZeroGateway) -> None:
     for trouble in ("[judge-fails]", "[judge-garbage]", "[judge-picks:7]"):
         seen = set()
-        for _ in range(12):
+        for _ in range(40):
             response = tz.inference(
                 function_name="ensemble",
                 variant_name="best",

@@ -65,14 +65,14 @@ impl ScheduledTask for ExperimentUpdates {
     }
 
     async fn run(&self, now_ms: i64) -> Result<serde_json::Value, ScheduleError> {
-        let mut updated = Vec::new();
+        let mut updated = 0_u64;
         for experiment in &self.experiments {
             if self.due_at(experiment, now_ms).await? > now_ms {
                 continue;
             }
             let stored = self.update(experiment, now_ms).await?;
             tracing::info!(function = %experiment.function, decision = ?stored.decision, "experiment updated");
-            updated.push(experiment.function.clone());
+            updated += 1;
         }
         Ok(json!({ "updated": updated }))
     }
