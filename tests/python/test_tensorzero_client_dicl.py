@@ -99,12 +99,15 @@ def test_examples_built_through_the_route_come_before_the_request(
 
     answer, sent = ask_dicl(tz, tz_upstream, questions[1], variant="dicl", stream=stream, system="be terse")
     sent_turns = turns(sent)
-    # Only the example with the very same input is within max_distance.
-    assert [role for role, _ in sent_turns] == ["system", "user", "assistant", "user"], sent_turns
+    # The example with the very same input is the nearest, so it comes first; other stored
+    # inferences of the function (other tests') may follow it when they are within max_distance.
+    roles = [role for role, _ in sent_turns]
+    assert roles[0] == "system" and roles[-1] == "user", sent_turns
+    assert roles[1:-1] == ["user", "assistant"] * ((len(roles) - 2) // 2) and len(roles) >= 4, sent_turns
     assert sent_turns[0] == ("system", INSTRUCTIONS)
     assert json.loads(sent_turns[1][1]) == stored_input(questions[1], system="be terse")
     assert sent_turns[2] == ("assistant", UPSTREAM_ANSWER)
-    assert json.loads(sent_turns[3][1]) == stored_input(questions[1], system="be terse")
+    assert json.loads(sent_turns[-1][1]) == stored_input(questions[1], system="be terse")
     assert bool(sent.body.get("stream")) is stream
     inference_id = answer[0].inference_id if stream else answer.inference_id
     record = requests.get(f"{tz_server.base_url}/inferences/{inference_id}", timeout=10)
